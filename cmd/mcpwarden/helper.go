@@ -1,0 +1,5 @@
+package main
+
+func isSandboxHelper() bool { return false }
+
+func runSandboxHelper() int { return exitInternal }

@@ -1,0 +1,21 @@
+package schema
+
+// ErrorCode is a stable class for a denial or failure. Records carry the class,
+// never the free text that caused it.
+type ErrorCode string
+
+const (
+	ErrPathOutsideScope   ErrorCode = "PATH_OUTSIDE_SCOPE"
+	ErrToolNotAllowed     ErrorCode = "TOOL_NOT_ALLOWED"
+	ErrSecretPath         ErrorCode = "SECRET_PATH"
+	ErrScopeExpired       ErrorCode = "SCOPE_EXPIRED"
+	ErrScopeRevoked       ErrorCode = "SCOPE_REVOKED"
+	ErrApprovalRequired   ErrorCode = "APPROVAL_REQUIRED"
+	ErrApprovalDenied     ErrorCode = "APPROVAL_DENIED"
+	ErrUnattributed       ErrorCode = "UNATTRIBUTED"
+	ErrResponseTooLarge   ErrorCode = "RESPONSE_TOO_LARGE"
+	ErrUnsupportedVersion ErrorCode = "UNSUPPORTED_VERSION"
+	ErrMalformedRequest   ErrorCode = "MALFORMED_REQUEST"
+	ErrAuditSinkFull      ErrorCode = "AUDIT_SINK_UNAVAILABLE"
+	ErrRootsPending       ErrorCode = "ROOTS_REFRESH_TIMEOUT"
+)

@@ -1,0 +1,151 @@
+package schema
+
+// EventSchemaVersion is bumped whenever a field changes meaning or is removed.
+// Adding an optional field does not bump it.
+const EventSchemaVersion = 1
+
+// Kind names what an Event describes; it is also the last token of the NATS
+// subject the event travels on (mcpwarden.v1.<host>.<kind>).
+type Kind string
+
+const (
+	KindLaunch         Kind = "launch"
+	KindDecision       Kind = "decision"
+	KindFileOp         Kind = "file_op"
+	KindLandlockDenial Kind = "landlock_denial"
+	KindFinding        Kind = "finding"
+	KindHealth         Kind = "health"
+)
+
+// Kinds lists every kind in a stable order.
+var Kinds = []Kind{KindLaunch, KindDecision, KindFileOp, KindLandlockDenial, KindFinding, KindHealth}
+
+// Event is the one envelope every component emits. Exactly one of the
+// kind-specific pointers is set, the one matching Kind.
+//
+// Sanitisation is by construction: no field of any body can hold a prompt,
+// file contents, a full path or a credential. Paths only ever appear as a
+// PathHash (keyed HMAC) plus a PathClass.
+type Event struct {
+	EventID       string `json:"event_id"` // globally unique; the dedupe key end to end
+	SchemaVersion int    `json:"schema_version"`
+	Host          string `json:"host"`
+	BootID        string `json:"boot_id"`
+	RunID         string `json:"run_id,omitempty"`
+	ScopeID       string `json:"scope_id,omitempty"`
+	ScopeHash     string `json:"scope_hash,omitempty"`
+	Kind          Kind   `json:"kind"`
+	TimeNS        int64  `json:"time_ns"` // when it happened, Unix ns (wall clock of the emitting host)
+
+	Launch         *Launch         `json:"launch,omitempty"`
+	Decision       *Decision       `json:"decision,omitempty"`
+	FileOp         *FileOp         `json:"file_op,omitempty"`
+	LandlockDenial *LandlockDenial `json:"landlock_denial,omitempty"`
+	Finding        *Finding        `json:"finding,omitempty"`
+	Health         *Health         `json:"health,omitempty"`
+}
+
+// PathHash is the hex HMAC-SHA256 of a canonical absolute path under the
+// deployment's key (see PathHasher). It is the only form in which a path may
+// leave the process that saw it.
+type PathHash string
+
+// PathClass says where a path lies relative to a run's scope.
+type PathClass string
+
+const (
+	PathWorkspace PathClass = "workspace" // inside the scope's allowed paths
+	PathRuntime   PathClass = "runtime"   // inside the run's runtime profile
+	PathSecret    PathClass = "secret"    // matches a secret pattern (even inside the scope)
+	PathOutside   PathClass = "outside"   // none of the above
+	PathUnknown   PathClass = "unknown"   // could not be resolved
+)
+
+// RunMode is how the launcher ran the server.
+type RunMode string
+
+const (
+	ModeEnforce RunMode = "enforce"
+	ModeAudit   RunMode = "audit"
+)
+
+// Launch is written when a run starts (Phase "start") and when it ends (Phase "exit").
+type Launch struct {
+	Phase          string  `json:"phase"` // "start" or "exit"
+	Mode           RunMode `json:"mode"`
+	LandlockABI    int     `json:"landlock_abi"`
+	Degraded       bool    `json:"degraded"`                  // true when --best-effort dropped a restriction
+	DegradedReason string  `json:"degraded_reason,omitempty"` // which restriction classes were dropped, never paths
+	ServerExe      string  `json:"server_exe,omitempty"`      // base name only, never the full path
+	ServerName     string  `json:"server_name,omitempty"`     // serverInfo.name, when the proxy saw it
+	ServerVersion  string  `json:"server_version,omitempty"`  // serverInfo.version
+	ProtocolEra    string  `json:"protocol_era,omitempty"`    // "legacy" or "modern"
+	RootPID        int     `json:"root_pid,omitempty"`
+	ExitStatus     int     `json:"exit_status"`
+	ExitReason     string  `json:"exit_reason,omitempty"` // stable class, e.g. "exited", "signaled", "start_failed"
+	DurationMS     int64   `json:"duration_ms"`
+}
+
+// Decision is the sanitized record of one proxied request.
+type Decision struct {
+	OpID            string     `json:"op_id"` // proxy-assigned id of the call; approvals name it
+	Method          string     `json:"method"`
+	ProtocolEra     string     `json:"protocol_era"`
+	ProtocolVersion string     `json:"protocol_version"`
+	ServerOrigin    string     `json:"server_origin"`
+	Tool            string     `json:"tool,omitempty"`
+	ActionClass     string     `json:"action_class"` // read, write, destructive, none
+	Decision        string     `json:"decision"`     // allow, deny
+	Approval        string     `json:"approval"`     // not_required, approved, denied, timed_out
+	ErrorCode       string     `json:"error_code,omitempty"`
+	RetryCount      int        `json:"retry_count"`
+	LatencyMS       float64    `json:"latency_ms"`
+	PathHashes      []PathHash `json:"path_hashes,omitempty"`
+	CorrelationID   string     `json:"correlation_id,omitempty"`
+	StartNS         int64      `json:"start_ns"` // when the call was forwarded (or denied)
+	EndNS           int64      `json:"end_ns"`   // when its response went back to the client
+}
+
+// FileOp is one file operation seen by the kernel probes.
+type FileOp struct {
+	Syscall    string    `json:"syscall"`
+	FlagsClass string    `json:"flags_class"` // read, write, create
+	Result     int       `json:"result"`      // 0 on success, else -errno
+	PathHash   PathHash  `json:"path_hash"`
+	PathClass  PathClass `json:"path_class"`
+	Verdict    string    `json:"verdict"` // allowed, blocked_by_kernel, escape
+	PID        int       `json:"pid"`
+	Comm       string    `json:"comm"`
+}
+
+// LandlockDenial is one kernel audit record of type 1423 (AUDIT_LANDLOCK_ACCESS).
+type LandlockDenial struct {
+	Domain    string    `json:"domain"`
+	Blockers  []string  `json:"blockers"`
+	PathHash  PathHash  `json:"path_hash,omitempty"`
+	PathClass PathClass `json:"path_class,omitempty"`
+	PID       int       `json:"pid"`
+	Comm      string    `json:"comm,omitempty"`
+}
+
+// Finding is a conclusion drawn by the cross-check from other events.
+type Finding struct {
+	Type        string   `json:"type"`     // ESCAPE, BLOCKED_ATTEMPT, PROXY_GAP, UNATTRIBUTED_ACCESS, UNDECLARED_WRITE, OBSERVATION_GAP
+	Severity    string   `json:"severity"` // low, medium, high, critical
+	EvidenceIDs []string `json:"evidence_ids"`
+	Tool        string   `json:"tool,omitempty"`
+	OpID        string   `json:"op_id,omitempty"`
+	Reason      string   `json:"reason,omitempty"` // a stable class, never free text from the run
+}
+
+// Health reports what an observer runs on and what it lost.
+type Health struct {
+	Component        string   `json:"component"` // daemon, launcher, collector
+	Hooks            []string `json:"hooks,omitempty"`
+	LandlockABI      int      `json:"landlock_abi,omitempty"`
+	AuditStream      string   `json:"audit_stream,omitempty"` // on, off, unavailable
+	DropsBPFReserve  uint64   `json:"drops_bpf_reserve"`
+	DropsQueueFull   uint64   `json:"drops_queue_full"`
+	DropsPublishFail uint64   `json:"drops_publish_fail"`
+	SpoolDepth       uint64   `json:"spool_depth"`
+}

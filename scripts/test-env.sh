@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Installs, starts and stops what mcpwarden's tests need. Idempotent.
+#   install      Debian packages, pinned npm servers, Go tools
+#   install-npm  only the pinned npm MCP servers (for `make demo`)
+#   up           start services that are not running; remember which we started
+#   down         stop only what `up` started
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+STATE="$ROOT/build/test-env"
+mkdir -p "$STATE"
+GOBIN_DIR="$(go env GOPATH)/bin"
+
+APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client)
+STATICCHECK_VERSION=2026.2.2
+GOSDK_VERSION=v1.8.0
+
+as_root() {
+	if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+		echo "test-env: need root for: $*" >&2; return 1; fi
+}
+
+install_apt() {
+	local missing=()
+	for p in "${APT_PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	echo "test-env: installing Debian packages: ${missing[*]}"
+	as_root apt-get update -qq
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+install_npm() {
+	local dir="$ROOT/deploy/mcp-servers"
+	if [ -f "$dir/node_modules/.mcpwarden-installed" ] && [ "$dir/node_modules/.mcpwarden-installed" -nt "$dir/package.json" ]; then
+		return 0
+	fi
+	echo "test-env: installing pinned MCP servers from npm"
+	if [ -f "$dir/package-lock.json" ]; then
+		(cd "$dir" && npm ci --no-fund --no-audit --loglevel=error >/dev/null)
+	else
+		(cd "$dir" && npm install --no-fund --no-audit --loglevel=error >/dev/null)
+	fi
+	touch "$dir/node_modules/.mcpwarden-installed"
+}
+
+install_go_tools() {
+	if [ ! -x "$GOBIN_DIR/staticcheck" ]; then
+		echo "test-env: installing staticcheck"
+		go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+	fi
+	if [ ! -x "$GOBIN_DIR/everything-server" ]; then
+		echo "test-env: installing go-sdk conformance everything-server"
+		go install "github.com/modelcontextprotocol/go-sdk/conformance/everything-server@$GOSDK_VERSION"
+	fi
+}
+
+mount_kernel_fs() {
+	[ "$(id -u)" -eq 0 ] || return 0
+	mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
+	mountpoint -q /sys/kernel/security || mount -t securityfs securityfs /sys/kernel/security 2>/dev/null || true
+}
+
+clickhouse_up() {
+	command -v clickhouse-server >/dev/null || return 0
+	[ "$(id -u)" -eq 0 ] || return 0
+	if clickhouse-client --query 'SELECT 1' >/dev/null 2>&1; then return 0; fi
+	echo "test-env: starting clickhouse-server"
+	mkdir -p /var/run/clickhouse-server
+	chown clickhouse:clickhouse /var/run/clickhouse-server 2>/dev/null || true
+	local pidfile=/var/run/clickhouse-server/mcpwarden-test.pid
+	if id clickhouse >/dev/null 2>&1; then
+		runuser -u clickhouse -- clickhouse-server --config-file=/etc/clickhouse-server/config.xml --daemon --pid-file="$pidfile"
+	else
+		clickhouse-server --config-file=/etc/clickhouse-server/config.xml --daemon --pid-file="$pidfile"
+	fi
+	for _ in $(seq 1 120); do
+		clickhouse-client --query 'SELECT 1' >/dev/null 2>&1 && { echo "$pidfile" > "$STATE/clickhouse.started"; return 0; }
+		sleep 0.5
+	done
+	echo "test-env: clickhouse-server did not answer within 60 s; see /var/log/clickhouse-server/clickhouse-server.err.log" >&2
+	return 1
+}
+
+clickhouse_down() {
+	[ -f "$STATE/clickhouse.started" ] || return 0
+	local pidfile; pidfile=$(cat "$STATE/clickhouse.started")
+	if [ -f "$pidfile" ]; then
+		kill "$(cat "$pidfile")" 2>/dev/null || true
+		for _ in $(seq 1 60); do kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null || break; sleep 0.5; done
+	fi
+	rm -f "$STATE/clickhouse.started"
+}
+
+case "${1:-}" in
+install) install_apt; install_npm; install_go_tools ;;
+install-npm) install_npm ;;
+up) mount_kernel_fs; clickhouse_up ;;
+down) clickhouse_down ;;
+*) echo "usage: $0 install|install-npm|up|down" >&2; exit 64 ;;
+esac
