@@ -12,7 +12,7 @@ mkdir -p "$STATE"
 GOBIN_DIR="$(go env GOPATH)/bin"
 
 APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client)
-STATICCHECK_VERSION=2026.2.2
+STATICCHECK_VERSION=v0.8.2
 GOSDK_VERSION=v1.8.0
 
 as_root() {
