@@ -1,0 +1,119 @@
+package jsonrpc
+
+import (
+	"encoding/json"
+	"io"
+	"strconv"
+	"sync"
+)
+
+// Writer writes whole frames; it is safe for concurrent use, and frames from
+// different goroutines never interleave.
+type Writer struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// NewWriter wraps w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write writes frame followed by a newline.
+func (w *Writer) Write(frame []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	buf := make([]byte, 0, len(frame)+1)
+	buf = append(buf, frame...)
+	buf = append(buf, '\n')
+	_, err := w.w.Write(buf)
+	return err
+}
+
+// NullID is the id of an error answer to a message whose id is unknown.
+var NullID = json.RawMessage("null")
+
+// IntID encodes a proxy-assigned numeric id.
+func IntID(n int64) json.RawMessage { return strconv.AppendInt(nil, n, 10) }
+
+// Request encodes a request or, with a nil id, a notification. params must
+// be nil, a json.RawMessage or a value that marshals to an object.
+func Request(id json.RawMessage, method string, params any) []byte {
+	b := []byte(`{"jsonrpc":"2.0"`)
+	if id != nil {
+		b = append(b, `,"id":`...)
+		b = append(b, id...)
+	}
+	b = append(b, `,"method":`...)
+	b = appendJSON(b, method)
+	if params != nil {
+		b = append(b, `,"params":`...)
+		b = appendJSON(b, params)
+	}
+	return append(b, '}')
+}
+
+// Result encodes a successful response.
+func Result(id json.RawMessage, result any) []byte {
+	b := []byte(`{"jsonrpc":"2.0","id":`)
+	b = append(b, idOrNull(id)...)
+	b = append(b, `,"result":`...)
+	b = appendJSON(b, result)
+	return append(b, '}')
+}
+
+// ErrorResponse encodes an error response; data may be nil.
+func ErrorResponse(id json.RawMessage, code int, message string, data any) []byte {
+	e := struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    any    `json:"data,omitempty"`
+	}{code, message, data}
+	b := []byte(`{"jsonrpc":"2.0","id":`)
+	b = append(b, idOrNull(id)...)
+	b = append(b, `,"error":`...)
+	b = appendJSON(b, e)
+	return append(b, '}')
+}
+
+// Forward re-encodes a message with a new id, keeping params, result or
+// error byte for byte.
+func Forward(m *Message, id json.RawMessage) []byte {
+	switch m.Kind {
+	case KindResponse:
+		if m.Error != nil {
+			b := []byte(`{"jsonrpc":"2.0","id":`)
+			b = append(b, idOrNull(id)...)
+			b = append(b, `,"error":`...)
+			b = appendJSON(b, m.Error)
+			return append(b, '}')
+		}
+		return Result(id, m.Result)
+	default:
+		var params any
+		if m.Params != nil {
+			params = m.Params
+		}
+		if m.Kind == KindNotification {
+			id = nil
+		}
+		return Request(id, m.Method, params)
+	}
+}
+
+func idOrNull(id json.RawMessage) json.RawMessage {
+	if id == nil {
+		return NullID
+	}
+	return id
+}
+
+func appendJSON(b []byte, v any) []byte {
+	if raw, ok := v.(json.RawMessage); ok {
+		return append(b, raw...)
+	}
+	enc, err := json.Marshal(v)
+	if err != nil {
+		// Only values built by this program reach here; a failure is a bug.
+		panic("jsonrpc: cannot encode " + err.Error())
+	}
+	return append(b, enc...)
+}

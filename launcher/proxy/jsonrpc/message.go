@@ -1,0 +1,343 @@
+package jsonrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Standard JSON-RPC and MCP error codes.
+const (
+	CodeParseError         = -32700
+	CodeInvalidRequest     = -32600
+	CodeMethodNotFound     = -32601
+	CodeInvalidParams      = -32602
+	CodeInternalError      = -32603
+	CodeUnsupportedVersion = -32022
+	// CodeDenied is mcpwarden's code for a request the policy refused that is
+	// not a tool call (tool calls are denied with an isError result instead).
+	CodeDenied = -32003
+)
+
+// maxDepth bounds nesting so a hostile frame cannot exhaust the stack of
+// either parser.
+const maxDepth = 64
+
+// Kind is what a message is.
+type Kind int
+
+const (
+	KindRequest Kind = iota + 1
+	KindNotification
+	KindResponse
+)
+
+// Error is a JSON-RPC error object.
+type Error struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("jsonrpc error %d: %s", e.Code, e.Message) }
+
+// Message is one validated JSON-RPC 2.0 message. Raw parts are kept as the
+// exact bytes received, so ids of any size round-trip unchanged.
+type Message struct {
+	Kind   Kind
+	ID     json.RawMessage // request and response only
+	Method string          // request and notification only
+	Params json.RawMessage
+	Result json.RawMessage
+	Error  *Error
+}
+
+// ParseError says why a frame was refused. ID is the request id when it could
+// be read, so the answer can name it; otherwise the answer uses null.
+type ParseError struct {
+	Code   int
+	Reason string
+	ID     json.RawMessage
+}
+
+func (e *ParseError) Error() string { return e.Reason }
+
+func perr(code int, id json.RawMessage, format string, args ...any) *ParseError {
+	return &ParseError{Code: code, Reason: fmt.Sprintf(format, args...), ID: id}
+}
+
+// Parse validates frame strictly and decodes the envelope.
+func Parse(frame []byte) (*Message, error) {
+	if !utf8.Valid(frame) {
+		return nil, perr(CodeParseError, nil, "message is not valid UTF-8")
+	}
+	if err := checkEscapes(frame); err != nil {
+		return nil, perr(CodeParseError, nil, "%v", err)
+	}
+	first := firstNonSpace(frame)
+	if first == '[' {
+		return nil, perr(CodeInvalidRequest, nil, "batch requests are not supported")
+	}
+	if first != '{' {
+		return nil, perr(CodeInvalidRequest, nil, "a message must be a JSON object")
+	}
+	if err := CheckDuplicateKeys(frame); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, perr(CodeParseError, nil, "invalid JSON: %v", err)
+		}
+		return nil, perr(CodeInvalidRequest, nil, "%v", err)
+	}
+	// A map, not a struct: encoding/json matches struct fields ignoring case,
+	// and "Method" must not count as "method".
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(frame, &members); err != nil {
+		return nil, perr(CodeParseError, nil, "invalid JSON: %v", err)
+	}
+	var env envelope
+	for k, v := range members {
+		switch k {
+		case "jsonrpc":
+			env.JSONRPC = v
+		case "id":
+			env.ID = v
+		case "method":
+			env.Method = v
+		case "params":
+			env.Params = v
+		case "result":
+			env.Result = v
+		case "error":
+			env.Error = v
+		default:
+			return nil, perr(CodeInvalidRequest, nil, "unknown member %q", truncate(k, 64))
+		}
+	}
+	var id json.RawMessage
+	if env.ID != nil {
+		if !validID(env.ID) {
+			return nil, perr(CodeInvalidRequest, nil, "id must be a string or a number")
+		}
+		id = env.ID
+	}
+	if string(env.JSONRPC) != `"2.0"` {
+		return nil, perr(CodeInvalidRequest, id, `"jsonrpc" must be "2.0"`)
+	}
+	m := &Message{ID: id}
+	if env.Params != nil && !isNull(env.Params) {
+		if c := firstNonSpace(env.Params); c != '{' {
+			return nil, perr(CodeInvalidRequest, id, "params must be an object")
+		}
+		m.Params = env.Params
+	}
+	switch {
+	case env.Method != nil:
+		if env.Result != nil || env.Error != nil {
+			return nil, perr(CodeInvalidRequest, id, "a request cannot carry result or error")
+		}
+		var method string
+		if firstNonSpace(env.Method) != '"' || json.Unmarshal(env.Method, &method) != nil {
+			return nil, perr(CodeInvalidRequest, id, "method must be a string")
+		}
+		if method == "" {
+			return nil, perr(CodeInvalidRequest, id, "method is empty")
+		}
+		m.Method = method
+		m.Kind = KindNotification
+		if env.ID != nil {
+			m.Kind = KindRequest
+			if isNull(env.ID) {
+				return nil, perr(CodeInvalidRequest, nil, "id must be a string or a number")
+			}
+		}
+	case env.Result != nil || env.Error != nil:
+		if env.Result != nil && env.Error != nil {
+			return nil, perr(CodeInvalidRequest, id, "a response carries result or error, not both")
+		}
+		if env.ID == nil {
+			return nil, perr(CodeInvalidRequest, nil, "a response needs an id")
+		}
+		if env.Params != nil {
+			return nil, perr(CodeInvalidRequest, id, "a response cannot carry params")
+		}
+		m.Kind = KindResponse
+		if env.Error != nil {
+			var e Error
+			if err := json.Unmarshal(env.Error, &e); err != nil || firstNonSpace(env.Error) != '{' {
+				return nil, perr(CodeInvalidRequest, id, "error must be an object with code and message")
+			}
+			m.Error = &e
+		} else {
+			m.Result = env.Result
+		}
+	default:
+		return nil, perr(CodeInvalidRequest, id, "message has neither method nor result/error")
+	}
+	return m, nil
+}
+
+type envelope struct {
+	JSONRPC, ID, Method, Params, Result, Error json.RawMessage
+}
+
+// validID accepts a JSON string, a JSON number or null (null only matters
+// for error responses; requests with a null id are refused by Parse).
+func validID(raw json.RawMessage) bool {
+	switch c := firstNonSpace(raw); {
+	case c == '"':
+		var s string
+		return json.Unmarshal(raw, &s) == nil && len(s) <= 256
+	case c == '-' || (c >= '0' && c <= '9'):
+		return len(bytes.TrimSpace(raw)) <= 64
+	case c == 'n':
+		return isNull(raw)
+	}
+	return false
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+func firstNonSpace(b []byte) byte {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c
+	}
+	return 0
+}
+
+// checkEscapes refuses \u escapes that encode a lone UTF-16 surrogate: Go
+// decodes them to U+FFFD while JavaScript keeps the surrogate, so the proxy
+// and a Node server would see different strings.
+func checkEscapes(b []byte) error {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(b) {
+			return errors.New("truncated escape")
+		}
+		if b[i+1] != 'u' {
+			i++
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		if !ok {
+			return errors.New("invalid \\u escape")
+		}
+		i += 5
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
+				return errors.New("lone UTF-16 surrogate in a string")
+			}
+			lo, ok := hex4(b, i+3)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return errors.New("lone UTF-16 surrogate in a string")
+			}
+			i += 6
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return errors.New("lone UTF-16 surrogate in a string")
+		}
+	}
+	return nil
+}
+
+func hex4(b []byte, at int) (rune, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[at:at+4]), 16, 32)
+	return rune(v), err == nil
+}
+
+// CheckDuplicateKeys walks the token stream and refuses an object that names
+// a key twice at any depth (ignoring case): Go's decoder and JavaScript's JSON.parse keep
+// the last value, but other layers may keep the first, so no one decides on a
+// duplicated key. It also bounds nesting depth and checks the whole frame is
+// one JSON value.
+func CheckDuplicateKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	type frame struct {
+		keys     map[string]struct{}
+		isObject bool
+		wantKey  bool
+	}
+	var stack []frame
+	values := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			if len(stack) != 0 {
+				return io.ErrUnexpectedEOF
+			}
+			if values != 1 {
+				return errors.New("expected exactly one JSON value")
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(stack) == 0 {
+			values++
+		}
+		if n := len(stack); n > 0 && stack[n-1].isObject {
+			top := &stack[n-1]
+			if top.wantKey {
+				if key, ok := tok.(string); ok {
+					folded := foldKey(key)
+					if _, dup := top.keys[folded]; dup {
+						return fmt.Errorf("duplicate key %q (keys are compared ignoring case, as Go's decoder matches them)", truncate(key, 64))
+					}
+					top.keys[folded] = struct{}{}
+					top.wantKey = false
+					continue
+				}
+			} else {
+				top.wantKey = true
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			if len(stack) >= maxDepth {
+				return fmt.Errorf("nested deeper than %d levels", maxDepth)
+			}
+			stack = append(stack, frame{keys: map[string]struct{}{}, isObject: true, wantKey: true})
+		case json.Delim('['):
+			if len(stack) >= maxDepth {
+				return fmt.Errorf("nested deeper than %d levels", maxDepth)
+			}
+			stack = append(stack, frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
+}
+
+// foldKey maps keys that encoding/json would match to the same struct field
+// (case-insensitive, including the Kelvin sign and the long s) to one value.
+func foldKey(k string) string {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c >= utf8.RuneSelf || (c >= 'A' && c <= 'Z') {
+			return strings.ToLower(strings.ToUpper(k))
+		}
+	}
+	return k
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
