@@ -51,7 +51,11 @@ func (r *Reader) Next() ([]byte, error) {
 		for {
 			chunk, err := r.br.ReadSlice('\n')
 			if !tooLarge {
-				if len(r.buf)+len(chunk) > r.max+1 { // +1: the newline itself
+				n := len(chunk)
+				if n > 0 && chunk[n-1] == '\n' {
+					n-- // the newline is not part of the frame
+				}
+				if len(r.buf)+n > r.max {
 					tooLarge = true
 					r.Head = append(r.Head, r.buf[:min(len(r.buf), keepBytes)]...)
 					if len(r.Head) < keepBytes {
