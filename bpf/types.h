@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR MIT) */
+/*
+ * Minimal kernel type definitions for watch.bpf.c.
+ *
+ * Instead of a multi-megabyte vmlinux.h, only the fields the probes read are
+ * declared here. Every struct carries preserve_access_index, so the loader
+ * (cilium/ebpf) relocates each field offset against the running kernel's BTF
+ * (CO-RE); the layout below is only a name-and-type contract, not an ABI.
+ */
+#ifndef MCPWARDEN_TYPES_H
+#define MCPWARDEN_TYPES_H
+
+typedef unsigned char __u8;
+typedef signed char __s8;
+typedef unsigned short __u16;
+typedef short __s16;
+typedef unsigned int __u32;
+typedef int __s32;
+typedef unsigned long long __u64;
+typedef long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+/* From include/uapi/linux/bpf.h. */
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+};
+enum {
+	BPF_RB_NO_WAKEUP = 1,
+	BPF_RB_FORCE_WAKEUP = 2,
+};
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+};
+
+#define __pai __attribute__((preserve_access_index))
+
+struct qstr {
+	const unsigned char *name;
+} __pai;
+
+struct dentry {
+	struct dentry *d_parent;
+	struct qstr d_name;
+} __pai;
+
+struct vfsmount {
+	struct dentry *mnt_root;
+} __pai;
+
+struct mount {
+	struct mount *mnt_parent;
+	struct dentry *mnt_mountpoint;
+	struct vfsmount mnt;
+} __pai;
+
+struct path {
+	struct vfsmount *mnt;
+	struct dentry *dentry;
+} __pai;
+
+struct file {
+	struct path f_path;
+} __pai;
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __pai;
+
+struct files_struct {
+	struct fdtable *fdt;
+} __pai;
+
+struct fs_struct {
+	struct path pwd;
+} __pai;
+
+typedef struct {
+	int counter;
+} atomic_t;
+
+struct signal_struct {
+	atomic_t live;
+} __pai;
+
+struct task_struct {
+	int pid;
+	int tgid;
+	int exit_code;
+	struct files_struct *files;
+	struct fs_struct *fs;
+	struct signal_struct *signal;
+} __pai;
+
+struct open_how {
+	__u64 flags;
+	__u64 mode;
+	__u64 resolve;
+};
+
+/* Layout of the syscalls:sys_enter_* and sys_exit_* tracepoint records
+ * (see /sys/kernel/tracing/events/syscalls/sys_enter_openat/format). */
+struct syscall_enter_ctx {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 args[6];
+};
+
+struct syscall_exit_ctx {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+/* Raw tracepoint context: the tracepoint's arguments as u64s. */
+struct bpf_raw_tracepoint_args {
+	__u64 args[0];
+};
+
+#endif
