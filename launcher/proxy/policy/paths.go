@@ -1,0 +1,200 @@
+// Package policy decides tool calls against a scope: which tools exist, what
+// class of action each is, which arguments are paths, where a path really
+// lands after symlinks, and which paths are secret even inside the scope.
+// Everything here is pure over its inputs and the filesystem; the proxy
+// supplies the effective scope.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxPathLen is PATH_MAX on Linux.
+const MaxPathLen = 4096
+
+// ErrBadPath is wrapped by every refusal of a path's form (as opposed to
+// where it points).
+var ErrBadPath = errors.New("path refused")
+
+func badPath(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadPath, fmt.Sprintf(format, args...))
+}
+
+// CheckForm refuses strings no honest path contains: NUL and other control
+// characters, invisible format characters (bidi overrides, zero-width
+// joiners), combining marks (NFC/NFD look-alikes that the filesystem server
+// matches loosely), private-use and unassigned code points, U+FFFD and
+// backslashes.
+func CheckForm(p string) error {
+	switch {
+	case p == "":
+		return badPath("empty")
+	case len(p) > MaxPathLen:
+		return badPath("longer than %d bytes", MaxPathLen)
+	case !utf8.ValidString(p):
+		return badPath("not valid UTF-8")
+	}
+	for _, r := range p {
+		switch {
+		case r == 0:
+			return badPath("contains NUL")
+		case r == '\\':
+			return badPath("contains a backslash")
+		case r == utf8.RuneError:
+			return badPath("contains U+FFFD")
+		case r < utf8.RuneSelf:
+			if unicode.IsControl(r) {
+				return badPath("contains a control character")
+			}
+		case unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs, unicode.Mn, unicode.Me, unicode.Zl, unicode.Zp):
+			return badPath("contains an invisible, combining or control character (U+%04X)", r)
+		case !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Zs):
+			return badPath("contains an unassigned code point (U+%04X)", r)
+		case r == 0xFFFE || r == 0xFFFF:
+			return badPath("contains a noncharacter")
+		}
+	}
+	return nil
+}
+
+// Resolved is a path argument after canonicalisation.
+type Resolved struct {
+	Lexical string // absolute and cleaned, symlinks not followed
+	Real    string // every existing component's symlinks resolved
+}
+
+// Resolve turns a raw path argument into its lexical and real absolute
+// forms. "~" and "~/..." expand to home (refused when home is empty);
+// relative paths go through relTo. For a path that does not exist yet (a
+// write target), the deepest existing ancestor is resolved and the rest
+// appended; a dangling symlink on the way is refused, because writing
+// through it would create its target wherever it points.
+func Resolve(raw, home string, relTo func(string) string) (Resolved, error) {
+	if err := CheckForm(raw); err != nil {
+		return Resolved{}, err
+	}
+	p := raw
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home == "" {
+			return Resolved{}, badPath("'~' cannot be expanded: no home directory is configured")
+		}
+		p = filepath.Join(home, p[1:])
+	}
+	if !filepath.IsAbs(p) {
+		p = relTo(p)
+		if !filepath.IsAbs(p) {
+			return Resolved{}, badPath("relative path has no base to resolve against")
+		}
+	}
+	lexical := filepath.Clean(p)
+	real, err := resolveReal(lexical)
+	if err != nil {
+		return Resolved{}, err
+	}
+	return Resolved{Lexical: lexical, Real: real}, nil
+}
+
+func resolveReal(lexical string) (string, error) {
+	real, err := filepath.EvalSymlinks(lexical)
+	if err == nil {
+		return real, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", badPath("cannot be resolved (%v)", errors.Unwrap(err))
+	}
+	// Walk up to the deepest ancestor that exists (as an entry, so that a
+	// dangling symlink counts as existing).
+	dir, rest := lexical, []string{}
+	for {
+		if _, lerr := os.Lstat(dir); lerr == nil {
+			break
+		} else if !errors.Is(lerr, fs.ErrNotExist) {
+			return "", badPath("cannot be resolved (%v)", errors.Unwrap(lerr))
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", badPath("no existing ancestor")
+		}
+		rest = append(rest, filepath.Base(dir))
+		dir = parent
+	}
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", badPath("leads through a dangling or broken symlink")
+	}
+	st, err := os.Stat(realDir)
+	if err != nil || !st.IsDir() {
+		return "", badPath("a component below an existing file does not exist")
+	}
+	for i := len(rest) - 1; i >= 0; i-- {
+		realDir = filepath.Join(realDir, rest[i])
+	}
+	return realDir, nil
+}
+
+// Within reports whether p equals one of dirs or lies below it.
+func Within(dirs []string, p string) bool {
+	for _, d := range dirs {
+		if p == d || (d == "/" && strings.HasPrefix(p, "/")) || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// FSRelative returns the relative-path rule of the official filesystem
+// server for the directory list dirs, in order: the first dir under which
+// the joined path stays inside one of dirs, else the first dir. With no dirs
+// the server would use its working directory; the proxy refuses instead.
+func FSRelative(dirs []string) func(string) string {
+	return func(rel string) string {
+		for _, d := range dirs {
+			c := filepath.Join(d, rel)
+			if Within(dirs, c) {
+				return c
+			}
+		}
+		if len(dirs) == 0 {
+			return rel // stays relative: Resolve refuses it
+		}
+		return filepath.Join(dirs[0], rel)
+	}
+}
+
+// BaseRelative resolves relative paths against one directory.
+func BaseRelative(base string) func(string) string {
+	return func(rel string) string { return filepath.Join(base, rel) }
+}
+
+// CheckGlob refuses a glob pattern that could name anything outside the
+// directory it is evaluated under: absolute patterns, '~', '..' anywhere
+// (also inside braces), and the characters CheckForm refuses.
+func CheckGlob(pattern string) error {
+	if pattern == "" {
+		return nil
+	}
+	if len(pattern) > 1024 {
+		return badPath("glob pattern longer than 1024 bytes")
+	}
+	for _, r := range pattern {
+		if r == 0 || unicode.IsControl(r) || unicode.In(r, unicode.Cf) {
+			return badPath("glob pattern contains a control or invisible character")
+		}
+	}
+	switch {
+	case strings.HasPrefix(pattern, "/"):
+		return badPath("glob pattern is absolute; patterns are relative to the searched directory")
+	case strings.HasPrefix(pattern, "~"):
+		return badPath("glob pattern starts with '~'")
+	case strings.Contains(pattern, ".."):
+		return badPath("glob pattern contains '..'")
+	}
+	return nil
+}
