@@ -1,0 +1,141 @@
+// Package natsserver runs the embedded NATS server with JetStream that a
+// single host uses when no external NATS cluster is configured. It listens on
+// loopback only unless the operator explicitly allows another address, and
+// keeps JetStream's file store under the state directory so events survive a
+// restart of the daemon.
+package natsserver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// DefaultPort is the NATS client port the embedded server listens on.
+const DefaultPort = 4222
+
+// Config says where the embedded server keeps its data and listens.
+type Config struct {
+	// StoreDir holds JetStream's file store (created 0700). Required.
+	StoreDir string
+	// Host to listen on; default 127.0.0.1. Anything that is not a loopback
+	// address is refused unless AllowNonLoopback is set, because the embedded
+	// server has no authentication configured.
+	Host             string
+	AllowNonLoopback bool
+	// Port to listen on; 0 means DefaultPort, -1 a random free port (tests).
+	Port int
+	// MaxStoreBytes caps JetStream's disk use; 0 lets the server pick (a
+	// share of the free disk).
+	MaxStoreBytes int64
+	// ServerName identifies the server in JetStream; default "mcpwarden-<hostname>".
+	ServerName string
+	// ReadyTimeout bounds the wait for the server to accept clients; default 10 s.
+	ReadyTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Server is a running embedded NATS server.
+type Server struct {
+	ns *server.Server
+}
+
+// Start starts the server and waits until it accepts client connections.
+func Start(cfg Config) (*Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("embedded NATS: no store directory given: pass --state-dir")
+	}
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if !cfg.AllowNonLoopback {
+		ip := net.ParseIP(host)
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, fmt.Errorf("embedded NATS: refusing to listen on %q: it has no authentication, so it listens on loopback only; use an external NATS cluster with credentials for a fleet", host)
+		}
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded NATS: create store directory: %w", err)
+	}
+	name := cfg.ServerName
+	if name == "" {
+		h, _ := os.Hostname()
+		name = "mcpwarden-" + h
+	}
+	opts := &server.Options{
+		ServerName:        name,
+		Host:              host,
+		Port:              port,
+		JetStream:         true,
+		StoreDir:          filepath.Clean(cfg.StoreDir),
+		JetStreamMaxStore: cfg.MaxStoreBytes,
+		NoSigs:            true, // the daemon owns signal handling
+		NoSystemAccount:   true,
+		HTTPPort:          0, // no monitoring port
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: configure: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ns.SetLoggerV2(slogAdapter{logger}, false, false, false)
+	go ns.Start()
+	wait := cfg.ReadyTimeout
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	if !ns.ReadyForConnections(wait) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded NATS: not ready to accept clients on %s:%d within %s: is the port taken? pick another with --nats-port", host, port, wait)
+	}
+	if !ns.JetStreamEnabled() {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded NATS: JetStream did not start on %s: check that the directory is writable and has free space", cfg.StoreDir)
+	}
+	return &Server{ns: ns}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Shutdown stops the server and waits until it has stopped.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}
+
+// slogAdapter routes the server's printf-style log lines to slog. The format
+// string is kept as the message's "detail" attribute so that the message
+// itself stays constant.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Noticef(format string, v ...any) {
+	a.l.Debug("nats server", "detail", fmt.Sprintf(format, v...))
+}
+func (a slogAdapter) Warnf(format string, v ...any) {
+	a.l.Warn("nats server", "detail", fmt.Sprintf(format, v...))
+}
+func (a slogAdapter) Fatalf(format string, v ...any) {
+	a.l.Error("nats server fatal", "detail", fmt.Sprintf(format, v...))
+}
+func (a slogAdapter) Errorf(format string, v ...any) {
+	a.l.Error("nats server", "detail", fmt.Sprintf(format, v...))
+}
+func (a slogAdapter) Debugf(format string, v ...any) {
+	a.l.Debug("nats server", "detail", fmt.Sprintf(format, v...))
+}
+func (a slogAdapter) Tracef(string, ...any) {}

@@ -1,0 +1,267 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/collector/natsserver"
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func startNATS(t testing.TB, dir string, port int) *natsserver.Server {
+	t.Helper()
+	s, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func portOf(t testing.TB, u string) int {
+	t.Helper()
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(pu.Port())
+	return p
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func connect(t testing.TB, u string) *nats.Conn {
+	t.Helper()
+	nc, err := stream.Connect(stream.ConnOptions{URL: u, Name: "test"}, nats.ReconnectBufSize(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// readAll reads every event in the stream, with the subjects they came on,
+// polling until want events arrived or the deadline passed.
+func readAll(t testing.TB, nc *nats.Conn, want int) (ids map[string]int, subjects map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	cons, err := js.OrderedConsumer(ctx, stream.Name, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = map[string]int{}
+	subjects = map[string]string{}
+	total := 0
+	for total < want {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if m.Headers().Get(schema.BatchHeader) != schema.BatchFormat {
+				t.Fatalf("message without batch header")
+			}
+			evs, rejected, err := schema.DecodeBatch(m.Data())
+			if err != nil || rejected != 0 {
+				t.Fatalf("decode: %v, %d rejected", err, rejected)
+			}
+			for _, e := range evs {
+				ids[e.EventID]++
+				subjects[e.EventID] = m.Subject()
+				total++
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d events before the deadline", total, want)
+		}
+	}
+	return ids, subjects
+}
+
+func TestPublishBatchesBySubject(t *testing.T) {
+	srv := startNATS(t, t.TempDir(), -1)
+	defer srv.Shutdown()
+	nc := connect(t, srv.ClientURL())
+	ctx := context.Background()
+	p, err := New(ctx, Config{Conn: nc, SpoolDir: t.TempDir(), EnsureStream: &stream.Config{}, MaxBatchEvents: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := eventgen.New("web-1.example.com")
+	events := g.Mixed(2000)
+	for i := 0; i < len(events); i += 300 {
+		if err := p.Publish(ctx, events[i:min(i+300, len(events))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := p.Flush(fctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids, subjects := readAll(t, nc, len(events))
+	for _, e := range events {
+		if ids[e.EventID] != 1 {
+			t.Fatalf("event %s stored %d times", e.EventID, ids[e.EventID])
+		}
+		want := "mcpwarden.v1.web-1_example_com." + string(e.Kind)
+		if subjects[e.EventID] != want {
+			t.Fatalf("event of kind %s on %q, want %q", e.Kind, subjects[e.EventID], want)
+		}
+	}
+	st := p.Stats()
+	if st.Spooled != 0 || st.Events != uint64(len(events)) {
+		t.Fatalf("stats %+v", st)
+	}
+	// 2000 events, ≤50 per message: at least 40 messages, far fewer than 2000.
+	if st.Published < 40 || st.Published > 100 {
+		t.Fatalf("published %d messages for 2000 events in batches of 50", st.Published)
+	}
+}
+
+// TestSpoolReplaysAfterNATSRestart stops NATS in the middle of a run: what
+// is published meanwhile goes to the spool, and once NATS is back every
+// event is in the stream exactly once.
+func TestSpoolReplaysAfterNATSRestart(t *testing.T) {
+	store := t.TempDir()
+	srv := startNATS(t, store, -1)
+	port := portOf(t, srv.ClientURL())
+	nc := connect(t, srv.ClientURL())
+	ctx := context.Background()
+	spoolDir := t.TempDir()
+	p, err := New(ctx, Config{Conn: nc, SpoolDir: spoolDir, EnsureStream: &stream.Config{}, AckTimeout: time.Second, ReplayInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := eventgen.New("host-a")
+	var all []schema.Event
+	publish := func(n int) {
+		evs := g.Mixed(n)
+		if err := p.Publish(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, evs...)
+	}
+	publish(500)
+	srv.Shutdown()
+	deadline := time.Now().Add(10 * time.Second)
+	for nc.IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 0; i < 10; i++ {
+		publish(100)
+	}
+	if p.Stats().SpoolDepth == 0 {
+		t.Fatalf("nothing spooled while NATS was down: %+v", p.Stats())
+	}
+	srv = startNATS(t, store, port)
+	defer srv.Shutdown()
+	publish(200)
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := p.Flush(fctx); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := readAll(t, nc, len(all))
+	if len(ids) != len(all) {
+		t.Fatalf("%d distinct events in the stream, produced %d", len(ids), len(all))
+	}
+	for _, e := range all {
+		if ids[e.EventID] != 1 {
+			t.Fatalf("event %s stored %d times", e.EventID, ids[e.EventID])
+		}
+	}
+	if st := p.Stats(); st.SpoolDepth != 0 || st.Replayed == 0 {
+		t.Fatalf("after replay: %+v", st)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFullSpoolRefusesAndKeepsWhatItHas: with NATS unreachable and a tiny
+// spool, Publish refuses with ErrSinkUnavailable once full; everything it
+// accepted arrives once NATS comes up, in a publisher restarted on the same
+// spool.
+func TestFullSpoolRefusesAndKeepsWhatItHas(t *testing.T) {
+	port := freePort(t)
+	u := "nats://127.0.0.1:" + strconv.Itoa(port)
+	nc := connect(t, u)
+	ctx := context.Background()
+	spoolDir := t.TempDir()
+	p, err := New(ctx, Config{Conn: nc, SpoolDir: spoolDir, SpoolMaxBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := eventgen.New("host-b")
+	var accepted []schema.Event
+	var refusedErr error
+	for i := 0; i < 1000 && refusedErr == nil; i++ {
+		evs := g.Mixed(20)
+		if err := p.Publish(ctx, evs); err != nil {
+			refusedErr = err
+			break
+		}
+		accepted = append(accepted, evs...)
+	}
+	if !errors.Is(refusedErr, ErrSinkUnavailable) {
+		t.Fatalf("spool never refused (err %v)", refusedErr)
+	}
+	if len(accepted) == 0 {
+		t.Fatal("spool accepted nothing")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_ = p.Close(cctx) // NATS is down: the spool keeps the events
+	nc.Close()
+
+	srv := startNATS(t, t.TempDir(), port)
+	defer srv.Shutdown()
+	nc2 := connect(t, srv.ClientURL())
+	js, _ := jetstream.New(nc2)
+	if _, err := stream.Ensure(ctx, js, stream.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := New(ctx, Config{Conn: nc2, SpoolDir: spoolDir, ReplayInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel2 := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel2()
+	if err := p2.Flush(fctx); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := readAll(t, nc2, len(accepted))
+	if len(ids) != len(accepted) {
+		t.Fatalf("%d events in the stream, %d accepted", len(ids), len(accepted))
+	}
+	for _, e := range accepted {
+		if ids[e.EventID] != 1 {
+			t.Fatalf("accepted event %s stored %d times", e.EventID, ids[e.EventID])
+		}
+	}
+	if err := p2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

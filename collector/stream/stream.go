@@ -1,0 +1,167 @@
+// Package stream holds the JetStream contract of the event pipeline: the
+// stream's name and subjects, its configuration, and how components connect
+// to NATS (embedded on one host, or an external cluster with credentials and
+// TLS for a fleet).
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	// Name is the JetStream stream that holds every event.
+	Name = "MCPWARDEN_EVENTS"
+	// SubjectPrefix starts every event subject: mcpwarden.v1.<host>.<kind>.
+	SubjectPrefix = "mcpwarden.v1"
+	// AllSubjects is the wildcard the stream binds.
+	AllSubjects = SubjectPrefix + ".>"
+)
+
+// Subject is the subject a batch of events of kind from host travels on.
+func Subject(host string, kind schema.Kind) string {
+	return SubjectPrefix + "." + HostToken(host) + "." + string(kind)
+}
+
+// HostToken turns a host name into one subject token: dots and anything that
+// is not a letter, digit, '-' or '_' become '_', so "web-1.example.com"
+// becomes "web-1_example_com" and no host can inject wildcards or extra
+// tokens.
+func HostToken(host string) string {
+	if host == "" {
+		return "_"
+	}
+	var b strings.Builder
+	b.Grow(len(host))
+	for _, r := range host {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// Config is the stream's configuration. The zero value gives the single-host
+// defaults.
+type Config struct {
+	// Replicas is 1 on one host; 3 on a fleet cluster.
+	Replicas int
+	// MaxAge is how long events stay in the stream once consumed or not;
+	// default 7 days, so a collector can be down for days without loss.
+	MaxAge time.Duration
+	// MaxBytes caps the stream; default 10 GiB. When full the stream refuses
+	// new messages (DiscardNew) so publishers spool instead of the stream
+	// silently dropping old, possibly unconsumed, events.
+	MaxBytes int64
+	// DuplicateWindow is how long JetStream remembers Nats-Msg-Id values to
+	// drop re-published batches; default 10 minutes (covers spool replays
+	// after short outages; later duplicates collapse in ClickHouse).
+	DuplicateWindow time.Duration
+}
+
+// JetStream returns the stream configuration to create or update.
+func (c Config) JetStream() jetstream.StreamConfig {
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.MaxAge <= 0 {
+		c.MaxAge = 7 * 24 * time.Hour
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 10 << 30
+	}
+	if c.DuplicateWindow <= 0 {
+		c.DuplicateWindow = 10 * time.Minute
+	}
+	return jetstream.StreamConfig{
+		Name:        Name,
+		Description: "mcpwarden sanitized audit events (mcpwarden.v1.<host>.<kind>)",
+		Subjects:    []string{AllSubjects},
+		// Limits retention: the collector, the daemon's cross-check and
+		// `mcpwarden events --follow` all read the same messages.
+		Retention:  jetstream.LimitsPolicy,
+		Storage:    jetstream.FileStorage,
+		Replicas:   c.Replicas,
+		MaxAge:     c.MaxAge,
+		MaxBytes:   c.MaxBytes,
+		Discard:    jetstream.DiscardNew,
+		Duplicates: c.DuplicateWindow,
+		// One batch message holds at most a few MiB of events.
+		MaxMsgSize: 8 << 20,
+	}
+}
+
+// Ensure creates the stream, or updates it to cfg when it exists.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, cfg.JetStream())
+	if err != nil {
+		return nil, fmt.Errorf("create or update JetStream stream %s: %w (does this NATS account have JetStream enabled and the right to manage streams?)", Name, err)
+	}
+	return s, nil
+}
+
+// ConnOptions says how to reach NATS.
+type ConnOptions struct {
+	// URL, e.g. nats://127.0.0.1:4222 or a comma-separated cluster list.
+	URL string
+	// CredsFile is a NATS .creds file (JWT + nkey seed) for fleet accounts.
+	CredsFile string
+	// CAFile, CertFile, KeyFile configure TLS: CAFile alone verifies the
+	// server; CertFile+KeyFile add a client certificate.
+	CAFile, CertFile, KeyFile string
+	// Name is the connection name shown by the server (component@host).
+	Name string
+}
+
+// Connect connects with reconnection forever (a publisher spools while it
+// is away) plus any extra options.
+func Connect(o ConnOptions, extra ...nats.Option) (*nats.Conn, error) {
+	if o.URL == "" {
+		return nil, errors.New("no NATS URL: pass --nats nats://HOST:PORT")
+	}
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.CAFile != "" {
+		opts = append(opts, nats.RootCAs(o.CAFile))
+	}
+	if o.CertFile != "" || o.KeyFile != "" {
+		if o.CertFile == "" || o.KeyFile == "" {
+			return nil, errors.New("NATS TLS client certificate needs both --nats-tls-cert and --nats-tls-key")
+		}
+		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
+	}
+	opts = append(opts, extra...)
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(o.URL), err)
+	}
+	return nc, nil
+}
+
+// redactURL drops user:password from a URL before it is shown.
+func redactURL(u string) string {
+	if at := strings.LastIndex(u, "@"); at >= 0 {
+		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
+			return u[:scheme+3] + "REDACTED@" + u[at+1:]
+		}
+		return "REDACTED@" + u[at+1:]
+	}
+	return u
+}

@@ -1,0 +1,399 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Field limits of the event envelope. They keep every string field to an
+// identifier-like alphabet, so no field can carry a prompt, file contents, a
+// full path or a credential (none of which fit), and bound what a hostile
+// publisher can make the collector store.
+const (
+	maxTokenLen   = 128
+	maxCommLen    = 16 // TASK_COMM_LEN
+	maxHostLen    = 253
+	maxListItems  = 1024
+	maxEvidenceID = 4096
+)
+
+// ErrInvalidEvent is wrapped by every Validate error.
+var ErrInvalidEvent = errors.New("invalid event")
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidEvent, field, fmt.Sprintf(format, args...))
+}
+
+// isHex reports whether s is n lowercase hex digits (any length when n < 0).
+func isHex(s string, n int) bool {
+	if n >= 0 && len(s) != n {
+		return false
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// IsEventID reports whether s has the form of an event id: 32 lowercase hex
+// digits (NewID, or a finding's deterministic id).
+func IsEventID(s string) bool { return isHex(s, 32) }
+
+// IsToken reports whether s is 1-128 characters of letters, digits and
+// ". _ : @ + = , -". Tokens hold names, versions, classes and ids: never a
+// path (no '/'), never a sentence (no spaces).
+func IsToken(s string) bool {
+	if s == "" || len(s) > maxTokenLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !tokenByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func tokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '.' || c == '_' || c == ':' || c == '@' || c == '+' || c == '=' || c == ',' || c == '-'
+}
+
+// IsLabel is IsToken plus '/' inside, for protocol method names
+// ("tools/call"), namespaced tool names and probe names
+// ("tracepoint/syscalls/sys_enter_openat"). A label cannot start with '/'
+// nor contain an empty or ".." segment, so it cannot spell an absolute or
+// relative path out of a directory.
+func IsLabel(s string) bool {
+	if s == "" || len(s) > maxTokenLen || s[0] == '/' {
+		return false
+	}
+	for _, seg := range strings.Split(s, "/") {
+		if seg == "" || seg == ".." || !IsToken(seg) {
+			return false
+		}
+	}
+	return true
+}
+
+// SanitizeLabel returns s when it is a valid label, otherwise "_invalid".
+// Emitters use it on names that come from untrusted clients (a tool name in
+// a denied call) so the record keeps its shape without carrying the input.
+func SanitizeLabel(s string) string {
+	if IsLabel(s) {
+		return s
+	}
+	return "_invalid"
+}
+
+// SanitizeComm maps a process comm to at most 16 printable ASCII bytes
+// without '/' or spaces; anything else becomes '_'.
+func SanitizeComm(s string) string {
+	if len(s) > maxCommLen {
+		s = s[:maxCommLen]
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if !tokenByte(c) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func isHost(s string) bool {
+	if s == "" || len(s) > maxHostLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func optToken(field, s string) error {
+	if s != "" && !IsToken(s) {
+		return invalid(field, "must be empty or 1-%d of letters, digits and . _ : @ + = , -", maxTokenLen)
+	}
+	return nil
+}
+
+func reqToken(field, s string) error {
+	if !IsToken(s) {
+		return invalid(field, "must be 1-%d of letters, digits and . _ : @ + = , -", maxTokenLen)
+	}
+	return nil
+}
+
+func optLabel(field, s string) error {
+	if s != "" && !IsLabel(s) {
+		return invalid(field, "must be empty or a label (token segments separated by '/', not starting with '/')")
+	}
+	return nil
+}
+
+func pathHash(field string, h PathHash, required bool) error {
+	if h == "" && !required {
+		return nil
+	}
+	if !isHex(string(h), 64) {
+		return invalid(field, "must be a 64-hex-digit keyed hash (PathHasher.Hash), never a path")
+	}
+	return nil
+}
+
+func oneOf[T ~string](field string, v T, allowEmpty bool, set ...T) error {
+	if v == "" && allowEmpty {
+		return nil
+	}
+	for _, s := range set {
+		if v == s {
+			return nil
+		}
+	}
+	return invalid(field, "%q is not one of %v", string(v), set)
+}
+
+// Finding types and severities.
+const (
+	FindingEscape             = "ESCAPE"
+	FindingBlockedAttempt     = "BLOCKED_ATTEMPT"
+	FindingProxyGap           = "PROXY_GAP"
+	FindingUnattributedAccess = "UNATTRIBUTED_ACCESS"
+	FindingUndeclaredWrite    = "UNDECLARED_WRITE"
+	FindingObservationGap     = "OBSERVATION_GAP"
+
+	SeverityLow      = "low"
+	SeverityMedium   = "medium"
+	SeverityHigh     = "high"
+	SeverityCritical = "critical"
+)
+
+// FindingTypes lists every finding type.
+var FindingTypes = []string{FindingEscape, FindingBlockedAttempt, FindingProxyGap, FindingUnattributedAccess, FindingUndeclaredWrite, FindingObservationGap}
+
+// Validate checks that e is a well-formed, sanitized event: a known kind
+// with exactly its own body, identifier-shaped strings, hashes where paths
+// would be. The collector refuses anything that fails it.
+func (e *Event) Validate() error {
+	if !IsEventID(e.EventID) {
+		return invalid("event_id", "must be 32 lowercase hex digits (schema.NewID)")
+	}
+	if e.SchemaVersion < 1 || e.SchemaVersion > EventSchemaVersion {
+		return invalid("schema_version", "%d is not supported (this build knows 1..%d): upgrade the collector", e.SchemaVersion, EventSchemaVersion)
+	}
+	if !isHost(e.Host) {
+		return invalid("host", "must be 1-%d of letters, digits, '.', '-', '_'", maxHostLen)
+	}
+	if e.BootID != "" && (len(e.BootID) > 64 || strings.Trim(e.BootID, "0123456789abcdef-") != "") {
+		return invalid("boot_id", "must be the kernel's boot id (hex and '-')")
+	}
+	if err := optToken("run_id", e.RunID); err != nil {
+		return err
+	}
+	if err := optToken("scope_id", e.ScopeID); err != nil {
+		return err
+	}
+	if e.ScopeHash != "" && !isHex(e.ScopeHash, 64) {
+		return invalid("scope_hash", "must be 64 hex digits (SHA-256 of the canonical scope)")
+	}
+	if e.TimeNS <= 0 {
+		return invalid("time_ns", "must be a positive Unix time in ns")
+	}
+	bodies := 0
+	for _, set := range []bool{e.Launch != nil, e.Decision != nil, e.FileOp != nil, e.LandlockDenial != nil, e.Finding != nil, e.Health != nil} {
+		if set {
+			bodies++
+		}
+	}
+	if bodies != 1 {
+		return invalid("kind", "exactly one body must be set, found %d", bodies)
+	}
+	switch e.Kind {
+	case KindLaunch:
+		if e.Launch == nil {
+			return invalid("launch", "missing for kind launch")
+		}
+		return e.Launch.validate()
+	case KindDecision:
+		if e.Decision == nil {
+			return invalid("decision", "missing for kind decision")
+		}
+		return e.Decision.validate()
+	case KindFileOp:
+		if e.FileOp == nil {
+			return invalid("file_op", "missing for kind file_op")
+		}
+		return e.FileOp.validate()
+	case KindLandlockDenial:
+		if e.LandlockDenial == nil {
+			return invalid("landlock_denial", "missing for kind landlock_denial")
+		}
+		return e.LandlockDenial.validate()
+	case KindFinding:
+		if e.Finding == nil {
+			return invalid("finding", "missing for kind finding")
+		}
+		return e.Finding.validate()
+	case KindHealth:
+		if e.Health == nil {
+			return invalid("health", "missing for kind health")
+		}
+		return e.Health.validate()
+	default:
+		return invalid("kind", "unknown kind %q", string(e.Kind))
+	}
+}
+
+func (l *Launch) validate() error {
+	if err := oneOf("launch.phase", l.Phase, false, "start", "exit"); err != nil {
+		return err
+	}
+	if err := oneOf("launch.mode", l.Mode, false, ModeEnforce, ModeAudit); err != nil {
+		return err
+	}
+	for f, v := range map[string]string{
+		"launch.degraded_reason": l.DegradedReason, "launch.server_exe": l.ServerExe,
+		"launch.server_name": l.ServerName, "launch.server_version": l.ServerVersion,
+		"launch.protocol_era": l.ProtocolEra, "launch.exit_reason": l.ExitReason,
+	} {
+		if err := optToken(f, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Decision) validate() error {
+	if err := reqToken("decision.op_id", d.OpID); err != nil {
+		return err
+	}
+	if !IsLabel(d.Method) {
+		return invalid("decision.method", "must be a label such as tools/call")
+	}
+	if err := optLabel("decision.tool", d.Tool); err != nil {
+		return err
+	}
+	if err := oneOf("decision.decision", d.Decision, false, "allow", "deny"); err != nil {
+		return err
+	}
+	for f, v := range map[string]string{
+		"decision.protocol_era": d.ProtocolEra, "decision.protocol_version": d.ProtocolVersion,
+		"decision.server_origin": d.ServerOrigin, "decision.action_class": d.ActionClass,
+		"decision.approval": d.Approval, "decision.error_code": d.ErrorCode,
+		"decision.correlation_id": d.CorrelationID,
+	} {
+		if err := optToken(f, v); err != nil {
+			return err
+		}
+	}
+	if len(d.PathHashes) > maxListItems {
+		return invalid("decision.path_hashes", "more than %d entries", maxListItems)
+	}
+	for _, h := range d.PathHashes {
+		if err := pathHash("decision.path_hashes", h, true); err != nil {
+			return err
+		}
+	}
+	if d.StartNS < 0 || d.EndNS < 0 || (d.EndNS != 0 && d.EndNS < d.StartNS) {
+		return invalid("decision.end_ns", "must not be before start_ns")
+	}
+	return nil
+}
+
+var pathClasses = []PathClass{PathWorkspace, PathRuntime, PathSecret, PathOutside, PathUnknown}
+
+func (f *FileOp) validate() error {
+	if err := reqToken("file_op.syscall", f.Syscall); err != nil {
+		return err
+	}
+	if err := oneOf("file_op.flags_class", f.FlagsClass, false, "read", "write", "create"); err != nil {
+		return err
+	}
+	if err := pathHash("file_op.path_hash", f.PathHash, false); err != nil {
+		return err
+	}
+	if err := oneOf("file_op.path_class", f.PathClass, false, pathClasses...); err != nil {
+		return err
+	}
+	if err := oneOf("file_op.verdict", f.Verdict, false, "allowed", "blocked_by_kernel", "escape"); err != nil {
+		return err
+	}
+	if len(f.Comm) > maxCommLen || (f.Comm != "" && SanitizeComm(f.Comm) != f.Comm) {
+		return invalid("file_op.comm", "must be at most 16 token characters (SanitizeComm)")
+	}
+	return nil
+}
+
+func (l *LandlockDenial) validate() error {
+	if err := optToken("landlock_denial.domain", l.Domain); err != nil {
+		return err
+	}
+	if len(l.Blockers) > 64 {
+		return invalid("landlock_denial.blockers", "more than 64 entries")
+	}
+	for _, b := range l.Blockers {
+		if err := reqToken("landlock_denial.blockers", b); err != nil {
+			return err
+		}
+	}
+	if err := pathHash("landlock_denial.path_hash", l.PathHash, false); err != nil {
+		return err
+	}
+	if err := oneOf("landlock_denial.path_class", l.PathClass, true, pathClasses...); err != nil {
+		return err
+	}
+	if len(l.Comm) > maxCommLen || (l.Comm != "" && SanitizeComm(l.Comm) != l.Comm) {
+		return invalid("landlock_denial.comm", "must be at most 16 token characters (SanitizeComm)")
+	}
+	return nil
+}
+
+func (f *Finding) validate() error {
+	if err := oneOf("finding.type", f.Type, false, FindingTypes...); err != nil {
+		return err
+	}
+	if err := oneOf("finding.severity", f.Severity, false, SeverityLow, SeverityMedium, SeverityHigh, SeverityCritical); err != nil {
+		return err
+	}
+	if len(f.EvidenceIDs) > maxEvidenceID {
+		return invalid("finding.evidence_ids", "more than %d entries", maxEvidenceID)
+	}
+	for _, id := range f.EvidenceIDs {
+		if !IsEventID(id) {
+			return invalid("finding.evidence_ids", "every entry must be an event id")
+		}
+	}
+	if err := optLabel("finding.tool", f.Tool); err != nil {
+		return err
+	}
+	if err := optToken("finding.op_id", f.OpID); err != nil {
+		return err
+	}
+	return optToken("finding.reason", f.Reason)
+}
+
+func (h *Health) validate() error {
+	if err := reqToken("health.component", h.Component); err != nil {
+		return err
+	}
+	if len(h.Hooks) > 64 {
+		return invalid("health.hooks", "more than 64 entries")
+	}
+	for _, k := range h.Hooks {
+		if !IsLabel(k) {
+			return invalid("health.hooks", "every entry must be a label")
+		}
+	}
+	return optToken("health.audit_stream", h.AuditStream)
+}
