@@ -1,0 +1,98 @@
+package roots
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+func TestIntersect(t *testing.T) {
+	d := func(p string) schema.CanonicalPath { return schema.CanonicalPath{Path: p, Kind: schema.KindDir} }
+	scope := []schema.CanonicalPath{d("/b/a"), d("/b/c")}
+	tests := []struct {
+		name   string
+		client []string
+		want   []string
+	}{
+		{"same", []string{"/b/a"}, []string{"/b/a"}},
+		{"narrower", []string{"/b/a/x"}, []string{"/b/a/x"}},
+		{"wider only narrows to scope", []string{"/"}, []string{"/b/a", "/b/c"}},
+		{"outside dropped", []string{"/etc", "/b/ab"}, nil},
+		{"none", nil, nil},
+		{"nested client roots collapse", []string{"/b/a/x", "/b/a"}, []string{"/b/a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Paths(Intersect(scope, tt.client))
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Fatalf("got %v, want %v", got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestParseResultAndURIRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	weird := filepath.Join(dir, "a b%c#d")
+	if err := os.Mkdir(weird, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real, _ := filepath.EvalSymlinks(weird)
+	raw := ListResult([]schema.CanonicalPath{{Path: real, Kind: schema.KindDir}})
+	got, err := ParseResult(raw)
+	if err != nil || len(got) != 1 || got[0] != real {
+		t.Fatalf("round trip: %v %v (raw %s)", got, err, raw)
+	}
+	p, err := policy.FilePath(FileURI(real))
+	if err != nil || p != real {
+		t.Fatalf("FilePath(FileURI) = %q, %v", p, err)
+	}
+	for _, bad := range []string{`{}`, `{"roots":null}`, `[]`, `{"roots":"x"}`} {
+		if _, err := ParseResult(json.RawMessage(bad)); err == nil {
+			t.Errorf("ParseResult(%s) accepted", bad)
+		}
+	}
+	got, err = ParseResult(json.RawMessage(`{"roots":[{"uri":"https://x/"},{"uri":"file:///does/not/exist"},{"uri":"file://` + real + `/%2e%2e"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range got {
+		if g != dir && g != filepath.Dir(real) {
+			t.Fatalf("unexpected root %q", g)
+		}
+	}
+}
+
+func TestTrackerNewestWins(t *testing.T) {
+	var tr Tracker
+	g1 := tr.Begin()
+	g2 := tr.Begin()
+	if !tr.Pending() {
+		t.Fatal("not pending after Begin")
+	}
+	if !tr.Accept(g2) {
+		t.Fatal("newest reply refused")
+	}
+	if tr.Pending() {
+		t.Fatal("still pending after the newest reply")
+	}
+	if tr.Accept(g1) {
+		t.Fatal("an older reply was applied after the newer one")
+	}
+	g3 := tr.Begin()
+	if tr.Accept(g2) || !tr.Pending() {
+		t.Fatal("old generation accepted while a newer one is pending")
+	}
+	if !tr.Accept(g3) {
+		t.Fatal("g3 refused")
+	}
+}
