@@ -113,7 +113,7 @@ type FileOp struct {
 	Result     int       `json:"result"`      // 0 on success, else -errno
 	PathHash   PathHash  `json:"path_hash"`
 	PathClass  PathClass `json:"path_class"`
-	Verdict    string    `json:"verdict"` // allowed, blocked_by_kernel, escape
+	Verdict    string    `json:"verdict"` // allowed, blocked_by_kernel, escape, failed (another errno: nothing happened)
 	PID        int       `json:"pid"`
 	Comm       string    `json:"comm"`
 }
@@ -136,6 +136,10 @@ type Finding struct {
 	Tool        string   `json:"tool,omitempty"`
 	OpID        string   `json:"op_id,omitempty"`
 	Reason      string   `json:"reason,omitempty"` // a stable class, never free text from the run
+	// PathHash and PathClass repeat the evidence's path, when there is one,
+	// so fleet queries can group findings by path without a join.
+	PathHash  PathHash  `json:"path_hash,omitempty"`
+	PathClass PathClass `json:"path_class,omitempty"`
 }
 
 // Health reports what an observer runs on and what it lost.

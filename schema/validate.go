@@ -204,8 +204,8 @@ func (e *Event) Validate() error {
 	if err := optToken("scope_id", e.ScopeID); err != nil {
 		return err
 	}
-	if e.ScopeHash != "" && !isHex(e.ScopeHash, 64) {
-		return invalid("scope_hash", "must be 64 hex digits (SHA-256 of the canonical scope)")
+	if h, ok := strings.CutPrefix(e.ScopeHash, "sha256:"); e.ScopeHash != "" && (!ok || !isHex(h, 64)) {
+		return invalid("scope_hash", "must be \"sha256:\" and 64 hex digits (CanonicalScope.Hash)")
 	}
 	if e.TimeNS <= 0 {
 		return invalid("time_ns", "must be a positive Unix time in ns")
@@ -326,7 +326,7 @@ func (f *FileOp) validate() error {
 	if err := oneOf("file_op.path_class", f.PathClass, false, pathClasses...); err != nil {
 		return err
 	}
-	if err := oneOf("file_op.verdict", f.Verdict, false, "allowed", "blocked_by_kernel", "escape"); err != nil {
+	if err := oneOf("file_op.verdict", f.Verdict, false, "allowed", "blocked_by_kernel", "escape", "failed"); err != nil {
 		return err
 	}
 	if len(f.Comm) > maxCommLen || (f.Comm != "" && SanitizeComm(f.Comm) != f.Comm) {
@@ -375,6 +375,12 @@ func (f *Finding) validate() error {
 		}
 	}
 	if err := optLabel("finding.tool", f.Tool); err != nil {
+		return err
+	}
+	if err := pathHash("finding.path_hash", f.PathHash, false); err != nil {
+		return err
+	}
+	if err := oneOf("finding.path_class", f.PathClass, true, pathClasses...); err != nil {
 		return err
 	}
 	if err := optToken("finding.op_id", f.OpID); err != nil {

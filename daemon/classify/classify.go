@@ -1,0 +1,136 @@
+// Package classify decides, for one observed file operation of a run, where
+// its path lies relative to the run's scope (workspace, runtime, secret,
+// outside) and what that means (allowed, blocked by the kernel, escape).
+package classify
+
+import (
+	"path"
+	"strings"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// Verdict is the outcome of one operation against the scope.
+type Verdict string
+
+const (
+	// Allowed: the operation succeeded inside the scope or the runtime profile.
+	Allowed Verdict = "allowed"
+	// BlockedByKernel: the kernel refused it (EACCES/EPERM: Landlock, or DAC).
+	BlockedByKernel Verdict = "blocked_by_kernel"
+	// Escape: it succeeded outside the scope and the runtime profile, or
+	// wrote where the scope only grants reads.
+	Escape Verdict = "escape"
+	// Failed: it failed for another reason (ENOENT, EEXIST, ...); nothing happened.
+	Failed Verdict = "failed"
+)
+
+// Access is what an operation does to a path.
+type Access string
+
+const (
+	Read   Access = "read"
+	Write  Access = "write"
+	Create Access = "create"
+)
+
+// RuntimePath is one entry of a run's runtime profile: a file or directory
+// the server's own runtime may use, read-only unless Write.
+type RuntimePath struct {
+	Path  string `json:"path"`
+	Write bool   `json:"write,omitempty"`
+}
+
+// Policy is what a run may touch.
+type Policy struct {
+	Workspace []string // canonical allowed paths of the scope
+	ReadOnly  bool     // the scope's access_mode is read
+	Runtime   []RuntimePath
+}
+
+// Errno values that mean "refused" (same numbers on every Linux arch).
+const (
+	ePERM  = 1
+	eACCES = 13
+)
+
+// Classify returns the path class and verdict of one operation. known is
+// false when the probes could not read the whole path: such a path is
+// unknown, and its success cannot be shown to be inside the scope.
+func (p *Policy) Classify(pth string, known bool, access Access, ret int64) (schema.PathClass, Verdict) {
+	class, inside, writable := schema.PathUnknown, false, false
+	if known && path.IsAbs(pth) {
+		class, inside, writable = p.locate(pth)
+	}
+	switch {
+	case ret == -eACCES || ret == -ePERM:
+		return class, BlockedByKernel
+	case ret < 0:
+		return class, Failed
+	case !inside:
+		return class, Escape
+	case access != Read && !writable:
+		return class, Escape
+	}
+	return class, Allowed
+}
+
+// locate finds the class of a known absolute path and whether the scope or
+// the runtime profile covers it (and for writing).
+func (p *Policy) locate(pth string) (class schema.PathClass, inside, writable bool) {
+	class = schema.PathOutside
+	for _, w := range p.Workspace {
+		if schema.IsWithin(w, pth) {
+			class, inside, writable = schema.PathWorkspace, true, !p.ReadOnly
+			break
+		}
+	}
+	if !inside {
+		for _, r := range p.Runtime {
+			if schema.IsWithin(r.Path, pth) {
+				class, inside = schema.PathRuntime, true
+				writable = writable || r.Write
+			}
+		}
+	}
+	if IsSecret(pth) {
+		class = schema.PathSecret
+	}
+	return class, inside, writable
+}
+
+// secretNames are base names that hold credentials wherever they are.
+var secretNames = map[string]bool{
+	".env": true, ".netrc": true, ".pgpass": true, ".npmrc": true, ".pypirc": true,
+	".git-credentials": true, "credentials": true, "credentials.json": true,
+	"id_rsa": true, "id_dsa": true, "id_ecdsa": true, "id_ed25519": true,
+	"authorized_keys": true, "known_hosts": true, "shadow": true, "gshadow": true,
+	"master.key": true, "secrets.yml": true, "secrets.yaml": true, "kubeconfig": true,
+}
+
+// secretDirs are directory names whose whole content is secret.
+var secretDirs = []string{"/.ssh/", "/.gnupg/", "/.aws/", "/.kube/", "/.docker/", "/.password-store/", "/etc/ssl/private/"}
+
+// secretSuffixes are extensions of key material.
+var secretSuffixes = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".gpg", ".asc"}
+
+// IsSecret reports whether a path looks like it holds credentials. The
+// class is reported even inside the scope: a workspace .env is still a secret.
+func IsSecret(pth string) bool {
+	base := path.Base(pth)
+	if secretNames[base] || strings.HasPrefix(base, ".env.") || strings.HasPrefix(base, "id_rsa") ||
+		strings.HasPrefix(base, "id_ed25519") || strings.HasPrefix(base, "id_ecdsa") {
+		return true
+	}
+	for _, s := range secretSuffixes {
+		if strings.HasSuffix(base, s) {
+			return true
+		}
+	}
+	for _, d := range secretDirs {
+		if strings.Contains(pth+"/", d) {
+			return true
+		}
+	}
+	return false
+}
