@@ -1,0 +1,100 @@
+package approval
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+)
+
+func TestApproveDenyListRevoke(t *testing.T) {
+	dir := t.TempDir()
+	var revoked atomic.Int32
+	s, err := Listen(dir, "run1", nil, func() { revoked.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Serve(ctx)
+
+	st, err := os.Stat(s.Path())
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode = %v, %v; want 0600", st.Mode(), err)
+	}
+	if st, _ := os.Stat(filepath.Dir(s.Path())); st.Mode().Perm() != 0o700 {
+		t.Fatalf("socket dir mode = %v, want 0700", st.Mode())
+	}
+
+	ch1 := s.Register(Pending{OpID: "op1", Tool: "write_file", Class: "destructive"})
+	ch2 := s.Register(Pending{OpID: "op2", Tool: "edit_file", Class: "destructive"})
+	resp, err := Send(ctx, dir, "run1", Request{Action: ActionList})
+	if err != nil || len(resp.Pending) != 2 {
+		t.Fatalf("list = %+v, %v", resp, err)
+	}
+	if _, err := Send(ctx, dir, "run1", Request{Action: ActionApprove, OpID: "op1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Send(ctx, dir, "run1", Request{Action: ActionDeny, OpID: "op2"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := <-ch1; !v {
+		t.Fatal("op1 not approved")
+	}
+	if v := <-ch2; v {
+		t.Fatal("op2 not denied")
+	}
+	if _, err := Send(ctx, dir, "run1", Request{Action: ActionApprove, OpID: "op1"}); err == nil {
+		t.Fatal("a decided op was approved twice")
+	}
+	if _, err := Send(ctx, dir, "run1", Request{Action: ActionRevoke}); err != nil || revoked.Load() != 1 {
+		t.Fatalf("revoke: %v (called %d)", err, revoked.Load())
+	}
+	if _, err := Send(ctx, dir, "../run1", Request{Action: ActionList}); err == nil {
+		t.Fatal("path traversal in run id accepted")
+	}
+	if _, err := Send(ctx, dir, "other", Request{Action: ActionList}); err == nil {
+		t.Fatal("connected to a run that does not exist")
+	}
+}
+
+func TestOtherUserCannotConnect(t *testing.T) {
+	testenv.RequireRoot(t)
+	py := "/usr/bin/python3" // the system one: a per-user pyenv shim is not executable by nobody
+	testenv.RequireFile(t, py, "apt-get install python3")
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil { // let nobody reach the approvals dir
+		t.Fatal(err)
+	}
+	s, err := Listen(dir, "run2", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go s.Serve(ctx)
+	script := `import socket,sys
+s=socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); s.sendall(b'{"action":"list"}\n'); print(s.recv(4096).decode())
+except OSError as e:
+    print("refused", e.errno)`
+	cmd := exec.CommandContext(ctx, py, "-c", script, s.Path())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python as nobody: %v: %s", err, out)
+	}
+	if !strings.HasPrefix(string(out), "refused") {
+		t.Fatalf("user nobody reached the approval socket: %s", out)
+	}
+}
