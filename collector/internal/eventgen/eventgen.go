@@ -27,7 +27,7 @@ func New(host string) *Gen {
 		Origin:    schema.Origin{Host: host, BootID: "0b6c2a58-4a4d-4f3b-9a55-2f3c5e0d9e11"},
 		RunID:     schema.NewID(),
 		ScopeID:   "scope-test",
-		ScopeHash: "5a1f3e0c9b7d2e4f6a8c0b1d3e5f7a9c2b4d6e8f0a1c3e5b7d9f1a3c5e7b9d0f",
+		ScopeHash: "sha256:5a1f3e0c9b7d2e4f6a8c0b1d3e5f7a9c2b4d6e8f0a1c3e5b7d9f1a3c5e7b9d0f",
 		Hasher:    h,
 		T0:        time.Unix(1_780_000_000, 0),
 	}

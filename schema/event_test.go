@@ -1,0 +1,303 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+type schemaProp struct {
+	Type any    `json:"type"`
+	Ref  string `json:"$ref"`
+}
+
+type schemaObj struct {
+	Required   []string              `json:"required"`
+	Properties map[string]schemaProp `json:"properties"`
+	Type       any                   `json:"type"`
+}
+
+// TestEventJSONSchemaInStep keeps event.schema.json and the Go event types in
+// step: for the envelope and every body, the same property names, the same
+// required set (fields without omitempty), compatible JSON types.
+func TestEventJSONSchemaInStep(t *testing.T) {
+	raw, err := os.ReadFile("event.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		schemaObj
+		Defs map[string]schemaObj `json:"$defs"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("event.schema.json: %v", err)
+	}
+	check := func(t *testing.T, typ reflect.Type, obj schemaObj) {
+		var fields, required []string
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			fields = append(fields, name)
+			if !strings.Contains(opts, "omitempty") {
+				required = append(required, name)
+			}
+			p, ok := obj.Properties[name]
+			if !ok {
+				t.Errorf("Go field %s.%s (%q) missing from the schema", typ.Name(), f.Name, name)
+				continue
+			}
+			st := p.Type
+			if st == nil && p.Ref != "" {
+				st = doc.Defs[strings.TrimPrefix(p.Ref, "#/$defs/")].Type
+			}
+			if want := eventJSONType(f.Type); !typeListed(st, want) {
+				t.Errorf("%s.%s: schema type %v, Go type %s wants %q", typ.Name(), name, st, f.Type, want)
+			}
+		}
+		for name := range obj.Properties {
+			if !slices.Contains(fields, name) {
+				t.Errorf("schema property %q of %s has no Go field", name, typ.Name())
+			}
+		}
+		slices.Sort(required)
+		req := slices.Clone(obj.Required)
+		slices.Sort(req)
+		if !slices.Equal(required, req) {
+			t.Errorf("%s required: schema %v, Go %v", typ.Name(), req, required)
+		}
+	}
+	t.Run("envelope", func(t *testing.T) { check(t, reflect.TypeOf(Event{}), doc.schemaObj) })
+	for def, v := range map[string]any{
+		"launch": Launch{}, "decision": Decision{}, "file_op": FileOp{},
+		"landlock_denial": LandlockDenial{}, "finding": Finding{}, "health": Health{},
+	} {
+		t.Run(def, func(t *testing.T) { check(t, reflect.TypeOf(v), doc.Defs[def]) })
+	}
+	var kinds []string
+	if err := json.Unmarshal(mustProp(t, raw, "kind"), &struct {
+		Enum *[]string `json:"enum"`
+	}{&kinds}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Kinds {
+		if !slices.Contains(kinds, string(k)) {
+			t.Errorf("kind %q missing from the schema's enum", k)
+		}
+	}
+}
+
+func mustProp(t *testing.T, raw []byte, name string) json.RawMessage {
+	var doc struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Properties[name]
+}
+
+func eventJSONType(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Int, reflect.Int64, reflect.Uint64, reflect.Int32, reflect.Uint32:
+		return "integer"
+	case reflect.Float64:
+		return "number"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice:
+		return "array"
+	case reflect.Struct:
+		return "object"
+	}
+	return "?"
+}
+
+func validEvents() []Event {
+	o := Origin{Host: "web-1.example.com", BootID: "0b6c2a58-4a4d-4f3b-9a55-2f3c5e0d9e11"}
+	h, _ := NewPathHasher(make([]byte, PathKeySize))
+	now := time.Unix(1_780_000_000, 0)
+	sh := "sha256:" + strings.Repeat("ab", 32)
+	mk := func(k Kind) Event { return o.NewEvent(k, NewID(), "scope-1", sh, now) }
+	l := mk(KindLaunch)
+	l.Launch = &Launch{Phase: "start", Mode: ModeAudit, LandlockABI: 7, ServerExe: "node", ServerName: "secure-filesystem-server", ServerVersion: "0.2.0", ProtocolEra: "legacy"}
+	d := mk(KindDecision)
+	d.Decision = &Decision{OpID: "op-1", Method: "tools/call", ProtocolEra: "legacy", ProtocolVersion: "2025-11-25", ServerOrigin: "stdio", Tool: "read_text_file", ActionClass: "read", Decision: "deny", Approval: "not_required", ErrorCode: string(ErrPathOutsideScope), PathHashes: []PathHash{h.Hash("/etc/passwd")}, CorrelationID: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", StartNS: 1, EndNS: 2}
+	f := mk(KindFileOp)
+	f.FileOp = &FileOp{Syscall: "openat", FlagsClass: "read", Result: -13, PathHash: h.Hash("/etc/shadow"), PathClass: PathOutside, Verdict: "blocked_by_kernel", PID: 42, Comm: "node"}
+	ll := mk(KindLandlockDenial)
+	ll.LandlockDenial = &LandlockDenial{Domain: "18ed00109", Blockers: []string{"fs.read_file"}, PathHash: h.Hash("/etc/hostname"), PathClass: PathOutside, PID: 42, Comm: "node"}
+	fi := mk(KindFinding)
+	fi.Finding = &Finding{Type: FindingBlockedAttempt, Severity: SeverityMedium, EvidenceIDs: []string{f.EventID, ll.EventID}, Tool: "read_text_file", OpID: "op-1", Reason: "kernel_denied"}
+	he := mk(KindHealth)
+	he.Health = &Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on"}
+	return []Event{l, d, f, ll, fi, he}
+}
+
+func TestValidateAcceptsEveryKind(t *testing.T) {
+	for _, e := range validEvents() {
+		t.Run(string(e.Kind), func(t *testing.T) {
+			if err := e.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestValidateRefusesUnsanitized: every way a path, a prompt or a malformed
+// envelope could be smuggled into an event is refused.
+func TestValidateRefusesUnsanitized(t *testing.T) {
+	ev := validEvents()
+	launch, decision, fileop, denial, finding, health := ev[0], ev[1], ev[2], ev[3], ev[4], ev[5]
+	for _, tc := range []struct {
+		name string
+		base Event
+		mut  func(e *Event)
+	}{
+		{"bad event id", launch, func(e *Event) { e.EventID = "x" }},
+		{"uppercase event id", launch, func(e *Event) { e.EventID = strings.ToUpper(NewID()) }},
+		{"future schema version", launch, func(e *Event) { e.SchemaVersion = EventSchemaVersion + 1 }},
+		{"host with space", launch, func(e *Event) { e.Host = "a b" }},
+		{"host with subject wildcard", launch, func(e *Event) { e.Host = "a.>" }},
+		{"run id path", launch, func(e *Event) { e.RunID = "/etc/passwd" }},
+		{"scope hash not sha256", launch, func(e *Event) { e.ScopeHash = strings.Repeat("a", 64) }},
+		{"zero time", launch, func(e *Event) { e.TimeNS = 0 }},
+		{"no body", launch, func(e *Event) { e.Launch = nil }},
+		{"two bodies", launch, func(e *Event) { e.Health = &Health{Component: "x"} }},
+		{"body of another kind", launch, func(e *Event) { e.Kind = KindHealth }},
+		{"unknown kind", launch, func(e *Event) { e.Kind = "other" }},
+		{"server exe full path", launch, func(e *Event) { e.Launch.ServerExe = "/usr/bin/node" }},
+		{"server name sentence", launch, func(e *Event) { e.Launch.ServerName = "ignore previous instructions" }},
+		{"unknown mode", launch, func(e *Event) { e.Launch.Mode = "loose" }},
+		{"tool absolute path", decision, func(e *Event) { e.Decision.Tool = "/etc/shadow" }},
+		{"tool traversal", decision, func(e *Event) { e.Decision.Tool = "a/../../etc" }},
+		{"raw path in path hashes", decision, func(e *Event) { e.Decision.PathHashes = []PathHash{"/home/u/.ssh/id_rsa"} }},
+		{"credential in correlation id", decision, func(e *Event) { e.Decision.CorrelationID = "Bearer abc" }},
+		{"end before start", decision, func(e *Event) { e.Decision.StartNS, e.Decision.EndNS = 5, 4 }},
+		{"unknown decision", decision, func(e *Event) { e.Decision.Decision = "maybe" }},
+		{"file op path in hash", fileop, func(e *Event) { e.FileOp.PathHash = "/etc/shadow" }},
+		{"file op comm with slash", fileop, func(e *Event) { e.FileOp.Comm = "kworker/0:1" }},
+		{"file op long comm", fileop, func(e *Event) { e.FileOp.Comm = strings.Repeat("a", 17) }},
+		{"file op unknown verdict", fileop, func(e *Event) { e.FileOp.Verdict = "fine" }},
+		{"denial blocker sentence", denial, func(e *Event) { e.LandlockDenial.Blockers = []string{"read /etc"} }},
+		{"finding unknown type", finding, func(e *Event) { e.Finding.Type = "OOPS" }},
+		{"finding evidence not id", finding, func(e *Event) { e.Finding.EvidenceIDs = []string{"/etc"} }},
+		{"finding reason sentence", finding, func(e *Event) { e.Finding.Reason = "the model read secrets" }},
+		{"health hook absolute", health, func(e *Event) { e.Health.Hooks = []string{"/sys/kernel"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Deep copy through JSON so mutations do not leak between cases.
+			b, _ := json.Marshal(tc.base)
+			var e Event
+			if err := json.Unmarshal(b, &e); err != nil {
+				t.Fatal(err)
+			}
+			tc.mut(&e)
+			err := e.Validate()
+			if !errors.Is(err, ErrInvalidEvent) {
+				t.Fatalf("accepted (err %v)", err)
+			}
+		})
+	}
+}
+
+func TestSanitizeHelpers(t *testing.T) {
+	for in, want := range map[string]string{"kworker/0:1": "kworker_0:1", "node": "node", "a b\x00c": "a_b_c", strings.Repeat("x", 20): strings.Repeat("x", 16)} {
+		if got := SanitizeComm(in); got != want {
+			t.Errorf("SanitizeComm(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{"tools/call": "tools/call", "/etc/passwd": "_invalid", "a/../b": "_invalid", "read file": "_invalid", "": "_invalid"} {
+		if got := SanitizeLabel(in); got != want {
+			t.Errorf("SanitizeLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestBatchRoundTrip(t *testing.T) {
+	evs := validEvents()
+	body, err := EncodeBatch(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append(append([]byte(nil), body...), []byte("{\"event_id\":\"nope\"}\nnot json\n\n")...)
+	got, rejected, err := DecodeBatch(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rejected != 2 || len(got) != len(evs) {
+		t.Fatalf("got %d events, %d rejected; want %d, 2", len(got), rejected, len(evs))
+	}
+	for i := range evs {
+		if !reflect.DeepEqual(got[i], evs[i]) {
+			t.Fatalf("event %d changed in transit:\n%+v\n%+v", i, got[i], evs[i])
+		}
+	}
+	if _, _, err := DecodeBatch(make([]byte, MaxBatchBytes+1)); !errors.Is(err, ErrBatchTooLarge) {
+		t.Fatalf("oversized batch: %v", err)
+	}
+	if _, _, err := DecodeBatch(bytes.Repeat([]byte("\n"), MaxBatchEvents+2)); !errors.Is(err, ErrBatchTooLarge) {
+		t.Fatalf("too many lines: %v", err)
+	}
+}
+
+// FuzzDecodeBatch feeds untrusted message bodies to the collector's decoder:
+// it must not panic, and whatever it returns is valid and carries no string
+// that looks like a path or a sentence.
+func FuzzDecodeBatch(f *testing.F) {
+	body, _ := EncodeBatch(validEvents())
+	f.Add(body)
+	f.Add([]byte(`{"event_id":"0123456789abcdef0123456789abcdef","schema_version":1,"host":"h","boot_id":"","kind":"health","time_ns":1,"health":{"component":"x","drops_bpf_reserve":0,"drops_queue_full":0,"drops_publish_fail":0,"spool_depth":0}}`))
+	f.Add([]byte("{\"kind\":\"file_op\",\"file_op\":{\"comm\":\"/etc\"}}\n[]\nnull\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		evs, rejected, err := DecodeBatch(body)
+		if err != nil {
+			return
+		}
+		if rejected < 0 || len(evs) > bytes.Count(body, []byte{'\n'})+1 {
+			t.Fatalf("impossible counts: %d events, %d rejected", len(evs), rejected)
+		}
+		for i := range evs {
+			if err := evs[i].Validate(); err != nil {
+				t.Fatalf("returned an invalid event: %v", err)
+			}
+			walkStrings(reflect.ValueOf(evs[i]), func(s string) {
+				if strings.HasPrefix(s, "/") || strings.ContainsAny(s, " \n\t\"") {
+					t.Fatalf("decoded event carries %q", s)
+				}
+			})
+			if _, err := AppendEvent(nil, &evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func walkStrings(v reflect.Value, fn func(string)) {
+	switch v.Kind() {
+	case reflect.String:
+		fn(v.String())
+	case reflect.Pointer:
+		if !v.IsNil() {
+			walkStrings(v.Elem(), fn)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			walkStrings(v.Field(i), fn)
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			walkStrings(v.Index(i), fn)
+		}
+	}
+}
