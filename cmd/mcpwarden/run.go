@@ -1,7 +1,162 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/mcpwarden/mcpwarden/launcher"
+	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
+	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+const runUsage = `usage: mcpwarden run --scope FILE [--base DIR] [--mode enforce|audit] [--best-effort]
+                     [--audit-log FILE] [--state-dir DIR] [--allow-runtime PATH]... [--env NAME[=VALUE]]...
+                     -- CMD [ARGS...]
+
+Runs the MCP server CMD inside the Landlock fence derived from the scope
+record FILE (paths relative to the approved base DIR, default the current
+directory), relays its stdio, and writes launch records to the audit log.
+
+Exit status: the server's own status (128+N when killed by signal N); 64
+usage; 65 scope refused; 69 the kernel lacks a Landlock feature the fence
+needs (see --best-effort); 70 the server could not start under the fence;
+71 internal error; 74 the audit log or sink cannot take records.
+`
+
+// runExtension lets other areas plug into `run` from their own files (they
+// append to runExtensions in an init function): extra flags, then a chance
+// to set Config.Mediator, BeforeExec or Sink before the launcher is built.
+type runExtension interface {
+	Flags(fs *flag.FlagSet)
+	Configure(ctx context.Context, rc *runContext) error
+}
+
+var runExtensions []runExtension
+
+// runContext is what an extension sees: the checked scope, the run id, the
+// local audit log (a launcher.Sink) and the config it may adjust.
+type runContext struct {
+	Scope    *schema.CanonicalScope
+	RunID    string
+	StateDir string
+	AuditLog launcher.Sink
+	Logger   *slog.Logger
+	Config   *launcher.Config
+}
 
 func cmdRun(ctx context.Context, args []string) int {
-	return fail(exitInternal, errNotBuilt)
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, runUsage); fs.PrintDefaults() }
+	scopeFile := fs.String("scope", "", "scope record (JSON) to enforce; required")
+	base := fs.String("base", ".", "approved base directory the scope's paths are relative to")
+	mode := fs.String("mode", "enforce", "enforce: run inside the fence; audit: run WITHOUT the fence, records marked audit")
+	bestEffort := fs.Bool("best-effort", false, "run degraded (loudly) when the kernel lacks a Landlock feature, instead of refusing")
+	auditLog := fs.String("audit-log", "", "local JSONL audit log (default STATE_DIR/audit.jsonl)")
+	stateDir := fs.String("state-dir", "", "state directory (default /var/lib/mcpwarden as root, else $XDG_STATE_HOME/mcpwarden)")
+	var allowRuntime, env stringList
+	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH` the server needs (operator-chosen; repeatable)")
+	fs.Var(&env, "env", "pass `NAME` (from this environment) or NAME=VALUE to the server (repeatable)")
+	for _, ext := range runExtensions {
+		ext.Flags(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	command := fs.Args()
+	if *scopeFile == "" || len(command) == 0 {
+		fmt.Fprint(os.Stderr, "mcpwarden run: --scope FILE and a server command after '--' are required\n\n"+runUsage)
+		return exitUsage
+	}
+	runMode := schema.RunMode(*mode)
+	if runMode != schema.ModeEnforce && runMode != schema.ModeAudit {
+		return fail(exitUsage, fmt.Errorf("--mode %q: use enforce or audit", *mode))
+	}
+	scope, err := loadScope(*scopeFile, *base)
+	if err != nil {
+		return fail(exitBadScope, err)
+	}
+
+	if *stateDir == "" {
+		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
+			return fail(exitAuditSink, err)
+		}
+	}
+	if *auditLog == "" {
+		*auditLog = auditlog.DefaultPath(*stateDir)
+	}
+	alog, err := auditlog.Open(*auditLog)
+	if err != nil {
+		return fail(exitAuditSink, fmt.Errorf("the run is refused because its records could not be kept: %w", err))
+	}
+	defer alog.Close()
+	if abs, err := filepath.Abs(*auditLog); err == nil && scope.Contains(abs) {
+		return fail(exitBadScope, errors.New("the audit log lies inside the scope's allowed paths, where the server could rewrite it; put it elsewhere with --audit-log"))
+	}
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	cfg := launcher.Config{
+		Scope:        scope,
+		Command:      command,
+		Mode:         runMode,
+		BestEffort:   *bestEffort,
+		AllowRuntime: allowRuntime,
+		Env:          env,
+		RunID:        schema.NewID(),
+		AuditLog:     alog,
+		Signals:      sigs,
+		Logger:       logger,
+	}
+	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, AuditLog: alog, Logger: logger, Config: &cfg}
+	for _, ext := range runExtensions {
+		if err := ext.Configure(ctx, rc); err != nil {
+			return fail(exitInternal, err)
+		}
+	}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		return fail(exitCodeOf(err), err)
+	}
+	// Signals are forwarded to the server; the run ends when the server does.
+	err = l.Run(context.WithoutCancel(ctx))
+	var ee *launcher.ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	if err != nil {
+		return fail(exitCodeOf(err), err)
+	}
+	return exitOK
+}
+
+// exitCodeOf maps launcher errors to exit codes.
+func exitCodeOf(err error) int {
+	var ke *ruleset.KernelError
+	var se *launcher.StartError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ke):
+		return exitKernel
+	case errors.Is(err, launcher.ErrAudit):
+		return exitAuditSink
+	case errors.As(err, &se):
+		return exitServerStart
+	default:
+		return exitInternal
+	}
 }

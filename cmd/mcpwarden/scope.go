@@ -1,7 +1,252 @@
 package main
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/launcher"
+	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+const scopeUsage = `usage: mcpwarden scope check FILE [--base DIR] [--json] [-- CMD [ARGS...]]
+
+Validates the scope record FILE against the approved base DIR (default: the
+current directory) and prints the canonical scope, its scope_hash and the
+Landlock ruleset it yields. With "-- CMD ARGS", the runtime profile of that
+server command is resolved and shown too, as 'mcpwarden run' would grant it.
+
+Exit status: 0 valid; 65 scope refused; 69 this kernel cannot enforce it
+strictly; 64 usage.
+`
 
 func cmdScope(ctx context.Context, args []string) int {
-	return fail(exitInternal, errNotBuilt)
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(os.Stderr, scopeUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	if args[0] != "check" {
+		fmt.Fprintf(os.Stderr, "mcpwarden scope: unknown subcommand %q\n\n%s", args[0], scopeUsage)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("scope check", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, scopeUsage) }
+	base := fs.String("base", ".", "approved base directory the scope's paths are relative to")
+	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	var allowRuntime stringList
+	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime path, as for run (repeatable)")
+	pos, command, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 1 {
+		fmt.Fprint(os.Stderr, "mcpwarden scope check: give exactly one scope FILE\n\n"+scopeUsage)
+		return exitUsage
+	}
+	scope, err := loadScope(pos[0], *base)
+	if err != nil {
+		return fail(exitBadScope, err)
+	}
+	report, code, err := buildScopeReport(scope, command, allowRuntime)
+	if err != nil {
+		return fail(code, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return fail(exitInternal, err)
+		}
+	} else {
+		report.writeText(os.Stdout)
+	}
+	return code
+}
+
+// loadScope reads, parses and canonicalizes a scope file against base.
+func loadScope(file, base string) (*schema.CanonicalScope, error) {
+	s, err := schema.ReadScopeFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return schema.Canonicalize(s, base, time.Now())
+}
+
+type scopeReport struct {
+	Scope     *schema.CanonicalScope `json:"scope"`
+	ScopeHash string                 `json:"scope_hash"`
+	NotAfter  time.Time              `json:"not_after"`
+	Kernel    kernelReport           `json:"kernel"`
+	Ruleset   rulesetReport          `json:"ruleset"`
+}
+
+type kernelReport struct {
+	LandlockABI int      `json:"landlock_abi"`
+	FenceABI    int      `json:"fence_abi"`
+	Strict      bool     `json:"strict"`
+	Missing     []string `json:"missing,omitempty"`
+	Error       string   `json:"error,omitempty"`
+}
+
+type ruleReport struct {
+	Path   string   `json:"path"`
+	Kind   string   `json:"kind"`
+	Access []string `json:"access"`
+	Origin string   `json:"origin"`
+	Reason string   `json:"reason,omitempty"`
+}
+
+type rulesetReport struct {
+	HandledFS    []string     `json:"handled_fs"`
+	HandledNet   []string     `json:"handled_net"`
+	Scoped       []string     `json:"scoped"`
+	Rules        []ruleReport `json:"rules"`
+	ConnectTCP   []uint16     `json:"connect_tcp"`
+	BindTCP      []uint16     `json:"bind_tcp"`
+	BlockIOUring bool         `json:"block_io_uring"`
+	Exe          string       `json:"server_exe,omitempty"`
+	PerRun       []string     `json:"per_run"`
+}
+
+func buildScopeReport(scope *schema.CanonicalScope, command, allowRuntime []string) (*scopeReport, int, error) {
+	var prof *runtimeprofile.Profile
+	if len(command) > 0 {
+		env := []string{"PATH=" + os.Getenv("PATH")}
+		p, err := runtimeprofile.Resolve(command, runtimeprofile.Options{PATH: envOr(env, "/usr/local/bin:/usr/bin:/bin")})
+		if err != nil {
+			return nil, exitServerStart, fmt.Errorf("runtime profile of the server command: %w", err)
+		}
+		prof = p
+	}
+	rs, err := ruleset.Derive(scope, ruleset.Input{Profile: prof, AllowRuntime: allowRuntime})
+	if err != nil {
+		return nil, exitServerStart, err
+	}
+	abi := launcher.KernelABI()
+	r := &scopeReport{Scope: scope, ScopeHash: scope.Hash, NotAfter: scope.NotAfter}
+	r.Kernel.LandlockABI = abi
+	code := exitOK
+	d, derr := ruleset.Decide(abi, false)
+	if derr != nil {
+		var ke *ruleset.KernelError
+		if errors.As(derr, &ke) {
+			for _, f := range ke.Missing {
+				r.Kernel.Missing = append(r.Kernel.Missing, f.Name)
+			}
+		}
+		r.Kernel.Error = derr.Error()
+		r.Kernel.FenceABI = min(abi, ruleset.MaxABI)
+		code = exitKernel
+	} else {
+		r.Kernel.FenceABI = d.ABI
+		r.Kernel.Strict = true
+	}
+	fsSet, netSet, scoped := ruleset.Handled(r.Kernel.FenceABI)
+	r.Ruleset.HandledFS = ruleset.RightNames(fsSet)
+	r.Ruleset.HandledNet = splitSet(netSet.String())
+	r.Ruleset.Scoped = splitSet(scoped.String())
+	for _, rule := range rs.Sorted() {
+		r.Ruleset.Rules = append(r.Ruleset.Rules, ruleReport{
+			Path: rule.Path, Kind: string(rule.Kind), Access: ruleset.RightNames(rule.Access & fsSet),
+			Origin: string(rule.Origin), Reason: rule.Reason,
+		})
+	}
+	r.Ruleset.ConnectTCP = nonNil(rs.ConnectTCP)
+	r.Ruleset.BindTCP = nonNil(rs.BindTCP)
+	r.Ruleset.BlockIOUring = rs.BlockIOUring
+	if prof != nil {
+		r.Ruleset.Exe = prof.Exe
+	} else {
+		r.Ruleset.PerRun = append(r.Ruleset.PerRun, "runtime profile of the server command (give it after '--' to see it)")
+	}
+	r.Ruleset.PerRun = append(r.Ruleset.PerRun, "a private TMPDIR (also HOME), read-write, removed when the run ends")
+	return r, code, nil
+}
+
+func nonNil(p []uint16) []uint16 {
+	if p == nil {
+		return []uint16{}
+	}
+	return p
+}
+
+func splitSet(s string) []string {
+	s = strings.Trim(s, "{}")
+	if s == "" || s == "∅" {
+		return []string{}
+	}
+	return strings.Split(s, ",")
+}
+
+func envOr(env []string, def string) string {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok && v != "" {
+			return v
+		}
+	}
+	return def
+}
+
+func (r *scopeReport) writeText(w io.Writer) {
+	s := r.Scope
+	fmt.Fprintf(w, "scope OK\n")
+	fmt.Fprintf(w, "  scope_id:      %s\n", s.ScopeID)
+	fmt.Fprintf(w, "  scope_hash:    %s\n", r.ScopeHash)
+	fmt.Fprintf(w, "  base:          %s\n", s.Base)
+	fmt.Fprintf(w, "  access_mode:   %s\n", s.AccessMode)
+	fmt.Fprintf(w, "  approval:      %s\n", s.Approval)
+	fmt.Fprintf(w, "  tools:         %s\n", strings.Join(s.ToolAllowlist, ", "))
+	fmt.Fprintf(w, "  valid until:   %s\n", r.NotAfter.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  allowed paths:\n")
+	for _, p := range s.AllowedPaths {
+		fmt.Fprintf(w, "    %-4s %s\n", p.Kind, p.Path)
+	}
+	fmt.Fprintf(w, "\nLandlock ruleset (kernel ABI %d, built for ABI %d):\n", r.Kernel.LandlockABI, r.Kernel.FenceABI)
+	if r.Kernel.Strict {
+		fmt.Fprintf(w, "  kernel:        strict enforcement available\n")
+	} else {
+		fmt.Fprintf(w, "  kernel:        CANNOT ENFORCE STRICTLY: %s\n", r.Kernel.Error)
+	}
+	fmt.Fprintf(w, "  handled fs:    %s\n", strings.Join(r.Ruleset.HandledFS, ","))
+	fmt.Fprintf(w, "  handled net:   %s\n", strings.Join(r.Ruleset.HandledNet, ","))
+	fmt.Fprintf(w, "  scoped:        %s\n", strings.Join(r.Ruleset.Scoped, ","))
+	fmt.Fprintf(w, "  tcp connect:   %s\n", ports(r.Ruleset.ConnectTCP))
+	fmt.Fprintf(w, "  tcp bind:      %s\n", ports(r.Ruleset.BindTCP))
+	if r.Ruleset.BlockIOUring {
+		fmt.Fprintf(w, "  io_uring:      blocked (seccomp, EPERM)\n")
+	} else {
+		fmt.Fprintf(w, "  io_uring:      allowed (allow_io_uring)\n")
+	}
+	fmt.Fprintf(w, "  allowed (everything else handled is denied):\n")
+	for _, rule := range r.Ruleset.Rules {
+		fmt.Fprintf(w, "    %-8s %-4s %-40s %s\n", rule.Origin, rule.Kind, strings.Join(rule.Access, ","), rule.Path)
+	}
+	for _, p := range r.Ruleset.PerRun {
+		fmt.Fprintf(w, "  per run:       %s\n", p)
+	}
+}
+
+func ports(p []uint16) string {
+	if len(p) == 0 {
+		return "none (denied)"
+	}
+	s := make([]string, len(p))
+	for i, v := range p {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, ",")
 }

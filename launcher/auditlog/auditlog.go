@@ -1,0 +1,106 @@
+// Package auditlog is the local, append-only JSONL record of a host's runs:
+// one schema.Event per line. Every batch is written with a single write(2)
+// on an O_APPEND descriptor and fsync'd before Publish returns, so
+// concurrent runs never interleave lines and an acknowledged record survives
+// a crash.
+package auditlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// Log is an open audit log. It is safe for concurrent use.
+type Log struct {
+	mu   sync.Mutex
+	f    *os.File
+	path string
+}
+
+// DefaultStateDir is /var/lib/mcpwarden for root, else
+// $XDG_STATE_HOME/mcpwarden (default ~/.local/state/mcpwarden).
+func DefaultStateDir() (string, error) {
+	if os.Geteuid() == 0 {
+		return "/var/lib/mcpwarden", nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "mcpwarden"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no state directory: set XDG_STATE_HOME or HOME, or pass --state-dir: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "mcpwarden"), nil
+}
+
+// DefaultPath is the audit log inside stateDir.
+func DefaultPath(stateDir string) string { return filepath.Join(stateDir, "audit.jsonl") }
+
+// Open opens (creating with mode 0600, parent 0700) the log at path.
+func Open(path string) (*Log, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create audit log directory: %w; pass --audit-log FILE or --state-dir DIR somewhere writable", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open audit log: %w; pass --audit-log FILE somewhere writable", err)
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, errors.New("audit log is not a regular file; pass --audit-log FILE")
+	}
+	return &Log{f: f, path: path}, nil
+}
+
+// Path is where the log is.
+func (l *Log) Path() string { return l.path }
+
+// Publish appends events, one JSON object per line, and syncs them to disk.
+func (l *Log) Publish(ctx context.Context, events []schema.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for i := range events {
+		if err := enc.Encode(&events[i]); err != nil {
+			return fmt.Errorf("encode audit record: %w", err)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return errors.New("audit log is closed")
+	}
+	if _, err := l.f.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("write audit log: %w", err)
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("sync audit log: %w", err)
+	}
+	return nil
+}
+
+// Close closes the log.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}

@@ -1,0 +1,228 @@
+// Package launcher runs an unmodified MCP server inside the Landlock fence
+// derived from a canonical scope, sitting between the client's stdio and the
+// server's. It re-executes its own binary as a small helper (package
+// sandbox) that fences itself and execs the server, relays stdio through a
+// Mediator, forwards signals, and writes launch records.
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// Mediator sits between the client's stdio and the server's.
+type Mediator interface {
+	Mediate(ctx context.Context, clientIn io.Reader, clientOut io.Writer, server Upstream) error
+}
+
+// Upstream is the running server as the mediator sees it.
+type Upstream interface {
+	// Stdin is the current server process's stdin. The value is also an
+	// io.Closer: closing it gives the server EOF.
+	Stdin() io.Writer
+	Stdout() io.Reader // the current server process's stdout
+	// Restart stops the current server and starts it again under a fence
+	// narrowed to paths (each inside the scope's allowed paths, possibly
+	// empty = no workspace access at all). Stdin/Stdout then return the new
+	// process's pipes.
+	Restart(ctx context.Context, paths []schema.CanonicalPath) error
+	Done() <-chan struct{} // closed when the current server process exits
+}
+
+// Sink takes sanitized records: the local audit log, the NATS publisher.
+type Sink interface {
+	Publish(ctx context.Context, events []schema.Event) error
+}
+
+// Config is one run.
+type Config struct {
+	Scope   *schema.CanonicalScope
+	Command []string // the server's argv; Command[0] is looked up on the server's PATH
+	Dir     string   // working directory of the server; default: the launcher's
+
+	Mode         schema.RunMode // enforce (default) or audit
+	BestEffort   bool           // run degraded when the kernel lacks a Landlock feature
+	AllowRuntime []string       // operator-chosen extra read-only runtime paths
+	// Env names extra variables for the server: "NAME" copies it from the
+	// launcher's environment, "NAME=VALUE" sets it.
+	Env []string
+
+	RunID string // default: a new schema.NewID()
+	// AuditLog is the local JSONL log; required. Launch records go there and to Sink.
+	AuditLog Sink
+	Sink     Sink // optional second sink (NATS publisher, spool)
+
+	Mediator Mediator // default: the byte-transparent Relay
+	// BeforeExec runs once the helper process exists, before it fences
+	// itself and execs the server; an error aborts the run.
+	BeforeExec func(ctx context.Context, rootPID int) error
+
+	Stdin   io.Reader // default os.Stdin
+	Stdout  io.Writer // default os.Stdout
+	Stderr  io.Writer // the server's stderr goes here; default os.Stderr
+	Signals <-chan os.Signal
+
+	// HelperPath is the binary re-executed as the sandbox helper; default
+	// this executable. It must call sandbox.Main when sandbox.IsHelper().
+	HelperPath string
+	KernelABI  func() int // default: probe the running kernel
+	Logger     *slog.Logger
+	Origin     schema.Origin
+	Now        func() time.Time
+	// StopGrace is how long a server gets after stdin EOF or SIGTERM before
+	// the next step (SIGTERM, then SIGKILL). Default 5 s.
+	StopGrace time.Duration
+}
+
+// Launcher runs one server. Build it with New.
+type Launcher struct {
+	cfg      Config
+	profile  *runtimeprofile.Profile
+	decision ruleset.Decision
+	base     *ruleset.Ruleset // without the tmpdir rule, for display
+	env      []string
+}
+
+// Errors returned by New and Run; cmd maps them to exit codes.
+var (
+	// ErrAudit wraps any failure to write a launch record (fail closed).
+	ErrAudit = errors.New("audit log")
+)
+
+// StartError says the server could not be started under the fence.
+type StartError struct {
+	Path string // the file the fence or file system refused, when known
+	Err  error
+}
+
+func (e *StartError) Error() string {
+	if e.Path != "" {
+		return fmt.Sprintf("the server could not start under the fence: %v. Denied or missing: %s — if the server needs it, grant it read-only with --allow-runtime %s (or install the server's runtime where the profile finds it)", e.Err, e.Path, e.Path)
+	}
+	return fmt.Sprintf("the server could not start under the fence: %v", e.Err)
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// ExitError is the server's own non-zero status.
+type ExitError struct {
+	Code   int // exit code, or 128+signal
+	Signal os.Signal
+}
+
+func (e *ExitError) Error() string {
+	if e.Signal != nil {
+		return fmt.Sprintf("server killed by %v", e.Signal)
+	}
+	return fmt.Sprintf("server exited with status %d", e.Code)
+}
+
+// New checks cfg, resolves the runtime profile and decides, from the
+// kernel's Landlock ABI, whether the run may start. A *ruleset.KernelError
+// means the kernel cannot fence this run and --best-effort was not given.
+func New(cfg Config) (*Launcher, error) {
+	if cfg.Scope == nil {
+		return nil, errors.New("no scope")
+	}
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("no server command; put it after '--'")
+	}
+	if cfg.AuditLog == nil {
+		return nil, fmt.Errorf("%w: no audit log configured", ErrAudit)
+	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = schema.ModeEnforce
+	case schema.ModeEnforce, schema.ModeAudit:
+	default:
+		return nil, fmt.Errorf("unknown mode %q; use enforce or audit", cfg.Mode)
+	}
+	if cfg.RunID == "" {
+		cfg.RunID = schema.NewID()
+	}
+	if cfg.Mediator == nil {
+		cfg.Mediator = Relay{}
+	}
+	if cfg.Stdin == nil {
+		cfg.Stdin = os.Stdin
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.KernelABI == nil {
+		cfg.KernelABI = KernelABI
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 5 * time.Second
+	}
+	if cfg.Origin.Host == "" {
+		cfg.Origin = schema.LocalOrigin()
+	}
+	if cfg.HelperPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable for the sandbox helper: %w", err)
+		}
+		cfg.HelperPath = exe
+	}
+	if cfg.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("working directory: %w", err)
+		}
+		cfg.Dir = wd
+	}
+	env, err := serverEnv(cfg.Env, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	l := &Launcher{cfg: cfg, env: env}
+	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{PATH: envValue(env, "PATH"), Dir: cfg.Dir})
+	if err != nil {
+		return nil, &StartError{Err: fmt.Errorf("runtime profile: %w", err)}
+	}
+	l.base, err = ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, AllowRuntime: cfg.AllowRuntime})
+	if err != nil {
+		return nil, &StartError{Err: err}
+	}
+	if cfg.Mode == schema.ModeEnforce {
+		l.decision, err = ruleset.Decide(cfg.KernelABI(), cfg.BestEffort)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		l.decision = ruleset.Decision{ABI: min(cfg.KernelABI(), ruleset.MaxABI)}
+	}
+	return l, nil
+}
+
+// RunID is this run's id.
+func (l *Launcher) RunID() string { return l.cfg.RunID }
+
+// Decision is the strict/degraded decision for this kernel.
+func (l *Launcher) Decision() ruleset.Decision { return l.decision }
+
+// Ruleset is the ruleset without the per-run temp dir (which exists only
+// while the run does).
+func (l *Launcher) Ruleset() *ruleset.Ruleset { return l.base }
+
+// Profile is the resolved runtime profile.
+func (l *Launcher) Profile() *runtimeprofile.Profile { return l.profile }

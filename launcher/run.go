@@ -1,0 +1,452 @@
+package launcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+
+	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// Run starts the server, mediates its stdio until it exits, and writes the
+// start and exit launch records. It returns nil when the server exited 0,
+// an *ExitError with its status otherwise, a *StartError when it could not
+// be started, and an error wrapping ErrAudit when a record could not be
+// written (then, at start, the server is never started).
+func (l *Launcher) Run(ctx context.Context) (err error) {
+	cfg := &l.cfg
+	start := cfg.Now()
+	tmp, err := os.MkdirTemp("", "mcpwarden-run-")
+	if err != nil {
+		return fmt.Errorf("create the run's private temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	rs, err := ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, TmpDir: tmp, AllowRuntime: cfg.AllowRuntime})
+	if err != nil {
+		return &StartError{Err: err}
+	}
+	if err := l.publish(ctx, l.record("start", start, 0, 0, "")); err != nil {
+		return err
+	}
+	if l.decision.Degraded {
+		fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: running DEGRADED (--best-effort): %s; the fence does not enforce these\n", l.decision.Reason())
+	}
+	if cfg.Mode == schema.ModeAudit {
+		fmt.Fprintln(cfg.Stderr, "mcpwarden: WARNING: --mode audit: the server runs WITHOUT the fence")
+	}
+
+	srv := &server{l: l, tmp: tmp}
+	p, err := srv.start(ctx, rs)
+	if err != nil {
+		_ = l.publish(context.WithoutCancel(ctx), l.record("exit", start, 0, -1, "start_failed"))
+		return err
+	}
+	srv.cur = p
+	code, reason := srv.supervise(ctx)
+	rec := l.record("exit", start, srv.rootPID(), code, reason)
+	if perr := l.publish(context.WithoutCancel(ctx), rec); perr != nil {
+		return perr
+	}
+	if code != 0 {
+		e := &ExitError{Code: code}
+		if reason == "signaled" && code > 128 {
+			e.Signal = syscall.Signal(code - 128)
+		}
+		return e
+	}
+	return nil
+}
+
+func (l *Launcher) record(phase string, start time.Time, pid, code int, reason string) schema.Event {
+	now := l.cfg.Now()
+	ev := l.cfg.Origin.NewEvent(schema.KindLaunch, l.cfg.RunID, l.cfg.Scope.ScopeID, l.cfg.Scope.Hash, now)
+	ev.Launch = &schema.Launch{
+		Phase:          phase,
+		Mode:           l.cfg.Mode,
+		LandlockABI:    l.decision.ABI,
+		Degraded:       l.decision.Degraded,
+		DegradedReason: l.decision.Reason(),
+		ServerExe:      filepath.Base(l.cfg.Command[0]),
+		RootPID:        pid,
+		ExitStatus:     code,
+		ExitReason:     reason,
+	}
+	if phase == "exit" {
+		ev.Launch.DurationMS = now.Sub(start).Milliseconds()
+	}
+	return ev
+}
+
+// publish writes events to the audit log, then to the sink; either failing
+// is ErrAudit.
+func (l *Launcher) publish(ctx context.Context, ev schema.Event) error {
+	events := []schema.Event{ev}
+	if err := l.cfg.AuditLog.Publish(ctx, events); err != nil {
+		return fmt.Errorf("%w: %v; the run is refused rather than unrecorded: fix the log or pass --audit-log FILE", ErrAudit, err)
+	}
+	if l.cfg.Sink != nil {
+		if err := l.cfg.Sink.Publish(ctx, events); err != nil {
+			return fmt.Errorf("%w: sink: %v", ErrAudit, err)
+		}
+	}
+	return nil
+}
+
+// spec turns a ruleset into what the helper applies.
+func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
+	s := &sandbox.Spec{
+		Exe:  l.profile.Exe,
+		Argv: l.cfg.Command,
+		Env:  env,
+	}
+	if l.cfg.Mode != schema.ModeEnforce {
+		return s
+	}
+	s.Enforce = true
+	s.DropCaps = true
+	s.Seccomp = true
+	s.Filter = sandbox.FilterOptions{
+		BlockIOUring: rs.BlockIOUring,
+		AllowUDP:     len(rs.ConnectTCP) > 0 || len(rs.BindTCP) > 0,
+	}
+	s.ABI = l.decision.ABI
+	fs, net, scoped := ruleset.Handled(s.ABI)
+	s.HandledFS, s.HandledNet, s.Scoped = uint64(fs), uint64(net), uint64(scoped)
+	if s.ABI >= 7 {
+		// Denials after execve are logged only when asked; the daemon reads them.
+		s.RestrictFlag = ll.FlagRestrictSelfLogNewExecOn
+	}
+	for _, r := range rs.Rules {
+		if a := uint64(r.Access) & s.HandledFS; a != 0 {
+			s.Paths = append(s.Paths, sandbox.PathRule{Path: r.Path, Access: a})
+		}
+	}
+	if s.HandledNet != 0 {
+		for _, p := range rs.ConnectTCP {
+			s.Ports = append(s.Ports, sandbox.PortRule{Port: p, Access: ll.AccessNetConnectTCP})
+		}
+		for _, p := range rs.BindTCP {
+			s.Ports = append(s.Ports, sandbox.PortRule{Port: p, Access: ll.AccessNetBindTCP})
+		}
+	}
+	return s
+}
+
+// server is the Upstream: the current server process, replaced on Restart.
+// Lock order: server.mu only.
+type server struct {
+	l   *Launcher
+	tmp string
+
+	mu         sync.Mutex
+	cur        *proc
+	restarting bool
+	firstPID   int
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	stdin  *os.File
+	stdout *os.File
+	done   chan struct{}
+	state  *os.ProcessState
+}
+
+func (s *server) Stdin() io.Writer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.stdin
+}
+
+func (s *server) Stdout() io.Reader {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.stdout
+}
+
+func (s *server) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.done
+}
+
+func (s *server) rootPID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.firstPID
+}
+
+// Restart stops the current server and starts a new one whose scope rules
+// are narrowed to paths.
+func (s *server) Restart(ctx context.Context, paths []schema.CanonicalPath) error {
+	rs, err := ruleset.Derive(s.l.cfg.Scope, ruleset.Input{Profile: s.l.profile, TmpDir: s.tmp, AllowRuntime: s.l.cfg.AllowRuntime})
+	if err != nil {
+		return err
+	}
+	narrowed, err := rs.Narrow(paths)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	old := s.cur
+	s.restarting = true
+	s.mu.Unlock()
+	s.stop(old)
+	p, err := s.start(ctx, narrowed)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.restarting = false
+		return err
+	}
+	s.cur = p
+	s.restarting = false
+	return nil
+}
+
+// stop ends p: stdin EOF, then SIGTERM, then SIGKILL, each after StopGrace.
+func (s *server) stop(p *proc) {
+	p.stdin.Close()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		select {
+		case <-p.done:
+			return
+		case <-time.After(s.l.cfg.StopGrace):
+		}
+		_ = p.cmd.Process.Signal(sig)
+	}
+	<-p.done
+}
+
+// start launches the helper, runs BeforeExec, sends the spec and waits for
+// the helper to exec the server (or to report why it could not).
+func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) {
+	cfg := &s.l.cfg
+	env := append(append([]string(nil), s.l.env...), "HOME="+s.tmp, "TMPDIR="+s.tmp)
+	spec, err := json.Marshal(s.l.spec(rs, env))
+	if err != nil {
+		return nil, fmt.Errorf("encode sandbox spec: %w", err)
+	}
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("spec pipe: %w", err)
+	}
+	defer specR.Close()
+	defer specW.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("status pipe: %w", err)
+	}
+	defer statusR.Close()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		statusW.Close()
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		statusW.Close()
+		inR.Close()
+		inW.Close()
+		return nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		statusW.Close()
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	cmd := &exec.Cmd{
+		Path:       cfg.HelperPath,
+		Args:       []string{"mcpwarden-sandbox"},
+		Env:        []string{sandbox.EnvHelper + "=" + fmt.Sprint(os.Getpid())},
+		Dir:        cfg.Dir,
+		Stdin:      inR,
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: []*os.File{specR, statusW}, // fds 3 and 4
+		// Its own session: no controlling terminal to inject input into, and
+		// terminal signals reach only the launcher, which forwards them.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	startErr := cmd.Start()
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	statusW.Close()
+	if startErr != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, &StartError{Err: fmt.Errorf("start sandbox helper: %w", startErr)}
+	}
+	p := &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{})}
+	stderrDone := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(cfg.Stderr, errR)
+		errR.Close()
+		close(stderrDone)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		p.state = cmd.ProcessState
+		close(p.done)
+	}()
+	abort := func(err error) (*proc, error) {
+		_ = cmd.Process.Kill()
+		<-p.done
+		inW.Close()
+		outR.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.firstPID == 0 {
+		s.firstPID = cmd.Process.Pid
+	}
+	s.mu.Unlock()
+	if cfg.BeforeExec != nil {
+		if err := cfg.BeforeExec(ctx, cmd.Process.Pid); err != nil {
+			return abort(fmt.Errorf("before exec: %w", err))
+		}
+	}
+	if _, err := specW.Write(spec); err != nil {
+		return abort(&StartError{Err: fmt.Errorf("send spec to the sandbox helper: %w", err)})
+	}
+	specW.Close()
+	status, err := io.ReadAll(io.LimitReader(statusR, 64<<10))
+	if err != nil {
+		return abort(&StartError{Err: fmt.Errorf("read sandbox helper status: %w", err)})
+	}
+	if len(status) > 0 {
+		var st sandbox.Status
+		if err := json.Unmarshal(status, &st); err != nil {
+			return abort(&StartError{Err: fmt.Errorf("sandbox helper failed with unreadable status")})
+		}
+		<-p.done
+		<-stderrDone
+		inW.Close()
+		outR.Close()
+		path := ""
+		if st.Stage == sandbox.StageExec && (st.Errno == int(syscall.EACCES) || st.Errno == int(syscall.ENOENT)) {
+			path = st.Path
+		}
+		return nil, &StartError{Path: path, Err: &st}
+	}
+	return p, nil
+}
+
+// supervise forwards signals, runs the mediator and waits for the server to
+// exit. It returns the exit code (128+signal when signaled) and a reason class.
+func (s *server) supervise(ctx context.Context) (int, string) {
+	cfg := &s.l.cfg
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	clientEOF := make(chan struct{})
+	in := &eofReader{r: cfg.Stdin, eof: clientEOF}
+	mdone := make(chan error, 1)
+	go func() { mdone <- cfg.Mediator.Mediate(mctx, in, cfg.Stdout, s) }()
+
+	for {
+		s.mu.Lock()
+		p := s.cur
+		s.mu.Unlock()
+		select {
+		case <-p.done:
+		case sig := <-cfg.Signals:
+			if ss, ok := sig.(syscall.Signal); ok {
+				_ = p.cmd.Process.Signal(ss)
+			}
+			continue
+		case <-clientEOF:
+			clientEOF = nil // wait for the server to follow the EOF, then escalate
+			go s.escalate(p)
+			continue
+		case <-ctx.Done():
+			go s.stop(p)
+			<-p.done
+		}
+		s.mu.Lock()
+		restarting := s.restarting || s.cur != p
+		s.mu.Unlock()
+		if restarting {
+			s.waitRestart(p)
+			continue
+		}
+		// Let the mediator drain what the server wrote before it exited.
+		select {
+		case <-mdone:
+		case <-time.After(2 * time.Second):
+		}
+		cancel()
+		p.stdout.Close()
+		p.stdin.Close()
+		return exitCode(p.state)
+	}
+}
+
+// waitRestart waits until Restart replaced p (or gave up).
+func (s *server) waitRestart(p *proc) {
+	for {
+		s.mu.Lock()
+		done := !s.restarting || s.cur != p
+		s.mu.Unlock()
+		if done {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// escalate gives a server whose client went away StopGrace to exit on its
+// own, then SIGTERM, then SIGKILL (the MCP stdio shutdown sequence).
+func (s *server) escalate(p *proc) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		select {
+		case <-p.done:
+			return
+		case <-time.After(s.l.cfg.StopGrace):
+		}
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+func exitCode(st *os.ProcessState) (int, string) {
+	if st == nil {
+		return -1, "unknown"
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), "signaled"
+	}
+	return st.ExitCode(), "exited"
+}
+
+// eofReader closes eof when r reports io.EOF (the client went away).
+type eofReader struct {
+	r    io.Reader
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.once.Do(func() { close(e.eof) })
+	}
+	return n, err
+}
+
+var _ Upstream = (*server)(nil)

@@ -1,0 +1,230 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// Main is the helper's whole life: read the Spec, fence, exec. It returns
+// only on failure, with the exit code to use; the failure has been reported
+// on StatusFD.
+func Main() int {
+	runtime.LockOSThread() // never unlocked: the fence is per thread until execve
+	status := os.NewFile(StatusFD, "status")
+	specFile := os.NewFile(SpecFD, "spec")
+	spec, err := ReadSpec(specFile)
+	specFile.Close()
+	if err != nil {
+		return report(status, &Status{Stage: StageSpec, Message: err.Error()})
+	}
+	if st := apply(spec); st != nil {
+		return report(status, st)
+	}
+	// Everything but stdio is closed by execve, including the status pipe,
+	// whose EOF tells the launcher that exec succeeded.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: "mark descriptors close-on-exec: " + err.Error()})
+	}
+	err = syscall.Exec(spec.Exe, spec.Argv, spec.Env)
+	st := &Status{Stage: StageExec, Errno: errnoOf(err), Path: spec.Exe, Message: err.Error()}
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOENT) {
+		// Find which file of the exec chain the fence (or the file system) refused.
+		if p := deniedExecPath(spec.Exe); p != "" {
+			st.Path = p
+		}
+	}
+	return report(status, st)
+}
+
+func report(status *os.File, st *Status) int {
+	_ = json.NewEncoder(status).Encode(st)
+	status.Close()
+	return 127
+}
+
+func errnoOf(err error) int {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return int(e)
+	}
+	return 0
+}
+
+// apply fences the calling thread. Order matters: the bounding set can only
+// be dropped while CAP_SETPCAP is still held; no_new_privs must precede
+// landlock_restrict_self and the seccomp filter (both need it when not
+// privileged); the effective capabilities go last.
+func apply(s *Spec) *Status {
+	if !s.Enforce {
+		return nil
+	}
+	if s.DropCaps {
+		if err := dropBoundingSet(); err != nil {
+			return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()}
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: "set no_new_privs: " + err.Error()}
+	}
+	if s.ABI > 0 {
+		if st := restrictLandlock(s); st != nil {
+			return st
+		}
+	}
+	if s.Seccomp {
+		filter, err := BuildFilter(NativeArch, s.Filter)
+		if err != nil {
+			return &Status{Stage: StageSeccomp, Message: err.Error()}
+		}
+		prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0); err != nil {
+			return &Status{Stage: StageSeccomp, Errno: errnoOf(err), Message: "install seccomp filter: " + err.Error()}
+		}
+	}
+	if s.DropCaps {
+		if err := clearCaps(); err != nil {
+			return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()}
+		}
+	}
+	return nil
+}
+
+func restrictLandlock(s *Spec) *Status {
+	cfg := landlock.Config{
+		HandledAccessFS:  landlock.AccessFSSet(s.HandledFS),
+		HandledAccessNet: landlock.AccessNetSet(s.HandledNet),
+		Scoped:           landlock.ScopedSet(s.Scoped),
+	}
+	if s.RestrictFlag&ll.FlagRestrictSelfLogNewExecOn != 0 {
+		cfg = cfg.EnableLoggingForSubprocesses()
+	}
+	rules := make([]landlock.Rule, 0, len(s.Paths)+len(s.Ports))
+	for _, p := range s.Paths {
+		rules = append(rules, landlock.PathAccess(landlock.AccessFSSet(p.Access)&cfg.HandledAccessFS, p.Path))
+	}
+	if s.HandledNet != 0 {
+		for _, p := range s.Ports {
+			if p.Access&ll.AccessNetConnectTCP != 0 {
+				rules = append(rules, landlock.ConnectTCP(p.Port))
+			}
+			if p.Access&ll.AccessNetBindTCP != 0 {
+				rules = append(rules, landlock.BindTCP(p.Port))
+			}
+		}
+	}
+	fd, flags, err := cfg.NewRulesetFD(rules...)
+	if err != nil {
+		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: "build Landlock ruleset: " + err.Error()}
+	}
+	if fd < 0 {
+		return &Status{Stage: StageLandlock, Message: "the kernel accepted no Landlock ruleset; refusing to run unfenced"}
+	}
+	defer unix.Close(fd)
+	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
+		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: "landlock_restrict_self: " + err.Error()}
+	}
+	return nil
+}
+
+// dropBoundingSet empties the capability bounding set and the ambient set,
+// so that exec of the server — even as uid 0 — yields no capabilities.
+// Without CAP_SETPCAP (not root) there is nothing to drop: no_new_privs
+// already stops file capabilities and set-id bits.
+func dropBoundingSet() error {
+	last := lastCap()
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	for c := 0; c <= last; c++ {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EPERM) {
+			if c == 0 && !hasCapSetpcap() {
+				return nil
+			}
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
+}
+
+func clearCaps() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear capabilities: %w", err)
+	}
+	return nil
+}
+
+func hasCapSetpcap() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[0].Effective&(1<<unix.CAP_SETPCAP) != 0
+}
+
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && n < 64 {
+			return n
+		}
+	}
+	return 63
+}
+
+// deniedExecPath finds the first file of the exec chain (the executable, a
+// "#!" interpreter, the ELF program interpreter) that cannot be opened for
+// execution from inside the fence. It runs after the fence is applied, so
+// the kernel answers the question.
+func deniedExecPath(exe string) string {
+	chain := []string{exe}
+	seen := map[string]bool{}
+	for i := 0; i < len(chain) && i < 8; i++ {
+		p := chain[i]
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return p
+		}
+		buf := make([]byte, 256)
+		n, _ := unix.Read(fd, buf)
+		unix.Close(fd)
+		if next := nextInChain(buf[:n]); next != "" {
+			chain = append(chain, next)
+		}
+	}
+	return ""
+}
+
+func nextInChain(head []byte) string {
+	if len(head) > 2 && head[0] == '#' && head[1] == '!' {
+		line := string(head[2:])
+		if i := strings.IndexByte(line, '\n'); i >= 0 {
+			line = line[:i]
+		}
+		if f := strings.Fields(line); len(f) > 0 {
+			return f[0]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,111 @@
+// Package sandbox is the helper side of the launcher: the re-executed
+// mcpwarden process that receives a Spec from the launcher, fences itself
+// (Landlock, no_new_privs, an empty capability set, a small seccomp filter,
+// no inherited descriptors) and execs the server in its place.
+//
+// Everything runs on one locked OS thread and ends in execve on that same
+// thread, so the server inherits exactly the restrictions applied here.
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Descriptors the launcher passes to the helper.
+const (
+	SpecFD   = 3 // the launcher writes the Spec here, then closes it
+	StatusFD = 4 // close-on-exec: EOF means exec succeeded; a Status means it did not
+)
+
+// EnvHelper marks a process as the sandbox helper. The value is the
+// launcher's pid, so a stray variable inherited elsewhere is not enough.
+const EnvHelper = "MCPWARDEN_SANDBOX_HELPER"
+
+// maxSpecSize bounds what the helper reads from the launcher.
+const maxSpecSize = 4 << 20
+
+// PathRule grants Access (Landlock filesystem rights) beneath Path.
+type PathRule struct {
+	Path   string `json:"path"`
+	Access uint64 `json:"access"`
+}
+
+// PortRule grants Access (Landlock network rights) on Port.
+type PortRule struct {
+	Port   uint16 `json:"port"`
+	Access uint64 `json:"access"`
+}
+
+// Spec is everything the helper needs; it is built and checked by the launcher.
+type Spec struct {
+	Exe  string   `json:"exe"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+
+	// Enforce is false only in audit mode: then the helper applies nothing
+	// but still closes inherited descriptors and execs.
+	Enforce      bool       `json:"enforce"`
+	ABI          int        `json:"abi"`
+	HandledFS    uint64     `json:"handled_fs"`
+	HandledNet   uint64     `json:"handled_net"`
+	Scoped       uint64     `json:"scoped"`
+	RestrictFlag uint32     `json:"restrict_flags"`
+	Paths        []PathRule `json:"paths"`
+	Ports        []PortRule `json:"ports"`
+	Seccomp      bool       `json:"seccomp"`
+	Filter       FilterOptions
+	DropCaps     bool `json:"drop_caps"`
+}
+
+// Stage names where the helper failed.
+type Stage string
+
+const (
+	StageSpec     Stage = "spec"
+	StageLandlock Stage = "landlock"
+	StagePrivs    Stage = "privileges"
+	StageSeccomp  Stage = "seccomp"
+	StageExec     Stage = "exec"
+)
+
+// Status is what the helper reports when it could not exec the server.
+type Status struct {
+	Stage   Stage  `json:"stage"`
+	Errno   int    `json:"errno"`
+	Path    string `json:"path,omitempty"` // the file exec could not use, when known
+	Message string `json:"message"`
+}
+
+func (s *Status) Error() string { return fmt.Sprintf("%s: %s", s.Stage, s.Message) }
+
+// ReadSpec decodes a Spec from r.
+func ReadSpec(r io.Reader) (*Spec, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxSpecSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read spec: %w", err)
+	}
+	if len(data) > maxSpecSize {
+		return nil, errors.New("spec too large")
+	}
+	if len(data) == 0 {
+		return nil, errors.New("no spec from the launcher (it exited or refused the run)")
+	}
+	var s Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("decode spec: %w", err)
+	}
+	if s.Exe == "" || len(s.Argv) == 0 {
+		return nil, errors.New("spec names no executable")
+	}
+	return &s, nil
+}
+
+// IsHelper reports whether this process was started as the sandbox helper.
+func IsHelper() bool {
+	v := os.Getenv(EnvHelper)
+	return v != "" && v == fmt.Sprint(os.Getppid())
+}
