@@ -1,7 +1,123 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector/natsserver"
+	"github.com/mcpwarden/mcpwarden/collector/publish"
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/daemon"
+	"github.com/mcpwarden/mcpwarden/daemon/client"
+	"github.com/mcpwarden/mcpwarden/daemon/probes"
+	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--nats URL] [--state-dir DIR] [--enable-audit]
+
+Loads the eBPF probes, serves the run registration socket (root only), and
+sends sanitized file_op, landlock_denial, finding and health events to NATS
+JetStream. Without --nats it runs an embedded NATS server with JetStream on
+127.0.0.1:4222, storing under STATE_DIR/nats, so one host needs nothing else.
+Must run as root.
+`
 
 func cmdDaemon(ctx context.Context, args []string) int {
-	return fail(exitInternal, errNotBuilt)
+	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, daemonUsage); fs.PrintDefaults() }
+	socket := fs.String("socket", client.DefaultSocket, "registration socket `PATH` (created 0600 in a 0700 directory)")
+	natsURL := fs.String("nats", "", "external NATS `URL` (default: run an embedded NATS server)")
+	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE` for an external fleet cluster")
+	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
+	enableAudit := fs.Bool("enable-audit", false, "turn kernel auditing on so Landlock denial records arrive (like 'auditctl -e 1')")
+	verbose := fs.Bool("v", false, "log at debug level")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "mcpwarden daemon: unexpected argument %q\n\n%s", fs.Arg(0), daemonUsage)
+		return exitUsage
+	}
+	if os.Geteuid() != 0 {
+		return fail(exitInternal, errors.New("daemon: must run as root (it loads eBPF programs and reads the audit netlink): run it with sudo or as a systemd service"))
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	var err error
+	if *stateDir == "" {
+		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
+			return fail(exitInternal, err)
+		}
+	}
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		return fail(exitInternal, fmt.Errorf("create state dir: %w; pass --state-dir DIR somewhere writable", err))
+	}
+	key, err := schema.LoadOrCreatePathKey(filepath.Join(*stateDir, "path.key"))
+	if err != nil {
+		return fail(exitInternal, err)
+	}
+	hasher, err := schema.NewPathHasher(key)
+	if err != nil {
+		return fail(exitInternal, err)
+	}
+
+	url := *natsURL
+	if url == "" {
+		srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(*stateDir, "nats"), Logger: logger})
+		if err != nil {
+			return fail(exitInternal, fmt.Errorf("start embedded NATS: %w (is another NATS on 127.0.0.1:4222? pass --nats URL to use it)", err))
+		}
+		defer srv.Shutdown()
+		url = srv.ClientURL()
+	}
+	origin := schema.LocalOrigin()
+	nc, err := stream.Connect(stream.ConnOptions{URL: url, CredsFile: *natsCreds, Name: "daemon@" + origin.Host})
+	if err != nil {
+		return fail(exitAuditSink, err)
+	}
+	defer nc.Close()
+	pubCfg := publish.Config{Conn: nc, SpoolDir: filepath.Join(*stateDir, "spool", "daemon"), Logger: logger}
+	if *natsURL == "" {
+		pubCfg.EnsureStream = &stream.Config{}
+	}
+	pub, err := publish.New(ctx, pubCfg)
+	if err != nil {
+		return fail(exitAuditSink, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = pub.Close(cctx)
+	}()
+
+	d, err := daemon.New(daemon.Config{
+		Socket:      *socket,
+		Sink:        pub,
+		Hasher:      hasher,
+		Origin:      origin,
+		EnableAudit: *enableAudit,
+		Probes:      probes.DefaultConfig(),
+		Logger:      logger,
+	})
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	if err := d.Run(ctx); err != nil {
+		return fail(exitInternal, err)
+	}
+	return exitOK
 }

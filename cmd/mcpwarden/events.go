@@ -1,7 +1,158 @@
 package main
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+const eventsUsage = `usage: mcpwarden events [--follow] [--json] [--run RUN_ID] [--kind KIND] [--nats URL]
+
+Prints the events in the JetStream stream for a person: every stored event,
+then exits; with --follow, new events as they arrive until interrupted.
+Paths appear only as the first hex digits of their keyed hash.
+`
 
 func cmdEvents(ctx context.Context, args []string) int {
-	return fail(exitInternal, errNotBuilt)
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, eventsUsage); fs.PrintDefaults() }
+	follow := fs.Bool("follow", false, "print new events live until interrupted")
+	asJSON := fs.Bool("json", false, "print each event as one JSON line")
+	run := fs.String("run", "", "only events of run `RUN_ID`")
+	kind := fs.String("kind", "", "only events of `KIND` (file_op, landlock_denial, finding, health, launch, decision)")
+	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS `URL` (the daemon's embedded server by default)")
+	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "mcpwarden events: unexpected argument %q\n\n%s", fs.Arg(0), eventsUsage)
+		return exitUsage
+	}
+	nc, err := stream.Connect(stream.ConnOptions{URL: *natsURL, CredsFile: *natsCreds, Name: "events"})
+	if err != nil {
+		return fail(exitInternal, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(exitInternal, fmt.Errorf("JetStream: %w", err))
+	}
+	subject := stream.AllSubjects
+	if *kind != "" {
+		subject = stream.SubjectPrefix + ".*." + *kind
+	}
+	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if *follow {
+		cc.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cons, err := js.OrderedConsumer(sctx, stream.Name, cc)
+	cancel()
+	if err != nil {
+		return fail(exitInternal, fmt.Errorf("read stream %s at %s: %w (is 'mcpwarden daemon' running, or pass --nats URL)", stream.Name, *natsURL, err))
+	}
+	p := &eventPrinter{w: os.Stdout, json: *asJSON, run: *run}
+	for {
+		// Without --follow, stop once no message came for a short while:
+		// the stream has been read to its end.
+		wait := 2 * time.Second
+		if *follow {
+			wait = time.Hour
+		}
+		msg, err := cons.Next(jetstream.FetchMaxWait(wait))
+		if ctx.Err() != nil {
+			return exitOK
+		}
+		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			if *follow {
+				continue
+			}
+			return exitOK
+		}
+		if err != nil {
+			if *follow {
+				continue
+			}
+			return fail(exitInternal, fmt.Errorf("read events: %w", err))
+		}
+		events, _, err := schema.DecodeBatch(msg.Data())
+		if err != nil {
+			continue
+		}
+		for i := range events {
+			p.print(&events[i])
+		}
+	}
+}
+
+// eventPrinter writes events for a person or as JSON lines.
+type eventPrinter struct {
+	w    io.Writer
+	json bool
+	run  string
+}
+
+func (p *eventPrinter) print(e *schema.Event) {
+	if p.run != "" && e.RunID != p.run {
+		return
+	}
+	if p.json {
+		b, err := json.Marshal(e)
+		if err == nil {
+			fmt.Fprintf(p.w, "%s\n", b)
+		}
+		return
+	}
+	fmt.Fprintln(p.w, formatEvent(e))
+}
+
+func short(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// formatEvent renders one line per event: time, kind, run, and the body's
+// essentials. Every value printed was validated as a token or number.
+func formatEvent(e *schema.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %-15s run=%-8s", time.Unix(0, e.TimeNS).Format("15:04:05.000"), e.Kind, short(e.RunID, 8))
+	switch {
+	case e.FileOp != nil:
+		f := e.FileOp
+		fmt.Fprintf(&b, " %-9s %-6s %-17s %-9s result=%d pid=%d comm=%s path=%s", f.Verdict, f.FlagsClass, f.Syscall, f.PathClass, f.Result, f.PID, f.Comm, short(string(f.PathHash), 12))
+	case e.LandlockDenial != nil:
+		l := e.LandlockDenial
+		fmt.Fprintf(&b, " domain=%s blockers=%s class=%s path=%s", l.Domain, strings.Join(l.Blockers, ","), l.PathClass, short(string(l.PathHash), 12))
+	case e.Finding != nil:
+		f := e.Finding
+		fmt.Fprintf(&b, " %s severity=%s reason=%s evidence=%d", f.Type, f.Severity, f.Reason, len(f.EvidenceIDs))
+	case e.Health != nil:
+		h := e.Health
+		fmt.Fprintf(&b, " %s hooks=%d landlock_abi=%d audit=%s drops(bpf=%d queue=%d publish=%d)", h.Component, len(h.Hooks), h.LandlockABI, h.AuditStream, h.DropsBPFReserve, h.DropsQueueFull, h.DropsPublishFail)
+	case e.Launch != nil:
+		l := e.Launch
+		fmt.Fprintf(&b, " %s mode=%s abi=%d degraded=%v exit=%d", l.Phase, l.Mode, l.LandlockABI, l.Degraded, l.ExitStatus)
+	case e.Decision != nil:
+		d := e.Decision
+		fmt.Fprintf(&b, " %s %s tool=%s class=%s error=%s", d.Decision, d.Method, d.Tool, d.ActionClass, d.ErrorCode)
+	}
+	return b.String()
 }

@@ -184,4 +184,3 @@ func request(typ uint16, body []byte) ([]byte, error) {
 	}
 	return nil, fmt.Errorf("audit request %d: no answer", typ)
 }
-

@@ -1,0 +1,246 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/daemon/audit"
+	"github.com/mcpwarden/mcpwarden/daemon/classify"
+	"github.com/mcpwarden/mcpwarden/daemon/kevent"
+	"github.com/mcpwarden/mcpwarden/daemon/runs"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// pendingDenial is a Landlock access record whose domain record has not
+// arrived yet (the kernel logs the access before the domain).
+type pendingDenial struct {
+	rec   audit.LandlockAccess
+	since time.Time
+}
+
+// maxPending bounds the denials waiting for their domain record.
+const maxPending = 4096
+
+// processor owns the batch and the pending denials; only the process
+// goroutine touches it.
+type processor struct {
+	d       *Daemon
+	batch   []schema.Event
+	pending map[string][]pendingDenial
+	npend   int
+	last    schema.Health
+}
+
+// process turns kernel records and Landlock records into events and sends
+// them to the sink in batches, until ctx ends; then it flushes what it has.
+func (d *Daemon) process(ctx context.Context) {
+	p := &processor{d: d, pending: map[string][]pendingDenial{}}
+	flush := time.NewTicker(d.cfg.FlushInterval)
+	defer flush.Stop()
+	second := time.NewTicker(time.Second)
+	defer second.Stop()
+	healthEvery := time.NewTicker(d.cfg.HealthInterval)
+	defer healthEvery.Stop()
+
+	p.emitHealth(time.Now()) // the start-up health event
+	for {
+		select {
+		case <-ctx.Done():
+			p.drain()
+			p.expirePending(time.Now().Add(time.Hour))
+			p.emitHealth(time.Now())
+			p.flush(context.WithoutCancel(ctx))
+			return
+		case r := <-d.records:
+			p.record(&r)
+		case rec := <-d.ll:
+			p.landlock(rec, time.Now())
+		case <-flush.C:
+			p.flush(ctx)
+		case now := <-second.C:
+			p.expirePending(now)
+			for _, slot := range d.table.Expired(now.Add(-d.cfg.RunGrace)) {
+				d.table.Remove(slot)
+			}
+			if h := d.health(); h.DropsBPFReserve != p.last.DropsBPFReserve ||
+				h.DropsQueueFull != p.last.DropsQueueFull || h.DropsPublishFail != p.last.DropsPublishFail {
+				p.emitHealth(now)
+			}
+		case now := <-healthEvery.C:
+			p.emitHealth(now)
+		}
+		if len(p.batch) >= d.cfg.BatchSize {
+			p.flush(ctx)
+		}
+	}
+}
+
+// drain takes what is already queued at shutdown.
+func (p *processor) drain() {
+	for {
+		select {
+		case r := <-p.d.records:
+			p.record(&r)
+		case rec := <-p.d.ll:
+			p.landlock(rec, time.Now())
+		default:
+			return
+		}
+	}
+}
+
+func (p *processor) flush(ctx context.Context) {
+	if len(p.batch) == 0 {
+		return
+	}
+	if err := p.d.cfg.Sink.Publish(ctx, p.batch); err != nil {
+		p.d.publishFail.Add(uint64(len(p.batch)))
+		p.d.log.Error("event sink refused a batch; events lost", "events", len(p.batch), "err", err)
+	} else {
+		p.d.published.Add(uint64(len(p.batch)))
+	}
+	p.batch = p.batch[:0:0]
+}
+
+func (p *processor) emitHealth(now time.Time) {
+	h := p.d.health()
+	p.last = h
+	e := p.d.cfg.Origin.NewEvent(schema.KindHealth, "", "", "", now)
+	e.Health = &h
+	p.batch = append(p.batch, e)
+}
+
+func (p *processor) event(run *runs.Run, kind schema.Kind, t time.Time) schema.Event {
+	if run == nil {
+		return p.d.cfg.Origin.NewEvent(kind, "", "", "", t)
+	}
+	return p.d.cfg.Origin.NewEvent(kind, run.ID, run.ScopeID, run.ScopeHash, t)
+}
+
+// record handles one kernel record.
+func (p *processor) record(r *kevent.Record) {
+	run := p.d.table.BySlot(r.Slot)
+	if run == nil {
+		return // the run was forgotten long ago; its slot is never reused
+	}
+	t := time.Unix(0, int64(r.KtimeNS)+p.d.monoOffset)
+	switch r.Op {
+	case kevent.OpFork:
+		p.d.table.Forked(r.Slot, uint32(r.Ret))
+		return
+	case kevent.OpExit:
+		if p.d.table.Exited(r.Slot, time.Now()) {
+			p.d.log.Info("run ended", "run_id", run.ID, "slot", run.Slot)
+		}
+		return
+	case kevent.OpExec:
+		return
+	case kevent.OpIOUringSetup:
+		// io_uring's operations bypass the syscall probes: the setup
+		// itself is an observation gap, high when it succeeded.
+		sev, reason := schema.SeverityMedium, "io_uring_setup_refused"
+		if r.Ret >= 0 {
+			sev, reason = schema.SeverityHigh, "io_uring_setup"
+		}
+		e := p.event(run, schema.KindFinding, t)
+		e.Finding = &schema.Finding{Type: schema.FindingObservationGap, Severity: sev, Reason: reason, EvidenceIDs: []string{}}
+		p.batch = append(p.batch, e)
+		return
+	}
+	p.fileOp(run, r, t, r.Path1, r.Path1OK, classify.Access(r.Access1()))
+	if r.Path2 != "" || (r.Op == kevent.OpRename || r.Op == kevent.OpRenameat || r.Op == kevent.OpRenameat2 || r.Op == kevent.OpLink || r.Op == kevent.OpLinkat) {
+		p.fileOp(run, r, t, r.Path2, r.Path2OK, classify.Access(r.Access2()))
+	}
+}
+
+func (p *processor) fileOp(run *runs.Run, r *kevent.Record, t time.Time, path string, known bool, access classify.Access) {
+	class, verdict := run.Policy.Classify(path, known, access, r.Ret)
+	result := 0
+	if r.Ret < 0 {
+		result = int(r.Ret)
+	}
+	var h schema.PathHash
+	if path != "" {
+		h = p.d.cfg.Hasher.Hash(path)
+	}
+	e := p.event(run, schema.KindFileOp, t)
+	e.FileOp = &schema.FileOp{
+		Syscall:    r.Op.String(),
+		FlagsClass: string(access),
+		Result:     result,
+		PathHash:   h,
+		PathClass:  class,
+		Verdict:    string(verdict),
+		PID:        int(r.TGID),
+		Comm:       schema.SanitizeComm(r.Comm),
+	}
+	p.batch = append(p.batch, e)
+}
+
+// landlock handles one Landlock audit record.
+func (p *processor) landlock(rec any, now time.Time) {
+	switch v := rec.(type) {
+	case audit.LandlockDomain:
+		if v.Status != "allocated" {
+			return
+		}
+		run := p.d.table.BindDomain(v.Domain, uint32(v.PID))
+		waiting := p.pending[v.Domain]
+		delete(p.pending, v.Domain)
+		p.npend -= len(waiting)
+		if run == nil {
+			return // a Landlock domain of some other program on this host
+		}
+		for _, w := range waiting {
+			p.denial(run, w.rec)
+		}
+	case audit.LandlockAccess:
+		if run := p.d.table.ByDomain(v.Domain); run != nil {
+			p.denial(run, v)
+			return
+		}
+		if p.npend >= maxPending {
+			p.d.auditDrops.Add(1)
+			return
+		}
+		p.pending[v.Domain] = append(p.pending[v.Domain], pendingDenial{rec: v, since: now})
+		p.npend++
+	}
+}
+
+// expirePending sends, without a run, denials whose domain record never
+// came (their domain was created before the daemon started).
+func (p *processor) expirePending(now time.Time) {
+	for dom, list := range p.pending {
+		if len(list) > 0 && now.Sub(list[0].since) < p.d.cfg.DomainWait {
+			continue
+		}
+		for _, w := range list {
+			p.denial(nil, w.rec)
+		}
+		delete(p.pending, dom)
+		p.npend -= len(list)
+	}
+}
+
+func (p *processor) denial(run *runs.Run, a audit.LandlockAccess) {
+	t := time.UnixMilli(a.TimeMS)
+	e := p.event(run, schema.KindLandlockDenial, t)
+	ld := &schema.LandlockDenial{Domain: a.Domain, PID: a.PID, Comm: schema.SanitizeComm(a.Comm)}
+	for _, b := range a.Blockers {
+		if schema.IsToken(b) {
+			ld.Blockers = append(ld.Blockers, b)
+		}
+	}
+	if ld.Blockers == nil {
+		ld.Blockers = []string{}
+	}
+	if a.Path != "" {
+		ld.PathHash = p.d.cfg.Hasher.Hash(a.Path)
+		if run != nil {
+			ld.PathClass, _ = run.Policy.Classify(a.Path, true, classify.Read, -13)
+		}
+	}
+	p.batch = append(p.batch, e)
+	p.batch[len(p.batch)-1].LandlockDenial = ld
+}
