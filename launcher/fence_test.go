@@ -1,0 +1,408 @@
+package launcher_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	// The in-process launcher tests re-execute this test binary as the helper.
+	if sandbox.IsHelper() {
+		os.Exit(sandbox.Main())
+	}
+	os.Exit(m.Run())
+}
+
+// workspace is a base with a scope dir, a sibling outside the scope, escape
+// symlinks, and a secret outside the base.
+type workspace struct {
+	base, allowed, sibling, outside, secret, deep1, deep10 string
+}
+
+func newWorkspace(t *testing.T) workspace {
+	t.Helper()
+	root := t.TempDir()
+	w := workspace{
+		base:    filepath.Join(root, "base"),
+		outside: filepath.Join(root, "outside"),
+	}
+	w.allowed = filepath.Join(w.base, "allowed")
+	w.sibling = filepath.Join(w.base, "sibling")
+	w.secret = filepath.Join(w.outside, "secret.txt")
+	deep := w.allowed
+	for i := 1; i <= 10; i++ {
+		deep = filepath.Join(deep, fmt.Sprintf("d%d", i))
+	}
+	for _, d := range []string{w.allowed, w.sibling, w.outside, deep} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.deep1 = filepath.Join(w.allowed, "a.txt")
+	w.deep10 = filepath.Join(deep, "deep.txt")
+	files := map[string]string{
+		w.deep1:                               "inside",
+		w.deep10:                              "deep inside",
+		filepath.Join(w.sibling, "s.txt"):     "sibling secret",
+		w.secret:                              "outside secret",
+		filepath.Join(w.outside, "tool.sh"):   "#!/bin/sh\necho ran\n",
+		filepath.Join(w.allowed, "run-me.sh"): "#!/bin/sh\necho ran\n",
+	}
+	for p, c := range files {
+		if err := os.WriteFile(p, []byte(c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustSymlink(t, w.secret, filepath.Join(w.allowed, "link-out.txt"))
+	mustSymlink(t, w.outside, filepath.Join(w.allowed, "dir-out"))
+	mustSymlink(t, w.sibling, filepath.Join(w.allowed, "dir-sibling"))
+	return w
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type fenceCase struct {
+	name   string
+	req    map[string]any
+	wantOK bool
+	errno  []string // acceptable errnos when denied
+	data   string   // expected data when allowed
+}
+
+func runCases(t *testing.T, s *fencetest.Session, cases []fenceCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := s.Do(c.req)
+			if c.wantOK {
+				if !r.OK {
+					t.Fatalf("%v: want allowed, got %s %s", c.req, r.Errno, r.Error)
+				}
+				if c.data != "" && r.Data != c.data {
+					t.Fatalf("%v: data %q, want %q", c.req, r.Data, c.data)
+				}
+				return
+			}
+			if r.OK {
+				t.Fatalf("%v: ESCAPE — the fence allowed it (data %q)", c.req, r.Data)
+			}
+			if r.Data != "" && strings.Contains(r.Data, "secret") {
+				t.Fatalf("%v: denied but leaked data %q", c.req, r.Data)
+			}
+			for _, e := range c.errno {
+				if r.Errno == e {
+					return
+				}
+			}
+			t.Fatalf("%v: denied with %q (%s), want one of %v", c.req, r.Errno, r.Error, c.errno)
+		})
+	}
+}
+
+var denied = []string{"EACCES", "EPERM"}
+
+// TestFenceReadScope proves that the kernel alone stops a naive server with a
+// read scope: it checks no paths itself.
+func TestFenceReadScope(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+
+	// A TCP listener, an abstract and a pathname unix listener outside the run.
+	tcp, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	go acceptAll(tcp)
+	abstractName := fmt.Sprintf("@mcpwarden-test-%d", os.Getpid())
+	abs, err := net.Listen("unix", abstractName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer abs.Close()
+	go acceptAll(abs)
+	sockPath := filepath.Join(w.outside, "srv.sock")
+	us, err := net.Listen("unix", sockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer us.Close()
+	go acceptAll(us)
+
+	// An inherited descriptor to a secret, without close-on-exec.
+	fd, err := syscall.Open(w.secret, syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inherited := os.NewFile(uintptr(fd), "secret")
+	defer inherited.Close()
+
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraFiles: []*os.File{inherited}})
+	pids := strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)
+	if len(pids) != 2 {
+		t.Fatalf("pid: %v (stderr %s)", pids, s.Stderr())
+	}
+	launcherPID := s.Cmd.Process.Pid
+	outsideRel := strings.Repeat("../", strings.Count(w.allowed, "/")) + strings.TrimPrefix(w.secret, "/")
+
+	cases := []fenceCase{
+		{name: "read inside", req: map[string]any{"op": "read", "path": w.deep1}, wantOK: true, data: "inside"},
+		{name: "read 10 levels deep", req: map[string]any{"op": "read", "path": w.deep10}, wantOK: true, data: "deep inside"},
+		{name: "list inside", req: map[string]any{"op": "readdir", "path": w.allowed}, wantOK: true},
+		{name: "read absolute outside", req: map[string]any{"op": "read", "path": w.secret}, errno: denied},
+		{name: "read dotdot outside", req: map[string]any{"op": "read", "path": w.allowed + "/" + outsideRel}, errno: denied},
+		{name: "read dotdot sibling", req: map[string]any{"op": "read", "path": w.allowed + "/../sibling/s.txt"}, errno: denied},
+		{name: "read sibling", req: map[string]any{"op": "read", "path": filepath.Join(w.sibling, "s.txt")}, errno: denied},
+		{name: "list sibling", req: map[string]any{"op": "readdir", "path": w.sibling}, errno: denied},
+		{name: "list base", req: map[string]any{"op": "readdir", "path": w.base}, errno: denied},
+		{name: "read symlinked file out", req: map[string]any{"op": "read", "path": filepath.Join(w.allowed, "link-out.txt")}, errno: denied},
+		{name: "read through symlinked dir out", req: map[string]any{"op": "read", "path": filepath.Join(w.allowed, "dir-out", "secret.txt")}, errno: denied},
+		{name: "read through symlinked sibling dir", req: map[string]any{"op": "read", "path": filepath.Join(w.allowed, "dir-sibling", "s.txt")}, errno: denied},
+		{name: "read proc self root", req: map[string]any{"op": "read", "path": "/proc/self/root" + w.secret}, errno: denied},
+		{name: "read proc self cwd sibling", req: map[string]any{"op": "read", "path": "/proc/self/cwd/sibling/s.txt"}, errno: denied},
+		{name: "read proc launcher root", req: map[string]any{"op": "read", "path": fmt.Sprintf("/proc/%d/root%s", launcherPID, w.secret)}, errno: denied},
+		{name: "read proc launcher fd", req: map[string]any{"op": "read", "path": fmt.Sprintf("/proc/%d/fd/3", launcherPID)}, errno: denied},
+		{name: "read proc self fd of inherited", req: map[string]any{"op": "read", "path": "/proc/self/fd/3"}, errno: []string{"ENOENT", "EACCES"}},
+		{name: "read etc shadow", req: map[string]any{"op": "read", "path": "/etc/shadow"}, errno: denied},
+		{name: "read etc passwd", req: map[string]any{"op": "read", "path": "/etc/passwd"}, errno: denied},
+		{name: "list etc", req: map[string]any{"op": "readdir", "path": "/etc"}, errno: denied},
+		{name: "list root", req: map[string]any{"op": "readdir", "path": "/"}, errno: denied},
+		{name: "write new file in read scope", req: map[string]any{"op": "write", "path": filepath.Join(w.allowed, "new.txt"), "data": "x"}, errno: denied},
+		{name: "overwrite file in read scope", req: map[string]any{"op": "write", "path": w.deep1, "data": "x"}, errno: denied},
+		{name: "append in read scope", req: map[string]any{"op": "append", "path": w.deep1, "data": "x"}, errno: denied},
+		{name: "truncate in read scope", req: map[string]any{"op": "truncate", "path": w.deep1}, errno: denied},
+		{name: "mkdir in read scope", req: map[string]any{"op": "mkdir", "path": filepath.Join(w.allowed, "newdir")}, errno: denied},
+		{name: "remove in read scope", req: map[string]any{"op": "remove", "path": w.deep1}, errno: denied},
+		{name: "rename in read scope", req: map[string]any{"op": "rename", "path": w.deep1, "to": filepath.Join(w.allowed, "b.txt")}, errno: denied},
+		{name: "symlink in read scope", req: map[string]any{"op": "symlink", "path": filepath.Join(w.allowed, "l"), "to": "/etc/shadow"}, errno: denied},
+		{name: "write outside", req: map[string]any{"op": "write", "path": filepath.Join(w.outside, "x"), "data": "x"}, errno: denied},
+		{name: "chmod outside", req: map[string]any{"op": "chmod", "path": w.secret}, errno: denied},
+		{name: "exec shell", req: map[string]any{"op": "exec", "path": "/bin/sh", "args": []string{"-c", "cat " + w.secret}}, errno: denied},
+		{name: "exec coreutils", req: map[string]any{"op": "exec", "path": "/usr/bin/id"}, errno: denied},
+		{name: "exec script outside", req: map[string]any{"op": "exec", "path": filepath.Join(w.outside, "tool.sh")}, errno: denied},
+		{name: "exec script in scope", req: map[string]any{"op": "exec", "path": filepath.Join(w.allowed, "run-me.sh")}, errno: denied},
+		{name: "exec the ELF loader", req: map[string]any{"op": "exec", "path": "/lib64/ld-linux-x86-64.so.2", "args": []string{"/bin/cat", w.secret}}, errno: append([]string{""}, denied...)},
+		{name: "tcp connect loopback", req: map[string]any{"op": "connect", "addr": tcp.Addr().String()}, errno: denied},
+		{name: "mptcp connect loopback", req: map[string]any{"op": "connect_mptcp", "addr": tcp.Addr().String()}, errno: denied},
+		{name: "sctp connect loopback", req: map[string]any{"op": "connect_sctp", "addr": tcp.Addr().String()}, errno: denied},
+		{name: "tcp bind", req: map[string]any{"op": "bind", "addr": "127.0.0.1:0"}, errno: denied},
+		{name: "udp send", req: map[string]any{"op": "udp", "addr": "127.0.0.1:9"}, errno: denied},
+		{name: "abstract unix socket outside", req: map[string]any{"op": "unix", "path": abstractName}, errno: denied},
+		{name: "pathname unix socket outside", req: map[string]any{"op": "unix", "path": sockPath}, errno: denied},
+		{name: "signal the launcher", req: map[string]any{"op": "kill", "pid": launcherPID, "sig": int(syscall.SIGTERM)}, errno: denied},
+		{name: "signal the test", req: map[string]any{"op": "kill", "pid": os.Getpid(), "sig": int(syscall.SIGTERM)}, errno: denied},
+		{name: "signal init", req: map[string]any{"op": "kill", "pid": 1, "sig": 0}, errno: denied},
+		{name: "inherited fd 3", req: map[string]any{"op": "readfd", "fd": 3}, errno: []string{"EBADF"}},
+		{name: "io_uring", req: map[string]any{"op": "io_uring"}, errno: []string{"EPERM"}},
+		{name: "private tmpdir is writable", req: map[string]any{"op": "write", "path": "$TMPDIR/probe", "data": "x"}, wantOK: true},
+	}
+	// $TMPDIR is the server's own; ask it.
+	env := s.Do(map[string]any{"op": "env"}).Data
+	tmpdir := ""
+	for _, kv := range strings.Split(env, "\n") {
+		if v, ok := strings.CutPrefix(kv, "TMPDIR="); ok {
+			tmpdir = v
+		}
+	}
+	if tmpdir == "" {
+		t.Fatalf("server has no TMPDIR: %q", env)
+	}
+	for i := range cases {
+		if p, ok := cases[i].req["path"].(string); ok {
+			cases[i].req["path"] = strings.Replace(p, "$TMPDIR", tmpdir, 1)
+		}
+	}
+	runCases(t, s, cases)
+
+	assertNoSecretFD(t, s)
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit code %d, want 0 (stderr %s)", code, s.Stderr())
+	}
+	if _, err := os.Stat(tmpdir); !os.IsNotExist(err) {
+		t.Errorf("private TMPDIR %s still exists after the run: %v", tmpdir, err)
+	}
+	if b, _ := os.ReadFile(w.deep1); string(b) != "inside" {
+		t.Errorf("file in read scope changed: %q", b)
+	}
+}
+
+// TestFenceWriteScope: a write scope may create, change, rename and remove
+// inside, but still nothing outside, and still no exec of what it wrote.
+func TestFenceWriteScope(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	newFile := filepath.Join(w.allowed, "new.sh")
+	cases := []fenceCase{
+		{name: "create", req: map[string]any{"op": "write", "path": newFile, "data": "#!/bin/sh\necho pwned\n"}, wantOK: true},
+		{name: "overwrite", req: map[string]any{"op": "write", "path": w.deep1, "data": "changed"}, wantOK: true},
+		{name: "mkdir", req: map[string]any{"op": "mkdir", "path": filepath.Join(w.allowed, "nd")}, wantOK: true},
+		{name: "rename across dirs inside", req: map[string]any{"op": "rename", "path": w.deep10, "to": filepath.Join(w.allowed, "nd", "moved.txt")}, wantOK: true},
+		{name: "exec what it wrote", req: map[string]any{"op": "exec", "path": newFile}, errno: denied},
+		{name: "write sibling", req: map[string]any{"op": "write", "path": filepath.Join(w.sibling, "x"), "data": "x"}, errno: denied},
+		{name: "overwrite outside through symlink", req: map[string]any{"op": "write", "path": filepath.Join(w.allowed, "link-out.txt"), "data": "x"}, errno: denied},
+		{name: "rename out of scope", req: map[string]any{"op": "rename", "path": w.deep1, "to": filepath.Join(w.sibling, "stolen.txt")}, errno: append([]string{"EXDEV"}, denied...)},
+		{name: "hard link outside file in", req: map[string]any{"op": "link", "path": w.secret, "to": filepath.Join(w.allowed, "hl.txt")}, errno: append([]string{"EXDEV"}, denied...)},
+		{name: "remove base sibling", req: map[string]any{"op": "remove", "path": filepath.Join(w.sibling, "s.txt")}, errno: denied},
+		{name: "chmod inside (path)", req: map[string]any{"op": "chmod", "path": newFile}, errno: denied},
+	}
+	runCases(t, s, cases)
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit code %d (stderr %s)", code, s.Stderr())
+	}
+	if b, _ := os.ReadFile(w.secret); string(b) != "outside secret" {
+		t.Errorf("outside file changed: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(w.sibling, "s.txt")); err != nil {
+		t.Errorf("sibling file gone: %v", err)
+	}
+}
+
+// TestFenceNetworkGrant: a granted port connects, others do not.
+func TestFenceNetworkGrant(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	granted, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer granted.Close()
+	go acceptAll(granted)
+	other, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	go acceptAll(other)
+	port := granted.Addr().(*net.TCPAddr).Port
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "network": map[string]any{"connect_tcp": []int{port}}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	runCases(t, s, []fenceCase{
+		{name: "granted port", req: map[string]any{"op": "connect", "addr": granted.Addr().String()}, wantOK: true},
+		{name: "other port", req: map[string]any{"op": "connect", "addr": other.Addr().String()}, errno: denied},
+		{name: "bind not granted", req: map[string]any{"op": "bind", "addr": "127.0.0.1:0"}, errno: denied},
+		{name: "mptcp to granted port still refused", req: map[string]any{"op": "connect_mptcp", "addr": granted.Addr().String()}, errno: denied},
+	})
+}
+
+// TestFenceAllowIOUring: allow_io_uring lifts only the io_uring block.
+func TestFenceAllowIOUring(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "allow_io_uring": true})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	r := s.Do(map[string]any{"op": "io_uring"})
+	if !r.OK && r.Errno == "EPERM" {
+		t.Fatalf("io_uring still blocked with allow_io_uring: %s", r.Error)
+	}
+	runCases(t, s, []fenceCase{{name: "still fenced", req: map[string]any{"op": "read", "path": w.secret}, errno: denied}})
+}
+
+// TestAuditModeRunsUnfenced: --mode audit runs without the fence and marks
+// every record.
+func TestAuditModeRunsUnfenced(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	inherited, err := os.Open(w.secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inherited.Close()
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: log, ExtraArgs: []string{"--mode", "audit"}, ExtraFiles: []*os.File{inherited}})
+	if r := s.Do(map[string]any{"op": "read", "path": w.secret}); !r.OK {
+		t.Fatalf("audit mode should not fence: %s", r.Error)
+	}
+	assertNoSecretFD(t, s)
+	s.Close()
+	if !strings.Contains(s.Stderr(), "WITHOUT the fence") {
+		t.Errorf("audit mode not announced on stderr: %s", s.Stderr())
+	}
+	for _, ev := range readRecords(t, log) {
+		if ev.Launch == nil || ev.Launch.Mode != "audit" {
+			t.Errorf("record not marked audit: %+v", ev)
+		}
+	}
+}
+
+// assertNoSecretFD reads every descriptor the server has open above stdio
+// and fails if one yields the secret the test passed down.
+func assertNoSecretFD(t *testing.T, s *fencetest.Session) {
+	t.Helper()
+	for fd := 3; fd < 64; fd++ {
+		if r := s.Do(map[string]any{"op": "readfd", "fd": fd}); r.OK && strings.Contains(r.Data, "secret") {
+			t.Fatalf("server reads the secret through inherited fd %d", fd)
+		}
+	}
+}
+
+func acceptAll(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+type record struct {
+	RunID     string `json:"run_id"`
+	ScopeID   string `json:"scope_id"`
+	ScopeHash string `json:"scope_hash"`
+	Kind      string `json:"kind"`
+	Launch    *struct {
+		Phase       string `json:"phase"`
+		Mode        string `json:"mode"`
+		LandlockABI int    `json:"landlock_abi"`
+		Degraded    bool   `json:"degraded"`
+		ServerExe   string `json:"server_exe"`
+		ExitStatus  int    `json:"exit_status"`
+		ExitReason  string `json:"exit_reason"`
+		DurationMS  int64  `json:"duration_ms"`
+	} `json:"launch"`
+	raw string
+}
+
+func readRecords(t *testing.T, path string) []record {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("bad audit line %q: %v", sc.Text(), err)
+		}
+		r.raw = sc.Text()
+		out = append(out, r)
+	}
+	return out
+}

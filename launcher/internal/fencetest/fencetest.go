@@ -1,0 +1,275 @@
+// Package fencetest builds the binaries the launcher's integration tests and
+// benchmarks run (mcpwarden itself and the naive test server) and drives a
+// naive server through `mcpwarden run`.
+package fencetest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+	bins      Binaries
+)
+
+// Binaries are the built programs.
+type Binaries struct {
+	Mcpwarden string
+	Naive     string
+}
+
+// RepoRoot is the module root (found from this file).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// Build builds mcpwarden (or uses $MCPWARDEN_BIN) and the naive server once
+// per test binary.
+func Build(tb testing.TB) Binaries {
+	tb.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "mcpwarden-fencetest-")
+		if buildErr != nil {
+			return
+		}
+		root := RepoRoot()
+		bins.Mcpwarden = os.Getenv("MCPWARDEN_BIN")
+		if bins.Mcpwarden == "" {
+			bins.Mcpwarden = filepath.Join(buildDir, "mcpwarden")
+			if buildErr = goBuild(root, bins.Mcpwarden, "./cmd/mcpwarden", ""); buildErr != nil {
+				return
+			}
+		}
+		bins.Naive = filepath.Join(buildDir, "naiveserver")
+		buildErr = goBuild(root, bins.Naive, "./internal/naiveserver", "0")
+	})
+	if buildErr != nil {
+		tb.Fatalf("build test binaries: %v", buildErr)
+	}
+	return bins
+}
+
+func goBuild(root, out, pkg, cgo string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = os.Environ()
+	if cgo != "" {
+		cmd.Env = append(cmd.Env, "CGO_ENABLED="+cgo)
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// RequireFence demands a kernel with Landlock ABI 7 (the strict fence) and
+// root, so that what is refused is refused by the fence and not by file
+// permissions.
+func RequireFence(tb testing.TB) {
+	tb.Helper()
+	testenv.RequireRoot(tb)
+	if abi := launcher.KernelABI(); abi < 7 {
+		testenv.Missing(tb, fmt.Sprintf("the kernel's Landlock ABI is %d, the fence needs 7", abi))
+	}
+}
+
+// WriteScope writes a scope JSON file into dir and returns its path.
+func WriteScope(tb testing.TB, dir string, scope map[string]any) string {
+	tb.Helper()
+	full := map[string]any{
+		"scope_id": "test-scope", "resource_refs": []string{}, "access_mode": "read",
+		"tool_allowlist": []string{"read_text_file"}, "approval": "none", "expires_after_minutes": 30,
+	}
+	for k, v := range scope {
+		full[k] = v
+	}
+	b, err := json.Marshal(full)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := filepath.Join(dir, fmt.Sprintf("scope-%d.json", time.Now().UnixNano()))
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// Response is the naive server's answer.
+type Response struct {
+	OK    bool   `json:"ok"`
+	Errno string `json:"errno"`
+	Error string `json:"error"`
+	Data  string `json:"data"`
+}
+
+// Session is a naive server running under `mcpwarden run`.
+type Session struct {
+	tb     testing.TB
+	Cmd    *exec.Cmd
+	in     io.WriteCloser
+	lines  chan string
+	stderr *syncBuffer
+}
+
+// StartOptions configure a session.
+type StartOptions struct {
+	Scope      string
+	Base       string
+	AuditLog   string
+	ExtraArgs  []string // flags before "--"
+	Command    []string // default: the naive server
+	ExtraFiles []*os.File
+	Dir        string
+}
+
+// Start runs the session's server.
+func Start(tb testing.TB, b Binaries, o StartOptions) *Session {
+	tb.Helper()
+	if o.AuditLog == "" {
+		o.AuditLog = filepath.Join(tb.TempDir(), "audit.jsonl")
+	}
+	args := []string{"run", "--scope", o.Scope, "--base", o.Base, "--audit-log", o.AuditLog}
+	args = append(args, o.ExtraArgs...)
+	if o.Command == nil {
+		o.Command = []string{b.Naive}
+	}
+	args = append(append(args, "--"), o.Command...)
+	cmd := exec.Command(b.Mcpwarden, args...)
+	cmd.Dir = o.Dir
+	if cmd.Dir == "" {
+		cmd.Dir = o.Base
+	}
+	cmd.ExtraFiles = o.ExtraFiles
+	s := &Session{tb: tb, Cmd: cmd, lines: make(chan string, 16), stderr: &syncBuffer{}}
+	cmd.Stderr = s.stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.in = in
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+		close(s.lines)
+	}()
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// Do sends one request and waits for its response.
+func (s *Session) Do(req map[string]any) Response {
+	s.tb.Helper()
+	b, _ := json.Marshal(req)
+	if _, err := s.in.Write(append(b, '\n')); err != nil {
+		s.tb.Fatalf("write request: %v (stderr: %s)", err, s.stderr.String())
+	}
+	line, ok := s.ReadLine(20 * time.Second)
+	if !ok {
+		s.tb.Fatalf("no response to %s (stderr: %s)", b, s.stderr.String())
+	}
+	var r Response
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		s.tb.Fatalf("bad response %q: %v", line, err)
+	}
+	return r
+}
+
+// ReadLine waits up to d for the next stdout line.
+func (s *Session) ReadLine(d time.Duration) (string, bool) {
+	select {
+	case l, ok := <-s.lines:
+		return l, ok
+	case <-time.After(d):
+		return "", false
+	}
+}
+
+// Send writes raw bytes to the server's stdin.
+func (s *Session) Send(b []byte) error {
+	_, err := s.in.Write(b)
+	return err
+}
+
+// Stderr is what mcpwarden and the server wrote to stderr so far.
+func (s *Session) Stderr() string { return s.stderr.String() }
+
+// Close ends stdin and waits for mcpwarden; it returns the exit code.
+func (s *Session) Close() int {
+	s.in.Close()
+	done := make(chan struct{})
+	go func() { _ = s.Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = s.Cmd.Process.Kill()
+		<-done
+	}
+	if s.Cmd.ProcessState == nil {
+		return -1
+	}
+	return s.Cmd.ProcessState.ExitCode()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// FilesystemServer is the pinned npm filesystem server's entry point.
+func FilesystemServer(tb testing.TB) string {
+	tb.Helper()
+	p := filepath.Join(RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	testenv.RequireFile(tb, p, "run scripts/test-env.sh install-npm")
+	testenv.RequireCommand(tb, "node")
+	return p
+}
+
+// ContainsAll reports whether s contains every part.
+func ContainsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
