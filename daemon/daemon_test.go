@@ -1,0 +1,373 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	"golang.org/x/sys/unix"
+
+	"github.com/mcpwarden/mcpwarden/daemon/api"
+	"github.com/mcpwarden/mcpwarden/daemon/classify"
+	"github.com/mcpwarden/mcpwarden/daemon/client"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// The test binary doubles as the watched "server": with childMode set it
+// waits for one byte on stdin (sent once the run is registered), does what
+// the mode says, and exits.
+const (
+	childMode = "MCPWARDEN_DAEMON_TEST_MODE"
+	childWS   = "MCPWARDEN_DAEMON_TEST_WS"
+	childOut  = "MCPWARDEN_DAEMON_TEST_OUT"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childMode); mode != "" {
+		os.Exit(child(mode, os.Getenv(childWS), os.Getenv(childOut)))
+	}
+	os.Exit(m.Run())
+}
+
+func child(mode, ws, out string) int {
+	var b [1]byte
+	if _, err := os.Stdin.Read(b[:]); err != nil {
+		return 10
+	}
+	read := func(p string) error {
+		_, err := os.ReadFile(p)
+		return err
+	}
+	switch mode {
+	case "inside":
+		if read(filepath.Join(ws, "inside.txt")) != nil {
+			return 11
+		}
+	case "unwatched":
+		if read(filepath.Join(ws, "unwatched.txt")) != nil {
+			return 11
+		}
+	case "landlock":
+		if err := landlock.V7.RestrictPaths(landlock.RODirs(ws)); err != nil {
+			fmt.Fprintln(os.Stderr, "restrict:", err)
+			return 12
+		}
+		if read(filepath.Join(ws, "inside.txt")) != nil {
+			return 13
+		}
+		if read(out) == nil {
+			return 14 // the fence must hold
+		}
+	case "symlink":
+		if read(filepath.Join(ws, "link")) != nil {
+			return 15
+		}
+	case "outside":
+		if read(out) != nil {
+			return 16
+		}
+	case "fork":
+		if err := exec.Command("/bin/cat", filepath.Join(ws, "child.txt")).Run(); err != nil {
+			return 17
+		}
+	case "iouring":
+		var params [120]byte
+		fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
+		if errno == 0 {
+			unix.Close(int(fd))
+		}
+	default:
+		return 19
+	}
+	return 0
+}
+
+// memSink keeps what the daemon publishes and checks every event against
+// the schema, as the real publisher's consumers do.
+type memSink struct {
+	mu      sync.Mutex
+	events  []schema.Event
+	invalid []error
+}
+
+func (s *memSink) Publish(_ context.Context, events []schema.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range events {
+		if err := events[i].Validate(); err != nil {
+			s.invalid = append(s.invalid, err)
+		}
+	}
+	s.events = append(s.events, events...)
+	return nil
+}
+
+func (s *memSink) snapshot() []schema.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events)
+}
+
+// waitFor polls the sink until match returns true for some event.
+func (s *memSink) waitFor(t *testing.T, what string, match func(*schema.Event) bool) *schema.Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, e := range s.snapshot() {
+			if match(&e) {
+				return &e
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s event within 10 s; got:\n%s", what, dump(s.snapshot()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func dump(events []schema.Event) string {
+	var b strings.Builder
+	for _, e := range events {
+		switch {
+		case e.FileOp != nil:
+			fmt.Fprintf(&b, "  %s run=%s %+v\n", e.Kind, short(e.RunID), *e.FileOp)
+		case e.LandlockDenial != nil:
+			fmt.Fprintf(&b, "  %s run=%s %+v\n", e.Kind, short(e.RunID), *e.LandlockDenial)
+		case e.Finding != nil:
+			fmt.Fprintf(&b, "  %s run=%s %+v\n", e.Kind, short(e.RunID), *e.Finding)
+		default:
+			fmt.Fprintf(&b, "  %s\n", e.Kind)
+		}
+	}
+	return b.String()
+}
+
+func short(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return s
+}
+
+type harness struct {
+	t      *testing.T
+	sink   *memSink
+	hasher *schema.PathHasher
+	socket string
+	ws     string // workspace (the scope's allowed dir)
+	out    string // a file outside the scope
+	base   string
+}
+
+func startDaemon(t *testing.T) *harness {
+	t.Helper()
+	testenv.RequireRoot(t)
+	key := make([]byte, schema.PathKeySize)
+	_, _ = rand.Read(key)
+	hasher, _ := schema.NewPathHasher(key)
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, sink: &memSink{}, hasher: hasher, socket: filepath.Join(root, "sock", "daemon.sock"),
+		base: filepath.Join(root, "base"), out: filepath.Join(root, "outside", "secret-notes.txt")}
+	h.ws = filepath.Join(h.base, "ws")
+	for _, d := range []string{h.ws, filepath.Dir(h.out)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"inside.txt", "child.txt", "unwatched.txt"} {
+		if err := os.WriteFile(filepath.Join(h.ws, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(h.out, []byte("outside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(h.out, filepath.Join(h.ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{Socket: h.socket, Sink: h.sink, Hasher: hasher, Origin: schema.LocalOrigin(), EnableAudit: true, FlushInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon Run: %v", err)
+		}
+		h.sink.mu.Lock()
+		defer h.sink.mu.Unlock()
+		for _, err := range h.sink.invalid {
+			t.Errorf("daemon published an invalid event: %v", err)
+		}
+	})
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		if testenv.InCI() {
+			t.Fatalf("daemon did not start: %v", err)
+		}
+		t.Skipf("skipping: daemon did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon not ready within 30 s")
+	}
+	return h
+}
+
+func (h *harness) scope() (*schema.CanonicalScope, string) {
+	h.t.Helper()
+	s := &schema.Scope{ScopeID: "daemon-test", AllowedPaths: []string{"ws"}, AccessMode: schema.AccessRead,
+		ToolAllowlist: []string{"read_file"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 10}
+	cs, err := schema.Canonicalize(s, h.base, time.Now())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return cs, cs.Hash
+}
+
+// run starts the test binary in mode, registers it (unless register is
+// false), lets it go and waits for it. It returns the child's pid and run id.
+func (h *harness) run(mode string, runMode schema.RunMode, register bool) (int, string) {
+	h.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childMode+"="+mode, childWS+"="+h.ws, childOut+"="+h.out)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	runID := schema.NewID()
+	if register {
+		cs, hash := h.scope()
+		_, err := client.New(h.socket).Register(context.Background(), api.Registration{
+			RunID: runID, RootPID: cmd.Process.Pid, Mode: runMode, Scope: cs, ScopeHash: hash,
+			Runtime: []classify.RuntimePath{{Path: "/usr/lib"}, {Path: "/lib"}, {Path: "/etc/ld.so.cache"}, {Path: "/bin/cat"}, {Path: "/usr/bin/cat"}},
+		})
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			h.t.Fatalf("register: %v", err)
+		}
+	}
+	if _, err := io.WriteString(stdin, "g"); err != nil {
+		h.t.Fatal(err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		h.t.Fatalf("child %s: %v", mode, err)
+	}
+	return cmd.Process.Pid, runID
+}
+
+func (h *harness) fileOp(runID string, path string, verdict classify.Verdict) func(*schema.Event) bool {
+	hash := h.hasher.Hash(path)
+	return func(e *schema.Event) bool {
+		return e.RunID == runID && e.FileOp != nil && e.FileOp.PathHash == hash && e.FileOp.Verdict == string(verdict)
+	}
+}
+
+func TestDaemonObservesRuns(t *testing.T) {
+	h := startDaemon(t)
+
+	t.Run("health at start", func(t *testing.T) {
+		e := h.sink.waitFor(t, "health", func(e *schema.Event) bool { return e.Health != nil })
+		if !slices.Contains(e.Health.Hooks, "tracepoint/syscalls/openat") || e.Health.AuditStream != "on" || e.Health.LandlockABI < 1 {
+			t.Errorf("health %+v", *e.Health)
+		}
+	})
+
+	t.Run("read inside", func(t *testing.T) {
+		pid, runID := h.run("inside", schema.ModeEnforce, true)
+		e := h.sink.waitFor(t, "inside read", h.fileOp(runID, filepath.Join(h.ws, "inside.txt"), classify.Allowed))
+		if f := e.FileOp; f.PathClass != schema.PathWorkspace || f.PID != pid || f.FlagsClass != "read" || f.Result != 0 || !strings.HasPrefix(f.Syscall, "open") {
+			t.Errorf("file_op %+v (child pid %d)", *f, pid)
+		}
+		if e.ScopeID != "daemon-test" || e.ScopeHash == "" {
+			t.Errorf("envelope scope %q %q", e.ScopeID, e.ScopeHash)
+		}
+	})
+
+	t.Run("read outside denied by Landlock", func(t *testing.T) {
+		_, runID := h.run("landlock", schema.ModeEnforce, true)
+		e := h.sink.waitFor(t, "denied read", h.fileOp(runID, h.out, classify.BlockedByKernel))
+		if f := e.FileOp; f.Result != -13 || f.PathClass != schema.PathOutside {
+			t.Errorf("file_op %+v", *f)
+		}
+		hash := h.hasher.Hash(h.out)
+		d := h.sink.waitFor(t, "Landlock denial record", func(e *schema.Event) bool {
+			return e.LandlockDenial != nil && e.LandlockDenial.PathHash == hash
+		})
+		if d.RunID != runID || !slices.Contains(d.LandlockDenial.Blockers, "fs.read_file") || d.LandlockDenial.PathClass != schema.PathOutside {
+			t.Errorf("landlock_denial run=%s (want %s) %+v", d.RunID, runID, *d.LandlockDenial)
+		}
+	})
+
+	t.Run("symlink out reports the target", func(t *testing.T) {
+		_, runID := h.run("symlink", schema.ModeAudit, true)
+		e := h.sink.waitFor(t, "symlink escape", h.fileOp(runID, h.out, classify.Escape))
+		if e.FileOp.PathClass != schema.PathOutside {
+			t.Errorf("file_op %+v", *e.FileOp)
+		}
+		linkHash := h.hasher.Hash(filepath.Join(h.ws, "link"))
+		for _, e := range h.sink.snapshot() {
+			if e.FileOp != nil && e.FileOp.PathHash == linkHash && e.FileOp.Result == 0 {
+				t.Errorf("successful open reported under the link's name, not its target: %+v", *e.FileOp)
+			}
+		}
+	})
+
+	t.Run("audit mode read outside is an escape", func(t *testing.T) {
+		_, runID := h.run("outside", schema.ModeAudit, true)
+		h.sink.waitFor(t, "escape", h.fileOp(runID, h.out, classify.Escape))
+	})
+
+	t.Run("forked child is tracked", func(t *testing.T) {
+		pid, runID := h.run("fork", schema.ModeEnforce, true)
+		e := h.sink.waitFor(t, "child read", h.fileOp(runID, filepath.Join(h.ws, "child.txt"), classify.Allowed))
+		if e.FileOp.PID == pid || e.FileOp.Comm != "cat" {
+			t.Errorf("child's open attributed to pid %d comm %q (root %d)", e.FileOp.PID, e.FileOp.Comm, pid)
+		}
+	})
+
+	t.Run("io_uring_setup is a finding", func(t *testing.T) {
+		_, runID := h.run("iouring", schema.ModeEnforce, true)
+		e := h.sink.waitFor(t, "io_uring finding", func(e *schema.Event) bool { return e.RunID == runID && e.Finding != nil })
+		if e.Finding.Type != schema.FindingObservationGap || !strings.HasPrefix(e.Finding.Reason, "io_uring_setup") {
+			t.Errorf("finding %+v", *e.Finding)
+		}
+	})
+
+	t.Run("unwatched process yields nothing", func(t *testing.T) {
+		h.run("unwatched", schema.ModeEnforce, false)
+		// A watched run afterwards is the barrier: once its event is in,
+		// the unwatched one would have been too.
+		_, runID := h.run("inside", schema.ModeEnforce, true)
+		h.sink.waitFor(t, "barrier", h.fileOp(runID, filepath.Join(h.ws, "inside.txt"), classify.Allowed))
+		hash := h.hasher.Hash(filepath.Join(h.ws, "unwatched.txt"))
+		for _, e := range h.sink.snapshot() {
+			if e.FileOp != nil && e.FileOp.PathHash == hash {
+				t.Fatalf("event for an unwatched process: %+v", *e.FileOp)
+			}
+		}
+	})
+}
