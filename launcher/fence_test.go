@@ -53,8 +53,8 @@ func newWorkspace(t *testing.T) workspace {
 	files := map[string]string{
 		w.deep1:                               "inside",
 		w.deep10:                              "deep inside",
-		filepath.Join(w.sibling, "s.txt"):     "sibling secret",
-		w.secret:                              "outside secret",
+		filepath.Join(w.sibling, "s.txt"):     "SIBLING-SECRET-42",
+		w.secret:                              "OUTSIDE-SECRET-42",
 		filepath.Join(w.outside, "tool.sh"):   "#!/bin/sh\necho ran\n",
 		filepath.Join(w.allowed, "run-me.sh"): "#!/bin/sh\necho ran\n",
 	}
@@ -101,7 +101,7 @@ func runCases(t *testing.T, s *fencetest.Session, cases []fenceCase) {
 			if r.OK {
 				t.Fatalf("%v: ESCAPE — the fence allowed it (data %q)", c.req, r.Data)
 			}
-			if r.Data != "" && strings.Contains(r.Data, "secret") {
+			if r.Data != "" && strings.Contains(r.Data, "SECRET-42") {
 				t.Fatalf("%v: denied but leaked data %q", c.req, r.Data)
 			}
 			for _, e := range c.errno {
@@ -269,7 +269,7 @@ func TestFenceWriteScope(t *testing.T) {
 	if code := s.Close(); code != 0 {
 		t.Errorf("exit code %d (stderr %s)", code, s.Stderr())
 	}
-	if b, _ := os.ReadFile(w.secret); string(b) != "outside secret" {
+	if b, _ := os.ReadFile(w.secret); string(b) != "OUTSIDE-SECRET-42" {
 		t.Errorf("outside file changed: %q", b)
 	}
 	if _, err := os.Stat(filepath.Join(w.sibling, "s.txt")); err != nil {
@@ -353,7 +353,7 @@ func TestAuditModeRunsUnfenced(t *testing.T) {
 func assertNoSecretFD(t *testing.T, s *fencetest.Session) {
 	t.Helper()
 	for fd := 3; fd < 64; fd++ {
-		if r := s.Do(map[string]any{"op": "readfd", "fd": fd}); r.OK && strings.Contains(r.Data, "secret") {
+		if r := s.Do(map[string]any{"op": "readfd", "fd": fd}); r.OK && strings.Contains(r.Data, "SECRET-42") {
 			t.Fatalf("server reads the secret through inherited fd %d", fd)
 		}
 	}

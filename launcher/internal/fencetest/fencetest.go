@@ -127,6 +127,9 @@ type Session struct {
 	in     io.WriteCloser
 	lines  chan string
 	stderr *syncBuffer
+
+	waitOnce sync.Once
+	waitCh   chan struct{}
 }
 
 // StartOptions configure a session.
@@ -224,8 +227,14 @@ func (s *Session) Stderr() string { return s.stderr.String() }
 // Close ends stdin and waits for mcpwarden; it returns the exit code.
 func (s *Session) Close() int {
 	s.in.Close()
-	done := make(chan struct{})
-	go func() { _ = s.Cmd.Wait(); close(done) }()
+	return s.Wait()
+}
+
+// Wait waits (up to 30 s, then kills) for mcpwarden to exit without closing
+// its stdin; it returns the exit code.
+func (s *Session) Wait() int {
+	s.waitOnce.Do(func() { s.waitCh = make(chan struct{}); go func() { _ = s.Cmd.Wait(); close(s.waitCh) }() })
+	done := s.waitCh
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
