@@ -160,6 +160,9 @@ func decodeError(err error) error {
 	if field, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		return scopeErr(strings.Trim(field, `"`), "unknown field; see schema/scope.schema.json for the allowed fields")
 	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return scopeErr("", "invalid JSON: the document ends early (truncated file?)")
+	}
 	var timeErr *time.ParseError
 	if errors.As(err, &timeErr) {
 		return scopeErr("issued_at/expires_at", "not an RFC 3339 time: %v", timeErr)
