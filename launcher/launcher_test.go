@@ -1,0 +1,256 @@
+package launcher_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/launcher"
+	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+func canonicalScope(t *testing.T, base string, fields map[string]any) *schema.CanonicalScope {
+	t.Helper()
+	p := fencetest.WriteScope(t, t.TempDir(), fields)
+	s, err := schema.ReadScopeFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := schema.Canonicalize(s, base, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type memSink struct {
+	mu     sync.Mutex
+	events []schema.Event
+	err    error
+}
+
+func (m *memSink) Publish(_ context.Context, ev []schema.Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return m.err
+	}
+	m.events = append(m.events, ev...)
+	return nil
+}
+
+// scripted is a Mediator that drives the naive server through Upstream,
+// restarting it narrowed half-way.
+type scripted struct {
+	t       *testing.T
+	steps   func(ask func(req map[string]any) fencetest.Response, up launcher.Upstream)
+	stopped chan struct{}
+}
+
+func (m *scripted) Mediate(ctx context.Context, _ io.Reader, _ io.Writer, up launcher.Upstream) error {
+	ask := func(req map[string]any) fencetest.Response {
+		b, _ := json.Marshal(req)
+		if _, err := up.Stdin().Write(append(b, '\n')); err != nil {
+			m.t.Errorf("write: %v", err)
+			return fencetest.Response{}
+		}
+		line, err := bufio.NewReader(up.Stdout()).ReadString('\n')
+		if err != nil {
+			m.t.Errorf("read: %v", err)
+			return fencetest.Response{}
+		}
+		var r fencetest.Response
+		_ = json.Unmarshal([]byte(line), &r)
+		return r
+	}
+	m.steps(ask, up)
+	up.Stdin().(io.Closer).Close()
+	<-up.Done()
+	return nil
+}
+
+func inProcessConfig(t *testing.T, scope *schema.CanonicalScope, command []string) (launcher.Config, *memSink, *auditlog.Log) {
+	t.Helper()
+	alog, err := auditlog.Open(filepath.Join(t.TempDir(), "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alog.Close() })
+	sink := &memSink{}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return launcher.Config{
+		Scope:      scope,
+		Command:    command,
+		AuditLog:   alog,
+		Sink:       sink,
+		HelperPath: self,
+		Stdin:      strings.NewReader(""),
+		Stdout:     io.Discard,
+		Stderr:     io.Discard,
+		StopGrace:  time.Second,
+	}, sink, alog
+}
+
+// TestBeforeExecAndRestart: BeforeExec sees the helper's pid before the
+// fence; Restart narrows the scope of a running server (the contract the
+// protocol proxy builds on).
+func TestBeforeExecAndRestart(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	cfg, sink, _ := inProcessConfig(t, scope, []string{b.Naive})
+	var pids []int
+	cfg.BeforeExec = func(ctx context.Context, pid int) error {
+		pids = append(pids, pid)
+		return nil
+	}
+	deepDir := filepath.Dir(w.deep10)
+	cfg.Mediator = &scripted{t: t, steps: func(ask func(map[string]any) fencetest.Response, up launcher.Upstream) {
+		if r := ask(map[string]any{"op": "read", "path": w.deep1}); !r.OK {
+			t.Errorf("before restart, read inside: %s", r.Error)
+		}
+		if err := up.Restart(context.Background(), []schema.CanonicalPath{{Path: deepDir, Kind: schema.KindDir}}); err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+		if r := ask(map[string]any{"op": "read", "path": w.deep1}); r.OK {
+			t.Errorf("after narrowing, a.txt is still readable")
+		}
+		if r := ask(map[string]any{"op": "read", "path": w.deep10}); !r.OK {
+			t.Errorf("after narrowing, the narrowed dir is not readable: %s", r.Error)
+		}
+		if r := ask(map[string]any{"op": "write", "path": filepath.Join(deepDir, "w.txt"), "data": "x"}); !r.OK {
+			t.Errorf("after narrowing, write mode was lost: %s", r.Error)
+		}
+		if err := up.Restart(context.Background(), nil); err != nil {
+			t.Fatalf("restart to nothing: %v", err)
+		}
+		if r := ask(map[string]any{"op": "read", "path": w.deep10}); r.OK {
+			t.Errorf("after narrowing to nothing, the workspace is readable")
+		}
+		if err := up.Restart(context.Background(), []schema.CanonicalPath{{Path: w.sibling, Kind: schema.KindDir}}); err == nil {
+			t.Errorf("restart widened the scope to a sibling directory")
+		}
+	}}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background()); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(pids) != 3 {
+		t.Errorf("BeforeExec called %d times, want 3 (start and two restarts)", len(pids))
+	}
+	if len(sink.events) != 2 {
+		t.Errorf("sink got %d records, want 2", len(sink.events))
+	}
+}
+
+// TestBeforeExecErrorAborts: an error from BeforeExec means the server never runs.
+func TestBeforeExecErrorAborts(t *testing.T) {
+	fencetest.RequireFence(t)
+	w := newWorkspace(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, sink, _ := inProcessConfig(t, scope, []string{"/bin/sh", "-c", "echo > " + marker})
+	cfg.Mode = schema.ModeAudit
+	boom := errors.New("daemon unreachable")
+	cfg.BeforeExec = func(context.Context, int) error { return boom }
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("run: %v, want the BeforeExec error", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("server ran although BeforeExec failed")
+	}
+	if n := len(sink.events); n != 2 || sink.events[1].Launch.ExitReason != "start_failed" {
+		t.Errorf("records: %+v", sink.events)
+	}
+}
+
+// TestAuditSinkFailureRefusesRun: fail closed when records cannot be kept.
+func TestAuditSinkFailureRefusesRun(t *testing.T) {
+	w := newWorkspace(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, sink, _ := inProcessConfig(t, scope, []string{"/bin/sh", "-c", "echo > " + marker})
+	cfg.Mode = schema.ModeAudit
+	sink.err = errors.New("nats down and spool full")
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background()); !errors.Is(err, launcher.ErrAudit) {
+		t.Fatalf("run: %v, want ErrAudit", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("server ran although its launch record was lost")
+	}
+}
+
+// TestKernelDecisionInNew: strict refuses an old kernel; best-effort runs
+// degraded and says so in its records and on stderr.
+func TestKernelDecisionInNew(t *testing.T) {
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, sink, _ := inProcessConfig(t, scope, []string{"/bin/true"})
+	cfg.KernelABI = func() int { return 3 }
+	_, err := launcher.New(cfg)
+	var ke *ruleset.KernelError
+	if !errors.As(err, &ke) || ke.ABI != 3 || !strings.Contains(err.Error(), "net.tcp") {
+		t.Fatalf("strict on ABI 3: %v", err)
+	}
+	if testing.Short() || launcher.KernelABI() < 3 {
+		return
+	}
+	cfg.BestEffort = true
+	var stderr strings.Builder
+	cfg.Stderr = &syncWriter{w: &stderr}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := l.Decision(); !d.Degraded || d.ABI != 3 {
+		t.Fatalf("decision %+v", d)
+	}
+	if err := l.Run(context.Background()); err != nil {
+		t.Fatalf("degraded run: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "DEGRADED") {
+		t.Errorf("degraded run not announced: %q", stderr.String())
+	}
+	for _, ev := range sink.events {
+		if !ev.Launch.Degraded || !strings.Contains(ev.Launch.DegradedReason, "net.tcp") || ev.Launch.LandlockABI != 3 {
+			t.Errorf("record not marked degraded: %+v", ev.Launch)
+		}
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
