@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// recorder writes decision records off the call path, in batches, so a
+// durable audit log (fsync per batch) does not add its latency to every
+// call. A failed write is sticky: from then on every call is denied and the
+// run stops (fail closed); records already queued are still attempted.
+type recorder struct {
+	s *session
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []schema.Event
+	closing bool
+	done    chan struct{}
+	werr    error
+}
+
+// maxQueued bounds the queue; add blocks beyond it (back-pressure on calls
+// rather than losing records).
+const maxQueued = 4096
+
+func newRecorder(s *session) *recorder {
+	r := &recorder{s: s, done: make(chan struct{})}
+	r.cond = sync.NewCond(&r.mu)
+	return r
+}
+
+func (r *recorder) add(d schema.Decision) {
+	cfg := r.s.cfg
+	ev := cfg.Origin.NewEvent(schema.KindDecision, cfg.RunID, cfg.Scope.ScopeID, cfg.Scope.Hash, time.Unix(0, d.StartNS))
+	ev.Decision = &d
+	select {
+	case <-r.done: // the writer has finished: a straggler is written directly
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.s.cfg.Sink.Publish(ctx, []schema.Event{ev}); err != nil {
+			r.s.log.Error("decision record lost after the run ended", "err", err.Error())
+		}
+		return
+	default:
+	}
+	r.mu.Lock()
+	for len(r.queue) >= maxQueued && !r.closing && r.werr == nil {
+		r.cond.Wait()
+	}
+	r.queue = append(r.queue, ev)
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+func (r *recorder) run() {
+	defer close(r.done)
+	for {
+		r.mu.Lock()
+		for len(r.queue) == 0 && !r.closing {
+			r.cond.Wait()
+		}
+		if len(r.queue) == 0 && r.closing {
+			r.mu.Unlock()
+			return
+		}
+		batch := r.queue
+		r.queue = nil
+		r.cond.Broadcast()
+		r.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := r.s.cfg.Sink.Publish(ctx, batch)
+		cancel()
+		if err != nil {
+			r.mu.Lock()
+			if r.werr == nil {
+				r.werr = fmt.Errorf("%w: %w", ErrAuditSink, err)
+			}
+			r.cond.Broadcast()
+			r.mu.Unlock()
+			r.s.stop(ErrAuditSink)
+		}
+	}
+}
+
+// close flushes what is queued and stops the writer.
+func (r *recorder) close() {
+	r.mu.Lock()
+	r.closing = true
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	<-r.done
+}
+
+func (r *recorder) failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.werr != nil
+}
+
+func (r *recorder) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.werr
+}
+
+// recordProtocolDenial records a request refused before it had a tool: a
+// malformed frame, an unsupported version.
+func (s *session) recordProtocolDenial(method, era, version string, code schema.ErrorCode) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	origin := s.serverName
+	s.mu.Unlock()
+	if origin == "" {
+		origin = s.cfg.ServerOrigin
+	}
+	s.rec.add(schema.Decision{
+		OpID: schema.NewID(), Method: truncate(method, 64), ProtocolEra: era, ProtocolVersion: version,
+		ServerOrigin: origin, ActionClass: "none", Decision: "deny", Approval: approvalNotRequired,
+		ErrorCode: string(code), StartNS: now.UnixNano(), EndNS: now.UnixNano(),
+	})
+}

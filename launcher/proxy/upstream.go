@@ -1,0 +1,454 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
+)
+
+// ensureUpstream probes and initialises the upstream once per session (and
+// the handshake is replayed after each restart). legacyInit is the client's
+// initialize params when a legacy client started the session.
+func (s *session) ensureUpstream(legacyInit map[string]json.RawMessage, modernMeta map[string]json.RawMessage) error {
+	s.mu.Lock()
+	for s.initState == 1 {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-s.done:
+			return errNotReady
+		}
+		s.mu.Lock()
+	}
+	if s.initState == 2 {
+		err := s.initErr
+		s.mu.Unlock()
+		return err
+	}
+	s.initState = 1
+	s.initParams = upstreamInitParams(legacyInit, modernMeta)
+	s.mu.Unlock()
+
+	era, info, err := s.probe()
+	if err == nil {
+		s.mu.Lock()
+		s.upEra = era
+		if era == eraModern {
+			s.upInfo = info
+			s.serverName = serverName(info)
+		}
+		s.mu.Unlock()
+		s.log.Info("upstream era probed", "era", era)
+		err = s.handshake()
+	}
+	s.mu.Lock()
+	s.initState = 2
+	s.initErr = err
+	s.broadcastLocked()
+	s.mu.Unlock()
+	if err != nil {
+		s.stop(errors.Join(ErrUpstream, err))
+	}
+	return err
+}
+
+// probe asks server/discover; a DiscoverResult supporting ModernVersion
+// means modern, a modern error refusing our version means the server cannot
+// be spoken to without mixing eras, anything else (or silence) means legacy.
+func (s *session) probe() (string, map[string]json.RawMessage, error) {
+	s.mu.Lock()
+	caps := s.initParams["capabilities"]
+	info := s.initParams["clientInfo"]
+	s.mu.Unlock()
+	params := map[string]any{"_meta": map[string]any{
+		metaVersion:    ModernVersion,
+		metaClientCaps: withoutRoots(caps),
+		metaClientInfo: info,
+	}}
+	m := s.internalCall("server/discover", params, s.cfg.ProbeTimeout)
+	switch {
+	case m == nil:
+		return eraLegacy, nil, nil
+	case m.Error == nil:
+		var res map[string]json.RawMessage
+		if json.Unmarshal(m.Result, &res) == nil {
+			var versions []string
+			_ = json.Unmarshal(res["supportedVersions"], &versions)
+			if slices.Contains(versions, ModernVersion) {
+				return eraModern, res, nil
+			}
+		}
+		return eraLegacy, nil, nil
+	case m.Error.Code == jsonrpc.CodeUnsupportedVersion:
+		var data struct {
+			Supported []string `json:"supported"`
+		}
+		_ = json.Unmarshal(m.Error.Data, &data)
+		if slices.Contains(data.Supported, ModernVersion) {
+			return eraModern, nil, nil
+		}
+		return "", nil, fmt.Errorf("the server speaks only protocol versions %v; mcpwarden speaks %s and the legacy versions, and never mixes eras on one process", data.Supported, ModernVersion)
+	}
+	return eraLegacy, nil, nil
+}
+
+// handshake initialises a legacy upstream (initialize, initialized) and,
+// for a server that takes its directories from roots, waits until it has
+// applied them. Modern upstreams need no handshake.
+func (s *session) handshake() error {
+	s.mu.Lock()
+	era := s.upEra
+	params := s.initParams
+	asked := s.askedRoots
+	rootsUser := s.rootsUser
+	firstTime := s.upInfo == nil
+	s.mu.Unlock()
+	if era == eraLegacy {
+		m := s.internalCall("initialize", params, initTimeout)
+		if m == nil {
+			return errors.New("the server did not answer initialize")
+		}
+		if m.Error != nil {
+			return fmt.Errorf("the server refused initialize: %d %s", m.Error.Code, m.Error.Message)
+		}
+		var res map[string]json.RawMessage
+		if err := json.Unmarshal(m.Result, &res); err != nil {
+			return errors.New("the server's initialize result is not an object")
+		}
+		s.mu.Lock()
+		if firstTime {
+			s.upInfo = res
+			s.serverName = serverName(res)
+		}
+		w := s.upw
+		s.mu.Unlock()
+		s.toServer(w, jsonrpc.Request(nil, "notifications/initialized", nil))
+		s.warmup(asked, firstTime || rootsUser)
+	}
+	s.mu.Lock()
+	s.upReady = true
+	if roots.Equal(s.effective, s.fence) {
+		s.restarting = false
+	}
+	s.broadcastLocked()
+	s.mu.Unlock()
+	return nil
+}
+
+// warmup waits (bounded) for a roots server to ask roots/list and to apply
+// the answer. The protocol has no acknowledgement for roots (spec issue
+// #1410), so the proxy polls list_allowed_directories where the server has
+// it; a call forwarded earlier would run against the server's old list.
+func (s *session) warmup(asked chan struct{}, wait bool) {
+	if !wait {
+		return
+	}
+	deadline := time.Now().Add(s.cfg.WarmupTimeout)
+	t := time.NewTimer(s.cfg.WarmupTimeout)
+	defer t.Stop()
+	select {
+	case <-asked:
+	case <-t.C:
+		return
+	case <-s.done:
+		return
+	}
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		want := slices.Clone(s.effPaths)
+		s.mu.Unlock()
+		m := s.internalCall("tools/call", map[string]any{"name": "list_allowed_directories", "arguments": map[string]any{}}, time.Until(deadline))
+		if m == nil || m.Error != nil {
+			return
+		}
+		var res struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		}
+		if json.Unmarshal(m.Result, &res) != nil || res.IsError || len(res.Content) == 0 {
+			return
+		}
+		lines := strings.Split(res.Content[0].Text, "\n")
+		if len(want) == 0 || containsAll(lines, want) {
+			return
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-s.done:
+			return
+		}
+	}
+}
+
+func containsAll(lines, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(lines, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// upstreamInitParams builds the initialize params the proxy sends upstream:
+// the client's own (legacy) or those derived from a modern client's _meta,
+// always declaring roots with listChanged, because the proxy is the roots
+// provider. Sampling and elicitation are declared only if the client did.
+func upstreamInitParams(legacy, meta map[string]json.RawMessage) map[string]json.RawMessage {
+	out := map[string]json.RawMessage{}
+	caps := map[string]json.RawMessage{}
+	info := json.RawMessage(`{"name":"mcpwarden","version":"1"}`)
+	version := LegacyVersions[0]
+	if legacy != nil {
+		_ = json.Unmarshal(legacy["capabilities"], &caps)
+		if legacy["clientInfo"] != nil {
+			info = legacy["clientInfo"]
+		}
+		var v string
+		if json.Unmarshal(legacy["protocolVersion"], &v) == nil && slices.Contains(LegacyVersions, v) {
+			version = v
+		}
+	} else if meta != nil {
+		_ = json.Unmarshal(meta[metaClientCaps], &caps)
+		if meta[metaClientInfo] != nil {
+			info = meta[metaClientInfo]
+		}
+	}
+	if caps == nil {
+		caps = map[string]json.RawMessage{}
+	}
+	kept := map[string]json.RawMessage{"roots": json.RawMessage(`{"listChanged":true}`)}
+	for _, k := range []string{"sampling", "elicitation"} {
+		if v, ok := caps[k]; ok {
+			kept[k] = v
+		}
+	}
+	out["protocolVersion"] = mustJSON(version)
+	out["capabilities"] = mustJSON(kept)
+	out["clientInfo"] = info
+	return out
+}
+
+// withoutRoots drops the roots capability: client roots never reach a server.
+func withoutRoots(caps json.RawMessage) map[string]json.RawMessage {
+	m := map[string]json.RawMessage{}
+	_ = json.Unmarshal(caps, &m)
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	delete(m, "roots")
+	return m
+}
+
+func serverName(info map[string]json.RawMessage) string {
+	var si struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}
+	raw := info["serverInfo"]
+	if raw == nil {
+		var meta map[string]json.RawMessage
+		_ = json.Unmarshal(info["_meta"], &meta)
+		raw = meta[metaServerInfo]
+	}
+	if json.Unmarshal(raw, &si) != nil || si.Name == "" {
+		return ""
+	}
+	name := si.Name
+	if si.Version != "" {
+		name += "@" + si.Version
+	}
+	if len(name) > 128 {
+		name = name[:128]
+	}
+	return name
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("proxy: encode: " + err.Error())
+	}
+	return b
+}
+
+// --- reading the server ------------------------------------------------------
+
+var (
+	headID = regexp.MustCompile(`^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?[0-9]+)\s*,`)
+	tailID = regexp.MustCompile(`"id"\s*:\s*(-?[0-9]+)\s*\}\s*$`)
+)
+
+// readUpstream reads one server process's stdout (generation gen).
+func (s *session) readUpstream(gen uint64, out io.Reader, done <-chan struct{}) {
+	r := jsonrpc.NewReader(out, s.cfg.MaxMessageBytes)
+	for {
+		frame, err := r.Next()
+		if errors.Is(err, jsonrpc.ErrFrameTooLarge) {
+			s.onOversizedUpstream(gen, r.Head, r.Tail)
+			continue
+		}
+		if err != nil {
+			break
+		}
+		m, perr := jsonrpc.Parse(frame)
+		if perr != nil {
+			s.log.Warn("malformed message from the server dropped", "err", perr.Error())
+			continue
+		}
+		switch m.Kind {
+		case jsonrpc.KindResponse:
+			s.onUpstreamResponse(gen, m, len(frame))
+		case jsonrpc.KindRequest:
+			s.onUpstreamRequest(gen, m)
+		case jsonrpc.KindNotification:
+			s.onUpstreamNotification(m)
+		}
+	}
+	// The process's stdout ended. Unless it is being replaced, the run is over.
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	case <-s.done:
+		return
+	}
+	s.mu.Lock()
+	current := gen == s.upGen && !s.restarting
+	s.mu.Unlock()
+	if current {
+		s.stop(nil)
+	}
+}
+
+func (s *session) onOversizedUpstream(gen uint64, head, tail []byte) {
+	var id int64 = -1
+	for _, re := range []*regexp.Regexp{headID, tailID} {
+		src := head
+		if re == tailID {
+			src = tail
+		}
+		if mm := re.FindSubmatch(src); mm != nil {
+			if n, err := strconv.ParseInt(string(mm[1]), 10, 64); err == nil {
+				id = n
+				break
+			}
+		}
+	}
+	s.mu.Lock()
+	c, ok := s.upPending[id]
+	if ok && c.gen == gen {
+		delete(s.upPending, id)
+	}
+	s.mu.Unlock()
+	if !ok || c.gen != gen {
+		s.log.Warn("oversized message from the server dropped", "limit", s.cfg.MaxMessageBytes)
+		return
+	}
+	if c.internal != nil {
+		c.internal <- nil
+		return
+	}
+	s.answerTooLarge(c.req)
+}
+
+func (s *session) onUpstreamResponse(gen uint64, m *jsonrpc.Message, size int) {
+	id, err := strconv.ParseInt(string(bytes.TrimSpace(m.ID)), 10, 64)
+	s.mu.Lock()
+	c, ok := s.upPending[id]
+	if ok && c.gen == gen && err == nil {
+		delete(s.upPending, id)
+	} else {
+		ok = false
+	}
+	s.mu.Unlock()
+	if !ok {
+		// A forged, duplicated or stale id: it never reaches the client.
+		s.log.Warn("server response with an unknown id dropped")
+		return
+	}
+	if c.internal != nil {
+		c.internal <- m
+		return
+	}
+	s.onCallAnswered(c.req, m, size)
+}
+
+func (s *session) onUpstreamRequest(gen uint64, m *jsonrpc.Message) {
+	s.mu.Lock()
+	w := s.upw
+	current := gen == s.upGen
+	s.mu.Unlock()
+	if !current {
+		return
+	}
+	switch m.Method {
+	case "roots/list":
+		s.mu.Lock()
+		res := roots.ListResult(s.effective)
+		s.rootsUser = true
+		asked := s.askedRoots
+		select {
+		case <-asked:
+		default:
+			close(asked)
+		}
+		s.mu.Unlock()
+		s.toServer(w, jsonrpc.Result(m.ID, res))
+	case "ping":
+		s.toServer(w, jsonrpc.Result(m.ID, json.RawMessage(`{}`)))
+	case "elicitation/create", "sampling/createMessage":
+		s.mu.Lock()
+		allowed := (m.Method == "elicitation/create" && s.clientElicit) || (m.Method == "sampling/createMessage" && s.clientSample)
+		var id int64
+		if allowed {
+			id = s.newIDLocked()
+			s.cliPending[id] = &cliCall{relayID: m.ID, relayGen: gen}
+		}
+		s.mu.Unlock()
+		if !allowed {
+			s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "the client did not declare this capability", nil))
+			return
+		}
+		s.toClient(jsonrpc.Forward(m, jsonrpc.IntID(id)))
+	default:
+		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "method not available through mcpwarden", nil))
+	}
+}
+
+// serverNotifications may pass to the client; anything else (including a
+// "notification" named like a request) is dropped.
+var serverNotifications = map[string]bool{
+	"notifications/message":                true,
+	"notifications/progress":               true,
+	"notifications/tools/list_changed":     true,
+	"notifications/resources/list_changed": true,
+	"notifications/resources/updated":      true,
+	"notifications/prompts/list_changed":   true,
+}
+
+func (s *session) onUpstreamNotification(m *jsonrpc.Message) {
+	if !serverNotifications[m.Method] {
+		s.log.Info("server notification dropped", "method", truncate(m.Method, 64))
+		return
+	}
+	s.toClient(jsonrpc.Forward(m, nil))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
