@@ -319,7 +319,7 @@ func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) 
 	}
 	s.mu.Unlock()
 	if cfg.BeforeExec != nil {
-		if err := cfg.BeforeExec(ctx, cmd.Process.Pid); err != nil {
+		if err := cfg.BeforeExec(withFence(ctx, rs), cmd.Process.Pid); err != nil {
 			return abort(fmt.Errorf("before exec: %w", err))
 		}
 	}
