@@ -1,0 +1,208 @@
+package runtimeprofile
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseShebang(t *testing.T) {
+	tests := []struct {
+		line   string
+		interp string
+		args   []string
+		ok     bool
+		err    bool
+	}{
+		{line: "#!/bin/sh\n", interp: "/bin/sh", ok: true},
+		{line: "#!/usr/bin/env node\n", interp: "/usr/bin/env", args: []string{"node"}, ok: true},
+		{line: "#! /usr/bin/env -S node --experimental-x\n", interp: "/usr/bin/env", args: []string{"-S", "node", "--experimental-x"}, ok: true},
+		{line: "#!node\n", err: true},
+		{line: "#!\n", err: true},
+		{line: "\x7fELF", ok: false},
+		{line: "#!/bin/sh" + strings.Repeat("x", 300), err: true},
+	}
+	for _, tt := range tests {
+		interp, args, ok, err := parseShebang(tt.line)
+		if (err != nil) != tt.err || ok != tt.ok || interp != tt.interp || !reflect.DeepEqual(args, tt.args) && len(args)+len(tt.args) > 0 {
+			t.Errorf("parseShebang(%q) = %q %q %v %v", tt.line, interp, args, ok, err)
+		}
+	}
+}
+
+func TestParseLdSoConf(t *testing.T) {
+	text := "# comment\ninclude /etc/ld.so.conf.d/*.conf\n/usr/local/lib\n  /opt/lib:/opt/lib2,/opt/lib3=libc5 # trailing\nhwcap 0 nosegneg\nrelative/dir\ninclude rel.conf\n"
+	var includes []string
+	got := parseLdSoConf(text, "/etc", func(p string) []string { includes = append(includes, p); return []string{"/inc" + p} })
+	want := []string{"/inc/etc/ld.so.conf.d/*.conf", "/usr/local/lib", "/opt/lib", "/opt/lib2", "/opt/lib3", "/inc/etc/rel.conf"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+	if !reflect.DeepEqual(includes, []string{"/etc/ld.so.conf.d/*.conf", "/etc/rel.conf"}) {
+		t.Errorf("includes %v", includes)
+	}
+}
+
+func TestFirstScriptArg(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "s.js")
+	os.WriteFile(script, nil, 0o644)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{script, "/data"}, script},
+		{[]string{"--max-old-space-size=100", script}, script},
+		{[]string{"-r", "ts-node/register", script}, script},
+		{[]string{"-e", "1", script}, ""},
+		{[]string{"s.js"}, script},
+		{[]string{dir}, ""},            // a directory is not a script
+		{[]string{"/nonexistent"}, ""}, // nothing to grant
+		{[]string{"--", script}, script},
+	}
+	for _, tt := range tests {
+		if got := firstScriptArg(tt.args, dir); got != tt.want {
+			t.Errorf("firstScriptArg(%v) = %q, want %q", tt.args, got, tt.want)
+		}
+	}
+}
+
+func entryPaths(p *Profile) map[string]Class {
+	m := map[string]Class{}
+	for _, e := range p.Entries {
+		m[e.Path] = e.Class
+	}
+	return m
+}
+
+// TestResolveRealBinary resolves /bin/sh on this machine: the executable,
+// the ELF interpreter and libc, and nothing like /etc or / wholesale.
+func TestResolveRealBinary(t *testing.T) {
+	p, err := Resolve([]string{"sh", "-c", "true"}, Options{PATH: "/usr/bin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := entryPaths(p)
+	sh, _ := filepath.EvalSymlinks("/bin/sh")
+	if m[sh] != ClassExec || p.Exe != sh {
+		t.Errorf("sh not exec: %v (exe %s)", m, p.Exe)
+	}
+	var libc, interp bool
+	for path, c := range m {
+		if strings.Contains(filepath.Base(path), "libc.so") && c == ClassRead {
+			libc = true
+		}
+		if strings.HasPrefix(filepath.Base(path), "ld-linux") && c == ClassExec {
+			interp = true
+		}
+		if path == "/" || path == "/etc" || path == "/usr" || path == "/home" || path == os.Getenv("HOME") {
+			t.Errorf("wholesale grant %s", path)
+		}
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			t.Errorf("a plain ELF got a directory grant: %s", path)
+		}
+	}
+	if !libc || !interp {
+		t.Errorf("missing libc (%v) or ELF interpreter (%v): %v", libc, interp, m)
+	}
+}
+
+// TestResolveScripts follows "#!" lines, env, and node scripts' packages.
+func TestResolveScripts(t *testing.T) {
+	node, err := Resolve([]string{"node"}, Options{PATH: os.Getenv("PATH")})
+	if err != nil {
+		t.Skipf("node not installed: %v", err)
+	}
+	dir := t.TempDir()
+	// An installed package: <root>/node_modules/@scope/pkg/dist/index.js
+	pkg := filepath.Join(dir, "inst", "node_modules", "@scope", "pkg", "dist")
+	os.MkdirAll(pkg, 0o755)
+	script := filepath.Join(pkg, "index.js")
+	os.WriteFile(script, []byte("#!/usr/bin/env node\nconsole.log(1)\n"), 0o755)
+	bin := filepath.Join(dir, "inst", "node_modules", ".bin")
+	os.MkdirAll(bin, 0o755)
+	os.Symlink("../@scope/pkg/dist/index.js", filepath.Join(bin, "pkg"))
+	// A checkout: <proj>/package.json, <proj>/node_modules, <proj>/src/main.js
+	proj := filepath.Join(dir, "proj")
+	os.MkdirAll(filepath.Join(proj, "src"), 0o755)
+	os.MkdirAll(filepath.Join(proj, "node_modules"), 0o755)
+	os.MkdirAll(filepath.Join(proj, "secrets"), 0o755)
+	os.WriteFile(filepath.Join(proj, "package.json"), []byte("{}"), 0o644)
+	main := filepath.Join(proj, "src", "main.js")
+	os.WriteFile(main, nil, 0o644)
+
+	tests := []struct {
+		name    string
+		argv    []string
+		want    map[string]Class
+		notWant []string
+	}{
+		{"node script in node_modules", []string{"node", script, "/data"}, map[string]Class{node.Exe: ClassExec, filepath.Join(dir, "inst", "node_modules"): ClassReadTree}, []string{filepath.Join(dir, "inst"), "/data"}},
+		{"bin symlink with env shebang", []string{filepath.Join(bin, "pkg")}, map[string]Class{script: ClassExec, "/usr/bin/env": ClassExec, node.Exe: ClassExec, filepath.Join(dir, "inst", "node_modules"): ClassReadTree}, nil},
+		{"node script in a checkout", []string{"node", main}, map[string]Class{filepath.Join(proj, "src"): ClassReadTree, filepath.Join(proj, "package.json"): ClassRead, filepath.Join(proj, "node_modules"): ClassReadTree}, []string{proj, filepath.Join(proj, "secrets")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Resolve(tt.argv, Options{PATH: os.Getenv("PATH"), Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := entryPaths(p)
+			for path, c := range tt.want {
+				real, _ := filepath.EvalSymlinks(path)
+				if m[real] != c && m[path] != c {
+					t.Errorf("%s: want %s, have %v", path, c, m)
+				}
+			}
+			for _, path := range tt.notWant {
+				if _, ok := m[path]; ok {
+					t.Errorf("%s granted", path)
+				}
+			}
+		})
+	}
+}
+
+func TestResolveErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad")
+	os.WriteFile(bad, []byte("#!/no/such/interp\n"), 0o755)
+	loop := filepath.Join(dir, "loop")
+	os.WriteFile(loop, []byte("#!"+loop+"\n"), 0o755)
+	data := filepath.Join(dir, "data")
+	os.WriteFile(data, []byte("not a program"), 0o755)
+	for _, argv := range [][]string{nil, {""}, {"no-such-cmd-xyz"}, {bad}, {loop}, {data}, {filepath.Join(dir, "missing")}} {
+		if _, err := Resolve(argv, Options{PATH: "/usr/bin:/bin", Dir: dir}); err == nil {
+			t.Errorf("Resolve(%q) succeeded", argv)
+		}
+	}
+}
+
+// FuzzParseShebang: any first line parses without panic, and a result is
+// always an absolute interpreter.
+func FuzzParseShebang(f *testing.F) {
+	for _, s := range []string{"#!/bin/sh\n", "#!/usr/bin/env -S node --x\n", "#!", "#!\x00/\n", "#!rel"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		interp, _, ok, err := parseShebang(line)
+		if ok && (err != nil || !filepath.IsAbs(interp)) {
+			t.Fatalf("parseShebang(%q) = %q, %v", line, interp, err)
+		}
+	})
+}
+
+// FuzzParseLdSoConf: only absolute, clean directories come out.
+func FuzzParseLdSoConf(f *testing.F) {
+	f.Add("include /etc/x/*.conf\n/usr/lib\n")
+	f.Add("/a:/b,/c=x # c\nhwcap 1 x\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		for _, d := range parseLdSoConf(text, "/etc", func(string) []string { return nil }) {
+			if !filepath.IsAbs(d) || filepath.Clean(d) != d {
+				t.Fatalf("dir %q", d)
+			}
+		}
+	})
+}
