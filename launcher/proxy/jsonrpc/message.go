@@ -91,7 +91,7 @@ func Parse(frame []byte) (*Message, error) {
 		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, perr(CodeParseError, nil, "invalid JSON: %v", err)
 		}
-		return nil, perr(CodeInvalidRequest, nil, "%v", err)
+		return nil, perr(CodeInvalidRequest, bestEffortID(frame), "%v", err)
 	}
 	// A map, not a struct: encoding/json matches struct fields ignoring case,
 	// and "Method" must not count as "method".
@@ -183,6 +183,19 @@ func Parse(frame []byte) (*Message, error) {
 
 type envelope struct {
 	JSONRPC, ID, Method, Params, Result, Error json.RawMessage
+}
+
+// bestEffortID reads the top-level id of a frame that is valid JSON but was
+// refused, so the error answer can name the request. It is used for nothing else.
+func bestEffortID(frame []byte) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(frame, &m) != nil {
+		return nil
+	}
+	if id, ok := m["id"]; ok && validID(id) && !isNull(id) {
+		return id
+	}
+	return nil
 }
 
 // validID accepts a JSON string, a JSON number or null (null only matters
