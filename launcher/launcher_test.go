@@ -254,3 +254,32 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestScopeSwapBeforeFenceRefused: if an allowed directory is swapped for a
+// symlink between the scope check and the fence (here: in BeforeExec), the
+// helper refuses instead of granting the symlink's target.
+func TestScopeSwapBeforeFenceRefused(t *testing.T) {
+	fencetest.RequireFence(t)
+	w := newWorkspace(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, _, _ := inProcessConfig(t, scope, []string{"/bin/sh", "-c", "echo > " + marker})
+	cfg.BeforeExec = func(context.Context, int) error {
+		if err := os.Rename(w.allowed, w.allowed+".old"); err != nil {
+			return err
+		}
+		return os.Symlink(w.outside, w.allowed)
+	}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Run(context.Background())
+	var se *launcher.StartError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "symlink") {
+		t.Fatalf("run: %v, want a StartError about the symlink", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("server ran with a swapped scope")
+	}
+}

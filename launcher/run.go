@@ -32,6 +32,10 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("create the run's private temp dir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
+	// The helper refuses rule paths with symlinks in them; $TMPDIR may have one.
+	if real, err := filepath.EvalSymlinks(tmp); err == nil {
+		tmp = real
+	}
 	rs, err := ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, TmpDir: tmp, AllowRuntime: cfg.AllowRuntime})
 	if err != nil {
 		return &StartError{Err: err}

@@ -100,38 +100,54 @@ func apply(s *Spec) *Status {
 	return nil
 }
 
+// restrictLandlock builds the ruleset and enforces it on this thread.
+//
+// Each path is opened with openat2(RESOLVE_NO_SYMLINKS): the launcher sends
+// canonical paths (every symlink already resolved), so a symlink found now
+// means something in the tree was swapped since the scope was checked — the
+// run is refused rather than the rule landing on the symlink's target.
 func restrictLandlock(s *Spec) *Status {
 	cfg := landlock.Config{
 		HandledAccessFS:  landlock.AccessFSSet(s.HandledFS),
 		HandledAccessNet: landlock.AccessNetSet(s.HandledNet),
 		Scoped:           landlock.ScopedSet(s.Scoped),
 	}
-	if s.RestrictFlag&ll.FlagRestrictSelfLogNewExecOn != 0 {
-		cfg = cfg.EnableLoggingForSubprocesses()
+	attr := ll.RulesetAttr{HandledAccessFS: s.HandledFS, HandledAccessNet: s.HandledNet, Scoped: s.Scoped}
+	fd, err := ll.LandlockCreateRuleset(&attr, 0)
+	if err != nil {
+		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset %v: %v", cfg, err)}
 	}
-	rules := make([]landlock.Rule, 0, len(s.Paths)+len(s.Ports))
+	defer unix.Close(fd)
 	for _, p := range s.Paths {
-		rules = append(rules, landlock.PathAccess(landlock.AccessFSSet(p.Access)&cfg.HandledAccessFS, p.Path))
+		access := p.Access & s.HandledFS
+		if access == 0 {
+			continue
+		}
+		pfd, err := unix.Openat2(unix.AT_FDCWD, p.Path, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			msg := fmt.Sprintf("open %s for a Landlock rule: %v", p.Path, err)
+			if errors.Is(err, unix.ELOOP) {
+				msg = fmt.Sprintf("%s became a symlink after the scope was checked; refusing to run", p.Path)
+			}
+			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: msg}
+		}
+		err = ll.LandlockAddPathBeneathRule(fd, &ll.PathBeneathAttr{ParentFd: pfd, AllowedAccess: access}, 0)
+		unix.Close(pfd)
+		if err != nil {
+			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: fmt.Sprintf("add Landlock rule for %s (%v): %v", p.Path, landlock.AccessFSSet(access), err)}
+		}
 	}
 	if s.HandledNet != 0 {
 		for _, p := range s.Ports {
-			if p.Access&ll.AccessNetConnectTCP != 0 {
-				rules = append(rules, landlock.ConnectTCP(p.Port))
-			}
-			if p.Access&ll.AccessNetBindTCP != 0 {
-				rules = append(rules, landlock.BindTCP(p.Port))
+			if err := ll.LandlockAddNetPortRule(fd, &ll.NetPortAttr{AllowedAccess: p.Access & s.HandledNet, Port: uint64(p.Port)}, 0); err != nil {
+				return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("add Landlock rule for TCP port %d: %v", p.Port, err)}
 			}
 		}
 	}
-	fd, flags, err := cfg.NewRulesetFD(rules...)
-	if err != nil {
-		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: "build Landlock ruleset: " + err.Error()}
-	}
-	if fd < 0 {
-		return &Status{Stage: StageLandlock, Message: "the kernel accepted no Landlock ruleset; refusing to run unfenced"}
-	}
-	defer unix.Close(fd)
-	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
+	if err := ll.LandlockRestrictSelf(fd, s.RestrictFlag); err != nil {
 		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: "landlock_restrict_self: " + err.Error()}
 	}
 	return nil
