@@ -283,3 +283,43 @@ func TestScopeSwapBeforeFenceRefused(t *testing.T) {
 		t.Fatal("server ran with a swapped scope")
 	}
 }
+
+// TestStartErrorNamesDeniedPath: a server whose interpreter the fence does
+// not grant fails to start with an error naming that file and the flag that
+// grants it. (BeforeExec turns the static server into a "#!" script after
+// the runtime profile was resolved.)
+func TestStartErrorNamesDeniedPath(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	exe := filepath.Join(t.TempDir(), "server")
+	data, err := os.ReadFile(b.Naive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh, _ := filepath.EvalSymlinks("/bin/sh")
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, _, _ := inProcessConfig(t, scope, []string{exe})
+	cfg.BeforeExec = func(context.Context, int) error {
+		return os.WriteFile(exe, []byte("#!"+sh+"\necho started\n"), 0o755)
+	}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Run(context.Background())
+	var se *launcher.StartError
+	if !errors.As(err, &se) || se.Path != sh || !strings.Contains(err.Error(), "--allow-runtime "+sh) {
+		t.Fatalf("run: %v (path %q), want a StartError naming %s", err, pathOf(se), sh)
+	}
+}
+
+func pathOf(se *launcher.StartError) string {
+	if se == nil {
+		return ""
+	}
+	return se.Path
+}
