@@ -94,7 +94,7 @@ func (s *session) handleToolCall(rq *request) {
 
 	// Wait for any roots refresh or restart that began before this call.
 	s.mu.Lock()
-	if err := s.waitReadyLocked(time.Now().Add(s.cfg.RootsTimeout)); err != nil {
+	if err := s.waitReadyLocked(time.Now()); err != nil {
 		s.mu.Unlock()
 		s.denyCall(rq, schema.ErrRootsPending, "the client's roots refresh or the server's restart did not finish in time")
 		return
@@ -134,7 +134,7 @@ func (s *session) forwardChecked(rq *request, name string, args json.RawMessage)
 			return
 		}
 		s.mu.Lock()
-		if err := s.waitReadyLocked(time.Now().Add(s.cfg.RootsTimeout)); err != nil {
+		if err := s.waitReadyLocked(time.Now()); err != nil {
 			s.mu.Unlock()
 			s.denyCall(rq, schema.ErrRootsPending, "the client's roots refresh or the server's restart did not finish in time")
 			return
@@ -264,7 +264,7 @@ func (s *session) handleResource(rq *request) {
 			return
 		}
 		s.mu.Lock()
-		if err := s.waitReadyLocked(time.Now().Add(s.cfg.RootsTimeout)); err != nil {
+		if err := s.waitReadyLocked(time.Now()); err != nil {
 			s.mu.Unlock()
 			s.denyCall(rq, schema.ErrRootsPending, "the client's roots refresh or the server's restart did not finish in time")
 			return
@@ -300,7 +300,7 @@ func (s *session) handlePlain(rq *request) {
 		return
 	}
 	s.mu.Lock()
-	if err := s.waitReadyLocked(time.Now().Add(s.cfg.RootsTimeout)); err != nil {
+	if err := s.waitReadyLocked(time.Now()); err != nil {
 		s.mu.Unlock()
 		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the server is not ready (roots refresh or restart pending)"))
 		return

@@ -71,6 +71,7 @@ func (s *session) readClient(in io.Reader) {
 	// The client went away: give the server EOF; it exits and readUpstream
 	// ends the session.
 	s.mu.Lock()
+	s.clientGone = true
 	stdin := s.upStdin
 	s.mu.Unlock()
 	closeStdin(stdin)

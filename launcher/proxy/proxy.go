@@ -47,6 +47,7 @@ const (
 	DefaultRootsTimeout     = 10 * time.Second
 	DefaultProbeTimeout     = 3 * time.Second
 	DefaultWarmupTimeout    = 2 * time.Second
+	DefaultRestartTimeout   = 30 * time.Second
 )
 
 // Config is one proxied run.
@@ -72,7 +73,8 @@ type Config struct {
 	// Home is what '~' in a path argument expands to: the server's $HOME.
 	Home            string
 	ApprovalTimeout time.Duration
-	RootsTimeout    time.Duration // how long a call waits for a roots refresh or a restart
+	RootsTimeout    time.Duration // how long a call waits for the client's roots answer
+	RestartTimeout  time.Duration // how long a call waits for a narrowing restart of the server
 	ProbeTimeout    time.Duration // server/discover probe of the upstream
 	WarmupTimeout   time.Duration // wait for a roots server to take its first roots
 	Now             func() time.Time
@@ -114,6 +116,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.RootsTimeout <= 0 {
 		cfg.RootsTimeout = DefaultRootsTimeout
+	}
+	if cfg.RestartTimeout <= 0 {
+		cfg.RestartTimeout = DefaultRestartTimeout
 	}
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = DefaultProbeTimeout

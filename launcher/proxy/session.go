@@ -102,6 +102,7 @@ type session struct {
 	effPaths      []string
 	fence         []schema.CanonicalPath
 	restarting    bool
+	clientGone    bool
 }
 
 func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.Upstream) *session {
@@ -253,16 +254,23 @@ func (s *session) internalCall(method string, params any, timeout time.Duration)
 // errNotReady is why a call could not wait for the proxy to be ready.
 var errNotReady = errors.New("not ready")
 
-// waitReady waits until the upstream is initialised, no roots refresh is
-// pending and no restart is running, or until deadline. It returns with mu
-// held on success.
-func (s *session) waitReadyLocked(deadline time.Time) error {
+// waitReadyLocked waits until the upstream is initialised, no roots refresh
+// is pending and no restart is running. A pending roots refresh may hold a
+// call for RootsTimeout, a restart for RestartTimeout. Called and returns
+// with mu held.
+func (s *session) waitReadyLocked(start time.Time) error {
+	rootsDeadline := start.Add(s.cfg.RootsTimeout)
+	restartDeadline := start.Add(s.cfg.RestartTimeout)
 	for {
 		if s.stopped {
 			return errNotReady
 		}
 		if s.upReady && !s.restarting && !s.tracker.Pending() {
 			return nil
+		}
+		deadline := restartDeadline
+		if s.tracker.Pending() {
+			deadline = rootsDeadline
 		}
 		ch := s.changed
 		s.mu.Unlock()
@@ -376,7 +384,14 @@ func (s *session) restartLoop() {
 		s.upStdin = s.up.Stdin()
 		s.upw = jsonrpc.NewWriter(s.upStdin)
 		s.fence = target
+		gone := s.clientGone
 		s.mu.Unlock()
+		if gone {
+			// The client left while the server restarted: nothing more to serve.
+			closeStdin(s.up.Stdin())
+			s.stop(nil)
+			return
+		}
 		go s.readUpstream(gen, s.up.Stdout(), s.up.Done())
 		if err := s.handshake(); err != nil {
 			s.stop(errors.Join(ErrUpstream, err))
