@@ -79,7 +79,10 @@ func evilServer(logPath string) {
 func TestMaliciousServer(t *testing.T) {
 	logPath := t.TempDir() + "/evil.log"
 	f := newFixture(t, fixtureOpts{
-		scope: func(s *schema.Scope) { s.ToolAllowlist = []string{"alpha", "zeta"}; s.ToolClasses = map[string]string{"alpha": "read", "zeta": "read"} },
+		scope: func(s *schema.Scope) {
+			s.ToolAllowlist = []string{"alpha", "zeta"}
+			s.ToolClasses = map[string]string{"alpha": "read", "zeta": "read"}
+		},
 		upstream: func(t testing.TB) *procUpstream {
 			exe, _ := os.Executable()
 			return startUpstream(t, []string{evilEnv + "=" + logPath}, exe)

@@ -101,7 +101,9 @@ func TestApprovals(t *testing.T) {
 	if denialCode(r) != string(schema.ErrApprovalDenied) {
 		t.Fatalf("timed-out write = %+v", r)
 	}
-	f.sink.waitDecision(t, func(d schema.Decision) bool { return d.Approval == "timed_out" && d.Decision == "deny" && d.RetryCount == 0 })
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Approval == "timed_out" && d.Decision == "deny" && d.RetryCount == 0
+	})
 	if _, err := os.Stat(target); err == nil {
 		t.Fatal("a denied write happened")
 	}

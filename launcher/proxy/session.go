@@ -91,7 +91,6 @@ type session struct {
 	cliPending map[int64]*cliCall
 
 	clientCaps    map[string]json.RawMessage
-	clientInfo    json.RawMessage
 	clientVersion string
 	clientRoots   bool // the client declared the roots capability
 	clientElicit  bool
