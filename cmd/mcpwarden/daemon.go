@@ -20,7 +20,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
-const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--nats URL] [--state-dir DIR] [--enable-audit]
+const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--nats URL] [--state-dir DIR] [--path-key FILE] [--enable-audit]
 
 Loads the eBPF probes, serves the run registration socket (root only), and
 sends sanitized file_op, landlock_denial, finding and health events to NATS
@@ -36,6 +36,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	natsURL := fs.String("nats", "", "external NATS `URL` (default: run an embedded NATS server)")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE` for an external fleet cluster")
 	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
+	pathKey := fs.String("path-key", "", "key `FILE` for path hashes (default STATE_DIR/path.key, created if missing; share it with 'run' so hashes match)")
 	enableAudit := fs.Bool("enable-audit", false, "turn kernel auditing on so Landlock denial records arrive (like 'auditctl -e 1')")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
@@ -66,7 +67,10 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
 		return fail(exitInternal, fmt.Errorf("create state dir: %w; pass --state-dir DIR somewhere writable", err))
 	}
-	key, err := schema.LoadOrCreatePathKey(filepath.Join(*stateDir, "path.key"))
+	if *pathKey == "" {
+		*pathKey = filepath.Join(*stateDir, "path.key")
+	}
+	key, err := schema.LoadOrCreatePathKey(*pathKey)
 	if err != nil {
 		return fail(exitInternal, err)
 	}
