@@ -199,7 +199,7 @@ func (s *session) awaitApproval(rq *request, tool string, class policy.Class) st
 	if socket == nil && elicit == nil {
 		return approvalNotRequired
 	}
-	s.log.Info("call waiting for approval", "run_id", s.cfg.RunID, "op_id", opID, "tool", truncate(tool, 128), "action_class", string(class))
+	s.log.Warn("call waiting for approval", "run_id", s.cfg.RunID, "op_id", opID, "tool", truncate(tool, 128), "action_class", string(class))
 	if elicit != nil {
 		s.toClient(jsonrpc.Request(jsonrpc.IntID(elicitID), "elicitation/create", map[string]any{
 			"message": "mcpwarden: allow the " + string(class) + " call to tool " + truncate(tool, 128) + " (op " + opID + ")? Accept to allow it once.",

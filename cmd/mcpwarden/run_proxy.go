@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/launcher"
+	"github.com/mcpwarden/mcpwarden/launcher/approval"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// proxyExtension puts the protocol-aware proxy between client and server
+// (the default); --proxy=false keeps the byte-transparent relay.
+type proxyExtension struct {
+	enabled          bool
+	maxMessageBytes  int
+	maxResponseBytes int
+	approvalTimeout  time.Duration
+	rootsTimeout     time.Duration
+	secretFile       string
+	secretExtra      stringList
+	pathKey          string
+}
+
+func init() { runExtensions = append(runExtensions, &proxyExtension{}) }
+
+func (e *proxyExtension) Flags(fs *flag.FlagSet) {
+	fs.BoolVar(&e.enabled, "proxy", true, "decide every call with the protocol-aware proxy; --proxy=false relays bytes unchanged (the fence still holds)")
+	fs.IntVar(&e.maxMessageBytes, "max-message-bytes", 16<<20, "largest JSON-RPC message the proxy accepts in either direction")
+	fs.IntVar(&e.maxResponseBytes, "max-response-bytes", proxy.DefaultMaxResponseBytes, "largest tools/call or resources/read response passed to the client")
+	fs.DurationVar(&e.approvalTimeout, "approval-timeout", proxy.DefaultApprovalTimeout, "how long a call waits for 'mcpwarden approve' or the client's elicitation answer before it is denied")
+	fs.DurationVar(&e.rootsTimeout, "roots-timeout", proxy.DefaultRootsTimeout, "how long a call waits for the client's answer to a roots refresh before it is denied")
+	fs.StringVar(&e.secretFile, "secret-patterns", "", "`FILE` of secret path patterns, one per line, replacing the built-in list")
+	fs.Var(&e.secretExtra, "secret-pattern", "an extra secret path `PATTERN` (glob per path component, e.g. '*.sqlite'); repeatable")
+	fs.StringVar(&e.pathKey, "path-key", "", "key file for path hashes in records (default STATE_DIR/path.key, created if missing)")
+}
+
+func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
+	if !e.enabled {
+		return nil
+	}
+	keyFile := e.pathKey
+	if keyFile == "" {
+		keyFile = filepath.Join(rc.StateDir, "path.key")
+	}
+	key, err := schema.LoadOrCreatePathKey(keyFile)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	hasher, err := schema.NewPathHasher(key)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	secrets, err := e.secretPatterns()
+	if err != nil {
+		return err
+	}
+	origin := ""
+	if len(rc.Config.Command) > 0 {
+		origin = filepath.Base(rc.Config.Command[0])
+	}
+	var p *proxy.Proxy
+	srv, err := approval.Listen(rc.StateDir, rc.RunID, rc.Logger, func() { p.Revoke() })
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	p, err = proxy.New(proxy.Config{
+		Scope:            rc.Scope,
+		RunID:            rc.RunID,
+		Origin:           schema.LocalOrigin(),
+		Hasher:           hasher,
+		Sink:             &fanout{audit: rc.AuditLog, cfg: rc.Config},
+		Logger:           rc.Logger,
+		Approvals:        srv,
+		ServerOrigin:     origin,
+		MaxMessageBytes:  e.maxMessageBytes,
+		MaxResponseBytes: e.maxResponseBytes,
+		SecretPatterns:   secrets,
+		ApprovalTimeout:  e.approvalTimeout,
+		RootsTimeout:     e.rootsTimeout,
+	})
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	go srv.Serve(ctx)
+	rc.Config.Mediator = &withApprovals{p: p, srv: srv}
+	return nil
+}
+
+func (e *proxyExtension) secretPatterns() ([]string, error) {
+	var pats []string
+	if e.secretFile != "" {
+		f, err := os.Open(e.secretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-patterns: %w", err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+		for sc.Scan() {
+			if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
+				pats = append(pats, l)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, fmt.Errorf("--secret-patterns: %w", err)
+		}
+		if len(pats) == 0 {
+			return nil, errors.New("--secret-patterns: the file lists no pattern; an empty list would serve secrets, so it is refused")
+		}
+	} else if len(e.secretExtra) > 0 {
+		pats = append(pats, policy.DefaultSecretPatterns...)
+	}
+	pats = append(pats, e.secretExtra...)
+	if _, err := policy.NewSecrets(pats); err != nil {
+		return nil, fmt.Errorf("secret patterns: %w", err)
+	}
+	return pats, nil
+}
+
+// withApprovals removes the run's approval socket when the proxy ends.
+type withApprovals struct {
+	p   *proxy.Proxy
+	srv *approval.Server
+}
+
+func (w *withApprovals) Mediate(ctx context.Context, in io.Reader, out io.Writer, up launcher.Upstream) error {
+	defer w.srv.Close()
+	return w.p.Mediate(ctx, in, out, up)
+}
+
+// fanout writes decision records to the local audit log, then to the
+// configured event sink (read at publish time: another extension may set it).
+type fanout struct {
+	audit launcher.Sink
+	cfg   *launcher.Config
+}
+
+func (f *fanout) Publish(ctx context.Context, events []schema.Event) error {
+	if err := f.audit.Publish(ctx, events); err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	if f.cfg.Sink != nil {
+		if err := f.cfg.Sink.Publish(ctx, events); err != nil {
+			return fmt.Errorf("event sink: %w", err)
+		}
+	}
+	return nil
+}
