@@ -220,9 +220,9 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			args := append([]string{"run", "--scope", scope, "--base", w.base}, c.args...)
+			args := append([]string{"run", fencetest.RelayFlag, "--scope", scope, "--base", w.base}, c.args...)
 			if !strings.Contains(strings.Join(c.args, " "), "--audit-log") {
-				args = append([]string{"run", "--audit-log", log, "--scope", scope, "--base", w.base}, c.args...)
+				args = append([]string{"run", fencetest.RelayFlag, "--audit-log", log, "--scope", scope, "--base", w.base}, c.args...)
 			}
 			code, _, stderr := runCLI(t, b.Mcpwarden, w.base, args...)
 			if code != c.want {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -153,6 +154,19 @@ func do(r Request) (string, error) {
 			names = append(names, e.Name())
 		}
 		return strings.Join(names, ","), err
+	case "openloop":
+		// N open+close of Path, timed inside the server: the fence's cost
+		// per open without any IPC in the measurement.
+		n := r.FD
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			fd, err := unix.Open(r.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return "", err
+			}
+			unix.Close(fd)
+		}
+		return strconv.FormatInt(time.Since(start).Nanoseconds(), 10), nil
 	case "io_uring":
 		var params [120]byte
 		fd, _, e := syscall.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)

@@ -33,6 +33,7 @@ var (
 type Binaries struct {
 	Mcpwarden string
 	Naive     string
+	Floor     string // landlockfloor: raw landlock_restrict_self, then exec
 }
 
 // RepoRoot is the module root (found from this file).
@@ -59,7 +60,11 @@ func Build(tb testing.TB) Binaries {
 			}
 		}
 		bins.Naive = filepath.Join(buildDir, "naiveserver")
-		buildErr = goBuild(root, bins.Naive, "./internal/naiveserver", "0")
+		if buildErr = goBuild(root, bins.Naive, "./internal/naiveserver", "0"); buildErr != nil {
+			return
+		}
+		bins.Floor = filepath.Join(buildDir, "landlockfloor")
+		buildErr = goBuild(root, bins.Floor, "./internal/landlockfloor", "0")
 	})
 	if buildErr != nil {
 		tb.Fatalf("build test binaries: %v", buildErr)
@@ -143,13 +148,18 @@ type StartOptions struct {
 	Dir        string
 }
 
-// Start runs the session's server.
+// RelayFlag makes `mcpwarden run` relay bytes unchanged instead of running
+// the protocol proxy (which is on by default): these tests speak the naive
+// server's own line protocol and must see the fence, not the proxy, deny.
+const RelayFlag = "--proxy=false"
+
+// Start runs the session's server (with the byte-transparent relay).
 func Start(tb testing.TB, b Binaries, o StartOptions) *Session {
 	tb.Helper()
 	if o.AuditLog == "" {
 		o.AuditLog = filepath.Join(tb.TempDir(), "audit.jsonl")
 	}
-	args := []string{"run", "--scope", o.Scope, "--base", o.Base, "--audit-log", o.AuditLog}
+	args := []string{"run", RelayFlag, "--scope", o.Scope, "--base", o.Base, "--audit-log", o.AuditLog}
 	args = append(args, o.ExtraArgs...)
 	if o.Command == nil {
 		o.Command = []string{b.Naive}
