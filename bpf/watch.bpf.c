@@ -132,6 +132,7 @@ static __always_inline int enter(__u32 op, __s32 dfd1, __u64 path1, __s32 dfd2, 
 // or bounded loop here exceeds the verifier's budget.
 struct walk_state {
 	struct vfsmount *vfsmnt;
+	struct dentry *root; // vfsmnt->mnt_root, read once per mount
 	struct mount *mnt;
 	struct dentry *dentry;
 	__u64 mnt_off;
@@ -144,11 +145,10 @@ static long walk_step(__u32 i, struct walk_state *w)
 {
 	// Copy out of w first: BPF_CORE_READ would otherwise record CO-RE
 	// relocations against walk_state itself, which the kernel does not have.
-	struct vfsmount *vfsmnt = w->vfsmnt;
 	struct mount *mnt = w->mnt;
 	struct dentry *dentry = w->dentry;
+	struct dentry *root = w->root;
 
-	struct dentry *root = BPF_CORE_READ(vfsmnt, mnt_root);
 	struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
 	if (dentry == root || dentry == parent) {
 		struct mount *mparent = BPF_CORE_READ(mnt, mnt_parent);
@@ -158,7 +158,9 @@ static long walk_step(__u32 i, struct walk_state *w)
 		}
 		w->dentry = BPF_CORE_READ(mnt, mnt_mountpoint);
 		w->mnt = mparent;
-		w->vfsmnt = (void *)mparent + w->mnt_off;
+		struct vfsmount *vfsmnt = (void *)mparent + w->mnt_off;
+		w->vfsmnt = vfsmnt;
+		w->root = BPF_CORE_READ(vfsmnt, mnt_root);
 		return 0;
 	}
 	__u32 zero = 0;
@@ -193,6 +195,7 @@ static __always_inline __u32 walk(struct buf *b, __u32 *off, struct vfsmount *vf
 		.off = *off,
 	};
 	w.mnt = (void *)vfsmnt - w.mnt_off;
+	w.root = BPF_CORE_READ(vfsmnt, mnt_root);
 	bpf_loop(WALK_DEPTH_MAX, walk_step, &w, 0);
 	if (!w.done || w.truncated)
 		b->ev.ev_flags |= EVF_TRUNCATED;

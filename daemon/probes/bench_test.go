@@ -55,31 +55,26 @@ func BenchmarkOpenClose(b *testing.B) {
 	defer p.Close()
 	b.Run("probes_unwatched", func(b *testing.B) { openClose(b, path) })
 
+	// One reader for every run of the watched case: Run closes the ring
+	// reader when its context ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan kevent.Record, 1<<16)
+	go func() { _ = p.Run(ctx, out) }()
+	go func() {
+		for range out {
+		}
+	}()
 	b.Run("probes_watched", func(b *testing.B) {
-		ctx, cancel := context.WithCancel(context.Background())
-		out := make(chan kevent.Record, 1<<16)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = p.Run(ctx, out)
-		}()
-		go func() {
-			for range out {
-			}
-		}()
 		before, _ := p.Counters()
 		if err := p.Watch(uint32(os.Getpid()), 1); err != nil {
 			b.Fatal(err)
 		}
 		openClose(b, path)
+		b.StopTimer()
 		if _, err := p.Unwatch(1); err != nil {
 			b.Fatal(err)
 		}
-		b.StopTimer()
-		time.Sleep(100 * time.Millisecond) // let the reader take the tail
-		cancel()
-		<-done
-		close(out)
 		after, _ := p.Counters()
 		b.ReportMetric(float64(after.RingDrops-before.RingDrops), "ring_drops")
 		b.ReportMetric(float64(after.QueueDrops-before.QueueDrops), "queue_drops")
