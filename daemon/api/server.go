@@ -152,7 +152,9 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	for {
 		chunk, err := r.ReadSlice('\n')
 		buf = append(buf, chunk...)
-		if len(buf) > MaxMessageSize {
+		// Checked before waiting for more: a line that has reached the
+		// limit without its newline is refused at once.
+		if len(buf) >= MaxMessageSize {
 			return nil, fmt.Errorf("request larger than %d bytes", MaxMessageSize)
 		}
 		if err == nil {
