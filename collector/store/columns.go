@@ -1,0 +1,268 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// columns is the events table's column list in the order Insert fills them
+// and ReadRun scans them.
+var columns = []string{
+	"event_id", "schema_version", "host", "boot_id", "run_id", "scope_id", "scope_hash", "kind", "time_ns",
+	"tool", "op_id", "path_hash", "path_class", "pid", "comm",
+	"phase", "mode", "landlock_abi", "degraded", "degraded_reason", "server_exe", "server_name", "server_version",
+	"protocol_era", "root_pid", "exit_status", "exit_reason", "duration_ms",
+	"method", "protocol_version", "server_origin", "action_class", "decision", "approval", "error_code",
+	"retry_count", "latency_ms", "path_hashes", "correlation_id", "start_ns", "end_ns",
+	"syscall", "flags_class", "result", "verdict",
+	"domain", "blockers",
+	"finding_type", "severity", "evidence_ids", "reason",
+	"component", "hooks", "audit_stream", "drops_bpf_reserve", "drops_queue_full", "drops_publish_fail", "spool_depth",
+}
+
+// InsertSQL is the INSERT the collector prepares: it names every column.
+var InsertSQL = "INSERT INTO events (" + strings.Join(columns, ", ") + ")"
+
+// row is one event flattened to the table's columns.
+type row struct {
+	eventID        string
+	schemaVersion  uint8
+	host, bootID   string
+	runID, scopeID string
+	scopeHash      string
+	kind           string
+	timeNS         int64
+
+	tool, opID, pathHash, pathClass string
+	pid                             uint32
+	comm                            string
+
+	phase, mode                         string
+	landlockABI, degraded               uint8
+	degradedReason, serverExe           string
+	serverName, serverVersion, protoEra string
+	rootPID                             uint32
+	exitStatus                          int32
+	exitReason                          string
+	durationMS                          int64
+
+	method, protocolVersion, serverOrigin, actionClass string
+	decision, approval, errorCode                      string
+	retryCount                                         uint32
+	latencyMS                                          float64
+	pathHashes                                         []string
+	correlationID                                      string
+	startNS, endNS                                     int64
+
+	syscall, flagsClass string
+	result              int32
+	verdict             string
+
+	domain   string
+	blockers []string
+
+	findingType, severity string
+	evidenceIDs           []string
+	reason                string
+
+	component, auditStream                    string
+	hooks                                     []string
+	dropsBPF, dropsQueue, dropsPublish, spool uint64
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func flatten(e *schema.Event) row {
+	r := row{
+		eventID: e.EventID, schemaVersion: uint8(e.SchemaVersion), host: e.Host, bootID: e.BootID,
+		runID: e.RunID, scopeID: e.ScopeID, scopeHash: e.ScopeHash, kind: string(e.Kind), timeNS: e.TimeNS,
+		pathHashes: []string{}, blockers: []string{}, evidenceIDs: []string{}, hooks: []string{},
+	}
+	switch {
+	case e.Launch != nil:
+		l := e.Launch
+		r.phase, r.mode, r.landlockABI, r.degraded = l.Phase, string(l.Mode), uint8(l.LandlockABI), b2u(l.Degraded)
+		r.degradedReason, r.serverExe, r.serverName, r.serverVersion = l.DegradedReason, l.ServerExe, l.ServerName, l.ServerVersion
+		r.protoEra, r.rootPID, r.exitStatus, r.exitReason, r.durationMS = l.ProtocolEra, uint32(l.RootPID), int32(l.ExitStatus), l.ExitReason, l.DurationMS
+	case e.Decision != nil:
+		d := e.Decision
+		r.opID, r.method, r.protoEra, r.protocolVersion, r.serverOrigin = d.OpID, d.Method, d.ProtocolEra, d.ProtocolVersion, d.ServerOrigin
+		r.tool, r.actionClass, r.decision, r.approval, r.errorCode = d.Tool, d.ActionClass, d.Decision, d.Approval, d.ErrorCode
+		r.retryCount, r.latencyMS, r.correlationID, r.startNS, r.endNS = uint32(d.RetryCount), d.LatencyMS, d.CorrelationID, d.StartNS, d.EndNS
+		for _, h := range d.PathHashes {
+			r.pathHashes = append(r.pathHashes, string(h))
+		}
+	case e.FileOp != nil:
+		f := e.FileOp
+		r.syscall, r.flagsClass, r.result, r.pathHash, r.pathClass = f.Syscall, f.FlagsClass, int32(f.Result), string(f.PathHash), string(f.PathClass)
+		r.verdict, r.pid, r.comm = f.Verdict, uint32(f.PID), f.Comm
+	case e.LandlockDenial != nil:
+		l := e.LandlockDenial
+		r.domain, r.pathHash, r.pathClass, r.pid, r.comm = l.Domain, string(l.PathHash), string(l.PathClass), uint32(l.PID), l.Comm
+		r.blockers = append(r.blockers, l.Blockers...)
+	case e.Finding != nil:
+		f := e.Finding
+		r.findingType, r.severity, r.tool, r.opID, r.reason = f.Type, f.Severity, f.Tool, f.OpID, f.Reason
+		r.pathHash, r.pathClass = string(f.PathHash), string(f.PathClass)
+		r.evidenceIDs = append(r.evidenceIDs, f.EvidenceIDs...)
+	case e.Health != nil:
+		h := e.Health
+		r.component, r.landlockABI, r.auditStream = h.Component, uint8(h.LandlockABI), h.AuditStream
+		r.hooks = append(r.hooks, h.Hooks...)
+		r.dropsBPF, r.dropsQueue, r.dropsPublish, r.spool = h.DropsBPFReserve, h.DropsQueueFull, h.DropsPublishFail, h.SpoolDepth
+	}
+	return r
+}
+
+func (r *row) values() []any {
+	return []any{
+		r.eventID, r.schemaVersion, r.host, r.bootID, r.runID, r.scopeID, r.scopeHash, r.kind, r.timeNS,
+		r.tool, r.opID, r.pathHash, r.pathClass, r.pid, r.comm,
+		r.phase, r.mode, r.landlockABI, r.degraded, r.degradedReason, r.serverExe, r.serverName, r.serverVersion,
+		r.protoEra, r.rootPID, r.exitStatus, r.exitReason, r.durationMS,
+		r.method, r.protocolVersion, r.serverOrigin, r.actionClass, r.decision, r.approval, r.errorCode,
+		r.retryCount, r.latencyMS, r.pathHashes, r.correlationID, r.startNS, r.endNS,
+		r.syscall, r.flagsClass, r.result, r.verdict,
+		r.domain, r.blockers,
+		r.findingType, r.severity, r.evidenceIDs, r.reason,
+		r.component, r.hooks, r.auditStream, r.dropsBPF, r.dropsQueue, r.dropsPublish, r.spool,
+	}
+}
+
+func (r *row) pointers() []any {
+	return []any{
+		&r.eventID, &r.schemaVersion, &r.host, &r.bootID, &r.runID, &r.scopeID, &r.scopeHash, &r.kind, &r.timeNS,
+		&r.tool, &r.opID, &r.pathHash, &r.pathClass, &r.pid, &r.comm,
+		&r.phase, &r.mode, &r.landlockABI, &r.degraded, &r.degradedReason, &r.serverExe, &r.serverName, &r.serverVersion,
+		&r.protoEra, &r.rootPID, &r.exitStatus, &r.exitReason, &r.durationMS,
+		&r.method, &r.protocolVersion, &r.serverOrigin, &r.actionClass, &r.decision, &r.approval, &r.errorCode,
+		&r.retryCount, &r.latencyMS, &r.pathHashes, &r.correlationID, &r.startNS, &r.endNS,
+		&r.syscall, &r.flagsClass, &r.result, &r.verdict,
+		&r.domain, &r.blockers,
+		&r.findingType, &r.severity, &r.evidenceIDs, &r.reason,
+		&r.component, &r.hooks, &r.auditStream, &r.dropsBPF, &r.dropsQueue, &r.dropsPublish, &r.spool,
+	}
+}
+
+func hashes(in []string) []schema.PathHash {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]schema.PathHash, len(in))
+	for i, h := range in {
+		out[i] = schema.PathHash(h)
+	}
+	return out
+}
+
+func nonEmpty(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	return in
+}
+
+// event rebuilds the event a row was flattened from.
+func (r *row) event() schema.Event {
+	e := schema.Event{
+		EventID: r.eventID, SchemaVersion: int(r.schemaVersion), Host: r.host, BootID: r.bootID,
+		RunID: r.runID, ScopeID: r.scopeID, ScopeHash: r.scopeHash, Kind: schema.Kind(r.kind), TimeNS: r.timeNS,
+	}
+	switch e.Kind {
+	case schema.KindLaunch:
+		e.Launch = &schema.Launch{Phase: r.phase, Mode: schema.RunMode(r.mode), LandlockABI: int(r.landlockABI), Degraded: r.degraded != 0,
+			DegradedReason: r.degradedReason, ServerExe: r.serverExe, ServerName: r.serverName, ServerVersion: r.serverVersion,
+			ProtocolEra: r.protoEra, RootPID: int(r.rootPID), ExitStatus: int(r.exitStatus), ExitReason: r.exitReason, DurationMS: r.durationMS}
+	case schema.KindDecision:
+		e.Decision = &schema.Decision{OpID: r.opID, Method: r.method, ProtocolEra: r.protoEra, ProtocolVersion: r.protocolVersion,
+			ServerOrigin: r.serverOrigin, Tool: r.tool, ActionClass: r.actionClass, Decision: r.decision, Approval: r.approval,
+			ErrorCode: r.errorCode, RetryCount: int(r.retryCount), LatencyMS: r.latencyMS, PathHashes: hashes(r.pathHashes),
+			CorrelationID: r.correlationID, StartNS: r.startNS, EndNS: r.endNS}
+	case schema.KindFileOp:
+		e.FileOp = &schema.FileOp{Syscall: r.syscall, FlagsClass: r.flagsClass, Result: int(r.result), PathHash: schema.PathHash(r.pathHash),
+			PathClass: schema.PathClass(r.pathClass), Verdict: r.verdict, PID: int(r.pid), Comm: r.comm}
+	case schema.KindLandlockDenial:
+		e.LandlockDenial = &schema.LandlockDenial{Domain: r.domain, Blockers: nonEmpty(r.blockers), PathHash: schema.PathHash(r.pathHash),
+			PathClass: schema.PathClass(r.pathClass), PID: int(r.pid), Comm: r.comm}
+	case schema.KindFinding:
+		e.Finding = &schema.Finding{Type: r.findingType, Severity: r.severity, EvidenceIDs: nonEmpty(r.evidenceIDs), Tool: r.tool,
+			OpID: r.opID, Reason: r.reason, PathHash: schema.PathHash(r.pathHash), PathClass: schema.PathClass(r.pathClass)}
+	case schema.KindHealth:
+		e.Health = &schema.Health{Component: r.component, Hooks: nonEmpty(r.hooks), LandlockABI: int(r.landlockABI), AuditStream: r.auditStream,
+			DropsBPFReserve: r.dropsBPF, DropsQueueFull: r.dropsQueue, DropsPublishFail: r.dropsPublish, SpoolDepth: r.spool}
+	}
+	return e
+}
+
+// Insert writes events in one ClickHouse block. It is all or nothing from
+// the caller's view: on error nothing may be assumed stored, and a retry
+// of the same events is safe (duplicates collapse on event_id).
+func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	b, err := s.conn.PrepareBatch(ctx, InsertSQL)
+	if err != nil {
+		return fmt.Errorf("prepare ClickHouse insert: %w", err)
+	}
+	defer b.Abort() //nolint:errcheck // no-op after Send
+	for i := range events {
+		r := flatten(&events[i])
+		if err := b.Append(r.values()...); err != nil {
+			return fmt.Errorf("append event %s to ClickHouse batch: %w", events[i].EventID, err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert %d events into ClickHouse: %w", len(events), err)
+	}
+	return nil
+}
+
+// selectSQL reads rows back, one per event_id even before merges collapse
+// duplicates.
+var selectSQL = "SELECT " + strings.Join(columns, ", ") + " FROM events FINAL"
+
+// ReadRun returns every event of run, duplicates collapsed, oldest first.
+func (s *Store) ReadRun(ctx context.Context, runID string, limit int) ([]schema.Event, error) {
+	rows, err := s.conn.Query(ctx, selectSQL+" WHERE run_id = ? ORDER BY time_ns, event_id LIMIT ?", runID, uint64(limit))
+	if err != nil {
+		return nil, fmt.Errorf("read run from ClickHouse: %w", err)
+	}
+	defer rows.Close()
+	var out []schema.Event
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(r.pointers()...); err != nil {
+			return nil, fmt.Errorf("read run from ClickHouse: %w", err)
+		}
+		out = append(out, r.event())
+	}
+	return out, rows.Err()
+}
+
+// RunsInsertedSince lists runs with an event inserted at or after since
+// (second resolution), at most limit.
+func (s *Store) RunsInsertedSince(ctx context.Context, sinceUnix int64, limit int) ([]string, error) {
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT run_id FROM events WHERE inserted_at >= toDateTime(?) AND run_id != '' LIMIT ?", sinceUnix, uint64(limit))
+	if err != nil {
+		return nil, fmt.Errorf("list recent runs in ClickHouse: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}

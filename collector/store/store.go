@@ -1,0 +1,160 @@
+// Package store writes events to ClickHouse and reads them back, over
+// clickhouse-go/v2's native protocol (its HTTP protocol does not work with
+// ClickHouse 18.16). Every INSERT names its columns, which 18.16 requires.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
+)
+
+// Store is a connection pool to one ClickHouse database.
+type Store struct {
+	conn driver.Conn
+	opt  *clickhouse.Options
+	db   string
+	log  *slog.Logger
+}
+
+var dbName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// DefaultDSN is the single-host default.
+const DefaultDSN = "clickhouse://127.0.0.1:9000/mcpwarden"
+
+// Open connects to the database named in dsn
+// (clickhouse://user:password@host:9000/database?dial_timeout=5s). With
+// create set, the database is created first when missing (for --migrate).
+func Open(ctx context.Context, dsn string, create bool, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opt, err := clickhouse.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse ClickHouse DSN: %w (want clickhouse://USER:PASSWORD@HOST:9000/DATABASE)", err)
+	}
+	if opt.Protocol != clickhouse.Native {
+		return nil, errors.New("ClickHouse DSN must use the native protocol (clickhouse://HOST:9000/DB); the HTTP protocol does not work with ClickHouse 18.16")
+	}
+	db := opt.Auth.Database
+	if db == "" {
+		db = "mcpwarden"
+		opt.Auth.Database = db
+	}
+	if !dbName.MatchString(db) {
+		return nil, fmt.Errorf("ClickHouse database name %q: use letters, digits and '_'", db)
+	}
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = 5 * time.Second
+	}
+	if opt.MaxOpenConns == 0 {
+		opt.MaxOpenConns = 8
+	}
+	if create {
+		boot := *opt
+		boot.Auth.Database = "default"
+		c, err := clickhouse.Open(&boot)
+		if err != nil {
+			return nil, fmt.Errorf("connect to ClickHouse: %w", err)
+		}
+		err = c.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+db+"`")
+		c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("create ClickHouse database %s: %w", db, err)
+		}
+	}
+	conn, err := clickhouse.Open(opt)
+	if err != nil {
+		return nil, fmt.Errorf("connect to ClickHouse: %w", err)
+	}
+	s := &Store{conn: conn, opt: opt, db: db, log: log}
+	if err := conn.Ping(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("reach ClickHouse database %s at %s: %w (is clickhouse-server running? run 'mcpwarden collect --migrate' once to create the schema)", db, strings.Join(opt.Addr, ","), err)
+	}
+	return s, nil
+}
+
+// Conn is the underlying connection pool.
+func (s *Store) Conn() driver.Conn { return s.conn }
+
+// Database is the database name.
+func (s *Store) Database() string { return s.db }
+
+// Close closes the pool.
+func (s *Store) Close() error { return s.conn.Close() }
+
+// Migrate applies the migrations not yet recorded in schema_migrations, in
+// version order. Every migration is idempotent on its own (IF NOT EXISTS),
+// so two collectors migrating at once, or a crash between a migration and
+// its record, are harmless.
+func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
+	ms, err := chschema.Migrations()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations
+(version UInt32, name String, applied_at DateTime DEFAULT now())
+ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
+		return nil, fmt.Errorf("create schema_migrations: %w", err)
+	}
+	done := map[int]bool{}
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read schema_migrations: %w", err)
+		}
+		done[int(v)] = true
+	}
+	rows.Close()
+	for _, m := range ms {
+		if done[m.Version] {
+			continue
+		}
+		for _, stmt := range m.Statements {
+			if err := s.conn.Exec(ctx, stmt); err != nil {
+				return applied, fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+			}
+		}
+		// An INSERT with inline VALUES hangs on 18.16's native protocol;
+		// a one-row block does not.
+		b, err := s.conn.PrepareBatch(ctx, "INSERT INTO schema_migrations (version, name)")
+		if err == nil {
+			if err = b.Append(uint32(m.Version), m.Name); err == nil {
+				err = b.Send()
+			}
+		}
+		if err != nil {
+			return applied, fmt.Errorf("record migration %04d: %w", m.Version, err)
+		}
+		s.log.Info("applied ClickHouse migration", "version", m.Version, "name", m.Name)
+		applied = append(applied, m.Version)
+	}
+	return applied, nil
+}
+
+// CheckSchema reports a clear error when the events table is missing.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	var n uint64
+	row := s.conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = 'events'", s.db)
+	if err := row.Scan(&n); err != nil {
+		return fmt.Errorf("check ClickHouse schema: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("ClickHouse database %s has no events table: run 'mcpwarden collect --migrate' once", s.db)
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package store
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+func openMigrated(t *testing.T) *Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, chtest.Database(t), true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	applied, err := s.Migrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) == 0 {
+		t.Fatal("no migration applied on an empty database")
+	}
+	return s
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	s := openMigrated(t)
+	again, err := s.Migrate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 0 {
+		t.Fatalf("second migrate applied %v", again)
+	}
+	if err := s.CheckSchema(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefusesHTTPAndBadNames(t *testing.T) {
+	for _, dsn := range []string{"http://127.0.0.1:8123/db", "clickhouse://127.0.0.1:9000/bad-name;DROP"} {
+		if _, err := Open(context.Background(), dsn, false, nil); err == nil {
+			t.Errorf("%s accepted", dsn)
+		}
+	}
+}
+
+// TestInsertRoundTripAndDuplicatesCollapse: every kind survives the trip
+// through ClickHouse unchanged, and inserting the same events again (a
+// redelivery) does not make them appear twice.
+func TestInsertRoundTripAndDuplicatesCollapse(t *testing.T) {
+	s := openMigrated(t)
+	ctx := context.Background()
+	g := eventgen.New("host-1")
+	evs := g.Mixed(50)
+	o := g.Origin
+	now := time.Unix(1_780_000_100, 0)
+	d := o.NewEvent(schema.KindLandlockDenial, g.RunID, g.ScopeID, g.ScopeHash, now)
+	d.LandlockDenial = &schema.LandlockDenial{Domain: "18ed00109", Blockers: []string{"fs.read_file"}, PathHash: g.Hasher.Hash("/etc/hostname"), PathClass: schema.PathOutside, PID: 7, Comm: "node"}
+	f := o.NewEvent(schema.KindFinding, g.RunID, g.ScopeID, g.ScopeHash, now.Add(time.Second))
+	f.Finding = &schema.Finding{Type: schema.FindingBlockedAttempt, Severity: schema.SeverityMedium, EvidenceIDs: []string{d.EventID}, Reason: "kernel_denied", PathHash: d.LandlockDenial.PathHash, PathClass: schema.PathOutside}
+	h := o.NewEvent(schema.KindHealth, g.RunID, "", "", now.Add(2*time.Second))
+	h.Health = &schema.Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on", DropsQueueFull: 3}
+	ex := o.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, now.Add(3*time.Second))
+	ex.Launch = &schema.Launch{Phase: "exit", Mode: schema.ModeAudit, LandlockABI: 7, Degraded: true, DegradedReason: "net_tcp", ExitStatus: 1, ExitReason: "exited", DurationMS: 1234}
+	evs = append(evs, d, f, h, ex)
+	for i := range evs {
+		if err := evs[i].Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Insert(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Insert(ctx, evs[10:30]); err != nil { // redelivered
+		t.Fatal(err)
+	}
+	got, err := s.ReadRun(ctx, g.RunID, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(evs) {
+		t.Fatalf("read %d events, inserted %d distinct", len(got), len(evs))
+	}
+	byID := map[string]schema.Event{}
+	for _, e := range got {
+		byID[e.EventID] = e
+	}
+	for _, e := range evs {
+		if !reflect.DeepEqual(byID[e.EventID], e) {
+			t.Fatalf("event changed in ClickHouse:\n got %+v\nwant %+v", byID[e.EventID], e)
+		}
+	}
+	var raw, distinct uint64
+	if err := s.Conn().QueryRow(ctx, "SELECT count(), uniqExact(event_id) FROM events").Scan(&raw, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if distinct != uint64(len(evs)) || raw < distinct {
+		t.Fatalf("raw %d distinct %d, want distinct %d", raw, distinct, len(evs))
+	}
+	runs, err := s.RunsInsertedSince(ctx, time.Now().Add(-time.Hour).Unix(), 10)
+	if err != nil || len(runs) != 1 || runs[0] != g.RunID {
+		t.Fatalf("recent runs %v, %v", runs, err)
+	}
+}
