@@ -28,6 +28,7 @@ enum op {
 	OP_SYMLINK = 16,
 	OP_SYMLINKAT = 17,
 	OP_IO_URING_SETUP = 18,
+	OP_OPEN_BY_HANDLE_AT = 19,
 	/* Process tree events of watched processes. */
 	OP_FORK = 64,
 	OP_EXEC = 65,

@@ -267,7 +267,7 @@ static __always_inline void user_path(struct buf *b, __u32 *off, int field, __u6
 
 static __always_inline bool is_open(__u32 op)
 {
-	return op == OP_OPEN || op == OP_OPENAT || op == OP_OPENAT2 || op == OP_CREAT;
+	return op == OP_OPEN || op == OP_OPENAT || op == OP_OPENAT2 || op == OP_CREAT || op == OP_OPEN_BY_HANDLE_AT;
 }
 
 static __always_inline struct buf *new_buf(__u32 op, __u32 slot)
@@ -324,8 +324,10 @@ static __always_inline int leave(long ret)
 	b->ev.ret = ret;
 	b->ev.flags = args.flags;
 	__u32 off = 0;
-	if (args.op == OP_IO_URING_SETUP) {
-		// no path
+	if (args.op == OP_IO_URING_SETUP || (args.op == OP_OPEN_BY_HANDLE_AT && ret < 0)) {
+		// no path: a failed open_by_handle_at names a file handle, not a path
+		if (args.op == OP_OPEN_BY_HANDLE_AT)
+			b->ev.ev_flags |= EVF_FAULT;
 	} else if (is_open(args.op) && ret >= 0) {
 		b->ev.ev_flags |= EVF_FD_RESOLVED;
 		b->ev.field_len[1] = walk_fd(b, &off, (int)ret);
@@ -391,6 +393,10 @@ ENTER(symlink) { return enter(OP_SYMLINK, AT_FDCWD, A(1), 0, 0, 0); }
 EXIT(symlink)
 ENTER(symlinkat) { return enter(OP_SYMLINKAT, FD(1), A(2), 0, 0, 0); }
 EXIT(symlinkat)
+// open_by_handle_at opens by file handle, not by path: only the returned
+// descriptor says what was opened.
+ENTER(open_by_handle_at) { return enter(OP_OPEN_BY_HANDLE_AT, 0, 0, 0, 0, A(2)); }
+EXIT(open_by_handle_at)
 // io_uring submits file operations no syscall tracepoint sees: setting one
 // up in a watched tree is itself the finding.
 ENTER(io_uring_setup) { return enter(OP_IO_URING_SETUP, 0, 0, 0, 0, A(1)); }

@@ -49,52 +49,54 @@ type WatchEvent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	WatchMapEvents             = "events"
-	WatchMapInflight           = "inflight"
-	WatchMapScratch            = "scratch"
-	WatchMapStats              = "stats"
-	WatchMapWatched            = "watched"
-	WatchProgEnterCreat        = "enter_creat"
-	WatchProgEnterIoUringSetup = "enter_io_uring_setup"
-	WatchProgEnterLink         = "enter_link"
-	WatchProgEnterLinkat       = "enter_linkat"
-	WatchProgEnterMkdir        = "enter_mkdir"
-	WatchProgEnterMkdirat      = "enter_mkdirat"
-	WatchProgEnterOpen         = "enter_open"
-	WatchProgEnterOpenat       = "enter_openat"
-	WatchProgEnterOpenat2      = "enter_openat2"
-	WatchProgEnterRename       = "enter_rename"
-	WatchProgEnterRenameat     = "enter_renameat"
-	WatchProgEnterRenameat2    = "enter_renameat2"
-	WatchProgEnterRmdir        = "enter_rmdir"
-	WatchProgEnterSymlink      = "enter_symlink"
-	WatchProgEnterSymlinkat    = "enter_symlinkat"
-	WatchProgEnterTruncate     = "enter_truncate"
-	WatchProgEnterUnlink       = "enter_unlink"
-	WatchProgEnterUnlinkat     = "enter_unlinkat"
-	WatchProgExitCreat         = "exit_creat"
-	WatchProgExitIoUringSetup  = "exit_io_uring_setup"
-	WatchProgExitLink          = "exit_link"
-	WatchProgExitLinkat        = "exit_linkat"
-	WatchProgExitMkdir         = "exit_mkdir"
-	WatchProgExitMkdirat       = "exit_mkdirat"
-	WatchProgExitOpen          = "exit_open"
-	WatchProgExitOpenat        = "exit_openat"
-	WatchProgExitOpenat2       = "exit_openat2"
-	WatchProgExitRename        = "exit_rename"
-	WatchProgExitRenameat      = "exit_renameat"
-	WatchProgExitRenameat2     = "exit_renameat2"
-	WatchProgExitRmdir         = "exit_rmdir"
-	WatchProgExitSymlink       = "exit_symlink"
-	WatchProgExitSymlinkat     = "exit_symlinkat"
-	WatchProgExitTruncate      = "exit_truncate"
-	WatchProgExitUnlink        = "exit_unlink"
-	WatchProgExitUnlinkat      = "exit_unlinkat"
-	WatchProgSchedExec         = "sched_exec"
-	WatchProgSchedExit         = "sched_exit"
-	WatchProgSchedFork         = "sched_fork"
-	WatchVarUnusedEvent        = "unused_event"
-	WatchVarWakeupBytes        = "wakeup_bytes"
+	WatchMapEvents               = "events"
+	WatchMapInflight             = "inflight"
+	WatchMapScratch              = "scratch"
+	WatchMapStats                = "stats"
+	WatchMapWatched              = "watched"
+	WatchProgEnterCreat          = "enter_creat"
+	WatchProgEnterIoUringSetup   = "enter_io_uring_setup"
+	WatchProgEnterLink           = "enter_link"
+	WatchProgEnterLinkat         = "enter_linkat"
+	WatchProgEnterMkdir          = "enter_mkdir"
+	WatchProgEnterMkdirat        = "enter_mkdirat"
+	WatchProgEnterOpen           = "enter_open"
+	WatchProgEnterOpenByHandleAt = "enter_open_by_handle_at"
+	WatchProgEnterOpenat         = "enter_openat"
+	WatchProgEnterOpenat2        = "enter_openat2"
+	WatchProgEnterRename         = "enter_rename"
+	WatchProgEnterRenameat       = "enter_renameat"
+	WatchProgEnterRenameat2      = "enter_renameat2"
+	WatchProgEnterRmdir          = "enter_rmdir"
+	WatchProgEnterSymlink        = "enter_symlink"
+	WatchProgEnterSymlinkat      = "enter_symlinkat"
+	WatchProgEnterTruncate       = "enter_truncate"
+	WatchProgEnterUnlink         = "enter_unlink"
+	WatchProgEnterUnlinkat       = "enter_unlinkat"
+	WatchProgExitCreat           = "exit_creat"
+	WatchProgExitIoUringSetup    = "exit_io_uring_setup"
+	WatchProgExitLink            = "exit_link"
+	WatchProgExitLinkat          = "exit_linkat"
+	WatchProgExitMkdir           = "exit_mkdir"
+	WatchProgExitMkdirat         = "exit_mkdirat"
+	WatchProgExitOpen            = "exit_open"
+	WatchProgExitOpenByHandleAt  = "exit_open_by_handle_at"
+	WatchProgExitOpenat          = "exit_openat"
+	WatchProgExitOpenat2         = "exit_openat2"
+	WatchProgExitRename          = "exit_rename"
+	WatchProgExitRenameat        = "exit_renameat"
+	WatchProgExitRenameat2       = "exit_renameat2"
+	WatchProgExitRmdir           = "exit_rmdir"
+	WatchProgExitSymlink         = "exit_symlink"
+	WatchProgExitSymlinkat       = "exit_symlinkat"
+	WatchProgExitTruncate        = "exit_truncate"
+	WatchProgExitUnlink          = "exit_unlink"
+	WatchProgExitUnlinkat        = "exit_unlinkat"
+	WatchProgSchedExec           = "sched_exec"
+	WatchProgSchedExit           = "sched_exit"
+	WatchProgSchedFork           = "sched_fork"
+	WatchVarUnusedEvent          = "unused_event"
+	WatchVarWakeupBytes          = "wakeup_bytes"
 )
 
 // LoadWatch returns the embedded CollectionSpec for Watch.
@@ -139,45 +141,47 @@ type WatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type WatchProgramSpecs struct {
-	EnterCreat        *ebpf.ProgramSpec `ebpf:"enter_creat"`
-	EnterIoUringSetup *ebpf.ProgramSpec `ebpf:"enter_io_uring_setup"`
-	EnterLink         *ebpf.ProgramSpec `ebpf:"enter_link"`
-	EnterLinkat       *ebpf.ProgramSpec `ebpf:"enter_linkat"`
-	EnterMkdir        *ebpf.ProgramSpec `ebpf:"enter_mkdir"`
-	EnterMkdirat      *ebpf.ProgramSpec `ebpf:"enter_mkdirat"`
-	EnterOpen         *ebpf.ProgramSpec `ebpf:"enter_open"`
-	EnterOpenat       *ebpf.ProgramSpec `ebpf:"enter_openat"`
-	EnterOpenat2      *ebpf.ProgramSpec `ebpf:"enter_openat2"`
-	EnterRename       *ebpf.ProgramSpec `ebpf:"enter_rename"`
-	EnterRenameat     *ebpf.ProgramSpec `ebpf:"enter_renameat"`
-	EnterRenameat2    *ebpf.ProgramSpec `ebpf:"enter_renameat2"`
-	EnterRmdir        *ebpf.ProgramSpec `ebpf:"enter_rmdir"`
-	EnterSymlink      *ebpf.ProgramSpec `ebpf:"enter_symlink"`
-	EnterSymlinkat    *ebpf.ProgramSpec `ebpf:"enter_symlinkat"`
-	EnterTruncate     *ebpf.ProgramSpec `ebpf:"enter_truncate"`
-	EnterUnlink       *ebpf.ProgramSpec `ebpf:"enter_unlink"`
-	EnterUnlinkat     *ebpf.ProgramSpec `ebpf:"enter_unlinkat"`
-	ExitCreat         *ebpf.ProgramSpec `ebpf:"exit_creat"`
-	ExitIoUringSetup  *ebpf.ProgramSpec `ebpf:"exit_io_uring_setup"`
-	ExitLink          *ebpf.ProgramSpec `ebpf:"exit_link"`
-	ExitLinkat        *ebpf.ProgramSpec `ebpf:"exit_linkat"`
-	ExitMkdir         *ebpf.ProgramSpec `ebpf:"exit_mkdir"`
-	ExitMkdirat       *ebpf.ProgramSpec `ebpf:"exit_mkdirat"`
-	ExitOpen          *ebpf.ProgramSpec `ebpf:"exit_open"`
-	ExitOpenat        *ebpf.ProgramSpec `ebpf:"exit_openat"`
-	ExitOpenat2       *ebpf.ProgramSpec `ebpf:"exit_openat2"`
-	ExitRename        *ebpf.ProgramSpec `ebpf:"exit_rename"`
-	ExitRenameat      *ebpf.ProgramSpec `ebpf:"exit_renameat"`
-	ExitRenameat2     *ebpf.ProgramSpec `ebpf:"exit_renameat2"`
-	ExitRmdir         *ebpf.ProgramSpec `ebpf:"exit_rmdir"`
-	ExitSymlink       *ebpf.ProgramSpec `ebpf:"exit_symlink"`
-	ExitSymlinkat     *ebpf.ProgramSpec `ebpf:"exit_symlinkat"`
-	ExitTruncate      *ebpf.ProgramSpec `ebpf:"exit_truncate"`
-	ExitUnlink        *ebpf.ProgramSpec `ebpf:"exit_unlink"`
-	ExitUnlinkat      *ebpf.ProgramSpec `ebpf:"exit_unlinkat"`
-	SchedExec         *ebpf.ProgramSpec `ebpf:"sched_exec"`
-	SchedExit         *ebpf.ProgramSpec `ebpf:"sched_exit"`
-	SchedFork         *ebpf.ProgramSpec `ebpf:"sched_fork"`
+	EnterCreat          *ebpf.ProgramSpec `ebpf:"enter_creat"`
+	EnterIoUringSetup   *ebpf.ProgramSpec `ebpf:"enter_io_uring_setup"`
+	EnterLink           *ebpf.ProgramSpec `ebpf:"enter_link"`
+	EnterLinkat         *ebpf.ProgramSpec `ebpf:"enter_linkat"`
+	EnterMkdir          *ebpf.ProgramSpec `ebpf:"enter_mkdir"`
+	EnterMkdirat        *ebpf.ProgramSpec `ebpf:"enter_mkdirat"`
+	EnterOpen           *ebpf.ProgramSpec `ebpf:"enter_open"`
+	EnterOpenByHandleAt *ebpf.ProgramSpec `ebpf:"enter_open_by_handle_at"`
+	EnterOpenat         *ebpf.ProgramSpec `ebpf:"enter_openat"`
+	EnterOpenat2        *ebpf.ProgramSpec `ebpf:"enter_openat2"`
+	EnterRename         *ebpf.ProgramSpec `ebpf:"enter_rename"`
+	EnterRenameat       *ebpf.ProgramSpec `ebpf:"enter_renameat"`
+	EnterRenameat2      *ebpf.ProgramSpec `ebpf:"enter_renameat2"`
+	EnterRmdir          *ebpf.ProgramSpec `ebpf:"enter_rmdir"`
+	EnterSymlink        *ebpf.ProgramSpec `ebpf:"enter_symlink"`
+	EnterSymlinkat      *ebpf.ProgramSpec `ebpf:"enter_symlinkat"`
+	EnterTruncate       *ebpf.ProgramSpec `ebpf:"enter_truncate"`
+	EnterUnlink         *ebpf.ProgramSpec `ebpf:"enter_unlink"`
+	EnterUnlinkat       *ebpf.ProgramSpec `ebpf:"enter_unlinkat"`
+	ExitCreat           *ebpf.ProgramSpec `ebpf:"exit_creat"`
+	ExitIoUringSetup    *ebpf.ProgramSpec `ebpf:"exit_io_uring_setup"`
+	ExitLink            *ebpf.ProgramSpec `ebpf:"exit_link"`
+	ExitLinkat          *ebpf.ProgramSpec `ebpf:"exit_linkat"`
+	ExitMkdir           *ebpf.ProgramSpec `ebpf:"exit_mkdir"`
+	ExitMkdirat         *ebpf.ProgramSpec `ebpf:"exit_mkdirat"`
+	ExitOpen            *ebpf.ProgramSpec `ebpf:"exit_open"`
+	ExitOpenByHandleAt  *ebpf.ProgramSpec `ebpf:"exit_open_by_handle_at"`
+	ExitOpenat          *ebpf.ProgramSpec `ebpf:"exit_openat"`
+	ExitOpenat2         *ebpf.ProgramSpec `ebpf:"exit_openat2"`
+	ExitRename          *ebpf.ProgramSpec `ebpf:"exit_rename"`
+	ExitRenameat        *ebpf.ProgramSpec `ebpf:"exit_renameat"`
+	ExitRenameat2       *ebpf.ProgramSpec `ebpf:"exit_renameat2"`
+	ExitRmdir           *ebpf.ProgramSpec `ebpf:"exit_rmdir"`
+	ExitSymlink         *ebpf.ProgramSpec `ebpf:"exit_symlink"`
+	ExitSymlinkat       *ebpf.ProgramSpec `ebpf:"exit_symlinkat"`
+	ExitTruncate        *ebpf.ProgramSpec `ebpf:"exit_truncate"`
+	ExitUnlink          *ebpf.ProgramSpec `ebpf:"exit_unlink"`
+	ExitUnlinkat        *ebpf.ProgramSpec `ebpf:"exit_unlinkat"`
+	SchedExec           *ebpf.ProgramSpec `ebpf:"sched_exec"`
+	SchedExit           *ebpf.ProgramSpec `ebpf:"sched_exit"`
+	SchedFork           *ebpf.ProgramSpec `ebpf:"sched_fork"`
 }
 
 // WatchMapSpecs contains maps before they are loaded into the kernel.
@@ -248,45 +252,47 @@ type WatchVariables struct {
 //
 // It can be passed to LoadWatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type WatchPrograms struct {
-	EnterCreat        *ebpf.Program `ebpf:"enter_creat"`
-	EnterIoUringSetup *ebpf.Program `ebpf:"enter_io_uring_setup"`
-	EnterLink         *ebpf.Program `ebpf:"enter_link"`
-	EnterLinkat       *ebpf.Program `ebpf:"enter_linkat"`
-	EnterMkdir        *ebpf.Program `ebpf:"enter_mkdir"`
-	EnterMkdirat      *ebpf.Program `ebpf:"enter_mkdirat"`
-	EnterOpen         *ebpf.Program `ebpf:"enter_open"`
-	EnterOpenat       *ebpf.Program `ebpf:"enter_openat"`
-	EnterOpenat2      *ebpf.Program `ebpf:"enter_openat2"`
-	EnterRename       *ebpf.Program `ebpf:"enter_rename"`
-	EnterRenameat     *ebpf.Program `ebpf:"enter_renameat"`
-	EnterRenameat2    *ebpf.Program `ebpf:"enter_renameat2"`
-	EnterRmdir        *ebpf.Program `ebpf:"enter_rmdir"`
-	EnterSymlink      *ebpf.Program `ebpf:"enter_symlink"`
-	EnterSymlinkat    *ebpf.Program `ebpf:"enter_symlinkat"`
-	EnterTruncate     *ebpf.Program `ebpf:"enter_truncate"`
-	EnterUnlink       *ebpf.Program `ebpf:"enter_unlink"`
-	EnterUnlinkat     *ebpf.Program `ebpf:"enter_unlinkat"`
-	ExitCreat         *ebpf.Program `ebpf:"exit_creat"`
-	ExitIoUringSetup  *ebpf.Program `ebpf:"exit_io_uring_setup"`
-	ExitLink          *ebpf.Program `ebpf:"exit_link"`
-	ExitLinkat        *ebpf.Program `ebpf:"exit_linkat"`
-	ExitMkdir         *ebpf.Program `ebpf:"exit_mkdir"`
-	ExitMkdirat       *ebpf.Program `ebpf:"exit_mkdirat"`
-	ExitOpen          *ebpf.Program `ebpf:"exit_open"`
-	ExitOpenat        *ebpf.Program `ebpf:"exit_openat"`
-	ExitOpenat2       *ebpf.Program `ebpf:"exit_openat2"`
-	ExitRename        *ebpf.Program `ebpf:"exit_rename"`
-	ExitRenameat      *ebpf.Program `ebpf:"exit_renameat"`
-	ExitRenameat2     *ebpf.Program `ebpf:"exit_renameat2"`
-	ExitRmdir         *ebpf.Program `ebpf:"exit_rmdir"`
-	ExitSymlink       *ebpf.Program `ebpf:"exit_symlink"`
-	ExitSymlinkat     *ebpf.Program `ebpf:"exit_symlinkat"`
-	ExitTruncate      *ebpf.Program `ebpf:"exit_truncate"`
-	ExitUnlink        *ebpf.Program `ebpf:"exit_unlink"`
-	ExitUnlinkat      *ebpf.Program `ebpf:"exit_unlinkat"`
-	SchedExec         *ebpf.Program `ebpf:"sched_exec"`
-	SchedExit         *ebpf.Program `ebpf:"sched_exit"`
-	SchedFork         *ebpf.Program `ebpf:"sched_fork"`
+	EnterCreat          *ebpf.Program `ebpf:"enter_creat"`
+	EnterIoUringSetup   *ebpf.Program `ebpf:"enter_io_uring_setup"`
+	EnterLink           *ebpf.Program `ebpf:"enter_link"`
+	EnterLinkat         *ebpf.Program `ebpf:"enter_linkat"`
+	EnterMkdir          *ebpf.Program `ebpf:"enter_mkdir"`
+	EnterMkdirat        *ebpf.Program `ebpf:"enter_mkdirat"`
+	EnterOpen           *ebpf.Program `ebpf:"enter_open"`
+	EnterOpenByHandleAt *ebpf.Program `ebpf:"enter_open_by_handle_at"`
+	EnterOpenat         *ebpf.Program `ebpf:"enter_openat"`
+	EnterOpenat2        *ebpf.Program `ebpf:"enter_openat2"`
+	EnterRename         *ebpf.Program `ebpf:"enter_rename"`
+	EnterRenameat       *ebpf.Program `ebpf:"enter_renameat"`
+	EnterRenameat2      *ebpf.Program `ebpf:"enter_renameat2"`
+	EnterRmdir          *ebpf.Program `ebpf:"enter_rmdir"`
+	EnterSymlink        *ebpf.Program `ebpf:"enter_symlink"`
+	EnterSymlinkat      *ebpf.Program `ebpf:"enter_symlinkat"`
+	EnterTruncate       *ebpf.Program `ebpf:"enter_truncate"`
+	EnterUnlink         *ebpf.Program `ebpf:"enter_unlink"`
+	EnterUnlinkat       *ebpf.Program `ebpf:"enter_unlinkat"`
+	ExitCreat           *ebpf.Program `ebpf:"exit_creat"`
+	ExitIoUringSetup    *ebpf.Program `ebpf:"exit_io_uring_setup"`
+	ExitLink            *ebpf.Program `ebpf:"exit_link"`
+	ExitLinkat          *ebpf.Program `ebpf:"exit_linkat"`
+	ExitMkdir           *ebpf.Program `ebpf:"exit_mkdir"`
+	ExitMkdirat         *ebpf.Program `ebpf:"exit_mkdirat"`
+	ExitOpen            *ebpf.Program `ebpf:"exit_open"`
+	ExitOpenByHandleAt  *ebpf.Program `ebpf:"exit_open_by_handle_at"`
+	ExitOpenat          *ebpf.Program `ebpf:"exit_openat"`
+	ExitOpenat2         *ebpf.Program `ebpf:"exit_openat2"`
+	ExitRename          *ebpf.Program `ebpf:"exit_rename"`
+	ExitRenameat        *ebpf.Program `ebpf:"exit_renameat"`
+	ExitRenameat2       *ebpf.Program `ebpf:"exit_renameat2"`
+	ExitRmdir           *ebpf.Program `ebpf:"exit_rmdir"`
+	ExitSymlink         *ebpf.Program `ebpf:"exit_symlink"`
+	ExitSymlinkat       *ebpf.Program `ebpf:"exit_symlinkat"`
+	ExitTruncate        *ebpf.Program `ebpf:"exit_truncate"`
+	ExitUnlink          *ebpf.Program `ebpf:"exit_unlink"`
+	ExitUnlinkat        *ebpf.Program `ebpf:"exit_unlinkat"`
+	SchedExec           *ebpf.Program `ebpf:"sched_exec"`
+	SchedExit           *ebpf.Program `ebpf:"sched_exit"`
+	SchedFork           *ebpf.Program `ebpf:"sched_fork"`
 }
 
 func (p *WatchPrograms) Close() error {
@@ -298,6 +304,7 @@ func (p *WatchPrograms) Close() error {
 		p.EnterMkdir,
 		p.EnterMkdirat,
 		p.EnterOpen,
+		p.EnterOpenByHandleAt,
 		p.EnterOpenat,
 		p.EnterOpenat2,
 		p.EnterRename,
@@ -316,6 +323,7 @@ func (p *WatchPrograms) Close() error {
 		p.ExitMkdir,
 		p.ExitMkdirat,
 		p.ExitOpen,
+		p.ExitOpenByHandleAt,
 		p.ExitOpenat,
 		p.ExitOpenat2,
 		p.ExitRename,

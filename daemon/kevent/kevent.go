@@ -18,27 +18,28 @@ type Op uint32
 
 // Operations; keep in step with enum op in bpf/event.h.
 const (
-	OpOpen         Op = 1
-	OpOpenat       Op = 2
-	OpOpenat2      Op = 3
-	OpCreat        Op = 4
-	OpRename       Op = 5
-	OpRenameat     Op = 6
-	OpRenameat2    Op = 7
-	OpUnlink       Op = 8
-	OpUnlinkat     Op = 9
-	OpRmdir        Op = 10
-	OpMkdir        Op = 11
-	OpMkdirat      Op = 12
-	OpTruncate     Op = 13
-	OpLink         Op = 14
-	OpLinkat       Op = 15
-	OpSymlink      Op = 16
-	OpSymlinkat    Op = 17
-	OpIOUringSetup Op = 18
-	OpFork         Op = 64
-	OpExec         Op = 65
-	OpExit         Op = 66
+	OpOpen           Op = 1
+	OpOpenat         Op = 2
+	OpOpenat2        Op = 3
+	OpCreat          Op = 4
+	OpRename         Op = 5
+	OpRenameat       Op = 6
+	OpRenameat2      Op = 7
+	OpUnlink         Op = 8
+	OpUnlinkat       Op = 9
+	OpRmdir          Op = 10
+	OpMkdir          Op = 11
+	OpMkdirat        Op = 12
+	OpTruncate       Op = 13
+	OpLink           Op = 14
+	OpLinkat         Op = 15
+	OpSymlink        Op = 16
+	OpSymlinkat      Op = 17
+	OpIOUringSetup   Op = 18
+	OpOpenByHandleAt Op = 19
+	OpFork           Op = 64
+	OpExec           Op = 65
+	OpExit           Op = 66
 )
 
 var opNames = map[Op]string{
@@ -47,7 +48,7 @@ var opNames = map[Op]string{
 	OpUnlink: "unlink", OpUnlinkat: "unlinkat", OpRmdir: "rmdir",
 	OpMkdir: "mkdir", OpMkdirat: "mkdirat", OpTruncate: "truncate",
 	OpLink: "link", OpLinkat: "linkat", OpSymlink: "symlink", OpSymlinkat: "symlinkat",
-	OpIOUringSetup: "io_uring_setup", OpFork: "fork", OpExec: "exec", OpExit: "exit",
+	OpIOUringSetup: "io_uring_setup", OpOpenByHandleAt: "open_by_handle_at", OpFork: "fork", OpExec: "exec", OpExit: "exit",
 }
 
 // String returns the syscall (or process event) name.
@@ -60,7 +61,7 @@ func (o Op) String() string {
 
 // IsOpen reports whether the operation returns a descriptor for its path.
 func (o Op) IsOpen() bool {
-	return o == OpOpen || o == OpOpenat || o == OpOpenat2 || o == OpCreat
+	return o == OpOpen || o == OpOpenat || o == OpOpenat2 || o == OpCreat || o == OpOpenByHandleAt
 }
 
 // IsProcess reports whether the record is a process-tree event.
@@ -232,7 +233,7 @@ const (
 // Access1 says what the operation does to Path1.
 func (r *Record) Access1() Access {
 	switch r.Op {
-	case OpOpen, OpOpenat, OpOpenat2:
+	case OpOpen, OpOpenat, OpOpenat2, OpOpenByHandleAt:
 		switch {
 		case r.Flags&oCreat != 0 || r.Flags&oTmpfile == oTmpfile:
 			return AccessCreate

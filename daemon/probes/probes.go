@@ -85,7 +85,7 @@ var syscallHooks = []string{
 	"open", "openat", "openat2", "creat",
 	"rename", "renameat", "renameat2",
 	"unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "truncate",
-	"link", "linkat", "symlink", "symlinkat", "io_uring_setup",
+	"link", "linkat", "symlink", "symlinkat", "open_by_handle_at", "io_uring_setup",
 }
 
 // ErrTracefs says the tracepoint ids could not be found.
@@ -205,6 +205,7 @@ func programsByName(ps *bpf.WatchPrograms) map[string]*ebpf.Program {
 		"enter_linkat": ps.EnterLinkat, "exit_linkat": ps.ExitLinkat,
 		"enter_symlink": ps.EnterSymlink, "exit_symlink": ps.ExitSymlink,
 		"enter_symlinkat": ps.EnterSymlinkat, "exit_symlinkat": ps.ExitSymlinkat,
+		"enter_open_by_handle_at": ps.EnterOpenByHandleAt, "exit_open_by_handle_at": ps.ExitOpenByHandleAt,
 		"enter_io_uring_setup": ps.EnterIoUringSetup, "exit_io_uring_setup": ps.ExitIoUringSetup,
 	}
 }
