@@ -1,0 +1,58 @@
+package runs
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestTableLifecycle(t *testing.T) {
+	tab := NewTable()
+	a := &Run{ID: "a", RootPID: 100}
+	slot, err := tab.Add(a)
+	if err != nil || slot != 1 {
+		t.Fatalf("add: %d %v", slot, err)
+	}
+	if _, err := tab.Add(&Run{ID: "a", RootPID: 200}); !errors.Is(err, ErrDuplicate) {
+		t.Errorf("duplicate id: %v", err)
+	}
+	if _, err := tab.Add(&Run{ID: "b", RootPID: 100}); err == nil {
+		t.Error("a live run's pid was given to another run")
+	}
+	tab.Forked(slot, 101)
+	if tab.ByPID(101) != a {
+		t.Error("child not attributed")
+	}
+	if tab.BindDomain("1a2b", 101) != a || tab.ByDomain("1a2b") != a {
+		t.Error("domain of a child's run not bound")
+	}
+	if tab.BindDomain("ffff", 999) != nil || tab.ByDomain("ffff") != nil {
+		t.Error("foreign domain bound")
+	}
+	now := time.Now()
+	if tab.Exited(slot, now) {
+		t.Error("ended with a process left")
+	}
+	if !tab.Exited(slot, now) || !a.Ended() {
+		t.Error("not ended after the last exit")
+	}
+	if tab.ByPID(101) != a {
+		t.Error("exited pid forgotten before the grace period")
+	}
+	// The launcher restarts the server: same run, new root.
+	if err := tab.AddRoot(slot, 300); err != nil || a.Ended() {
+		t.Errorf("restart: %v ended=%v", err, a.Ended())
+	}
+	tab.End(slot, now)
+	if got := tab.Expired(now.Add(time.Second)); len(got) != 1 || got[0] != slot {
+		t.Errorf("expired %v", got)
+	}
+	tab.Remove(slot)
+	if tab.BySlot(slot) != nil || tab.ByPID(101) != nil || tab.ByDomain("1a2b") != nil || tab.Len() != 0 {
+		t.Error("remove left traces")
+	}
+	b := &Run{ID: "b", RootPID: 100}
+	if s, err := tab.Add(b); err != nil || s == slot {
+		t.Errorf("slot reused: %d %v", s, err)
+	}
+}
