@@ -99,7 +99,7 @@ func (s *session) handleToolCall(rq *request) {
 		s.denyCall(rq, schema.ErrRootsPending, "the client's roots refresh or the server's restart did not finish in time")
 		return
 	}
-	eff := s.effPaths
+	eff, checkedGen := s.effPaths, s.effGen
 	s.mu.Unlock()
 	paths, d := s.pol.CheckArguments(name, args, eff)
 	if d != nil {
@@ -122,12 +122,12 @@ func (s *session) handleToolCall(rq *request) {
 			return
 		}
 	}
-	s.forwardChecked(rq, name, args)
+	s.forwardChecked(rq, name, args, checkedGen)
 }
 
 // forwardChecked re-checks expiry, readiness and paths under the lock, then
 // forwards. The final check sits immediately before the write.
-func (s *session) forwardChecked(rq *request, name string, args json.RawMessage) {
+func (s *session) forwardChecked(rq *request, name string, args json.RawMessage, checkedGen uint64) {
 	for {
 		if code, reason := s.scopeState(); code != "" {
 			s.denyCall(rq, code, reason)
@@ -139,19 +139,20 @@ func (s *session) forwardChecked(rq *request, name string, args json.RawMessage)
 			s.denyCall(rq, schema.ErrRootsPending, "the client's roots refresh or the server's restart did not finish in time")
 			return
 		}
-		eff := s.effPaths
+		if s.effGen == checkedGen {
+			// Nothing changed since the paths were checked: forward now,
+			// under the same lock as the check of the state.
+			s.forwardLocked(rq)
+			return
+		}
+		eff, gen := s.effPaths, s.effGen
 		s.mu.Unlock()
 		if _, d := s.pol.CheckArguments(name, args, eff); d != nil {
 			s.denyCall(rq, d.Code, d.Reason)
 			return
 		}
-		s.mu.Lock()
-		if s.stopped || !s.upReady || s.restarting || s.tracker.Pending() || !slices.Equal(eff, s.effPaths) {
-			s.mu.Unlock()
-			continue // the state moved while paths were checked: check again
-		}
-		s.forwardLocked(rq)
-		return
+		checkedGen = gen // check the state again under the lock
+		continue
 	}
 }
 

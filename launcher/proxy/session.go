@@ -99,6 +99,7 @@ type session struct {
 	rootsWanted   bool // ask the client for roots once it is initialized
 	effective     []schema.CanonicalPath
 	effPaths      []string
+	effGen        uint64 // bumped whenever effective changes
 	fence         []schema.CanonicalPath
 	restarting    bool
 	clientGone    bool
@@ -326,6 +327,7 @@ func (s *session) applyClientRoots(gen uint64, m *jsonrpc.Message) {
 	}
 	s.effective = roots.Intersect(s.cfg.Scope.AllowedPaths, client)
 	s.effPaths = roots.Paths(s.effective)
+	s.effGen++
 	needRestart := !roots.Equal(s.effective, s.fence)
 	if needRestart {
 		s.restarting = true

@@ -248,7 +248,7 @@ func (p *Policy) CheckPath(raw string, relTo func(string) string, effective []st
 	if !Within(effective, r.Lexical) || !Within(effective, r.Real) {
 		return "", deny(schema.ErrPathOutsideScope, "path is outside the run's scope")
 	}
-	if p.secrets.Match(r.Lexical) || p.secrets.Match(r.Real) {
+	if p.secrets.Match(r.Real) || (r.Lexical != r.Real && p.secrets.Match(r.Lexical)) {
 		return "", deny(schema.ErrSecretPath, "path is a secret (credentials, keys, .env, .git, .ssh) and is never served")
 	}
 	return r.Real, nil

@@ -17,26 +17,75 @@ var DefaultSecretPatterns = []string{
 	"credentials", "credentials.json", "credentials.*", "*.tfstate", "secrets.*",
 }
 
-// Secrets matches paths against secret patterns.
+// Secrets matches paths against secret patterns. Patterns are compiled to
+// literal, prefix and suffix tests where they can be: this runs on every
+// path argument of every call.
 type Secrets struct {
-	patterns [][]string
+	patterns [][]matcher
+	literals map[string]bool // single-component patterns without metacharacters
+}
+
+type matchKind int
+
+const (
+	matchLiteral matchKind = iota
+	matchPrefix            // "x*"
+	matchSuffix            // "*x"
+	matchGlob
+)
+
+type matcher struct {
+	kind matchKind
+	text string
+}
+
+func (m matcher) match(comp string) bool {
+	switch m.kind {
+	case matchLiteral:
+		return comp == m.text
+	case matchPrefix:
+		return strings.HasPrefix(comp, m.text)
+	case matchSuffix:
+		return strings.HasSuffix(comp, m.text)
+	}
+	ok, _ := path.Match(m.text, comp)
+	return ok
+}
+
+func compile(part string) matcher {
+	const meta = "*?[\\"
+	switch {
+	case !strings.ContainsAny(part, meta):
+		return matcher{matchLiteral, part}
+	case strings.HasSuffix(part, "*") && !strings.ContainsAny(part[:len(part)-1], meta):
+		return matcher{matchPrefix, part[:len(part)-1]}
+	case strings.HasPrefix(part, "*") && !strings.ContainsAny(part[1:], meta):
+		return matcher{matchSuffix, part[1:]}
+	}
+	return matcher{matchGlob, part}
 }
 
 // NewSecrets compiles patterns; a malformed glob is an error.
 func NewSecrets(patterns []string) (*Secrets, error) {
-	s := &Secrets{}
+	s := &Secrets{literals: map[string]bool{}}
 	for _, p := range patterns {
 		p = strings.Trim(strings.ToLower(p), "/")
 		if p == "" {
 			return nil, fmt.Errorf("secret pattern is empty")
 		}
 		parts := strings.Split(p, "/")
+		var ms []matcher
 		for _, part := range parts {
 			if _, err := path.Match(part, ""); err != nil {
 				return nil, fmt.Errorf("secret pattern %q: %w", p, err)
 			}
+			ms = append(ms, compile(part))
 		}
-		s.patterns = append(s.patterns, parts)
+		if len(ms) == 1 && ms[0].kind == matchLiteral {
+			s.literals[ms[0].text] = true
+			continue
+		}
+		s.patterns = append(s.patterns, ms)
 	}
 	return s, nil
 }
@@ -44,11 +93,16 @@ func NewSecrets(patterns []string) (*Secrets, error) {
 // Match reports whether the absolute path p names a secret or lies inside one.
 func (s *Secrets) Match(p string) bool {
 	comps := strings.Split(strings.Trim(strings.ToLower(p), "/"), "/")
+	for _, c := range comps {
+		if s.literals[c] {
+			return true
+		}
+	}
 	for _, pat := range s.patterns {
 		for i := 0; i+len(pat) <= len(comps); i++ {
 			ok := true
-			for j, part := range pat {
-				if m, _ := path.Match(part, comps[i+j]); !m {
+			for j, m := range pat {
+				if !m.match(comps[i+j]) {
 					ok = false
 					break
 				}
