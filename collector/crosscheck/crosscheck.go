@@ -178,14 +178,14 @@ func finding(anchor *schema.Event, t int64, typ, sev, reason string, evidence []
 func checkRun(evs []*schema.Event, cfg Config) []schema.Event {
 	sortPtrs(evs)
 	var (
-		out      []schema.Event
-		calls    []call
-		ops      []*schema.Event
-		denials  []*schema.Event
-		start    *schema.Event
-		exit     *schema.Event
-		mode     = schema.ModeEnforce
-		slack    = cfg.Slack.Nanoseconds()
+		out     []schema.Event
+		calls   []call
+		ops     []*schema.Event
+		denials []*schema.Event
+		start   *schema.Event
+		exit    *schema.Event
+		mode    = schema.ModeEnforce
+		slack   = cfg.Slack.Nanoseconds()
 	)
 	for _, e := range evs {
 		switch e.Kind {
