@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,6 +28,19 @@ import (
 func (l *Launcher) Run(ctx context.Context) (err error) {
 	cfg := &l.cfg
 	start := cfg.Now()
+	srv := &server{l: l}
+	// The helper boots while the rest of this function runs; it execs
+	// nothing before launch sends it a spec.
+	h, err := srv.spawn()
+	if err != nil {
+		return err
+	}
+	launched := false
+	defer func() {
+		if !launched {
+			h.kill()
+		}
+	}()
 	tmp, err := os.MkdirTemp("", "mcpwarden-run-")
 	if err != nil {
 		return fmt.Errorf("create the run's private temp dir: %w", err)
@@ -50,8 +64,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		fmt.Fprintln(cfg.Stderr, "mcpwarden: WARNING: --mode audit: the server runs WITHOUT the fence")
 	}
 
-	srv := &server{l: l, tmp: tmp}
-	p, err := srv.start(ctx, rs)
+	srv.tmp = tmp
+	launched = true
+	p, err := srv.launch(ctx, h, rs)
 	if err != nil {
 		_ = l.publish(context.WithoutCancel(ctx), l.record("exit", start, 0, -1, "start_failed"))
 		return err
@@ -233,51 +248,73 @@ func (s *server) stop(p *proc) {
 	<-p.done
 }
 
-// start launches the helper, runs BeforeExec, sends the spec and waits for
-// the helper to exec the server (or to report why it could not).
-func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) {
+// pending is a helper process that is starting up and waits for its spec.
+type pending struct {
+	p          *proc
+	specW      *os.File
+	statusR    *os.File
+	errR       *os.File
+	stderrDone chan struct{}
+}
+
+// kill ends a helper that will not get a spec: it never execs anything.
+func (h *pending) kill() {
+	h.specW.Close()
+	h.statusR.Close()
+	_ = h.p.cmd.Process.Kill()
+	<-h.p.done
+	h.p.stdin.Close()
+	h.p.stdout.Close()
+}
+
+// spawn starts the sandbox helper. It boots (a Go runtime start-up, the
+// larger part of the launch overhead) while the launcher derives the
+// ruleset and writes the start record; it does nothing until launch sends
+// its spec.
+func (s *server) spawn() (_ *pending, err error) {
 	cfg := &s.l.cfg
-	env := append(append([]string(nil), s.l.env...), "HOME="+s.tmp, "TMPDIR="+s.tmp)
-	spec, err := json.Marshal(s.l.spec(rs, env))
-	if err != nil {
-		return nil, fmt.Errorf("encode sandbox spec: %w", err)
+	var files []*os.File
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+		}
+	}()
+	pipe := func(what string) (*os.File, *os.File, error) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s pipe: %w", what, err)
+		}
+		files = append(files, r, w)
+		return r, w, nil
 	}
-	specR, specW, err := os.Pipe()
+	specR, specW, err := pipe("spec")
 	if err != nil {
-		return nil, fmt.Errorf("spec pipe: %w", err)
+		return nil, err
 	}
-	defer specR.Close()
-	defer specW.Close()
-	statusR, statusW, err := os.Pipe()
+	statusR, statusW, err := pipe("status")
 	if err != nil {
-		return nil, fmt.Errorf("status pipe: %w", err)
+		return nil, err
 	}
-	defer statusR.Close()
-	inR, inW, err := os.Pipe()
+	inR, inW, err := pipe("stdin")
 	if err != nil {
-		statusW.Close()
-		return nil, fmt.Errorf("stdin pipe: %w", err)
+		return nil, err
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := pipe("stdout")
 	if err != nil {
-		statusW.Close()
-		inR.Close()
-		inW.Close()
-		return nil, fmt.Errorf("stdout pipe: %w", err)
+		return nil, err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := pipe("stderr")
 	if err != nil {
-		statusW.Close()
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		return nil, fmt.Errorf("stderr pipe: %w", err)
+		return nil, err
 	}
 	cmd := &exec.Cmd{
-		Path:       cfg.HelperPath,
-		Args:       []string{"mcpwarden-sandbox"},
-		Env:        []string{sandbox.EnvHelper + "=" + fmt.Sprint(os.Getpid())},
+		Path: cfg.HelperPath,
+		Args: []string{"mcpwarden-sandbox"},
+		// GOGC=off: the helper lives for a millisecond; collecting garbage
+		// during its start-up only delays the server.
+		Env:        []string{sandbox.EnvHelper + "=" + fmt.Sprint(os.Getpid()), "GOGC=off"},
 		Dir:        cfg.Dir,
 		Stdin:      inR,
 		Stdout:     outW,
@@ -287,70 +324,96 @@ func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) 
 		// terminal signals reach only the launcher, which forwards them.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
-	startErr := cmd.Start()
-	inR.Close()
-	outW.Close()
-	errW.Close()
-	statusW.Close()
-	if startErr != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
-		return nil, &StartError{Err: fmt.Errorf("start sandbox helper: %w", startErr)}
+	if err := cmd.Start(); err != nil {
+		return nil, &StartError{Err: fmt.Errorf("start sandbox helper: %w", err)}
 	}
-	p := &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{})}
-	stderrDone := make(chan struct{})
+	// The child's ends now live in the child only.
+	for _, f := range []*os.File{specR, statusW, inR, outW, errW} {
+		f.Close()
+	}
+	files = nil
+	h := &pending{
+		p:          &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{})},
+		specW:      specW,
+		statusR:    statusR,
+		errR:       errR,
+		stderrDone: make(chan struct{}),
+	}
 	go func() {
 		_, _ = io.Copy(cfg.Stderr, errR)
 		errR.Close()
-		close(stderrDone)
+		close(h.stderrDone)
 	}()
 	go func() {
 		_ = cmd.Wait()
-		p.state = cmd.ProcessState
-		close(p.done)
+		h.p.state = cmd.ProcessState
+		close(h.p.done)
 	}()
-	abort := func(err error) (*proc, error) {
-		_ = cmd.Process.Kill()
-		<-p.done
-		inW.Close()
-		outR.Close()
-		return nil, err
-	}
 	s.mu.Lock()
 	if s.firstPID == 0 {
 		s.firstPID = cmd.Process.Pid
 	}
 	s.mu.Unlock()
-	if cfg.BeforeExec != nil {
-		if err := cfg.BeforeExec(withFence(ctx, rs), cmd.Process.Pid); err != nil {
-			return abort(fmt.Errorf("before exec: %w", err))
-		}
-	}
-	if _, err := specW.Write(spec); err != nil {
-		return abort(&StartError{Err: fmt.Errorf("send spec to the sandbox helper: %w", err)})
-	}
-	specW.Close()
-	status, err := io.ReadAll(io.LimitReader(statusR, 64<<10))
+	return h, nil
+}
+
+// launch runs BeforeExec, sends the spec for rs and waits for the helper to
+// exec the server (or to report why it could not).
+func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*proc, error) {
+	cfg := &s.l.cfg
+	env := append(append([]string(nil), s.l.env...), "HOME="+s.tmp, "TMPDIR="+s.tmp)
+	spec, err := json.Marshal(s.l.spec(rs, env))
 	if err != nil {
-		return abort(&StartError{Err: fmt.Errorf("read sandbox helper status: %w", err)})
+		h.kill()
+		return nil, fmt.Errorf("encode sandbox spec: %w", err)
 	}
-	if len(status) > 0 {
-		var st sandbox.Status
-		if err := json.Unmarshal(status, &st); err != nil {
-			return abort(&StartError{Err: fmt.Errorf("sandbox helper failed with unreadable status")})
+	if cfg.BeforeExec != nil {
+		if err := cfg.BeforeExec(withFence(ctx, rs), h.p.cmd.Process.Pid); err != nil {
+			h.kill()
+			return nil, fmt.Errorf("before exec: %w", err)
 		}
-		<-p.done
-		<-stderrDone
-		inW.Close()
-		outR.Close()
-		path := ""
-		if st.Stage == sandbox.StageExec && (st.Errno == int(syscall.EACCES) || st.Errno == int(syscall.ENOENT)) {
-			path = st.Path
-		}
-		return nil, &StartError{Path: path, Err: &st}
 	}
-	return p, nil
+	_, werr := h.specW.Write(spec)
+	h.specW.Close()
+	if werr != nil {
+		h.kill()
+		return nil, &StartError{Err: fmt.Errorf("send spec to the sandbox helper: %w", werr)}
+	}
+	status, err := io.ReadAll(io.LimitReader(h.statusR, 64<<10))
+	h.statusR.Close()
+	if err != nil {
+		h.kill()
+		return nil, &StartError{Err: fmt.Errorf("read sandbox helper status: %w", err)}
+	}
+	if len(status) == 0 {
+		return h.p, nil // exec succeeded: the status pipe closed on exec
+	}
+	var st sandbox.Status
+	if err := json.Unmarshal(status, &st); err != nil {
+		h.kill()
+		return nil, &StartError{Err: errors.New("sandbox helper failed with an unreadable status")}
+	}
+	<-h.p.done
+	<-h.stderrDone
+	h.p.stdin.Close()
+	h.p.stdout.Close()
+	path := ""
+	if st.Stage == sandbox.StageExec && (st.Errno == int(syscall.EACCES) || st.Errno == int(syscall.ENOENT)) {
+		path = st.Path
+	}
+	if st.Stage == sandbox.StageLandlock && st.Path != "" {
+		path = st.Path
+	}
+	return nil, &StartError{Path: path, Err: &st}
+}
+
+// start is spawn then launch, for Restart.
+func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) {
+	h, err := s.spawn()
+	if err != nil {
+		return nil, err
+	}
+	return s.launch(ctx, h, rs)
 }
 
 // supervise forwards signals, runs the mediator and waits for the server to
