@@ -45,10 +45,15 @@ func (s *session) readClient(in io.Reader) {
 		if err != nil {
 			break
 		}
-		if s.isStopped() {
-			break
-		}
 		m, perr := jsonrpc.Parse(frame)
+		if perr == nil && s.isStopped() {
+			// The run was stopped (expiry, revocation, audit failure): every
+			// request still gets an answer, none reaches the server.
+			if m.Kind == jsonrpc.KindRequest {
+				s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeDenied, "mcpwarden: the run was stopped: "+s.stopReason(), nil))
+			}
+			continue
+		}
 		if perr != nil {
 			var pe *jsonrpc.ParseError
 			code, id := jsonrpc.CodeParseError, json.RawMessage(nil)

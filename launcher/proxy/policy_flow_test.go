@@ -264,7 +264,9 @@ func TestSinkFailureFailsClosed(t *testing.T) {
 	f.sink.mu.Lock()
 	f.sink.fail = true
 	f.sink.mu.Unlock()
-	c.read(in) // its record cannot be written
+	// Its record cannot be written: the run stops (records are written off
+	// the call path, so this call itself may still have been answered).
+	c.start("tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": in}})
 	select {
 	case err := <-f.errc:
 		if !errors.Is(err, ErrAuditSink) {

@@ -190,6 +190,15 @@ func (s *session) stop(err error) {
 	close(s.done)
 }
 
+func (s *session) stopReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopErr == nil {
+		return "the server exited"
+	}
+	return s.stopErr.Error()
+}
+
 func (s *session) isStopped() bool {
 	select {
 	case <-s.done:
