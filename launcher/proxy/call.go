@@ -121,6 +121,9 @@ func (s *session) handleToolCall(rq *request) {
 			s.denyCall(rq, code, "the call needs an approval and did not get one")
 			return
 		}
+		// The wait may have been long: the filesystem may have changed under
+		// the checked paths (a symlink swapped). Check them again.
+		checkedGen = 0
 	}
 	s.forwardChecked(rq, name, args, checkedGen)
 }
@@ -139,7 +142,7 @@ func (s *session) forwardChecked(rq *request, name string, args json.RawMessage,
 			s.denyCall(rq, schema.ErrRootsPending, "the client's roots refresh or the server's restart did not finish in time")
 			return
 		}
-		if s.effGen == checkedGen {
+		if checkedGen != 0 && s.effGen == checkedGen {
 			// Nothing changed since the paths were checked: forward now,
 			// under the same lock as the check of the state.
 			s.forwardLocked(rq)

@@ -305,3 +305,39 @@ func TestClientRootsOnlyNarrow(t *testing.T) {
 		t.Fatal("client roots widened the scope")
 	}
 }
+
+// TestSymlinkSwapDuringApproval swaps a checked symlink to point outside
+// while the call waits for its approval: the paths are checked again
+// before the call is forwarded. (The remaining window, between the last
+// check and the server's own open, is closed by the Landlock fence, not by
+// the proxy: see TestSeedThroughLauncher and the launcher's fence tests.)
+func TestSymlinkSwapDuringApproval(t *testing.T) {
+	srv, dir, runID := approvalServer(t)
+	f := newFixture(t, fixtureOpts{
+		scope:  func(s *schema.Scope) { s.Approval = schema.ApprovalRequiredForAll; s.AllowedPaths = []string{"allowed"} },
+		config: func(c *Config) { c.Approvals = srv },
+	})
+	c := f.client
+	c.initLegacy(false)
+	link := filepath.Join(f.base, "allowed", "link.txt")
+	if err := os.Symlink(filepath.Join(f.base, "allowed", "probe.txt"), link); err != nil {
+		t.Fatal(err)
+	}
+	ch := c.start("tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": link}})
+	op := pendingOp(t, dir, runID)
+	os.Remove(link)
+	if err := os.Symlink(filepath.Join(f.base, "outside", "probe.txt"), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := approval.Send(context.Background(), dir, runID, approval.Request{Action: approval.ActionApprove, OpID: op.OpID}); err != nil {
+		t.Fatal(err)
+	}
+	r := decodeTool(t, c.wait(ch))
+	if denialCode(r) != string(schema.ErrPathOutsideScope) || strings.Contains(r.text(), "MARKER-OUTSIDE") {
+		t.Fatalf("swapped symlink after approval = %+v", r)
+	}
+	d := f.sink.waitDecision(t, func(d schema.Decision) bool { return d.OpID == op.OpID })
+	if d.Approval != "approved" || d.Decision != "deny" || len(d.PathHashes) == 0 {
+		t.Fatalf("record = %+v", d)
+	}
+}

@@ -99,7 +99,7 @@ type session struct {
 	rootsWanted   bool // ask the client for roots once it is initialized
 	effective     []schema.CanonicalPath
 	effPaths      []string
-	effGen        uint64 // bumped whenever effective changes
+	effGen        uint64 // bumped whenever effective changes; starts at 1 (0 means "check again")
 	fence         []schema.CanonicalPath
 	restarting    bool
 	clientGone    bool
@@ -116,6 +116,7 @@ func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.
 		askedRoots: make(chan struct{}),
 		effective:  slices.Clone(p.cfg.Scope.AllowedPaths),
 		fence:      slices.Clone(p.cfg.Scope.AllowedPaths),
+		effGen:     1,
 	}
 	s.effPaths = roots.Paths(s.effective)
 	s.ctx, s.cancel = context.WithCancel(ctx)

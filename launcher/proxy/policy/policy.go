@@ -187,7 +187,8 @@ func (p *Policy) argSpecs(name string, args map[string]json.RawMessage) (specs [
 // CheckArguments canonicalises every path-bearing argument of a call to tool
 // name and checks it against effective (the canonical directories and files
 // the call may touch, in the order the server was given them). It returns
-// the real paths checked, for hashing into the decision record.
+// the real paths checked (on a denial, up to and including the refused one
+// when it could be resolved), for hashing into the decision record.
 func (p *Policy) CheckArguments(name string, rawArgs json.RawMessage, effective []string) ([]string, *Denial) {
 	args := map[string]json.RawMessage{}
 	if len(rawArgs) > 0 && string(bytes.TrimSpace(rawArgs)) != "null" {
@@ -228,28 +229,31 @@ func (p *Policy) CheckArguments(name string, rawArgs json.RawMessage, effective 
 		}
 		for _, raw := range paths {
 			real, d := p.CheckPath(raw, relTo, effective)
+			if real != "" {
+				checked = append(checked, real)
+			}
 			if d != nil {
 				d.Reason = fmt.Sprintf("argument %q: %s", s.Name, d.Reason)
-				return nil, d
+				return checked, d
 			}
-			checked = append(checked, real)
 		}
 	}
 	return checked, nil
 }
 
 // CheckPath canonicalises one path and checks it is inside effective, both
-// as written and after symlinks, and not secret.
+// as written and after symlinks, and not secret. On a denial the real path
+// is still returned when it could be resolved (for the record's hash only).
 func (p *Policy) CheckPath(raw string, relTo func(string) string, effective []string) (string, *Denial) {
 	r, err := Resolve(raw, p.home, relTo)
 	if err != nil {
 		return "", deny(schema.ErrPathOutsideScope, "%v", err)
 	}
 	if !Within(effective, r.Lexical) || !Within(effective, r.Real) {
-		return "", deny(schema.ErrPathOutsideScope, "path is outside the run's scope")
+		return r.Real, deny(schema.ErrPathOutsideScope, "path is outside the run's scope")
 	}
 	if p.secrets.Match(r.Real) || (r.Lexical != r.Real && p.secrets.Match(r.Lexical)) {
-		return "", deny(schema.ErrSecretPath, "path is a secret (credentials, keys, .env, .git, .ssh) and is never served")
+		return r.Real, deny(schema.ErrSecretPath, "path is a secret (credentials, keys, .env, .git, .ssh) and is never served")
 	}
 	return r.Real, nil
 }
