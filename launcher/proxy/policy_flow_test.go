@@ -314,7 +314,10 @@ func TestClientRootsOnlyNarrow(t *testing.T) {
 func TestSymlinkSwapDuringApproval(t *testing.T) {
 	srv, dir, runID := approvalServer(t)
 	f := newFixture(t, fixtureOpts{
-		scope:  func(s *schema.Scope) { s.Approval = schema.ApprovalRequiredForAll; s.AllowedPaths = []string{"allowed"} },
+		scope: func(s *schema.Scope) {
+			s.Approval = schema.ApprovalRequiredForAll
+			s.AllowedPaths = []string{"allowed"}
+		},
 		config: func(c *Config) { c.Approvals = srv },
 	})
 	c := f.client
