@@ -189,3 +189,33 @@ func TestLegacyClientLegacyUpstreamNoRoots(t *testing.T) {
 		t.Fatal("restarted without a change of scope")
 	}
 }
+
+func TestResourcesLimitedToRefs(t *testing.T) {
+	bin := everythingServer(t)
+	f := newFixture(t, fixtureOpts{
+		scope:    func(s *schema.Scope) { s.ResourceRefs = []string{"test://static-text"} },
+		upstream: func(t testing.TB) *procUpstream { return startUpstream(t, nil, bin) },
+	})
+	c := f.client
+	lst := c.call("resources/list", map[string]any{"_meta": modernMeta()})
+	r := resultMap(t, lst)
+	checkModernList(t, r)
+	var res []struct {
+		URI string `json:"uri"`
+	}
+	json.Unmarshal(r["resources"], &res)
+	if len(res) != 1 || res[0].URI != "test://static-text" {
+		t.Fatalf("resources/list = %s", r["resources"])
+	}
+	ok := resultMap(t, c.call("resources/read", map[string]any{"uri": "test://static-text", "_meta": modernMeta()}))
+	if !strings.Contains(string(ok["contents"]), "test://static-text") {
+		t.Fatalf("resources/read of a ref = %v", ok)
+	}
+	for _, uri := range []string{"test://static-binary", "test://template/1/data", "TEST://static-text"} {
+		m := c.call("resources/read", map[string]any{"uri": uri, "_meta": modernMeta()})
+		if m.Error == nil || m.Error.Code != jsonrpc.CodeDenied || !strings.Contains(string(m.Error.Data), "PATH_OUTSIDE_SCOPE") {
+			t.Fatalf("resources/read %s = %+v", uri, m)
+		}
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool { return d.Method == "resources/read" && d.Decision == "allow" })
+}
