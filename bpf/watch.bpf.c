@@ -121,21 +121,36 @@ static __always_inline int enter(__u32 op, __s32 dfd1, __u64 path1, __s32 dfd2, 
 		.op = op,
 		.slot = *slot,
 	};
+	// A thread's entry is reused in place from one syscall to the next:
+	// lookups are lock-free, inserts and deletes take a bucket lock. It is
+	// deleted when the thread exits (sched_exit) or its run is unwatched.
 	__u64 id = bpf_get_current_pid_tgid();
-	if (bpf_map_update_elem(&inflight, &id, &a, BPF_ANY))
+	struct args *slot_args = bpf_map_lookup_elem(&inflight, &id);
+	if (slot_args) {
+		*slot_args = a;
+		return 0;
+	}
+	if (bpf_map_update_elem(&inflight, &id, &a, BPF_NOEXIST))
 		count(STAT_INFLIGHT_FULL);
 	return 0;
 }
 
+// The probes read kernel structures with direct loads through BTF-typed
+// pointers rather than one bpf_probe_read_kernel call per field: a dentry
+// walk costs a few loads per component instead of several helper calls.
+// bpf_rdonly_cast (a kfunc the verifier turns into a plain move) types a
+// saved address again; loads through it are fault-safe (PROBE_MEM).
+extern void *bpf_rdonly_cast(const void *obj__ign, __u32 btf_id__k) __ksym;
+#define KCAST(type, p) ((type *)bpf_rdonly_cast((const void *)(p), bpf_core_type_id_kernel(type)))
+
 // walk_state carries a dentry walk from one bpf_loop step to the next. A
 // callback is verified once, however deep the walk goes, where an unrolled
-// or bounded loop here exceeds the verifier's budget.
+// or bounded loop here exceeds the verifier's budget. Addresses are kept as
+// plain numbers and typed again with KCAST in each step.
 struct walk_state {
-	struct vfsmount *vfsmnt;
-	struct dentry *root; // vfsmnt->mnt_root, read once per mount
-	struct mount *mnt;
-	struct dentry *dentry;
-	__u64 mnt_off;
+	__u64 mnt;    // struct mount *
+	__u64 dentry; // struct dentry *
+	__u64 root;   // the mount's root dentry
 	__u32 off;
 	__u32 done;
 	__u32 truncated;
@@ -143,24 +158,18 @@ struct walk_state {
 
 static long walk_step(__u32 i, struct walk_state *w)
 {
-	// Copy out of w first: BPF_CORE_READ would otherwise record CO-RE
-	// relocations against walk_state itself, which the kernel does not have.
-	struct mount *mnt = w->mnt;
-	struct dentry *dentry = w->dentry;
-	struct dentry *root = w->root;
-
-	struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
-	if (dentry == root || dentry == parent) {
-		struct mount *mparent = BPF_CORE_READ(mnt, mnt_parent);
-		if (dentry != root || mparent == mnt) {
+	struct dentry *dentry = KCAST(struct dentry, w->dentry);
+	__u64 parent = (__u64)dentry->d_parent;
+	if (w->dentry == w->root || w->dentry == parent) {
+		struct mount *mnt = KCAST(struct mount, w->mnt);
+		struct mount *mparent = mnt->mnt_parent;
+		if (w->dentry != w->root || (__u64)mparent == w->mnt || !mparent) {
 			w->done = 1; // the root of the mount tree (or of a pseudo fs)
 			return 1;
 		}
-		w->dentry = BPF_CORE_READ(mnt, mnt_mountpoint);
-		w->mnt = mparent;
-		struct vfsmount *vfsmnt = (void *)mparent + w->mnt_off;
-		w->vfsmnt = vfsmnt;
-		w->root = BPF_CORE_READ(vfsmnt, mnt_root);
+		w->dentry = (__u64)mnt->mnt_mountpoint;
+		w->mnt = (__u64)mparent;
+		w->root = (__u64)mparent->mnt.mnt_root;
 		return 0;
 	}
 	__u32 zero = 0;
@@ -172,8 +181,7 @@ static long walk_step(__u32 i, struct walk_state *w)
 		w->truncated = 1;
 		return 1;
 	}
-	const unsigned char *name = BPF_CORE_READ(dentry, d_name.name);
-	long n = bpf_probe_read_kernel_str(&b->data[off & DATA_MASK], NAME_READ_MAX, name);
+	long n = bpf_probe_read_kernel_str(&b->data[off & DATA_MASK], NAME_READ_MAX, dentry->d_name.name);
 	if (n <= 0) {
 		w->truncated = 1;
 		return 1;
@@ -183,19 +191,18 @@ static long walk_step(__u32 i, struct walk_state *w)
 	return 0;
 }
 
-// walk writes the path of (mnt, dentry) into b->data at *off: components
+// walk writes the path of (vfsmnt, dentry) into b->data at *off: components
 // from the leaf up, each NUL-terminated, crossing mount points up to the
 // root of the mount tree. Returns the bytes written.
-static __always_inline __u32 walk(struct buf *b, __u32 *off, struct vfsmount *vfsmnt, struct dentry *dentry)
+static __always_inline __u32 walk(struct buf *b, __u32 *off, __u64 vfsmnt, __u64 dentry)
 {
+	struct vfsmount *vm = KCAST(struct vfsmount, vfsmnt);
 	struct walk_state w = {
-		.vfsmnt = vfsmnt,
+		.mnt = vfsmnt - bpf_core_field_offset(struct mount, mnt),
 		.dentry = dentry,
-		.mnt_off = bpf_core_field_offset(struct mount, mnt),
+		.root = (__u64)vm->mnt_root,
 		.off = *off,
 	};
-	w.mnt = (void *)vfsmnt - w.mnt_off;
-	w.root = BPF_CORE_READ(vfsmnt, mnt_root);
 	bpf_loop(WALK_DEPTH_MAX, walk_step, &w, 0);
 	if (!w.done || w.truncated)
 		b->ev.ev_flags |= EVF_TRUNCATED;
@@ -204,39 +211,29 @@ static __always_inline __u32 walk(struct buf *b, __u32 *off, struct vfsmount *vf
 	return n;
 }
 
-static __always_inline struct file *fd_file(struct task_struct *task, int fd)
-{
-	if (fd < 0)
-		return 0;
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt)
-		return 0;
-	unsigned int max = BPF_CORE_READ(fdt, max_fds);
-	if ((unsigned int)fd >= max)
-		return 0;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = 0;
-	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
-	return f;
-}
-
 // walk_fd walks the path of descriptor fd, or the cwd for AT_FDCWD.
 static __always_inline __u32 walk_fd(struct buf *b, __u32 *off, int fd)
 {
-	struct task_struct *task = (void *)bpf_get_current_task();
-	struct vfsmount *mnt;
-	struct dentry *dentry;
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 mnt = 0, dentry = 0;
 	if (fd == AT_FDCWD) {
-		mnt = BPF_CORE_READ(task, fs, pwd.mnt);
-		dentry = BPF_CORE_READ(task, fs, pwd.dentry);
-	} else {
-		struct file *f = fd_file(task, fd);
-		if (!f) {
-			b->ev.ev_flags |= EVF_NO_DIR;
-			return 0;
+		struct fs_struct *fs = task->fs;
+		if (fs) {
+			mnt = (__u64)fs->pwd.mnt;
+			dentry = (__u64)fs->pwd.dentry;
 		}
-		mnt = BPF_CORE_READ(f, f_path.mnt);
-		dentry = BPF_CORE_READ(f, f_path.dentry);
+	} else if (fd >= 0) {
+		struct fdtable *fdt = task->files->fdt;
+		if (fdt && (unsigned int)fd < fdt->max_fds) {
+			struct file **fds = fdt->fd;
+			__u64 fp = 0;
+			bpf_probe_read_kernel(&fp, sizeof(fp), &fds[fd]);
+			if (fp) {
+				struct file *f = KCAST(struct file, fp);
+				mnt = (__u64)f->f_path.mnt;
+				dentry = (__u64)f->f_path.dentry;
+			}
+		}
 	}
 	if (!mnt || !dentry) {
 		b->ev.ev_flags |= EVF_NO_DIR;
@@ -313,10 +310,10 @@ static __always_inline int leave(long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct args *a = bpf_map_lookup_elem(&inflight, &id);
-	if (!a)
+	if (!a || !a->op)
 		return 0;
 	struct args args = *a;
-	bpf_map_delete_elem(&inflight, &id);
+	a->op = 0; // consumed; the entry stays for the thread's next call
 
 	struct buf *b = new_buf(args.op, args.slot);
 	if (!b)
@@ -444,15 +441,18 @@ int sched_exec(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-// The process leaves its run when its last thread exits (signal->live has
+// Every exiting thread of a watched process frees its inflight entry; the
+// process leaves its run when its last thread exits (signal->live has
 // dropped to zero by the time the tracepoint fires).
 SEC("raw_tracepoint/sched_process_exit")
 int sched_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
 	__u32 *slot = bpf_map_lookup_elem(&watched, &tgid);
 	if (!slot)
 		return 0;
+	bpf_map_delete_elem(&inflight, &id); // this thread's argument slot
 	struct task_struct *task = (void *)bpf_get_current_task();
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;

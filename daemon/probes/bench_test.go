@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/mcpwarden/mcpwarden/daemon/kevent"
@@ -66,6 +67,22 @@ func BenchmarkOpenClose(b *testing.B) {
 		}
 	}()
 	b.Run("probes_watched", func(b *testing.B) {
+		// The kernel's own accounting of the programs' run time gives the
+		// BPF share of the cost, free of scheduler noise.
+		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
+			b.Fatalf("enable bpf stats: %v", err)
+		}
+		defer stats.Close()
+		progs := []*ebpf.Program{p.objs.EnterOpenat, p.objs.ExitOpenat}
+		var t0, n0 [2]uint64
+		for i, pr := range progs {
+			st, err := pr.Stats()
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0[i], n0[i] = uint64(st.Runtime), st.RunCount
+		}
 		before, _ := p.Counters()
 		if err := p.Watch(uint32(os.Getpid()), 1); err != nil {
 			b.Fatal(err)
@@ -78,6 +95,18 @@ func BenchmarkOpenClose(b *testing.B) {
 		after, _ := p.Counters()
 		b.ReportMetric(float64(after.RingDrops-before.RingDrops), "ring_drops")
 		b.ReportMetric(float64(after.QueueDrops-before.QueueDrops), "queue_drops")
+		var bpfNS [2]float64
+		for i, pr := range progs {
+			st, err := pr.Stats()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if runs := st.RunCount - n0[i]; runs > 0 {
+				bpfNS[i] = float64(uint64(st.Runtime)-t0[i]) / float64(runs)
+			}
+		}
+		b.ReportMetric(bpfNS[0], "bpf_enter_ns")
+		b.ReportMetric(bpfNS[1], "bpf_exit_ns")
 	})
 }
 

@@ -281,9 +281,31 @@ func (p *Probes) Unwatch(slot uint32) (int, error) {
 	if err := it.Err(); err != nil {
 		return 0, fmt.Errorf("list watched pids: %w", err)
 	}
+	gone := make(map[uint32]bool, len(stale))
 	for _, k := range stale {
 		if err := p.objs.Watched.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return 0, fmt.Errorf("unwatch pid %d: %w", k, err)
+		}
+		gone[k] = true
+	}
+	// Free the argument slots of the unwatched processes' threads.
+	var (
+		id   uint64
+		args bpf.WatchArgs
+		ids  []uint64
+	)
+	ait := p.objs.Inflight.Iterate()
+	for ait.Next(&id, &args) {
+		if gone[uint32(id>>32)] {
+			ids = append(ids, id)
+		}
+	}
+	if err := ait.Err(); err != nil {
+		return 0, fmt.Errorf("list inflight syscalls: %w", err)
+	}
+	for _, id := range ids {
+		if err := p.objs.Inflight.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return 0, fmt.Errorf("free inflight slot: %w", err)
 		}
 	}
 	return len(stale), nil
