@@ -7,9 +7,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
@@ -357,6 +359,43 @@ func assertNoSecretFD(t *testing.T, s *fencetest.Session) {
 			t.Fatalf("server reads the secret through inherited fd %d", fd)
 		}
 	}
+}
+
+// TestNoProcessOutlivesTheRun: a descendant the server leaves behind is
+// killed when the run ends, and cannot leave the run's session.
+func TestNoProcessOutlivesTheRun(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	r := s.Do(map[string]any{"op": "spawn"})
+	if !r.OK {
+		t.Fatalf("spawn: %s", r.Error)
+	}
+	child, _ := strconv.Atoi(r.Data)
+	runCases(t, s, []fenceCase{{name: "setsid", req: map[string]any{"op": "setsid"}, errno: []string{"EPERM"}}})
+	if code := s.Close(); code != 0 {
+		t.Fatalf("exit %d: %s", code, s.Stderr())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(child) {
+		if time.Now().After(deadline) {
+			syscall.Kill(child, syscall.SIGKILL)
+			t.Fatalf("descendant %d outlived the run", child)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
 
 func acceptAll(l net.Listener) {

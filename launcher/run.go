@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -426,6 +429,10 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 	in := &eofReader{r: cfg.Stdin, eof: clientEOF}
 	mdone := make(chan error, 1)
 	go func() { mdone <- cfg.Mediator.Mediate(mctx, in, cfg.Stdout, s) }()
+	// The scope's validity ends the run: the server is stopped at NotAfter.
+	expiry := time.NewTimer(time.Until(cfg.Scope.NotAfter))
+	defer expiry.Stop()
+	reason := ""
 
 	for {
 		s.mu.Lock()
@@ -445,6 +452,11 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 		case <-ctx.Done():
 			go s.stop(p)
 			<-p.done
+		case <-expiry.C:
+			fmt.Fprintln(cfg.Stderr, "mcpwarden: the scope expired; stopping the server")
+			reason = "scope_expired"
+			go s.stop(p)
+			<-p.done
 		}
 		s.mu.Lock()
 		restarting := s.restarting || s.cur != p
@@ -461,7 +473,12 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 		cancel()
 		p.stdout.Close()
 		p.stdin.Close()
-		return exitCode(p.state)
+		killSession(p.cmd.Process.Pid)
+		code, why := exitCode(p.state)
+		if reason != "" {
+			why = reason
+		}
+		return code, why
 	}
 }
 
@@ -499,6 +516,57 @@ func exitCode(st *os.ProcessState) (int, string) {
 		return 128 + int(ws.Signal()), "signaled"
 	}
 	return st.ExitCode(), "exited"
+}
+
+// killSession kills what the server left behind: every process still in
+// its session (the helper made the server a session leader, and the seccomp
+// filter stops descendants from starting a session of their own), so no
+// fenced process outlives the run or its scope.
+func killSession(sid int) {
+	for round := 0; round < 5; round++ {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return
+		}
+		found := false
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == sid {
+				continue
+			}
+			if s, ok := sessionOf(pid); ok && s == sid {
+				found = true
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if !found {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// sessionOf reads the session id from /proc/PID/stat.
+func sessionOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) may contain spaces and parentheses; the
+	// fields after its last ')' are: state ppid pgrp session ...
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return 0, false
+	}
+	if f[0] == "Z" {
+		return 0, false // already dead
+	}
+	sid, err := strconv.Atoi(f[3])
+	return sid, err == nil
 }
 
 // eofReader closes eof when r reports io.EOF (the client went away).

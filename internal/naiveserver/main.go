@@ -42,6 +42,10 @@ type Response struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "sleep" {
+		time.Sleep(5 * time.Minute) // a descendant that tries to outlive the run
+		return
+	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	out := json.NewEncoder(os.Stdout)
@@ -154,6 +158,21 @@ func do(r Request) (string, error) {
 			names = append(names, e.Name())
 		}
 		return strings.Join(names, ","), err
+	case "spawn":
+		// A child of this server (its own binary, which the fence lets it
+		// exec) that stays behind.
+		self, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		c := exec.Command(self, "sleep")
+		if err := c.Start(); err != nil {
+			return "", unwrapExec(err)
+		}
+		return itoa(c.Process.Pid), nil
+	case "setsid":
+		_, err := unix.Setsid()
+		return "", err
 	case "openloop":
 		// N open+close of Path, timed inside the server: the fence's cost
 		// per open without any IPC in the measurement.

@@ -13,4 +13,5 @@ var NativeArch = Arch{
 	Ioctl:           unix.SYS_IOCTL,
 	PathMetadata:    []uint32{unix.SYS_CHMOD, unix.SYS_FCHMODAT, unix.SYS_FCHMODAT2, unix.SYS_CHOWN, unix.SYS_LCHOWN, unix.SYS_FCHOWNAT},
 	Keyring:         []uint32{unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY, unix.SYS_KEYCTL},
+	Setsid:          unix.SYS_SETSID,
 }

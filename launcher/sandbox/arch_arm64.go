@@ -12,4 +12,5 @@ var NativeArch = Arch{
 	Ioctl:           unix.SYS_IOCTL,
 	PathMetadata:    []uint32{unix.SYS_FCHMODAT, unix.SYS_FCHMODAT2, unix.SYS_FCHOWNAT},
 	Keyring:         []uint32{unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY, unix.SYS_KEYCTL},
+	Setsid:          unix.SYS_SETSID,
 }

@@ -26,6 +26,7 @@ type Arch struct {
 	Socket, Ioctl                               uint32
 	PathMetadata                                []uint32 // chmod/chown family that takes a path
 	Keyring                                     []uint32 // add_key, request_key, keyctl
+	Setsid                                      uint32
 }
 
 // seccomp_data offsets.
@@ -51,6 +52,9 @@ const (
 //     server could chmod a root-owned file anywhere): EPERM. fchmod/fchown
 //     on a file the fence let it open still work;
 //   - kernel keyrings (shared with the caller's session): EPERM;
+//   - setsid: the server is the leader of the run's session, and the
+//     launcher kills that session when the run ends; a descendant must not
+//     leave it to outlive the run: EPERM;
 //   - the TIOCSTI/TIOCLINUX ioctls (terminal input injection): EPERM.
 func BuildFilter(a Arch, o FilterOptions) ([]unix.SockFilter, error) {
 	var p prog
@@ -71,6 +75,7 @@ func BuildFilter(a Arch, o FilterOptions) ([]unix.SockFilter, error) {
 	for _, nr := range a.Keyring {
 		p.jeq(nr, "eperm", "")
 	}
+	p.jeq(a.Setsid, "eperm", "")
 	p.jeq(a.Socket, "socket", "")
 	p.jeq(a.Ioctl, "ioctl", "allow")
 

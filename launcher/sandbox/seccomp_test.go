@@ -94,6 +94,8 @@ func TestFilterDecisions(t *testing.T) {
 		{"tiocsti high bits", strict, a.AuditArch, a.Ioctl, []uint64{2, 1<<32 | unix.TIOCSTI}, eperm},
 		{"fionread", strict, a.AuditArch, a.Ioctl, []uint64{0, unix.TIOCINQ}, allow},
 		{"keyctl", strict, a.AuditArch, a.Keyring[2], nil, eperm},
+		{"setsid", strict, a.AuditArch, a.Setsid, nil, eperm},
+		{"setpgid", strict, a.AuditArch, unix.SYS_SETPGID, nil, allow},
 	}
 	for _, nr := range a.PathMetadata {
 		tests = append(tests, struct {
