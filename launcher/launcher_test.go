@@ -323,3 +323,31 @@ func pathOf(se *launcher.StartError) string {
 	}
 	return se.Path
 }
+
+// TestScopeExpiryStopsServer: a run ends when its scope expires.
+func TestScopeExpiryStopsServer(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	issued := time.Now().Add(-58 * time.Second).UTC().Format(time.RFC3339)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}, "expires_after_minutes": 1, "issued_at": issued})
+	cfg, sink, _ := inProcessConfig(t, scope, []string{b.Naive})
+	pr, pw := io.Pipe() // a client that stays connected and silent
+	defer pw.Close()
+	cfg.Stdin = pr
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(context.Background()) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server kept running after its scope expired")
+	}
+	last := sink.events[len(sink.events)-1]
+	if last.Launch.Phase != "exit" || last.Launch.ExitReason != "scope_expired" {
+		t.Fatalf("exit record %+v", last.Launch)
+	}
+}
