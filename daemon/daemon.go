@@ -51,6 +51,9 @@ type Config struct {
 	EnableAudit bool               // turn kernel auditing on when it is off
 	Probes      probes.Config
 	Logger      *slog.Logger
+	// CrossCheck, when set, runs alongside the probes (daemon/xcheck on a
+	// single host); its failure stops the daemon.
+	CrossCheck interface{ Run(ctx context.Context) error }
 
 	// QueueLen bounds the records waiting between the ring buffer reader
 	// and the event builder (default 1<<16).
@@ -196,9 +199,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.process(ctx)
 	}()
 	start("registration socket", srv.Serve)
+	if d.cfg.CrossCheck != nil {
+		start("cross-check", d.cfg.CrossCheck.Run)
+	}
 
 	d.log.Info("daemon started", "socket", d.cfg.Socket, "hooks", len(p.Hooks()),
-		"unavailable", p.Unavailable(), "landlock_abi", d.landlockABI, "audit_stream", d.auditState)
+		"unavailable", p.Unavailable(), "landlock_abi", d.landlockABI, "audit_stream", d.auditState,
+		"crosscheck", d.cfg.CrossCheck != nil)
 	d.readyOnce.Do(func() { close(d.ready) })
 
 	<-ctx.Done()

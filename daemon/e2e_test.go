@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 	}
 
 	// A run configured with a daemon that is not there must not start.
-	refused := exec.Command(bin, "run", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
+	refused := exec.Command(bin, "run", "--proxy=false", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
 	refused.Stdin = strings.NewReader(`{"op":"read","path":"` + inside + `"}` + "\n")
 	out, err := refused.CombinedOutput()
 	if err == nil || strings.Contains(string(out), `"ok":true`) {
@@ -100,7 +101,7 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	daemonCmd := exec.CommandContext(ctx, bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit")
+	daemonCmd := exec.CommandContext(ctx, bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
 	var dlog bytes.Buffer
 	daemonCmd.Stderr = &dlog
 	daemonCmd.Cancel = func() error { return daemonCmd.Process.Signal(os.Interrupt) }
@@ -122,7 +123,7 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	run := exec.Command(bin, "run", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
+	run := exec.Command(bin, "run", "--proxy=false", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
 	run.Dir = base
 	stdin, _ := run.StdinPipe()
 	stdout, _ := run.StdoutPipe()
@@ -160,11 +161,22 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 	insideHash, secretHash := hasher.Hash(inside), hasher.Hash(secret)
 
 	var allowed, blocked, denial *schema.Event
-	deadline = time.Now().Add(20 * time.Second)
-	for allowed == nil || blocked == nil || denial == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("events missing: allowed=%v blocked=%v denial=%v", allowed != nil, blocked != nil, denial != nil)
+	var findings []schema.Event
+	hasAttempt := func() bool {
+		for _, f := range findings {
+			if f.Finding.Type == schema.FindingBlockedAttempt && blocked != nil && denial != nil &&
+				slicesContains(f.Finding.EvidenceIDs, blocked.EventID) && slicesContains(f.Finding.EvidenceIDs, denial.EventID) {
+				return true
+			}
 		}
+		return false
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for allowed == nil || blocked == nil || denial == nil || !hasAttempt() {
+		if time.Now().After(deadline) {
+			t.Fatalf("events missing: allowed=%v blocked=%v denial=%v blocked-attempt finding=%v (findings %d)", allowed != nil, blocked != nil, denial != nil, hasAttempt(), len(findings))
+		}
+		findings = findings[:0]
 		ev := exec.Command(bin, "events", "--json", "--nats", ns.ClientURL())
 		out, err := ev.Output()
 		if err != nil {
@@ -185,6 +197,8 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 				blocked = &e
 			case e.LandlockDenial != nil && e.LandlockDenial.PathHash == secretHash:
 				denial = &e
+			case e.Finding != nil:
+				findings = append(findings, e)
 			}
 		}
 	}
@@ -201,3 +215,5 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 		t.Errorf("daemon log names a full path")
 	}
 }
+
+func slicesContains(s []string, v string) bool { return slices.Contains(s, v) }

@@ -10,12 +10,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
 	"github.com/mcpwarden/mcpwarden/collector/natsserver"
 	"github.com/mcpwarden/mcpwarden/collector/publish"
 	"github.com/mcpwarden/mcpwarden/collector/stream"
 	"github.com/mcpwarden/mcpwarden/daemon"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/daemon/probes"
+	"github.com/mcpwarden/mcpwarden/daemon/xcheck"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -38,6 +42,8 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
 	pathKey := fs.String("path-key", "", "key `FILE` for path hashes (default STATE_DIR/path.key, created if missing; share it with 'run' so hashes match)")
 	enableAudit := fs.Bool("enable-audit", false, "turn kernel auditing on so Landlock denial records arrive (like 'auditctl -e 1')")
+	xwindow := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the on-host cross-check: findings are final this long after their evidence")
+	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check in the daemon (a collector runs it)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -108,6 +114,18 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		_ = pub.Close(cctx)
 	}()
 
+	var xc *xcheck.Loop
+	if !*noXcheck {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return fail(exitAuditSink, fmt.Errorf("JetStream: %w", err))
+		}
+		every := min(5*time.Second, max(*xwindow/2, 500*time.Millisecond))
+		xc, err = xcheck.New(xcheck.Config{JetStream: js, Host: origin.Host, Sink: pub, Check: crosscheck.Config{Window: *xwindow}, Every: every, Logger: logger})
+		if err != nil {
+			return fail(exitUsage, err)
+		}
+	}
 	d, err := daemon.New(daemon.Config{
 		Socket:      *socket,
 		Sink:        pub,
@@ -116,6 +134,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		EnableAudit: *enableAudit,
 		Probes:      probes.DefaultConfig(),
 		Logger:      logger,
+		CrossCheck:  crossCheck(xc),
 	})
 	if err != nil {
 		return fail(exitUsage, err)
@@ -124,4 +143,12 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		return fail(exitInternal, err)
 	}
 	return exitOK
+}
+
+// crossCheck keeps a nil *xcheck.Loop from becoming a non-nil interface.
+func crossCheck(l *xcheck.Loop) interface{ Run(context.Context) error } {
+	if l == nil {
+		return nil
+	}
+	return l
 }
