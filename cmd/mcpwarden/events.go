@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,10 @@ func cmdEvents(ctx context.Context, args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "mcpwarden events: unexpected argument %q\n\n%s", fs.Arg(0), eventsUsage)
+		return exitUsage
+	}
+	if *kind != "" && !slices.Contains(schema.Kinds, schema.Kind(*kind)) {
+		fmt.Fprintf(os.Stderr, "mcpwarden events: unknown --kind %q; use one of %v\n", *kind, schema.Kinds)
 		return exitUsage
 	}
 	nc, err := stream.Connect(stream.ConnOptions{URL: *natsURL, CredsFile: *natsCreds, Name: "events"})
