@@ -90,6 +90,7 @@ type Daemon struct {
 	auditDrops  atomic.Uint64
 	publishFail atomic.Uint64
 	published   atomic.Uint64
+	sinkDown    atomic.Bool // the last batch was refused: new runs are refused too
 
 	readyOnce sync.Once
 	ready     chan struct{}
@@ -287,6 +288,10 @@ func ScopeHash(s *schema.CanonicalScope) (string, error) {
 }
 
 func (d *Daemon) register(reg *api.Registration) (uint32, error) {
+	if d.sinkDown.Load() {
+		// Fail closed: a run started now would go unrecorded.
+		return 0, errors.New("the daemon's event sink is refusing events (NATS down and spool full?), so a new run would go unrecorded; check 'mcpwarden daemon' logs and free the spool")
+	}
 	h, err := ScopeHash(reg.Scope)
 	if err != nil {
 		return 0, fmt.Errorf("encode scope: %w", err)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -97,6 +98,7 @@ func child(mode, ws, out string) int {
 // memSink keeps what the daemon publishes and checks every event against
 // the schema, as the real publisher's consumers do.
 type memSink struct {
+	refuse  bool // refuse every batch, like a publisher whose spool is full
 	mu      sync.Mutex
 	events  []schema.Event
 	invalid []error
@@ -105,6 +107,9 @@ type memSink struct {
 func (s *memSink) Publish(_ context.Context, events []schema.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.refuse {
+		return errors.New("audit sink cannot take events")
+	}
 	for i := range events {
 		if err := events[i].Validate(); err != nil {
 			s.invalid = append(s.invalid, err)
@@ -171,7 +176,9 @@ type harness struct {
 	base   string
 }
 
-func startDaemon(t *testing.T) *harness {
+func startDaemon(t *testing.T) *harness { return startDaemonWith(t, &memSink{}) }
+
+func startDaemonWith(t *testing.T, sink *memSink) *harness {
 	t.Helper()
 	testenv.RequireRoot(t)
 	key := make([]byte, schema.PathKeySize)
@@ -181,7 +188,7 @@ func startDaemon(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, sink: &memSink{}, hasher: hasher, socket: filepath.Join(root, "sock", "daemon.sock"),
+	h := &harness{t: t, sink: sink, hasher: hasher, socket: filepath.Join(root, "sock", "daemon.sock"),
 		base: filepath.Join(root, "base"), out: filepath.Join(root, "outside", "secret-notes.txt")}
 	h.ws = filepath.Join(h.base, "ws")
 	for _, d := range []string{h.ws, filepath.Dir(h.out)} {
@@ -370,4 +377,23 @@ func TestDaemonObservesRuns(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRefusesRunsWhenSinkRefuses: a daemon whose events cannot be recorded
+// refuses new runs, so `run --daemon-socket` does not start them unrecorded.
+func TestRefusesRunsWhenSinkRefuses(t *testing.T) {
+	h := startDaemonWith(t, &memSink{refuse: true})
+	cs, hash := h.scope()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := client.New(h.socket).Register(context.Background(), api.Registration{
+			RunID: schema.NewID(), RootPID: os.Getpid(), Mode: schema.ModeEnforce, Scope: cs, ScopeHash: hash})
+		if err != nil && strings.Contains(err.Error(), "unrecorded") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registration not refused with a refusing sink: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

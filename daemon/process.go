@@ -64,6 +64,7 @@ func (d *Daemon) process(ctx context.Context) {
 			}
 			if h := d.health(); h.DropsBPFReserve != p.last.DropsBPFReserve ||
 				h.DropsQueueFull != p.last.DropsQueueFull || h.DropsPublishFail != p.last.DropsPublishFail {
+				p.d.log.Warn("events lost", "drops_bpf_reserve", h.DropsBPFReserve, "drops_queue_full", h.DropsQueueFull, "drops_publish_fail", h.DropsPublishFail)
 				p.emitHealth(now)
 			}
 		case now := <-healthEvery.C:
@@ -95,9 +96,11 @@ func (p *processor) flush(ctx context.Context) {
 	}
 	if err := p.d.cfg.Sink.Publish(ctx, p.batch); err != nil {
 		p.d.publishFail.Add(uint64(len(p.batch)))
+		p.d.sinkDown.Store(true)
 		p.d.log.Error("event sink refused a batch; events lost", "events", len(p.batch), "err", err)
 	} else {
 		p.d.published.Add(uint64(len(p.batch)))
+		p.d.sinkDown.Store(false)
 	}
 	p.batch = p.batch[:0:0]
 }
