@@ -178,17 +178,18 @@ func resolve(req, dir []byte, evFlags uint32) (string, bool) {
 // WalkPath rebuilds an absolute path from the probes' dentry walk: names
 // from the leaf up, each NUL-terminated.
 func WalkPath(b []byte) string {
+	b = bytes.TrimSuffix(b, []byte{0})
 	if len(b) == 0 {
 		return "/"
 	}
-	parts := bytes.Split(bytes.TrimSuffix(b, []byte{0}), []byte{0})
-	var sb strings.Builder
-	sb.Grow(len(b) + 1)
-	for i := len(parts) - 1; i >= 0; i-- {
-		sb.WriteByte('/')
-		sb.Write(parts[i])
+	out := make([]byte, 0, len(b)+1)
+	for end := len(b); end >= 0; {
+		start := bytes.LastIndexByte(b[:end], 0) + 1
+		out = append(out, '/')
+		out = append(out, b[start:end]...)
+		end = start - 1
 	}
-	return sb.String()
+	return string(out)
 }
 
 func cString(b []byte) string {

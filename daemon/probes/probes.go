@@ -350,12 +350,15 @@ func (p *Probes) Run(ctx context.Context, out chan<- kevent.Record) error {
 	stop := context.AfterFunc(ctx, func() { p.reader.Close() })
 	defer stop()
 	var rec ringbuf.Record
+	// The deadline is moved only when it fired: while records flow it is
+	// not touched per record.
+	p.reader.SetDeadline(time.Now().Add(p.cfg.FlushInterval))
 	for {
-		p.reader.SetDeadline(time.Now().Add(p.cfg.FlushInterval))
 		err := p.reader.ReadInto(&rec)
 		switch {
 		case err == nil:
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			p.reader.SetDeadline(time.Now().Add(p.cfg.FlushInterval))
 			continue
 		case errors.Is(err, ringbuf.ErrClosed):
 			if ctx.Err() != nil {
