@@ -230,22 +230,31 @@ func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 // duplicates.
 var selectSQL = "SELECT " + strings.Join(columns, ", ") + " FROM events FINAL"
 
-// ReadRun returns every event of run, duplicates collapsed, oldest first.
-func (s *Store) ReadRun(ctx context.Context, runID string, limit int) ([]schema.Event, error) {
-	rows, err := s.conn.Query(ctx, selectSQL+" WHERE run_id = ? ORDER BY time_ns, event_id LIMIT ?", runID, uint64(limit))
+// ReadHealthSince returns health events that happened at or after sinceNS.
+func (s *Store) ReadHealthSince(ctx context.Context, sinceNS int64) ([]schema.Event, error) {
+	return s.read(ctx, selectSQL+" WHERE kind = 'health' AND time_ns >= ? ORDER BY time_ns, event_id LIMIT 100000", sinceNS)
+}
+
+func (s *Store) read(ctx context.Context, query string, args ...any) ([]schema.Event, error) {
+	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read run from ClickHouse: %w", err)
+		return nil, fmt.Errorf("read events from ClickHouse: %w", err)
 	}
 	defer rows.Close()
 	var out []schema.Event
 	for rows.Next() {
 		var r row
 		if err := rows.Scan(r.pointers()...); err != nil {
-			return nil, fmt.Errorf("read run from ClickHouse: %w", err)
+			return nil, fmt.Errorf("read events from ClickHouse: %w", err)
 		}
 		out = append(out, r.event())
 	}
 	return out, rows.Err()
+}
+
+// ReadRun returns every event of run, duplicates collapsed, oldest first.
+func (s *Store) ReadRun(ctx context.Context, runID string, limit int) ([]schema.Event, error) {
+	return s.read(ctx, selectSQL+" WHERE run_id = ? ORDER BY time_ns, event_id LIMIT ?", runID, uint64(limit))
 }
 
 // RunsInsertedSince lists runs with an event inserted at or after since

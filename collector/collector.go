@@ -1,0 +1,308 @@
+// Package collector moves events from NATS JetStream into ClickHouse and
+// runs the cross-check over what is stored (`mcpwarden collect`).
+//
+// Any number of collectors share one durable pull consumer, so JetStream
+// spreads messages between them. A collector fetches messages until it
+// holds BatchEvents events or BatchWait has passed, inserts them in one
+// ClickHouse block, and only then acknowledges the messages. When
+// ClickHouse fails it retries with exponential backoff, keeping the
+// messages in progress (no ack, no loss); when it stops it leaves them
+// unacknowledged for redelivery. Redelivered events collapse on event_id.
+//
+// The cross-check reads runs back from ClickHouse (so it sees the events
+// every collector stored) and inserts findings with deterministic ids, so
+// collectors doing the same work twice store each finding once.
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
+	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultDurable is the durable consumer collectors share.
+const DefaultDurable = "mcpwarden-collector"
+
+// Config configures a Collector.
+type Config struct {
+	NATS          stream.ConnOptions
+	ClickHouseDSN string
+	// Migrate creates the database and applies migrations at start-up.
+	Migrate bool
+	// Stream, when non-nil, is created or updated at start-up.
+	Stream *stream.Config
+	// Durable names the shared consumer (default DefaultDurable).
+	Durable string
+	// BatchEvents and BatchWait bound one ClickHouse insert (defaults
+	// 50,000 events, 1 s).
+	BatchEvents int
+	BatchWait   time.Duration
+	// AckWait is how long JetStream waits for an ack before redelivering
+	// (default 60 s); the collector marks held messages in progress well
+	// within it while it retries.
+	AckWait time.Duration
+	// MaxBackoff caps the retry delay when ClickHouse fails (default 10 s).
+	MaxBackoff time.Duration
+	// CrossCheck enables the cross-check loop; CrossCheckEvery is its period
+	// (default 5 s).
+	CrossCheck      bool
+	CrossCheckEvery time.Duration
+	CrossCheckCfg   crosscheck.Config
+	Logger          *slog.Logger
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Stats are a collector's counters.
+type Stats struct {
+	Messages, Events, Rejected, Inserts, InsertFailures, Findings uint64
+}
+
+// Collector is one collector process.
+type Collector struct {
+	cfg Config
+	log *slog.Logger
+
+	messages, events, rejected, inserts, insertFailures, findings atomic.Uint64
+}
+
+// New checks cfg and returns a Collector.
+func New(cfg Config) (*Collector, error) {
+	if cfg.NATS.URL == "" {
+		return nil, errors.New("collect: no NATS URL: pass --nats nats://HOST:4222")
+	}
+	if cfg.ClickHouseDSN == "" {
+		return nil, errors.New("collect: no ClickHouse DSN: pass --clickhouse clickhouse://HOST:9000/mcpwarden")
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = DefaultDurable
+	}
+	if cfg.BatchEvents <= 0 {
+		cfg.BatchEvents = 50_000
+	}
+	if cfg.BatchWait <= 0 {
+		cfg.BatchWait = time.Second
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 60 * time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	if cfg.CrossCheckEvery <= 0 {
+		cfg.CrossCheckEvery = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NATS.Name == "" {
+		cfg.NATS.Name = "mcpwarden-collect"
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Collector{cfg: cfg, log: log}, nil
+}
+
+// Stats returns the counters.
+func (c *Collector) Stats() Stats {
+	return Stats{c.messages.Load(), c.events.Load(), c.rejected.Load(), c.inserts.Load(), c.insertFailures.Load(), c.findings.Load()}
+}
+
+// ConsumerConfig is the durable consumer every collector shares.
+func ConsumerConfig(durable string, ackWait time.Duration) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       durable,
+		Description:   "mcpwarden collectors: events into ClickHouse",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    -1, // never give up on an event
+		FilterSubject: stream.AllSubjects,
+		MaxAckPending: 20_000,
+		// Large pull batches: one fetch fills one ClickHouse block.
+		MaxRequestBatch: 10_000,
+	}
+}
+
+// Run collects until ctx ends. It returns nil on cancellation.
+func (c *Collector) Run(ctx context.Context) error {
+	st, err := store.Open(ctx, c.cfg.ClickHouseDSN, c.cfg.Migrate, c.log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if c.cfg.Migrate {
+		applied, err := st.Migrate(ctx)
+		if err != nil {
+			return err
+		}
+		c.log.Info("ClickHouse schema is current", "applied", len(applied))
+	} else if err := st.CheckSchema(ctx); err != nil {
+		return err
+	}
+	nc, err := stream.Connect(c.cfg.NATS)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("collect: JetStream context: %w", err)
+	}
+	var s jetstream.Stream
+	if c.cfg.Stream != nil {
+		s, err = stream.Ensure(ctx, js, *c.cfg.Stream)
+	} else {
+		s, err = js.Stream(ctx, stream.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("collect: open stream %s: %w (start the daemon or create the stream; see docs/pipeline.md)", stream.Name, err)
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, ConsumerConfig(c.cfg.Durable, c.cfg.AckWait))
+	if err != nil {
+		return fmt.Errorf("collect: create durable consumer %s: %w", c.cfg.Durable, err)
+	}
+	c.log.Info("collecting", "stream", stream.Name, "consumer", c.cfg.Durable, "database", st.Database())
+
+	done := make(chan struct{})
+	if c.cfg.CrossCheck {
+		go func() {
+			defer close(done)
+			c.crossCheckLoop(ctx, st)
+		}()
+	} else {
+		close(done)
+	}
+	err = c.consume(ctx, cons, st)
+	<-done
+	return err
+}
+
+type held struct {
+	msgs   []jetstream.Msg
+	events []schema.Event
+}
+
+func (c *Collector) consume(ctx context.Context, cons jetstream.Consumer, st *store.Store) error {
+	for ctx.Err() == nil {
+		h, err := c.fill(ctx, cons)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("fetch from JetStream failed; retrying", "error", err)
+			sleep(ctx, time.Second)
+		}
+		if len(h.msgs) == 0 {
+			continue
+		}
+		if err := c.insert(ctx, st, h); err != nil {
+			// Cancelled: hand the messages back now rather than after AckWait.
+			for _, m := range h.msgs {
+				_ = m.Nak()
+			}
+			return nil
+		}
+		for _, m := range h.msgs {
+			// An ack lost here means a redelivery, which collapses.
+			_ = m.Ack()
+		}
+	}
+	return nil
+}
+
+// fill fetches until the batch is full or BatchWait has passed.
+func (c *Collector) fill(ctx context.Context, cons jetstream.Consumer) (held, error) {
+	var h held
+	deadline := time.Now().Add(c.cfg.BatchWait)
+	for len(h.events) < c.cfg.BatchEvents && ctx.Err() == nil {
+		wait := time.Until(deadline)
+		if wait < 10*time.Millisecond {
+			break
+		}
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			return h, err
+		}
+		for m := range batch.Messages() {
+			c.messages.Add(1)
+			if m.Headers().Get(schema.BatchHeader) != schema.BatchFormat {
+				c.rejected.Add(1)
+				c.log.Warn("message without the batch header; terminating it", "subject", m.Subject())
+				_ = m.Term()
+				continue
+			}
+			evs, rejected, err := schema.DecodeBatch(m.Data())
+			if err != nil {
+				c.rejected.Add(1)
+				c.log.Warn("undecodable batch; terminating it", "subject", m.Subject(), "error", err)
+				_ = m.Term()
+				continue
+			}
+			if rejected > 0 {
+				c.rejected.Add(uint64(rejected))
+				c.log.Warn("batch had invalid events; storing the valid ones", "subject", m.Subject(), "rejected", rejected)
+			}
+			h.msgs = append(h.msgs, m)
+			h.events = append(h.events, evs...)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
+// insert retries until the insert succeeds or ctx ends.
+func (c *Collector) insert(ctx context.Context, st *store.Store, h held) error {
+	backoff := 200 * time.Millisecond
+	lastProgress := time.Now()
+	for {
+		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := st.Insert(ictx, h.events)
+		cancel()
+		if err == nil {
+			c.inserts.Add(1)
+			c.events.Add(uint64(len(h.events)))
+			return nil
+		}
+		c.insertFailures.Add(1)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c.log.Warn("ClickHouse insert failed; retrying without acknowledging", "events", len(h.events), "backoff", backoff, "error", err)
+		if time.Since(lastProgress) > c.cfg.AckWait/3 {
+			for _, m := range h.msgs {
+				_ = m.InProgress()
+			}
+			lastProgress = time.Now()
+		}
+		if !sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
+		if backoff > c.cfg.AckWait/3 {
+			backoff = max(c.cfg.AckWait/3, 10*time.Millisecond)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

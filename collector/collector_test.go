@@ -1,0 +1,317 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
+	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/collector/natsserver"
+	"github.com/mcpwarden/mcpwarden/collector/publish"
+	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/nats-io/nats.go"
+)
+
+type env struct {
+	nats *natsserver.Server
+	pub  *publish.Publisher
+	dsn  string
+}
+
+func newEnv(t *testing.T, dsn string) *env {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := stream.Connect(stream.ConnOptions{URL: srv.ClientURL(), Name: "test-publisher"}, nats.ReconnectBufSize(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	p, err := publish.New(context.Background(), publish.Config{Conn: nc, SpoolDir: t.TempDir(), EnsureStream: &stream.Config{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return &env{nats: srv, pub: p, dsn: dsn}
+}
+
+func (e *env) collector(t *testing.T, mut func(*Config)) *Collector {
+	t.Helper()
+	cfg := Config{
+		NATS:          stream.ConnOptions{URL: e.nats.ClientURL()},
+		ClickHouseDSN: e.dsn, Migrate: true, Stream: &stream.Config{},
+		BatchEvents: 5000, BatchWait: 200 * time.Millisecond, AckWait: 3 * time.Second, MaxBackoff: 500 * time.Millisecond,
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// start runs c until the returned stop is called.
+func start(t *testing.T, c *Collector) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := c.Run(ctx); err != nil {
+			t.Errorf("collector: %v", err)
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+func openStore(t *testing.T, dsn string) *store.Store {
+	t.Helper()
+	var st *store.Store
+	var err error
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, err = store.Open(context.Background(), dsn, true, nil); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// counts returns (rows, distinct event ids) in events.
+func counts(t *testing.T, st *store.Store) (rows, distinct uint64) {
+	t.Helper()
+	if err := st.Conn().QueryRow(context.Background(), "SELECT count(), uniqExact(event_id) FROM events").Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	return rows, distinct
+}
+
+func waitDistinct(t *testing.T, st *store.Store, want uint64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var distinct uint64
+	for time.Now().Before(deadline) {
+		var err error
+		if err = st.Conn().QueryRow(context.Background(), "SELECT uniqExact(event_id) FROM events").Scan(&distinct); err == nil && distinct >= want {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if distinct != want {
+		t.Fatalf("%d distinct events stored, produced %d", distinct, want)
+	}
+}
+
+// assertNoDuplicatesInQueries: after FINAL, every event id is one row.
+func assertNoDuplicatesInQueries(t *testing.T, st *store.Store, want uint64) {
+	t.Helper()
+	var rows, distinct uint64
+	if err := st.Conn().QueryRow(context.Background(), "SELECT count(), uniqExact(event_id) FROM events FINAL").Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rows != distinct || distinct != want {
+		t.Fatalf("FINAL: %d rows for %d distinct ids, want %d", rows, distinct, want)
+	}
+}
+
+func publishAll(t *testing.T, p *publish.Publisher, evs []schema.Event, chunk int) {
+	t.Helper()
+	for i := 0; i < len(evs); i += chunk {
+		if err := p.Publish(context.Background(), evs[i:min(i+chunk, len(evs))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCollectEndToEnd: publisher → JetStream → collector → ClickHouse, then
+// the cross-check finds what a run did.
+func TestCollectEndToEnd(t *testing.T) {
+	e := newEnv(t, chtest.Database(t))
+	g := eventgen.New("host-e2e")
+	g.T0 = time.Now().Add(-30 * time.Minute)
+	evs := g.Mixed(20_000)
+	// One escape (audit mode), one blocked attempt, one unattributed access.
+	esc := g.FileOp(1)
+	esc.FileOp.PathClass, esc.FileOp.Verdict, esc.FileOp.PathHash = schema.PathOutside, "escape", g.Hasher.Hash("/etc/passwd")
+	blk := g.FileOp(2)
+	blk.FileOp.PathClass, blk.FileOp.Verdict, blk.FileOp.Result = schema.PathOutside, "blocked_by_kernel", -13
+	un := g.FileOp(3) // long after the last call ended
+	un.TimeNS = g.T0.Add(10 * time.Minute).UnixNano()
+	evs = append(evs, esc, blk, un)
+	c := e.collector(t, func(c *Config) {
+		c.CrossCheck = true
+		c.CrossCheckEvery = 200 * time.Millisecond
+		c.CrossCheckCfg = crosscheck.Config{Window: time.Minute}
+	})
+	stop := start(t, c)
+	publishAll(t, e.pub, evs, 700)
+	st := openStore(t, e.dsn)
+	// Findings are added to the same table: wait for the events, then the
+	// findings.
+	deadline := time.Now().Add(60 * time.Second)
+	var found map[string]uint64
+	for time.Now().Before(deadline) {
+		found = map[string]uint64{}
+		rows, err := st.Conn().Query(context.Background(), "SELECT finding_type, uniqExact(event_id) FROM events WHERE kind = 'finding' GROUP BY finding_type")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var typ string
+			var n uint64
+			if err := rows.Scan(&typ, &n); err != nil {
+				t.Fatal(err)
+			}
+			found[typ] = n
+		}
+		rows.Close()
+		if found[schema.FindingEscape] > 0 && found[schema.FindingBlockedAttempt] > 0 && found[schema.FindingUnattributedAccess] > 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	stop()
+	if found[schema.FindingEscape] != 1 || found[schema.FindingBlockedAttempt] != 1 || found[schema.FindingUnattributedAccess] != 1 {
+		t.Fatalf("findings by type: %v", found)
+	}
+	var nonFindings uint64
+	if err := st.Conn().QueryRow(context.Background(), "SELECT uniqExact(event_id) FROM events WHERE kind != 'finding'").Scan(&nonFindings); err != nil {
+		t.Fatal(err)
+	}
+	if nonFindings != uint64(len(evs)) {
+		t.Fatalf("%d distinct events stored, produced %d", nonFindings, len(evs))
+	}
+	if s := c.Stats(); s.Rejected != 0 || s.Events < uint64(len(evs)) {
+		t.Fatalf("stats %+v", s)
+	}
+	// A second cross-check pass over the same data adds no rows.
+	_, before := counts(t, st)
+	if err := c.CrossCheckOnce(context.Background(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, after := counts(t, st); after != before {
+		t.Fatalf("re-running the cross-check added %d findings", after-before)
+	}
+}
+
+// TestCollectorsShareTheConsumerAndSurviveARestart: two collectors split the
+// stream; one is stopped mid-run and a new one takes over. Every event is
+// stored, queries see each once.
+func TestCollectorsShareTheConsumerAndSurviveARestart(t *testing.T) {
+	e := newEnv(t, chtest.Database(t))
+	g := eventgen.New("host-r")
+	evs := g.Mixed(60_000)
+	a := e.collector(t, nil)
+	b := e.collector(t, nil)
+	stopA := start(t, a)
+	stopB := start(t, b)
+	publishAll(t, e.pub, evs[:30_000], 500)
+	st := openStore(t, e.dsn)
+	deadline := time.Now().Add(30 * time.Second)
+	for a.Stats().Events == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopA() // killed mid-run: whatever it held is redelivered
+	publishAll(t, e.pub, evs[30_000:], 500)
+	c := e.collector(t, nil)
+	stopC := start(t, c)
+	waitDistinct(t, st, uint64(len(evs)), 60*time.Second)
+	stopB()
+	stopC()
+	assertNoDuplicatesInQueries(t, st, uint64(len(evs)))
+	if b.Stats().Events == 0 || a.Stats().Events == 0 {
+		t.Fatalf("the consumer was not shared: a %+v b %+v", a.Stats(), b.Stats())
+	}
+}
+
+// TestClickHouseKilledMidBatch really kills a private clickhouse-server
+// (SIGKILL) while the collector is inserting, keeps publishing, restarts
+// the server on the same data, and checks that every event is stored once.
+func TestClickHouseKilledMidBatch(t *testing.T) {
+	srv := chtest.StartServer(t)
+	dsn := srv.DSN("mcpwarden_fault")
+	e := newEnv(t, dsn)
+	g := eventgen.New("host-f")
+	evs := g.Mixed(80_000)
+	c := e.collector(t, func(c *Config) { c.BatchEvents = 2000; c.BatchWait = 50 * time.Millisecond })
+	stop := start(t, c)
+	st := openStore(t, dsn)
+	publishAll(t, e.pub, evs[:20_000], 500)
+	deadline := time.Now().Add(30 * time.Second)
+	for c.Stats().Inserts < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	var pubErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // keep producing while the store is down
+		defer wg.Done()
+		for i := 20_000; i < len(evs); i += 500 {
+			if err := e.pub.Publish(context.Background(), evs[i:i+500]); err != nil {
+				pubErr = err
+				return
+			}
+		}
+	}()
+	srv.Kill()
+	failuresBefore := c.Stats().InsertFailures
+	deadline = time.Now().Add(30 * time.Second)
+	for c.Stats().InsertFailures == failuresBefore && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.Stats().InsertFailures == failuresBefore {
+		t.Fatal("the collector never saw ClickHouse fail")
+	}
+	wg.Wait()
+	if pubErr != nil {
+		t.Fatal(pubErr)
+	}
+	srv.Start()
+	st2 := openStore(t, dsn)
+	waitDistinct(t, st2, uint64(len(evs)), 120*time.Second)
+	stop()
+	assertNoDuplicatesInQueries(t, st2, uint64(len(evs)))
+	_ = st
+}
+
+func TestNewRefusesMissingConfig(t *testing.T) {
+	for _, cfg := range []Config{{ClickHouseDSN: "clickhouse://x"}, {NATS: stream.ConnOptions{URL: "nats://x"}}} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+}
+
+func TestRunFailsClearlyWithoutSchema(t *testing.T) {
+	e := newEnv(t, chtest.Database(t))
+	c := e.collector(t, func(c *Config) { c.Migrate = false })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := c.Run(ctx)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a schema error", err)
+	}
+	_ = clickhouse.Named
+}
