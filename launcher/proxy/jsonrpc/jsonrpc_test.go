@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestParse(t *testing.T) {
@@ -25,8 +26,8 @@ func TestParse(t *testing.T) {
 		{"error response null id", `{"jsonrpc":"2.0","id":null,"error":{"code":-1,"message":"x"}}`, KindResponse, 0},
 		{"batch", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, 0, CodeInvalidRequest},
 		{"not json", `{"jsonrpc":`, 0, CodeParseError},
-		{"garbage", `hello`, 0, CodeInvalidRequest},
-		{"two values", `{"jsonrpc":"2.0","id":1,"method":"ping"}{}`, 0, CodeInvalidRequest},
+		{"garbage", `hello`, 0, CodeParseError},
+		{"two values", `{"jsonrpc":"2.0","id":1,"method":"ping"}{}`, 0, CodeParseError},
 		{"wrong version", `{"jsonrpc":"1.0","id":1,"method":"ping"}`, 0, CodeInvalidRequest},
 		{"missing version", `{"id":1,"method":"ping"}`, 0, CodeInvalidRequest},
 		{"object id", `{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, 0, CodeInvalidRequest},
@@ -197,5 +198,34 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 		t.Fatal("reader did not reach EOF")
+	})
+}
+
+// FuzzScanAgreesWithDecoder checks the one-pass scanner against
+// encoding/json: it accepts exactly the single JSON values that are valid,
+// have no duplicate (case-folded) keys and no lone surrogate escapes.
+func FuzzScanAgreesWithDecoder(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{"a":1,"A":2}`, `[1,2,{"x":"\u00e9"}]`, `"\ud800"`, `{"\u0061":1,"a":2}`, `1e5`, `-0.5e-3`, `01`, `{"a":[}`, `{} {}`, "\"\x01\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !utf8.Valid(data) {
+			return
+		}
+		_, scanErr := scanFrame(data)
+		validJSON := json.Valid(data)
+		if scanErr == nil && !validJSON {
+			t.Fatalf("scanner accepted invalid JSON %q", data)
+		}
+		if !validJSON {
+			return
+		}
+		oracle := CheckDuplicateKeys(data)
+		if oracle == nil {
+			oracle = checkEscapes(data)
+		}
+		if (scanErr == nil) != (oracle == nil) {
+			t.Fatalf("scanner %v, oracle %v, on %q", scanErr, oracle, data)
+		}
 	})
 }

@@ -76,32 +76,28 @@ func Parse(frame []byte) (*Message, error) {
 	if !utf8.Valid(frame) {
 		return nil, perr(CodeParseError, nil, "message is not valid UTF-8")
 	}
-	if err := checkEscapes(frame); err != nil {
-		return nil, perr(CodeParseError, nil, "%v", err)
-	}
 	first := firstNonSpace(frame)
 	if first == '[' {
 		return nil, perr(CodeInvalidRequest, nil, "batch requests are not supported")
 	}
+	members, err := scanFrame(frame)
+	if err != nil {
+		if errors.Is(err, errSyntax) {
+			return nil, perr(CodeParseError, nil, "%v", err)
+		}
+		if first == '{' {
+			return nil, perr(CodeInvalidRequest, bestEffortID(frame), "%v", err)
+		}
+		return nil, perr(CodeParseError, nil, "%v", err)
+	}
 	if first != '{' {
 		return nil, perr(CodeInvalidRequest, nil, "a message must be a JSON object")
 	}
-	if err := CheckDuplicateKeys(frame); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, perr(CodeParseError, nil, "invalid JSON: %v", err)
-		}
-		return nil, perr(CodeInvalidRequest, bestEffortID(frame), "%v", err)
-	}
-	// A map, not a struct: encoding/json matches struct fields ignoring case,
-	// and "Method" must not count as "method".
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(frame, &members); err != nil {
-		return nil, perr(CodeParseError, nil, "invalid JSON: %v", err)
-	}
+	// Members by exact key (never case-folded: "Method" is not "method").
 	var env envelope
-	for k, v := range members {
-		switch k {
+	for _, mb := range members {
+		v := json.RawMessage(mb.value)
+		switch mb.key {
 		case "jsonrpc":
 			env.JSONRPC = v
 		case "id":
@@ -115,7 +111,7 @@ func Parse(frame []byte) (*Message, error) {
 		case "error":
 			env.Error = v
 		default:
-			return nil, perr(CodeInvalidRequest, nil, "unknown member %q", truncate(k, 64))
+			return nil, perr(CodeInvalidRequest, nil, "unknown member %q", truncate(mb.key, 64))
 		}
 	}
 	var id json.RawMessage
