@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/daemon/audit"
@@ -29,12 +30,58 @@ type processor struct {
 	pending map[string][]pendingDenial
 	npend   int
 	last    schema.Health
+
+	// Paths repeat (a runtime reads the same modules over and over): the
+	// keyed hash and each run's location of a path are cached, bounded.
+	hashes map[string]schema.PathHash
+	locs   map[locKey]classify.Location
+}
+
+type locKey struct {
+	slot uint32
+	path string
+}
+
+// maxCached bounds each cache; a full cache is cleared.
+const maxCached = 1 << 16
+
+func newProcessor(d *Daemon) *processor {
+	return &processor{d: d, pending: map[string][]pendingDenial{},
+		hashes: make(map[string]schema.PathHash), locs: make(map[locKey]classify.Location)}
+}
+
+func (p *processor) hash(path string) schema.PathHash {
+	if h, ok := p.hashes[path]; ok {
+		return h
+	}
+	if len(p.hashes) >= maxCached {
+		clear(p.hashes)
+	}
+	h := p.d.cfg.Hasher.Hash(path)
+	p.hashes[path] = h
+	return h
+}
+
+func (p *processor) locate(run *runs.Run, path string, known bool) classify.Location {
+	if !known || !strings.HasPrefix(path, "/") {
+		return classify.Location{Class: schema.PathUnknown}
+	}
+	k := locKey{run.Slot, path}
+	if l, ok := p.locs[k]; ok {
+		return l
+	}
+	if len(p.locs) >= maxCached {
+		clear(p.locs)
+	}
+	l := run.Policy.Locate(path)
+	p.locs[k] = l
+	return l
 }
 
 // process turns kernel records and Landlock records into events and sends
 // them to the sink in batches, until ctx ends; then it flushes what it has.
 func (d *Daemon) process(ctx context.Context) {
-	p := &processor{d: d, pending: map[string][]pendingDenial{}}
+	p := newProcessor(d)
 	flush := time.NewTicker(d.cfg.FlushInterval)
 	defer flush.Stop()
 	second := time.NewTicker(time.Second)
@@ -157,14 +204,15 @@ func (p *processor) record(r *kevent.Record) {
 }
 
 func (p *processor) fileOp(run *runs.Run, r *kevent.Record, t time.Time, path string, known bool, access classify.Access) {
-	class, verdict := run.Policy.Classify(path, known, access, r.Ret)
+	loc := p.locate(run, path, known)
+	class, verdict := loc.Class, classify.Judge(loc, access, r.Ret)
 	result := 0
 	if r.Ret < 0 {
 		result = int(r.Ret)
 	}
 	var h schema.PathHash
 	if path != "" {
-		h = p.d.cfg.Hasher.Hash(path)
+		h = p.hash(path)
 	}
 	e := p.event(run, schema.KindFileOp, t)
 	e.FileOp = &schema.FileOp{
@@ -239,7 +287,7 @@ func (p *processor) denial(run *runs.Run, a audit.LandlockAccess) {
 		ld.Blockers = []string{}
 	}
 	if a.Path != "" {
-		ld.PathHash = p.d.cfg.Hasher.Hash(a.Path)
+		ld.PathHash = p.hash(a.Path)
 		if run != nil {
 			ld.PathClass, _ = run.Policy.Classify(a.Path, true, classify.Read, -13)
 		}

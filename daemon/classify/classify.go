@@ -54,49 +54,63 @@ const (
 	eACCES = 13
 )
 
+// Location is where a path lies for one run: its class and whether the
+// scope or the runtime profile covers it, for reading and for writing. It
+// depends only on the path and the policy, so callers may cache it.
+type Location struct {
+	Class    schema.PathClass
+	Inside   bool
+	Writable bool
+}
+
 // Classify returns the path class and verdict of one operation. known is
 // false when the probes could not read the whole path: such a path is
 // unknown, and its success cannot be shown to be inside the scope.
 func (p *Policy) Classify(pth string, known bool, access Access, ret int64) (schema.PathClass, Verdict) {
-	class, inside, writable := schema.PathUnknown, false, false
+	loc := Location{Class: schema.PathUnknown}
 	if known && path.IsAbs(pth) {
-		class, inside, writable = p.locate(pth)
+		loc = p.Locate(pth)
 	}
-	switch {
-	case ret == -eACCES || ret == -ePERM:
-		return class, BlockedByKernel
-	case ret < 0:
-		return class, Failed
-	case !inside:
-		return class, Escape
-	case access != Read && !writable:
-		return class, Escape
-	}
-	return class, Allowed
+	return loc.Class, Judge(loc, access, ret)
 }
 
-// locate finds the class of a known absolute path and whether the scope or
+// Judge gives the verdict of an operation with result ret at loc.
+func Judge(loc Location, access Access, ret int64) Verdict {
+	switch {
+	case ret == -eACCES || ret == -ePERM:
+		return BlockedByKernel
+	case ret < 0:
+		return Failed
+	case !loc.Inside:
+		return Escape
+	case access != Read && !loc.Writable:
+		return Escape
+	}
+	return Allowed
+}
+
+// Locate finds the class of a known absolute path and whether the scope or
 // the runtime profile covers it (and for writing).
-func (p *Policy) locate(pth string) (class schema.PathClass, inside, writable bool) {
-	class = schema.PathOutside
+func (p *Policy) Locate(pth string) Location {
+	loc := Location{Class: schema.PathOutside}
 	for _, w := range p.Workspace {
 		if schema.IsWithin(w, pth) {
-			class, inside, writable = schema.PathWorkspace, true, !p.ReadOnly
+			loc = Location{Class: schema.PathWorkspace, Inside: true, Writable: !p.ReadOnly}
 			break
 		}
 	}
-	if !inside {
+	if !loc.Inside {
 		for _, r := range p.Runtime {
 			if schema.IsWithin(r.Path, pth) {
-				class, inside = schema.PathRuntime, true
-				writable = writable || r.Write
+				loc.Class, loc.Inside = schema.PathRuntime, true
+				loc.Writable = loc.Writable || r.Write
 			}
 		}
 	}
 	if IsSecret(pth) {
-		class = schema.PathSecret
+		loc.Class = schema.PathSecret
 	}
-	return class, inside, writable
+	return loc
 }
 
 // secretNames are base names that hold credentials wherever they are.
