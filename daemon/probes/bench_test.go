@@ -54,7 +54,12 @@ func BenchmarkOpenClose(b *testing.B) {
 		b.Fatalf("load probes: %v", err)
 	}
 	defer p.Close()
-	b.Run("probes_unwatched", func(b *testing.B) { openClose(b, path) })
+	b.Run("probes_unwatched", func(b *testing.B) {
+		done := bpfRunTime(b, p.objs.EnterOpenat, p.objs.ExitOpenat)
+		openClose(b, path)
+		b.StopTimer()
+		done()
+	})
 
 	// One reader for every run of the watched case: Run closes the ring
 	// reader when its context ends.
@@ -67,22 +72,7 @@ func BenchmarkOpenClose(b *testing.B) {
 		}
 	}()
 	b.Run("probes_watched", func(b *testing.B) {
-		// The kernel's own accounting of the programs' run time gives the
-		// BPF share of the cost, free of scheduler noise.
-		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-		if err != nil {
-			b.Fatalf("enable bpf stats: %v", err)
-		}
-		defer stats.Close()
-		progs := []*ebpf.Program{p.objs.EnterOpenat, p.objs.ExitOpenat}
-		var t0, n0 [2]uint64
-		for i, pr := range progs {
-			st, err := pr.Stats()
-			if err != nil {
-				b.Fatal(err)
-			}
-			t0[i], n0[i] = uint64(st.Runtime), st.RunCount
-		}
+		done := bpfRunTime(b, p.objs.EnterOpenat, p.objs.ExitOpenat)
 		before, _ := p.Counters()
 		if err := p.Watch(uint32(os.Getpid()), 1); err != nil {
 			b.Fatal(err)
@@ -95,19 +85,39 @@ func BenchmarkOpenClose(b *testing.B) {
 		after, _ := p.Counters()
 		b.ReportMetric(float64(after.RingDrops-before.RingDrops), "ring_drops")
 		b.ReportMetric(float64(after.QueueDrops-before.QueueDrops), "queue_drops")
-		var bpfNS [2]float64
-		for i, pr := range progs {
-			st, err := pr.Stats()
+		done()
+	})
+}
+
+// bpfRunTime reports the kernel's own accounting of the enter and exit
+// programs' run time per call (kernel.bpf_stats_enabled): the BPF share of
+// the cost, free of scheduler noise from other work on the machine.
+func bpfRunTime(b *testing.B, enter, exit *ebpf.Program) func() {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable bpf stats: %v", err)
+	}
+	progs := []*ebpf.Program{enter, exit}
+	var t0, n0 [2]uint64
+	for i, pr := range progs {
+		st, err := pr.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0[i], n0[i] = uint64(st.Runtime), st.RunCount
+	}
+	return func() {
+		defer stats.Close()
+		for i, name := range []string{"bpf_enter_ns", "bpf_exit_ns"} {
+			st, err := progs[i].Stats()
 			if err != nil {
 				b.Fatal(err)
 			}
 			if runs := st.RunCount - n0[i]; runs > 0 {
-				bpfNS[i] = float64(uint64(st.Runtime)-t0[i]) / float64(runs)
+				b.ReportMetric(float64(uint64(st.Runtime)-t0[i])/float64(runs), name)
 			}
 		}
-		b.ReportMetric(bpfNS[0], "bpf_enter_ns")
-		b.ReportMetric(bpfNS[1], "bpf_exit_ns")
-	})
+	}
 }
 
 // BenchmarkEventThroughput measures sustained kernel events decoded into
