@@ -1,7 +1,108 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector"
+	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
+	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+)
+
+// natsFlags are the NATS connection flags shared by collect (and anything
+// else that reaches an external NATS).
+type natsFlags struct {
+	url, creds, ca, cert, key *string
+}
+
+func addNATSFlags(fs *flag.FlagSet) natsFlags {
+	return natsFlags{
+		url:   fs.String("nats", "nats://127.0.0.1:4222", "NATS URL (comma-separated for a cluster)"),
+		creds: fs.String("nats-creds", "", "NATS credentials file (.creds) for fleet accounts"),
+		ca:    fs.String("nats-tls-ca", "", "CA file to verify the NATS server's TLS certificate"),
+		cert:  fs.String("nats-tls-cert", "", "client certificate for NATS TLS"),
+		key:   fs.String("nats-tls-key", "", "client key for NATS TLS"),
+	}
+}
+
+func (n natsFlags) options(name string) stream.ConnOptions {
+	return stream.ConnOptions{URL: *n.url, CredsFile: *n.creds, CAFile: *n.ca, CertFile: *n.cert, KeyFile: *n.key, Name: name}
+}
 
 func cmdCollect(ctx context.Context, args []string) int {
-	return fail(exitInternal, errNotBuilt)
+	fs := flag.NewFlagSet("collect", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: mcpwarden collect --nats URL --clickhouse DSN [--migrate] [flags]\n\nMoves events from NATS JetStream into ClickHouse and runs the cross-check. Any number of\ncollectors may share the stream; see docs/pipeline.md.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	nf := addNATSFlags(fs)
+	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol: clickhouse://USER:PASSWORD@HOST:9000/DATABASE")
+	migrate := fs.Bool("migrate", false, "create the database and apply schema migrations (idempotent) before collecting")
+	migrateOnly := fs.Bool("migrate-only", false, "apply migrations and exit")
+	durable := fs.String("durable", collector.DefaultDurable, "durable consumer name shared by collectors")
+	batchEvents := fs.Int("batch-events", 50_000, "events per ClickHouse insert (at most)")
+	batchWait := fs.Duration("batch-wait", time.Second, "longest wait before a partial batch is inserted")
+	ackWait := fs.Duration("ack-wait", 60*time.Second, "JetStream ack wait before a message is redelivered")
+	manageStream := fs.Bool("manage-stream", true, "create or update the JetStream stream at start-up")
+	replicas := fs.Int("stream-replicas", 1, "stream replicas when --manage-stream (3 on a cluster)")
+	maxAge := fs.Duration("stream-max-age", 7*24*time.Hour, "how long the stream keeps events")
+	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check")
+	window := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the cross-check")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return fail(exitUsage, fmt.Errorf("collect takes no arguments, got %q", fs.Args()))
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if *migrateOnly {
+		st, err := store.Open(ctx, *dsn, true, logger)
+		if err != nil {
+			return fail(exitInternal, err)
+		}
+		defer st.Close()
+		applied, err := st.Migrate(ctx)
+		if err != nil {
+			return fail(exitInternal, err)
+		}
+		fmt.Printf("ClickHouse database %s is current (%d migrations applied now)\n", st.Database(), len(applied))
+		return exitOK
+	}
+	cfg := collector.Config{
+		NATS:          nf.options("mcpwarden-collect"),
+		ClickHouseDSN: *dsn,
+		Migrate:       *migrate,
+		Durable:       *durable,
+		BatchEvents:   *batchEvents,
+		BatchWait:     *batchWait,
+		AckWait:       *ackWait,
+		CrossCheck:    !*noXcheck,
+		CrossCheckCfg: crosscheck.Config{Window: *window},
+		Logger:        logger,
+	}
+	if *manageStream {
+		cfg.Stream = &stream.Config{Replicas: *replicas, MaxAge: *maxAge}
+	}
+	c, err := collector.New(cfg)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	if err := c.Run(ctx); err != nil {
+		return fail(exitInternal, err)
+	}
+	return exitOK
 }

@@ -1,7 +1,101 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector/query"
+	"github.com/mcpwarden/mcpwarden/collector/store"
+	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
+)
 
 func cmdQuery(ctx context.Context, args []string) int {
-	return fail(exitInternal, errNotBuilt)
+	fs := flag.NewFlagSet("query", flag.ContinueOnError)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintln(out, "usage: mcpwarden query NAME [flags]\n\ncanned queries (SQL in schema/clickhouse/queries/NAME.sql; --sql prints it):")
+		for _, c := range query.List {
+			fmt.Fprintf(out, "  %-10s %s\n", c.Name, c.Summary)
+		}
+		fmt.Fprintln(out, "\nflags:")
+		fs.PrintDefaults()
+	}
+	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol")
+	since := fs.Duration("since", 24*time.Hour, "time range: this long before --to")
+	fromS := fs.String("from", "", "time range start, RFC 3339 (overrides --since)")
+	toS := fs.String("to", "", "time range end, RFC 3339 (default: now)")
+	host := fs.String("host", "", "only this host")
+	scope := fs.String("scope", "", "only this scope_id")
+	severity := fs.String("severity", "", "only this severity (findings): low, medium, high, critical")
+	tool := fs.String("tool", "", "only this tool (findings)")
+	run := fs.String("run", "", "run id (timeline)")
+	limit := fs.Int("limit", 1000, "at most this many rows")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	showSQL := fs.Bool("sql", false, "print the query's SQL and exit")
+	pos, _, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	name := pos[0]
+	if *showSQL {
+		text, err := chschema.Query(name)
+		if err != nil {
+			return fail(exitUsage, err)
+		}
+		fmt.Print(text)
+		return exitOK
+	}
+	to := time.Now()
+	if *toS != "" {
+		if to, err = time.Parse(time.RFC3339, *toS); err != nil {
+			return fail(exitUsage, fmt.Errorf("--to: want RFC 3339 such as 2026-11-30T07:00:00Z: %w", err))
+		}
+	}
+	from := to.Add(-*since)
+	if *fromS != "" {
+		if from, err = time.Parse(time.RFC3339, *fromS); err != nil {
+			return fail(exitUsage, fmt.Errorf("--from: want RFC 3339 such as 2026-11-30T06:00:00Z: %w", err))
+		}
+	}
+	if !from.Before(to) {
+		return fail(exitUsage, errors.New("the time range is empty: --from must be before --to"))
+	}
+	if *severity != "" && !strings.Contains(" low medium high critical ", " "+*severity+" ") {
+		return fail(exitUsage, fmt.Errorf("--severity %q: use low, medium, high or critical", *severity))
+	}
+	st, err := store.Open(ctx, *dsn, false, nil)
+	if err != nil {
+		return fail(exitInternal, err)
+	}
+	defer st.Close()
+	if err := st.CheckSchema(ctx); err != nil {
+		return fail(exitInternal, err)
+	}
+	res, err := query.Run(ctx, st.Conn(), name, query.Params{
+		From: from, To: to, Host: *host, Scope: *scope, Severity: *severity, Tool: *tool, Run: *run, Limit: *limit,
+	})
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	if *asJSON {
+		err = res.WriteJSON(os.Stdout)
+	} else {
+		err = res.WriteTable(os.Stdout)
+	}
+	if err != nil {
+		return fail(exitInternal, err)
+	}
+	return exitOK
 }

@@ -1,0 +1,22 @@
+-- denials: what was refused, by scope: the proxy's denials (by error code)
+-- and the kernel's Landlock denial records (by path class), per tool.
+-- Duplicates collapse on event_id.
+-- Parameters: from, to (Unix ns), host, scope ('' = all), limit.
+SELECT
+    scope_id,
+    if(kind = 'decision', 'proxy', 'kernel') AS layer,
+    if(kind = 'decision', error_code, path_class) AS reason,
+    tool,
+    uniqExact(event_id) AS denials,
+    uniqExact(run_id) AS runs,
+    uniqExact(host) AS hosts,
+    max(time_ns) AS last_ns
+FROM events
+WHERE kind IN ('decision', 'landlock_denial')
+  AND (kind = 'landlock_denial' OR decision = 'deny')
+  AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
+  AND ({host:String} = '' OR host = {host:String})
+  AND ({scope:String} = '' OR scope_id = {scope:String})
+GROUP BY scope_id, layer, reason, tool
+ORDER BY denials DESC
+LIMIT {limit:UInt32}
