@@ -1,0 +1,200 @@
+package query
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
+	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/schema"
+	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
+)
+
+func TestBindQuotesAndRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		sql, want string
+		vals      map[string]string
+		bad       bool
+	}{
+		{"x = {host:String}", `x = 'a\'b\\c'`, map[string]string{"host": `a'b\c`}, false},
+		{"t >= {from:Int64}", "t >= -5", map[string]string{"from": "-5"}, false},
+		{"t >= {from:Int64}", "", map[string]string{"from": "1 OR 1=1"}, true},
+		{"l {limit:UInt32}", "", map[string]string{"limit": "-1"}, true},
+		{"{missing:String}", "", map[string]string{}, true},
+		{"{x:Array}", "", map[string]string{"x": "1"}, true},
+	} {
+		got, err := Bind(tc.sql, tc.vals)
+		if tc.bad != (err != nil) || (!tc.bad && got != tc.want) {
+			t.Errorf("Bind(%q, %v) = %q, %v", tc.sql, tc.vals, got, err)
+		}
+	}
+}
+
+func TestEveryCannedQueryHasItsFile(t *testing.T) {
+	names := chschema.QueryNames()
+	if len(names) != len(List) {
+		t.Fatalf("files %v, list %d", names, len(List))
+	}
+	for _, c := range List {
+		if _, err := chschema.Query(c.Name); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func setup(t *testing.T) (*store.Store, *eventgen.Gen, []schema.Event) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, chtest.Database(t), true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := eventgen.New("web-1")
+	g.T0 = time.Now().Add(-time.Hour)
+	evs := g.Mixed(500)
+	evs[0].Launch.Mode = schema.ModeAudit
+	evs[0].Launch.ServerName, evs[0].Launch.ServerVersion = "secure-filesystem-server", "0.2.0"
+	esc := g.FileOp(1)
+	esc.FileOp.PathClass, esc.FileOp.Verdict = schema.PathOutside, "escape"
+	den := g.Decision(2)
+	den.Decision.Decision, den.Decision.ErrorCode, den.Decision.Tool = "deny", string(schema.ErrPathOutsideScope), "read_text_file"
+	ll := g.Origin.NewEvent(schema.KindLandlockDenial, g.RunID, g.ScopeID, g.ScopeHash, g.T0.Add(time.Minute))
+	ll.LandlockDenial = &schema.LandlockDenial{Domain: "1a", Blockers: []string{"fs.read_file"}, PathHash: g.Hasher.Hash("/etc/shadow"), PathClass: schema.PathSecret, PID: 1}
+	h := g.Origin.NewEvent(schema.KindHealth, "", "", "", g.T0)
+	h.Health = &schema.Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on", DropsQueueFull: 2}
+	evs = append(evs, esc, den, ll, h)
+	evs = append(evs, crosscheck.Check(evs, crosscheck.Config{}, time.Now())...)
+	if err := st.Insert(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Insert(ctx, evs); err != nil { // a full redelivery: queries must not double count
+		t.Fatal(err)
+	}
+	return st, g, evs
+}
+
+func runJSON(t *testing.T, st *store.Store, name string, p Params) []map[string]any {
+	t.Helper()
+	if p.To.IsZero() {
+		p.From, p.To = time.Now().Add(-24*time.Hour), time.Now()
+	}
+	res, err := Run(context.Background(), st.Conn(), name, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	if err := res.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), strings.ToUpper(strings.TrimSuffix(res.Columns[0], "_ns"))) {
+		t.Fatalf("table has no header:\n%s", table.String())
+	}
+	var buf bytes.Buffer
+	if err := res.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func num(v any) float64 { f, _ := v.(float64); return f }
+
+func TestCannedQueries(t *testing.T) {
+	st, g, evs := setup(t)
+	var findings, runFindings int
+	for _, e := range evs {
+		if e.Kind == schema.KindFinding {
+			findings++
+			if e.RunID == g.RunID {
+				runFindings++
+			}
+		}
+	}
+	t.Run("runs", func(t *testing.T) {
+		rows := runJSON(t, st, "runs", Params{})
+		if len(rows) != 1 || rows[0]["run_id"] != g.RunID || rows[0]["verdict"] != "ESCAPE" || rows[0]["mode"] != "audit" {
+			t.Fatalf("%v", rows)
+		}
+		if num(rows[0]["calls_denied"]) != 1 || num(rows[0]["findings"]) != float64(runFindings) || num(rows[0]["kernel_denials"]) != 1 {
+			t.Fatalf("counts: %v (want %d findings)", rows[0], runFindings)
+		}
+	})
+	t.Run("findings", func(t *testing.T) {
+		rows := runJSON(t, st, "findings", Params{})
+		var total float64
+		for _, r := range rows {
+			total += num(r["findings"])
+		}
+		if total != float64(findings) || rows[0]["severity"] != "high" {
+			t.Fatalf("%v", rows)
+		}
+		only := runJSON(t, st, "findings", Params{Severity: "low", From: time.Now().Add(-24 * time.Hour), To: time.Now()})
+		for _, r := range only {
+			if r["severity"] != "low" {
+				t.Fatalf("severity filter leaked %v", r)
+			}
+		}
+		none := runJSON(t, st, "findings", Params{Host: "other' OR '1'='1", From: time.Now().Add(-24 * time.Hour), To: time.Now()})
+		if len(none) != 0 {
+			t.Fatalf("host filter with quotes matched %v", none)
+		}
+	})
+	t.Run("denials", func(t *testing.T) {
+		rows := runJSON(t, st, "denials", Params{Scope: g.ScopeID, From: time.Now().Add(-24 * time.Hour), To: time.Now()})
+		layers := map[string]float64{}
+		for _, r := range rows {
+			layers[r["layer"].(string)+":"+r["reason"].(string)] += num(r["denials"])
+		}
+		if layers["proxy:PATH_OUTSIDE_SCOPE"] != 1 || layers["kernel:secret"] != 1 {
+			t.Fatalf("%v", rows)
+		}
+	})
+	t.Run("timeline", func(t *testing.T) {
+		rows := runJSON(t, st, "timeline", Params{Run: g.RunID, From: time.Now().Add(-24 * time.Hour), To: time.Now()})
+		want := 0
+		for _, e := range evs {
+			if e.RunID == g.RunID {
+				want++
+			}
+		}
+		if len(rows) != want {
+			t.Fatalf("%d rows, want %d (one per distinct event)", len(rows), want)
+		}
+		for i := 1; i < len(rows); i++ {
+			if num(rows[i]["time_ns"]) < num(rows[i-1]["time_ns"]) {
+				t.Fatal("timeline out of order")
+			}
+		}
+		if _, err := Run(context.Background(), st.Conn(), "timeline", Params{}); err == nil {
+			t.Fatal("timeline without --run accepted")
+		}
+	})
+	t.Run("health", func(t *testing.T) {
+		rows := runJSON(t, st, "health", Params{})
+		if len(rows) != 1 || rows[0]["host"] != "web-1" || num(rows[0]["drops_queue"]) != 2 || num(rows[0]["gap_findings"]) < 1 || rows[0]["audit_stream"] != "on" {
+			t.Fatalf("%v", rows)
+		}
+	})
+	t.Run("inventory", func(t *testing.T) {
+		rows := runJSON(t, st, "inventory", Params{})
+		if len(rows) != 1 || rows[0]["server"] != "secure-filesystem-server" || rows[0]["protocol_era"] != "legacy" || num(rows[0]["runs"]) != 1 {
+			t.Fatalf("%v", rows)
+		}
+	})
+	if _, err := Run(context.Background(), st.Conn(), "nope", Params{}); err == nil || !strings.Contains(err.Error(), "runs") {
+		t.Fatalf("unknown query: %v", err)
+	}
+}
