@@ -204,8 +204,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		start("cross-check", d.cfg.CrossCheck.Run)
 	}
 
-	d.log.Info("daemon started", "socket", d.cfg.Socket, "hooks", len(p.Hooks()),
-		"unavailable", p.Unavailable(), "landlock_abi", d.landlockABI, "audit_stream", d.auditState,
+	h := d.health()
+	d.log.Info("daemon started", "socket", d.cfg.Socket, "hooks", compactHooks(p.Hooks()),
+		"unavailable", strings.Join(p.Unavailable(), "; "), "landlock_abi", d.landlockABI, "audit_stream", d.auditState,
+		"drops_bpf_reserve", h.DropsBPFReserve, "drops_queue_full", h.DropsQueueFull, "drops_publish_fail", h.DropsPublishFail,
 		"crosscheck", d.cfg.CrossCheck != nil)
 	d.readyOnce.Do(func() { close(d.ready) })
 
@@ -377,6 +379,26 @@ func healthLabel(s string) string {
 		out = out[:120]
 	}
 	return string(out)
+}
+
+// compactHooks groups "tracepoint/syscalls/openat"-style names by prefix:
+// "tracepoint/syscalls:open,openat,... raw_tracepoint:sched_process_fork,...".
+func compactHooks(hooks []string) string {
+	var order []string
+	groups := map[string][]string{}
+	for _, h := range hooks {
+		i := strings.LastIndexByte(h, '/')
+		prefix, name := h[:max(i, 0)], h[i+1:]
+		if _, ok := groups[prefix]; !ok {
+			order = append(order, prefix)
+		}
+		groups[prefix] = append(groups[prefix], name)
+	}
+	parts := make([]string, 0, len(order))
+	for _, p := range order {
+		parts = append(parts, p+":"+strings.Join(groups[p], ","))
+	}
+	return strings.Join(parts, " ")
 }
 
 func monoOffset() int64 {
