@@ -17,6 +17,7 @@ import (
 	"time"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
@@ -31,6 +32,9 @@ import (
 func (l *Launcher) Run(ctx context.Context) (err error) {
 	cfg := &l.cfg
 	start := cfg.Now()
+	// Orphans of the server become our children, so that killSession finds
+	// them (and they cannot escape to init).
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	srv := &server{l: l}
 	// The helper boots while the rest of this function runs; it execs
 	// nothing before launch sends it a spec.
@@ -521,29 +525,60 @@ func exitCode(st *os.ProcessState) (int, string) {
 // killSession kills what the server left behind: every process still in
 // its session (the helper made the server a session leader, and the seccomp
 // filter stops descendants from starting a session of their own), so no
-// fenced process outlives the run or its scope.
+// fenced process outlives the run or its scope. The launcher is a child
+// subreaper (see Run), so the server's orphans are the launcher's children:
+// the walk starts there instead of scanning all of /proc.
 func killSession(sid int) {
 	for round := 0; round < 5; round++ {
-		ents, err := os.ReadDir("/proc")
-		if err != nil {
-			return
-		}
-		found := false
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == sid {
-				continue
-			}
-			if s, ok := sessionOf(pid); ok && s == sid {
-				found = true
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+		var victims []int
+		for _, child := range childrenOf("self") {
+			if s, ok := sessionOf(child); ok && s == sid {
+				victims = append(victims, descendants(child)...)
 			}
 		}
-		if !found {
+		if len(victims) == 0 {
 			return
+		}
+		for _, pid := range victims {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		for _, pid := range victims {
+			// Reap those that were re-parented to us; others are reaped by
+			// their own parents, which are being killed too.
+			_, _ = syscall.Wait4(pid, nil, syscall.WNOHANG, nil)
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// childrenOf lists the children of a process (all its threads').
+func childrenOf(pid string) []int {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + pid + "/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// descendants is pid and everything below it.
+func descendants(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out) && len(out) < 4096; i++ {
+		out = append(out, childrenOf(strconv.Itoa(out[i]))...)
+	}
+	return out
 }
 
 // sessionOf reads the session id from /proc/PID/stat.
