@@ -44,7 +44,8 @@ const (
 //   - any syscall of a foreign ABI (i386 int 0x80, x32): ENOSYS;
 //   - io_uring_* when BlockIOUring: EPERM;
 //   - socket() outside AF_INET/AF_INET6 stream TCP and NETLINK_ROUTE:
-//     EACCES. This closes what Landlock ABI 7 leaves open: pathname unix
+//     EACCES (EPERM for AF_UNIX, the errno Landlock's own abstract-socket
+//     scope gives). This closes what Landlock ABI 7 leaves open: pathname unix
 //     sockets (a docker or D-Bus socket outside the scope), MPTCP and SCTP
 //     (not covered by Landlock's TCP rules), raw and packet sockets, vsock;
 //     UDP unless the scope grants network ports;
@@ -88,6 +89,7 @@ func BuildFilter(a Arch, o FilterOptions) ([]unix.SockFilter, error) {
 	p.ld(offArg0)
 	p.jeq(unix.AF_INET, "inet", "")
 	p.jeq(unix.AF_INET6, "inet", "")
+	p.jeq(unix.AF_UNIX, "eperm", "")
 	p.jeq(unix.AF_NETLINK, "netlink", "eacces")
 
 	p.label("netlink")
