@@ -54,8 +54,7 @@ func (m *memSink) Publish(_ context.Context, ev []schema.Event) error {
 // restarting it narrowed half-way.
 type scripted struct {
 	t       *testing.T
-	steps   func(ask func(req map[string]any) fencetest.Response, up launcher.Upstream)
-	stopped chan struct{}
+	steps func(ask func(req map[string]any) fencetest.Response, up launcher.Upstream)
 }
 
 func (m *scripted) Mediate(ctx context.Context, _ io.Reader, _ io.Writer, up launcher.Upstream) error {
