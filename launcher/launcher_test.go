@@ -53,7 +53,7 @@ func (m *memSink) Publish(_ context.Context, ev []schema.Event) error {
 // scripted is a Mediator that drives the naive server through Upstream,
 // restarting it narrowed half-way.
 type scripted struct {
-	t       *testing.T
+	t     *testing.T
 	steps func(ask func(req map[string]any) fencetest.Response, up launcher.Upstream)
 }
 
