@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // ErrFull is returned by Append when the spool holds its maximum.
@@ -53,6 +54,7 @@ type Spool struct {
 	segs    []int64 // sequence numbers of segment files, oldest first
 	sizes   map[int64]int64
 	tail    *os.File // open for append: the last segment
+	lock    *os.File // flock held while open
 	headSeg int64
 	headOff int64
 	records int64 // records between head and tail (exact after Open)
@@ -67,6 +69,16 @@ func Open(dir string, maxBytes int64) (*Spool, error) {
 		return nil, fmt.Errorf("create spool directory: %w", err)
 	}
 	s := &Spool{dir: dir, maxBytes: maxBytes, sizes: map[int64]int64{}}
+	// One process per spool: two appenders would interleave records.
+	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open spool lock: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("spool %s is in use by another process (%w): give each publisher its own spool directory", dir, err)
+	}
+	s.lock = lock
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read spool directory: %w", err)
@@ -400,14 +412,18 @@ func (s *Spool) Commit(c Cursor) error {
 	return nil
 }
 
-// Close closes the tail segment.
+// Close closes the tail segment and releases the spool for another process.
 func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tail == nil {
-		return nil
+	var err error
+	if s.tail != nil {
+		err = s.tail.Close()
+		s.tail = nil
 	}
-	err := s.tail.Close()
-	s.tail = nil
+	if s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
 	return err
 }

@@ -167,3 +167,20 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestOneProcessPerSpool(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Open(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, 1<<20); err == nil {
+		t.Fatal("a second open of a spool in use succeeded")
+	}
+	a.Close()
+	b, err := Open(dir, 1<<20)
+	if err != nil {
+		t.Fatalf("reopen after close: %v", err)
+	}
+	b.Close()
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mcpwarden/mcpwarden/collector/publish"
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// natsRunExtension adds --nats to `run`: launch and decision records also
+// go to NATS JetStream through the publisher (spooling to
+// STATE_DIR/spool/run-RUN_ID while NATS is away). A full spool makes the
+// sink refuse records, which the launcher and proxy turn into refusing the
+// run or denying calls (fail closed).
+type natsRunExtension struct {
+	url, creds, ca, cert, key string
+	spoolMax                  int64
+}
+
+func init() { runExtensions = append(runExtensions, &natsRunExtension{}) }
+
+func (e *natsRunExtension) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&e.url, "nats", "", "also publish launch and decision records to NATS JetStream at `URL` (e.g. nats://127.0.0.1:4222)")
+	fs.StringVar(&e.creds, "nats-creds", "", "NATS credentials `FILE` for a fleet cluster")
+	fs.StringVar(&e.ca, "nats-tls-ca", "", "CA `FILE` for the NATS server's TLS certificate")
+	fs.StringVar(&e.cert, "nats-tls-cert", "", "client certificate `FILE` for NATS TLS")
+	fs.StringVar(&e.key, "nats-tls-key", "", "client key `FILE` for NATS TLS")
+	fs.Int64Var(&e.spoolMax, "spool-max-bytes", 64<<20, "bound of the on-disk spool used while NATS is unreachable; when full, new calls are denied")
+}
+
+func (e *natsRunExtension) Configure(ctx context.Context, rc *runContext) error {
+	if e.url == "" {
+		return nil
+	}
+	nc, err := stream.Connect(stream.ConnOptions{URL: e.url, CredsFile: e.creds, CAFile: e.ca, CertFile: e.cert, KeyFile: e.key, Name: "mcpwarden-run"},
+		nats.ReconnectBufSize(-1)) // never buffer in memory: spool on disk instead
+	if err != nil {
+		return err
+	}
+	p, err := publish.New(ctx, publish.Config{
+		Conn:          nc,
+		SpoolDir:      filepath.Join(rc.StateDir, "spool", "run-"+rc.RunID),
+		SpoolMaxBytes: e.spoolMax,
+		Logger:        rc.Logger,
+	})
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("the run is refused because its records could not be published: %w", err)
+	}
+	rc.Config.Sink = &flushOnExit{p: p, nc: nc}
+	return nil
+}
+
+// flushOnExit waits, after the run's exit record, until everything is
+// acknowledged or safely spooled, so the process can end without losing
+// records in flight.
+type flushOnExit struct {
+	p  *publish.Publisher
+	nc *nats.Conn
+}
+
+func (f *flushOnExit) Publish(ctx context.Context, events []schema.Event) error {
+	if err := f.p.Publish(ctx, events); err != nil {
+		return err
+	}
+	for _, e := range events {
+		if e.Launch != nil && e.Launch.Phase == "exit" {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = f.p.Close(cctx) // what is not acknowledged stays in the spool
+			f.nc.Close()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+package collector_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/collector/natsserver"
+	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..")
+}
+
+func goBuild(t *testing.T, out, pkg string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = repoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+}
+
+// background starts a long-running mcpwarden command; it is interrupted at
+// the end of the test.
+func background(t *testing.T, ready string, name string, args ...string) *bytes.Buffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, name, args...)
+	var logBuf lockedBuffer
+	cmd.Stderr = &logBuf
+	cmd.Stdout = &logBuf
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s %s log:\n%s", filepath.Base(name), args[0], logBuf.String())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(logBuf.String(), ready) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s did not get ready:\n%s", name, args[0], logBuf.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &logBuf.Buffer
+}
+
+// TestEndToEndFindingsInClickHouse drives the real pieces: the naive test
+// server wrapped by `mcpwarden run` (enforce and audit mode), `mcpwarden
+// daemon` watching it from the kernel and publishing to JetStream, and
+// `mcpwarden collect` moving everything into ClickHouse and cross-checking
+// it. It expects ESCAPE (audit-mode read outside the scope),
+// BLOCKED_ATTEMPT (enforce-mode read outside) and UNATTRIBUTED_ACCESS (a
+// workspace read with no tool call in flight: the proxy is off) there.
+func TestEndToEndFindingsInClickHouse(t *testing.T) {
+	testenv.RequireRoot(t)
+	dsn := chtest.Database(t)
+	bin := os.Getenv("MCPWARDEN_BIN")
+	dir := t.TempDir()
+	if bin == "" {
+		bin = filepath.Join(dir, "mcpwarden")
+		goBuild(t, bin, "./cmd/mcpwarden")
+	}
+	naive := filepath.Join(dir, "naiveserver")
+	goBuild(t, naive, "./internal/naiveserver")
+
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown) // after the daemon and collector stop (cleanups run last-in first-out)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := stream.Ensure(context.Background(), js, stream.Config{}); err != nil {
+		t.Fatal(err)
+	}
+
+	root, _ := filepath.EvalSymlinks(dir)
+	state := filepath.Join(root, "state")
+	socket := filepath.Join(root, "run", "daemon.sock")
+	base := filepath.Join(root, "base")
+	ws := filepath.Join(base, "ws")
+	secret := filepath.Join(root, "outside", "secret.txt")
+	for _, d := range []string{ws, filepath.Dir(secret)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inside := filepath.Join(ws, "a.txt")
+	for p, c := range map[string]string{inside: "inside", secret: "OUTSIDE-SECRET"} {
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scope := filepath.Join(root, "scope.json")
+	if err := os.WriteFile(scope, []byte(`{"scope_id":"e2e-pipeline","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
+	background(t, "collecting", bin, "collect", "--nats", ns.ClientURL(), "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
+
+	runOnce := func(mode string, reqs ...string) []string {
+		run := exec.Command(bin, "run", "--proxy=false", "--mode", mode, "--daemon-socket", socket, "--nats", ns.ClientURL(), "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
+		run.Dir = base
+		stdin, _ := run.StdinPipe()
+		stdout, _ := run.StdoutPipe()
+		var rlog bytes.Buffer
+		run.Stderr = &rlog
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stdout)
+		var out []string
+		for _, req := range reqs {
+			if _, err := io.WriteString(stdin, req+"\n"); err != nil {
+				t.Fatalf("send %s: %v (%s)", req, err, rlog.String())
+			}
+			if !lines.Scan() {
+				t.Fatalf("no answer to %s (%s)", req, rlog.String())
+			}
+			out = append(out, lines.Text())
+		}
+		stdin.Close()
+		if err := run.Wait(); err != nil {
+			t.Fatalf("run --mode %s: %v\n%s", mode, err, rlog.String())
+		}
+		return out
+	}
+	readInside := `{"op":"read","path":"` + inside + `"}`
+	readSecret := `{"op":"read","path":"` + secret + `"}`
+	if got := runOnce("enforce", readInside, readSecret); !strings.Contains(got[0], `"ok":true`) || !strings.Contains(got[1], "EACCES") {
+		t.Fatalf("enforce run: %v", got)
+	}
+	if got := runOnce("audit", readSecret); !strings.Contains(got[0], `"ok":true`) {
+		t.Fatalf("audit run could not read outside (the fence must be off): %v", got)
+	}
+
+	key, err := os.ReadFile(filepath.Join(state, "path.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasher, _ := schema.NewPathHasher(key)
+	secretHash, insideHash := string(hasher.Hash(secret)), string(hasher.Hash(inside))
+
+	st, err := store.Open(context.Background(), dsn, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	type hit struct{ typ, class, hash string }
+	want := map[hit]bool{
+		{schema.FindingEscape, "outside", secretHash}:               false,
+		{schema.FindingBlockedAttempt, "outside", secretHash}:       false,
+		{schema.FindingUnattributedAccess, "workspace", insideHash}: false,
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		rows, err := st.Conn().Query(context.Background(),
+			"SELECT DISTINCT finding_type, path_class, path_hash FROM events FINAL WHERE kind = 'finding' AND scope_id = 'e2e-pipeline'")
+		if err == nil {
+			for rows.Next() {
+				var h hit
+				if err := rows.Scan(&h.typ, &h.class, &h.hash); err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := want[h]; ok {
+					want[h] = true
+				}
+			}
+			rows.Close()
+		}
+		all := true
+		for _, ok := range want {
+			all = all && ok
+		}
+		if all {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("findings in ClickHouse after 90 s: %v", want)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The ESCAPE finding carries the audit-mode severity and points at the
+	// kernel's file_op event, which is stored too.
+	var sev string
+	var evidence []string
+	if err := st.Conn().QueryRow(context.Background(),
+		"SELECT severity, evidence_ids FROM events FINAL WHERE kind = 'finding' AND finding_type = 'ESCAPE' AND scope_id = 'e2e-pipeline' AND path_hash = ? LIMIT 1", secretHash).Scan(&sev, &evidence); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	if err := st.Conn().QueryRow(context.Background(), "SELECT count() FROM events FINAL WHERE has(?, event_id) AND kind = 'file_op' AND verdict = 'escape'", evidence).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if sev != schema.SeverityHigh || n != 1 {
+		t.Fatalf("ESCAPE severity %s, evidence %v (%d escape file_op events)", sev, evidence, n)
+	}
+	// Report (not fail on) what else the kernel saw escaping: an ESCAPE in
+	// an enforce-mode run means an open the fence let through outside the
+	// scope and the daemon's runtime profile.
+	if rows, err := st.Conn().Query(context.Background(), `SELECT syscall, comm, path_class, flags_class FROM events FINAL
+		WHERE kind = 'file_op' AND verdict = 'escape' AND path_hash != ?`, secretHash); err == nil {
+		for rows.Next() {
+			var sc, comm, class, flags string
+			_ = rows.Scan(&sc, &comm, &class, &flags)
+			t.Logf("other escape reported by the daemon: %s %s by %s (%s)", sc, flags, comm, class)
+		}
+		rows.Close()
+	}
+	// No duplicates in query results even though the daemon and the
+	// collector both computed findings.
+	var rowsN, distinct uint64
+	if err := st.Conn().QueryRow(context.Background(), "SELECT count(), uniqExact(event_id) FROM events FINAL").Scan(&rowsN, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rowsN != distinct {
+		t.Fatalf("FINAL returned %d rows for %d events", rowsN, distinct)
+	}
+}
