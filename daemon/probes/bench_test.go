@@ -192,3 +192,51 @@ func eventThroughput(b *testing.B, producers int) {
 	b.ReportMetric(float64(n.Load())/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(drops), "drops")
 }
+
+// BenchmarkRingDrain measures the Go side alone: a burst of records is
+// left in the ring with no reader running, then the reader drains and
+// decodes it. The figure is the consumer's capacity in events per second.
+func BenchmarkRingDrain(b *testing.B) {
+	testenv.RequireRoot(b)
+	path := benchFile(b)
+	p, err := Load(DefaultConfig())
+	if err != nil {
+		b.Fatalf("load probes: %v", err)
+	}
+	defer p.Close()
+	const burst = 50_000 // ~8 MB of records: fits the 16 MiB ring
+	before, _ := p.Counters()
+	if err := p.Watch(uint32(os.Getpid()), 1); err != nil {
+		b.Fatal(err)
+	}
+	runtime.LockOSThread()
+	for range burst {
+		fd, err := unix.Openat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unix.Close(fd)
+	}
+	runtime.UnlockOSThread()
+	if _, err := p.Unwatch(1); err != nil {
+		b.Fatal(err)
+	}
+	after, _ := p.Counters()
+	if d := after.RingDrops - before.RingDrops; d > 0 {
+		b.Fatalf("%d records dropped while filling the ring", d)
+	}
+	queued := int(after.Events - before.Events)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan kevent.Record, 1<<17)
+	b.ResetTimer()
+	start := time.Now()
+	go func() { _ = p.Run(ctx, out) }()
+	for n := 0; n < queued; n++ {
+		<-out
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(queued)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(queued), "records")
+}
