@@ -229,3 +229,17 @@ func FuzzScanAgreesWithDecoder(f *testing.F) {
 		}
 	})
 }
+
+func TestParseDoesNotAliasFrame(t *testing.T) {
+	frame := []byte(`{"jsonrpc":"2.0","id":12,"method":"m","params":{"a":1}}`)
+	m, err := Parse(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range frame {
+		frame[i] = 'x'
+	}
+	if string(m.ID) != "12" || string(m.Params) != `{"a":1}` {
+		t.Fatalf("message changed with the frame: id %s params %s", m.ID, m.Params)
+	}
+}

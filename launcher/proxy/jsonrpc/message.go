@@ -71,11 +71,14 @@ func perr(code int, id json.RawMessage, format string, args ...any) *ParseError 
 	return &ParseError{Code: code, Reason: fmt.Sprintf(format, args...), ID: id}
 }
 
-// Parse validates frame strictly and decodes the envelope.
+// Parse validates frame strictly and decodes the envelope. The Message does
+// not alias frame.
 func Parse(frame []byte) (*Message, error) {
 	if !utf8.Valid(frame) {
 		return nil, perr(CodeParseError, nil, "message is not valid UTF-8")
 	}
+	// The message keeps sub-slices of the frame, which the Reader reuses.
+	frame = bytes.Clone(frame)
 	first := firstNonSpace(frame)
 	if first == '[' {
 		return nil, perr(CodeInvalidRequest, nil, "batch requests are not supported")
