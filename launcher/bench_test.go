@@ -121,7 +121,9 @@ func (s *openServer) openClose(b *testing.B, path string, n int) time.Duration {
 
 // BenchmarkOpenClose: open()+close() of a file 1 and 10 levels below the
 // scope root: outside any fence, under the launcher's fence, and under the
-// same Landlock ruleset applied by a minimal program (the kernel's floor).
+// same Landlock ruleset applied by a minimal program (the kernel's floor),
+// and by that program with the launcher's seccomp filter added (the filter
+// puts every syscall on the kernel's slower entry path).
 // The figure that matters is ns/open reported by the server itself.
 func BenchmarkOpenClose(b *testing.B) {
 	fencetest.RequireFence(b)
@@ -161,14 +163,16 @@ func BenchmarkOpenClose(b *testing.B) {
 	for _, r := range rs.Rules {
 		floorArgs = append(floorArgs, "-rule", strconv.FormatUint(uint64(r.Access&handled), 16)+":"+r.Path)
 	}
+	floorSeccompArgs := append(append([]string{"-seccomp"}, floorArgs...), "--", bins.Naive)
 	floorArgs = append(append(floorArgs, "--"), bins.Naive)
 
 	servers := map[string]*exec.Cmd{
-		"unfenced": exec.Command(bins.Naive),
-		"fence":    exec.Command(bins.Mcpwarden, "run", fencetest.RelayFlag, "--scope", scopeFile, "--base", base, "--audit-log", filepath.Join(b.TempDir(), "a.jsonl"), "--", bins.Naive),
-		"floor":    exec.Command(bins.Floor, floorArgs...),
+		"unfenced":      exec.Command(bins.Naive),
+		"floor+seccomp": exec.Command(bins.Floor, floorSeccompArgs...),
+		"fence":         exec.Command(bins.Mcpwarden, "run", fencetest.RelayFlag, "--scope", scopeFile, "--base", base, "--audit-log", filepath.Join(b.TempDir(), "a.jsonl"), "--", bins.Naive),
+		"floor":         exec.Command(bins.Floor, floorArgs...),
 	}
-	names := []string{"unfenced", "floor", "fence"}
+	names := []string{"unfenced", "floor", "floor+seccomp", "fence"}
 	srvs := map[string]*openServer{}
 	for _, name := range names {
 		srvs[name] = startOpenServer(b, servers[name])
@@ -182,17 +186,21 @@ func BenchmarkOpenClose(b *testing.B) {
 				srvs[name].openClose(b, files[depth], chunk) // warm the dentry cache
 			}
 			total := map[string]time.Duration{}
-			n := 0
+			n, round := 0, 0
 			for b.Loop() {
-				for _, name := range names {
+				// Rotate the order so that none always runs right after another.
+				for i := range names {
+					name := names[(i+round)%len(names)]
 					total[name] += srvs[name].openClose(b, files[depth], chunk)
 				}
 				n += chunk
+				round++
 			}
 			for _, name := range names {
 				b.ReportMetric(float64(total[name].Nanoseconds())/float64(n), name+"-ns/open")
 			}
 			b.ReportMetric(100*(float64(total["fence"])/float64(total["floor"])-1), "fence-vs-floor-%")
+			b.ReportMetric(100*(float64(total["fence"])/float64(total["floor+seccomp"])-1), "fence-vs-floor+seccomp-%")
 		})
 	}
 }

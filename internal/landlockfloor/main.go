@@ -4,7 +4,10 @@
 // landlock_restrict_self) and no_new_privs, and nothing else — no seccomp,
 // no capability changes — then execs a program.
 //
-//	landlockfloor -fs HANDLED_HEX [-rule ACCESS_HEX:PATH]... -- PROG ARGS...
+//	landlockfloor -fs HANDLED_HEX [-rule ACCESS_HEX:PATH]... [-seccomp] -- PROG ARGS...
+//
+// With -seccomp it also installs the launcher's seccomp filter, so that a
+// benchmark can tell the filter's share of the fence's cost from Landlock's.
 package main
 
 import (
@@ -18,6 +21,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 )
 
 type rules []string
@@ -36,6 +41,7 @@ func main() {
 	handled := flag.String("fs", "", "handled filesystem rights (hex)")
 	var rs rules
 	flag.Var(&rs, "rule", "ACCESS_HEX:PATH")
+	withSeccomp := flag.Bool("seccomp", false, "also install the launcher's seccomp filter")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: landlockfloor -fs HEX [-rule HEX:PATH]... -- PROG ARGS")
@@ -61,6 +67,12 @@ func main() {
 	check(unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 	_, _, e = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0)
 	checkErrno(e)
+	if *withSeccomp {
+		filter, err := sandbox.BuildFilter(sandbox.NativeArch, sandbox.FilterOptions{BlockIOUring: true})
+		check(err)
+		prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		check(unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0))
+	}
 	check(syscall.Exec(flag.Arg(0), flag.Args(), []string{"PATH=/usr/bin:/bin"}))
 }
 
