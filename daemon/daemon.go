@@ -53,7 +53,9 @@ type Config struct {
 	Logger      *slog.Logger
 	// CrossCheck, when set, runs alongside the probes (daemon/xcheck on a
 	// single host); its failure stops the daemon.
-	CrossCheck interface{ Run(ctx context.Context) error }
+	CrossCheck interface {
+		Run(ctx context.Context) error
+	}
 
 	// QueueLen bounds the records waiting between the ring buffer reader
 	// and the event builder (default 1<<16).

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,8 +103,8 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	daemonCmd := exec.CommandContext(ctx, bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
-	var dlog bytes.Buffer
-	daemonCmd.Stderr = &dlog
+	dlog := &syncBuffer{}
+	daemonCmd.Stderr = dlog
 	daemonCmd.Cancel = func() error { return daemonCmd.Process.Signal(os.Interrupt) }
 	if err := daemonCmd.Start(); err != nil {
 		t.Fatal(err)
@@ -127,8 +128,8 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 	run.Dir = base
 	stdin, _ := run.StdinPipe()
 	stdout, _ := run.StdoutPipe()
-	var rlog bytes.Buffer
-	run.Stderr = &rlog
+	rlog := &syncBuffer{}
+	run.Stderr = rlog
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -217,3 +218,22 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 }
 
 func slicesContains(s []string, v string) bool { return slices.Contains(s, v) }
+
+// syncBuffer is a bytes.Buffer that a child's output copier and the test
+// may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

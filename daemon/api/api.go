@@ -7,6 +7,8 @@ package api
 import (
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 
 	"github.com/mcpwarden/mcpwarden/daemon/classify"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -82,35 +84,8 @@ func (r *Registration) Validate() error {
 	return nil
 }
 
+// isCleanAbs accepts an absolute path already in its lexically clean form
+// (no "..", ".", "//" or trailing "/"), without NUL, of at most PATH_MAX.
 func isCleanAbs(p string) bool {
-	if p == "" || p[0] != '/' || len(p) > 4096 {
-		return false
-	}
-	if p == "/" {
-		return true
-	}
-	if p[len(p)-1] == '/' {
-		return false
-	}
-	for i := 0; i < len(p); i++ {
-		if p[i] == 0 {
-			return false
-		}
-		if p[i] == '/' && i+1 < len(p) && p[i+1] == '/' {
-			return false
-		}
-		if p[i] == '/' {
-			seg := p[i+1:]
-			for j := 0; j < len(seg); j++ {
-				if seg[j] == '/' {
-					seg = seg[:j]
-					break
-				}
-			}
-			if seg == "." || seg == ".." {
-				return false
-			}
-		}
-	}
-	return true
+	return len(p) <= 4096 && path.IsAbs(p) && path.Clean(p) == p && !strings.ContainsRune(p, 0)
 }
