@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -88,5 +87,3 @@ func fail(code int, err error) int {
 	fmt.Fprintln(os.Stderr, "mcpwarden:", err)
 	return code
 }
-
-var errNotBuilt = errors.New("this command is not built yet")
