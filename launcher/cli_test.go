@@ -215,6 +215,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"usage: no command", []string{}, 64, "required"},
 		{"usage: bad mode", []string{"--mode", "loose", "--", "/bin/true"}, 64, "mode"},
 		{"audit log unwritable", []string{"--audit-log", filepath.Join(notADir, "audit.jsonl"), "--mode", "audit", "--", "/bin/sh", "-c", "touch " + marker}, 74, "audit log"},
+		{"audit log inside the scope", []string{"--audit-log", filepath.Join(w.allowed, "audit.jsonl"), "--", "/bin/true"}, 65, "--audit-log"},
+		{"state dir inside the scope through a symlinked dir", []string{"--state-dir", filepath.Join(w.base, "allowed", "dir-sibling", "..", "allowed", "state"), "--", "/bin/true"}, 65, "--state-dir"},
 		{"allow-runtime relative", []string{"--allow-runtime", "etc", "--", "/bin/true"}, 70, "absolute"},
 		{"allow-runtime root", []string{"--allow-runtime", "/", "--", "/bin/true"}, 70, "whole filesystem"},
 	}

@@ -95,14 +95,16 @@ func cmdRun(ctx context.Context, args []string) int {
 	if *auditLog == "" {
 		*auditLog = auditlog.DefaultPath(*stateDir)
 	}
+	for _, p := range []struct{ path, flag string }{{*auditLog, "--audit-log"}, {*stateDir, "--state-dir"}} {
+		if insideScope(scope, p.path) {
+			return fail(exitBadScope, fmt.Errorf("%s lies inside the scope's allowed paths, where the server could read or rewrite it; put it elsewhere with %s", p.flag, p.flag))
+		}
+	}
 	alog, err := auditlog.Open(*auditLog)
 	if err != nil {
 		return fail(exitAuditSink, fmt.Errorf("the run is refused because its records could not be kept: %w", err))
 	}
 	defer alog.Close()
-	if abs, err := filepath.Abs(*auditLog); err == nil && scope.Contains(abs) {
-		return fail(exitBadScope, errors.New("the audit log lies inside the scope's allowed paths, where the server could rewrite it; put it elsewhere with --audit-log"))
-	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	sigs := make(chan os.Signal, 4)
@@ -141,6 +143,26 @@ func cmdRun(ctx context.Context, args []string) int {
 		return fail(exitCodeOf(err), err)
 	}
 	return exitOK
+}
+
+// insideScope reports whether path (which may not exist yet) resolves into
+// one of the scope's allowed paths.
+func insideScope(scope *schema.CanonicalScope, path string) bool {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false
+	}
+	// Resolve the longest existing prefix, then re-attach the rest.
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return scope.Contains(filepath.Join(real, rest))
+		}
+		if dir == "/" {
+			return scope.Contains(abs)
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // exitCodeOf maps launcher errors to exit codes.
