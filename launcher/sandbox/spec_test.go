@@ -32,3 +32,16 @@ func TestNextInChain(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// FuzzReadSpec: any bytes on the spec pipe decode or fail cleanly, and an
+// accepted spec always names an executable.
+func FuzzReadSpec(f *testing.F) {
+	f.Add([]byte(`{"exe":"/bin/true","argv":["true"],"enforce":true,"paths":[{"path":"/","access":4}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ReadSpec(strings.NewReader(string(data)))
+		if err == nil && (s.Exe == "" || len(s.Argv) == 0) {
+			t.Fatalf("accepted %q", data)
+		}
+	})
+}
