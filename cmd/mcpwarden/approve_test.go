@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+)
+
+// mcpwardenBin returns the binary under test: $MCPWARDEN_BIN, or a fresh build.
+func mcpwardenBin(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("MCPWARDEN_BIN"); b != "" {
+		return b
+	}
+	bin := filepath.Join(t.TempDir(), "mcpwarden")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestRunApproveRevoke drives `mcpwarden run` (proxy on, real fence, real
+// filesystem server) with a write that needs approval, approves it with
+// `mcpwarden approve`, then revokes the scope with `mcpwarden approve
+// --revoke` and checks the run ends.
+func TestRunApproveRevoke(t *testing.T) {
+	testenv.RequireRoot(t)
+	node := testenv.RequireCommand(t, "node")
+	fsServer, _ := filepath.Abs("../../deploy/mcp-servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+	testenv.RequireFile(t, fsServer, "run scripts/test-env.sh install-npm")
+	bin := mcpwardenBin(t)
+
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	os.MkdirAll(filepath.Join(base, "work"), 0o755)
+	state := t.TempDir()
+	scope := filepath.Join(state, "scope.json")
+	os.WriteFile(scope, []byte(`{"scope_id":"approve-e2e","allowed_paths":["work"],"resource_refs":[],"access_mode":"write",
+		"tool_allowlist":["write_file","read_text_file"],"approval":"required_for_write","expires_after_minutes":10}`), 0o600)
+
+	cmd := exec.Command(bin, "run", "--scope", scope, "--base", base, "--state-dir", state, "--approval-timeout", "60s", "--", node, fsServer)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waiting := make(chan [2]string, 4)
+	go func() {
+		re := regexp.MustCompile(`call waiting for approval"? run_id=(\S+) op_id=(\S+)`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				waiting <- [2]string{m[1], m[2]}
+			}
+		}
+	}()
+	answers := make(chan map[string]json.RawMessage, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["id"] != nil && m["method"] == nil {
+				answers <- m
+			}
+		}
+		close(answers)
+	}()
+	send := func(s string) { io.WriteString(stdin, s+"\n") }
+	next := func() map[string]json.RawMessage {
+		select {
+		case m, ok := <-answers:
+			if !ok {
+				t.Fatal("the run ended early")
+			}
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatal("no answer from mcpwarden run")
+		}
+		return nil
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
+	next()
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	target := filepath.Join(base, "work", "approved.txt")
+	send(fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"write_file","arguments":{"path":%q,"content":"ok"}}}`, target))
+	var ids [2]string
+	select {
+	case ids = <-waiting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the write never waited for approval")
+	}
+	out, err := exec.Command(bin, "approve", "--state-dir", state, "--list", ids[0]).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), ids[1]) || !strings.Contains(string(out), "write_file") {
+		t.Fatalf("approve --list: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Fatal("written before approval")
+	}
+	if out, err := exec.Command(bin, "approve", "--state-dir", state, ids[0], ids[1]).CombinedOutput(); err != nil {
+		t.Fatalf("approve: %v\n%s", err, out)
+	}
+	res := next()
+	if strings.Contains(string(res["result"]), `"isError":true`) {
+		t.Fatalf("approved write failed: %s", res["result"])
+	}
+	if b, _ := os.ReadFile(target); string(b) != "ok" {
+		t.Fatalf("file after approval = %q", b)
+	}
+	if out, err := exec.Command(bin, "approve", "--state-dir", state, "--revoke", ids[0]).CombinedOutput(); err != nil {
+		t.Fatalf("approve --revoke: %v\n%s", err, out)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not end after revocation")
+	}
+	log, _ := os.ReadFile(filepath.Join(state, "audit.jsonl"))
+	if !strings.Contains(string(log), `"approval":"approved"`) || strings.Contains(string(log), base) {
+		t.Fatalf("audit log lacks the approved decision or holds a full path:\n%s", log)
+	}
+}
