@@ -132,15 +132,33 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 		}
 		s.toClient(jsonrpc.Result(m.ID, s.discoverResult()))
 	case "tools/call":
-		go s.handleToolCall(rq)
+		s.spawn(rq, s.handleToolCall)
 	case "resources/read", "resources/subscribe", "resources/unsubscribe":
-		go s.handleResource(rq)
+		s.spawn(rq, s.handleResource)
 	case "tools/list", "resources/list", "resources/templates/list", "prompts/list", "prompts/get",
 		"completion/complete", "logging/setLevel":
-		go s.handlePlain(rq)
+		s.spawn(rq, s.handlePlain)
 	default:
 		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "method not available through mcpwarden", nil))
 	}
+}
+
+// maxInFlight bounds the requests the proxy handles at once (each may wait
+// for an approval or a roots refresh); beyond it requests are refused.
+const maxInFlight = 1024
+
+// spawn handles rq on its own goroutine, so that a call waiting for an
+// approval or a roots refresh never blocks the client's other messages.
+func (s *session) spawn(rq *request, handle func(*request)) {
+	if s.inFlight.Add(1) > maxInFlight {
+		s.inFlight.Add(-1)
+		s.toClient(jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: too many requests in flight; wait for answers before sending more", nil))
+		return
+	}
+	go func() {
+		defer s.inFlight.Add(-1)
+		handle(rq)
+	}()
 }
 
 // onInitialize answers a legacy client's initialize from the upstream's own

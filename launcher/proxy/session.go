@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher"
@@ -67,6 +68,8 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed by stop
+
+	inFlight atomic.Int64 // requests being handled (see maxInFlight)
 
 	restartMu sync.Mutex // serialises restarts; taken before mu, never while holding it
 
