@@ -10,6 +10,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/launcher/approval"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -355,7 +356,37 @@ func (s *session) upstreamFrame(rq *request, upEra string, id int64) []byte {
 	}
 	meta[metaClientCaps] = mustJSON(withoutRoots(meta[metaClientCaps]))
 	params["_meta"] = mustJSON(meta)
+	if ir, ok := params["inputResponses"]; ok {
+		params["inputResponses"] = s.rootsInputResponses(ir)
+	}
 	return jsonrpc.Request(jsonrpc.IntID(id), rq.method, params)
+}
+
+// rootsInputResponses rewrites the answers to modern-era roots/list input
+// requests (MRTR): the client's roots never reach the server; it gets the
+// effective scope narrowed by what the client answered.
+func (s *session) rootsInputResponses(raw json.RawMessage) json.RawMessage {
+	resp := map[string]json.RawMessage{}
+	if json.Unmarshal(raw, &resp) != nil || resp == nil {
+		return raw
+	}
+	s.mu.Lock()
+	eff := slices.Clone(s.effective)
+	s.mu.Unlock()
+	for k, v := range resp {
+		var probe struct {
+			Roots *json.RawMessage `json:"roots"`
+		}
+		if json.Unmarshal(v, &probe) != nil || probe.Roots == nil {
+			continue
+		}
+		client, err := roots.ParseResult(v)
+		if err != nil {
+			client = nil
+		}
+		resp[k] = roots.ListResult(roots.Intersect(eff, client))
+	}
+	return mustJSON(resp)
 }
 
 // onCallAnswered relays the server's answer to a client request.

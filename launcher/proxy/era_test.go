@@ -219,3 +219,29 @@ func TestResourcesLimitedToRefs(t *testing.T) {
 	}
 	f.sink.waitDecision(t, func(d schema.Decision) bool { return d.Method == "resources/read" && d.Decision == "allow" })
 }
+
+// TestModernInputRootsNeverForwarded: a modern server asks for the client's
+// roots inside a tool result (MRTR); the client's answer is replaced by the
+// effective scope narrowed by it, so its roots never reach the server.
+func TestModernInputRootsNeverForwarded(t *testing.T) {
+	bin := everythingServer(t)
+	f := newFixture(t, fixtureOpts{
+		scope: func(s *schema.Scope) {
+			s.ToolAllowlist = []string{"test_input_required_result_list_roots"}
+			s.ToolClasses = map[string]string{"test_input_required_result_list_roots": "read"}
+		},
+		upstream: func(t testing.TB) *procUpstream { return startUpstream(t, nil, bin) },
+	})
+	c := f.client
+	first := resultMap(t, c.call("tools/call", map[string]any{"name": "test_input_required_result_list_roots", "arguments": map[string]any{}, "_meta": modernMeta()}))
+	if string(first["resultType"]) != `"input_required"` || !strings.Contains(string(first["inputRequests"]), "roots/list") {
+		t.Fatalf("first round = %v", first)
+	}
+	allowed := filepath.Join(f.base, "allowed")
+	answer := map[string]any{"client_roots": rootsAnswer("/etc", allowed, "/")}
+	r := decodeTool(t, c.call("tools/call", map[string]any{"name": "test_input_required_result_list_roots", "arguments": map[string]any{}, "inputResponses": answer, "_meta": modernMeta()}))
+	text := r.text()
+	if strings.Contains(text, "file:///etc") || strings.Contains(text, "file:///,") || !strings.Contains(text, "file://"+f.base) {
+		t.Fatalf("server saw roots %q; want only the scope narrowed by the client", text)
+	}
+}
