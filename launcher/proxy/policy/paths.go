@@ -14,6 +14,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // MaxPathLen is PATH_MAX on Linux.
@@ -29,9 +31,9 @@ func badPath(format string, args ...any) error {
 
 // CheckForm refuses strings no honest path contains: NUL and other control
 // characters, invisible format characters (bidi overrides, zero-width
-// joiners), combining marks (NFC/NFD look-alikes that the filesystem server
-// matches loosely), private-use and unassigned code points, U+FFFD and
-// backslashes.
+// joiners), anything not in Unicode NFC and combining marks (look-alikes
+// that the filesystem server matches loosely), private-use and unassigned
+// code points, U+FFFD and backslashes.
 func CheckForm(p string) error {
 	switch {
 	case p == "":
@@ -40,6 +42,11 @@ func CheckForm(p string) error {
 		return badPath("longer than %d bytes", MaxPathLen)
 	case !utf8.ValidString(p):
 		return badPath("not valid UTF-8")
+	case !norm.NFC.IsNormalString(p):
+		// The filesystem server matches a missing name to an existing
+		// NFC-equivalent one (U+212A KELVIN SIGN is 'K'): the proxy would
+		// check one file and the server open another.
+		return badPath("not in Unicode normal form C")
 	}
 	for _, r := range p {
 		switch {
