@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -59,11 +60,21 @@ func Intersect(scope []schema.CanonicalPath, client []string) []schema.Canonical
 		for _, c := range client {
 			switch {
 			case schema.IsWithin(s.Path, c):
-				kind := schema.KindDir
-				if c == s.Path {
-					kind = s.Kind
-				} else if s.Kind == schema.KindFile {
-					continue
+				kind := s.Kind
+				if c != s.Path {
+					// A root below a scope directory: a file root stays a file,
+					// so the narrowed fence grants it file rights only.
+					st, err := os.Stat(c)
+					if err != nil {
+						continue
+					}
+					kind = schema.KindDir
+					if !st.IsDir() {
+						if !st.Mode().IsRegular() {
+							continue
+						}
+						kind = schema.KindFile
+					}
 				}
 				out = append(out, schema.CanonicalPath{Path: c, Kind: kind})
 			case schema.IsWithin(c, s.Path):

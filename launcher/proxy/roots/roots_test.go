@@ -4,14 +4,31 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
+func TestIntersectKinds(t *testing.T) {
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "f.txt"), []byte("x"), 0o644)
+	scope := []schema.CanonicalPath{{Path: dir, Kind: schema.KindDir}}
+	got := Intersect(scope, []string{filepath.Join(dir, "sub"), filepath.Join(dir, "f.txt"), filepath.Join(dir, "gone")})
+	if len(got) != 2 || got[0].Kind != schema.KindFile || got[1].Kind != schema.KindDir {
+		t.Fatalf("Intersect = %+v; want f.txt as a file and sub as a dir, the missing root dropped", got)
+	}
+}
+
 func TestIntersect(t *testing.T) {
-	d := func(p string) schema.CanonicalPath { return schema.CanonicalPath{Path: p, Kind: schema.KindDir} }
+	base := t.TempDir()
+	for _, d := range []string{"b/a/x", "b/c", "b/ab"} {
+		os.MkdirAll(filepath.Join(base, d), 0o755)
+	}
+	base, _ = filepath.EvalSymlinks(base)
+	d := func(p string) schema.CanonicalPath { return schema.CanonicalPath{Path: base + p, Kind: schema.KindDir} }
 	scope := []schema.CanonicalPath{d("/b/a"), d("/b/c")}
 	tests := []struct {
 		name   string
@@ -27,13 +44,24 @@ func TestIntersect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Paths(Intersect(scope, tt.client))
-			if len(got) != len(tt.want) {
+			pre := func(in []string) []string {
+				var out []string
+				for _, p := range in {
+					if strings.HasPrefix(p, "/b") {
+						p = base + p
+					}
+					out = append(out, p)
+				}
+				return out
+			}
+			got := Paths(Intersect(scope, pre(tt.client)))
+			want := pre(tt.want)
+			if len(got) != len(want) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
 			for i := range got {
-				if got[i] != tt.want[i] {
-					t.Fatalf("got %v, want %v", got, tt.want)
+				if got[i] != want[i] {
+					t.Fatalf("got %v, want %v", got, want)
 				}
 			}
 		})
