@@ -312,7 +312,7 @@ func (d *Daemon) register(reg *api.Registration) (uint32, error) {
 		if old.ScopeHash != reg.ScopeHash {
 			return 0, fmt.Errorf("run %s is registered with another scope", reg.RunID)
 		}
-		if err := d.table.AddRoot(old.Slot, uint32(reg.RootPID)); err != nil {
+		if err := d.table.AddRoot(old.Slot, uint32(reg.RootPID), reg.ExecPending); err != nil {
 			return 0, err
 		}
 		if err := d.probes.Watch(uint32(reg.RootPID), old.Slot); err != nil {
@@ -327,7 +327,7 @@ func (d *Daemon) register(reg *api.Registration) (uint32, error) {
 	}
 	run := &runs.Run{
 		ID: reg.RunID, ScopeID: reg.Scope.ScopeID, ScopeHash: reg.ScopeHash, Mode: reg.Mode,
-		RootPID: uint32(reg.RootPID), LandlockABI: reg.LandlockABI, Policy: pol, Registered: time.Now(),
+		RootPID: uint32(reg.RootPID), LandlockABI: reg.LandlockABI, ExecPending: reg.ExecPending, Policy: pol, Registered: time.Now(),
 	}
 	slot, err := d.table.Add(run)
 	if err != nil {

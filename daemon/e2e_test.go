@@ -41,39 +41,111 @@ func goBuild(t *testing.T, out, pkg string) {
 	}
 }
 
+// stack is the real binaries around a real NATS JetStream: the daemon
+// publishing to it, and `mcpwarden events` reading it back.
+type stack struct {
+	bin, naive, nats, socket, state, root string
+	dlog                                  *syncBuffer
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	root, _ := filepath.EvalSymlinks(dir)
+	st := &stack{bin: os.Getenv("MCPWARDEN_BIN"), root: root, state: filepath.Join(root, "state"),
+		socket: filepath.Join(root, "run", "daemon.sock"), naive: filepath.Join(root, "naiveserver")}
+	if st.bin == "" {
+		st.bin = filepath.Join(root, "mcpwarden")
+		goBuild(t, st.bin, "./cmd/mcpwarden")
+	}
+	goBuild(t, st.naive, "./internal/naiveserver")
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1})
+	if err != nil {
+		t.Fatalf("embedded NATS: %v", err)
+	}
+	t.Cleanup(ns.Shutdown)
+	st.nats = ns.ClientURL()
+	nc, err := nats.Connect(st.nats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	if _, err := stream.Ensure(context.Background(), js, stream.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// startDaemon runs `mcpwarden daemon` until the test ends.
+func (st *stack) startDaemon(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, st.bin, "daemon", "--socket", st.socket, "--nats", st.nats, "--state-dir", st.state, "--enable-audit", "--crosscheck-window", "1s")
+	st.dlog = &syncBuffer{}
+	cmd.Stderr = st.dlog
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", st.dlog.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(st.dlog.String(), "daemon started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not start:\n%s", st.dlog.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// events reads every stored event with `mcpwarden events --json`.
+func (st *stack) events(t *testing.T) []schema.Event {
+	t.Helper()
+	out, err := exec.Command(st.bin, "events", "--json", "--nats", st.nats).Output()
+	if err != nil {
+		t.Fatalf("mcpwarden events: %v", err)
+	}
+	var evs []schema.Event
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var e schema.Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("events --json printed %q: %v", line, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+func (st *stack) hasher(t *testing.T) *schema.PathHasher {
+	t.Helper()
+	key, err := os.ReadFile(filepath.Join(st.state, "path.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := schema.NewPathHasher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // TestRunWithDaemonEndToEnd drives the real binaries: `mcpwarden daemon`
 // publishing to a real NATS JetStream, `mcpwarden run --daemon-socket`
 // fencing the naive test server, and `mcpwarden events --json` reading the
 // result back.
 func TestRunWithDaemonEndToEnd(t *testing.T) {
-	testenv.RequireRoot(t)
-	bin := os.Getenv("MCPWARDEN_BIN")
-	dir := t.TempDir()
-	if bin == "" {
-		bin = filepath.Join(dir, "mcpwarden")
-		goBuild(t, bin, "./cmd/mcpwarden")
-	}
-	naive := filepath.Join(dir, "naiveserver")
-	goBuild(t, naive, "./internal/naiveserver")
-
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
-	if err != nil {
-		t.Fatalf("embedded NATS: %v", err)
-	}
-	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if _, err := stream.Ensure(context.Background(), js, stream.Config{}); err != nil {
-		t.Fatal(err)
-	}
-
-	root, _ := filepath.EvalSymlinks(dir)
-	state := filepath.Join(root, "state")
-	socket := filepath.Join(root, "run", "daemon.sock")
+	st := newStack(t)
+	bin, naive, root, state, socket := st.bin, st.naive, st.root, st.state, st.socket
 	base := filepath.Join(root, "base")
 	ws := filepath.Join(base, "ws")
 	secret := filepath.Join(root, "outside", "secret.txt")
@@ -101,28 +173,8 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 		t.Fatalf("run started without its daemon: err=%v output=%s", err, out)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	daemonCmd := exec.CommandContext(ctx, bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
-	dlog := &syncBuffer{}
-	daemonCmd.Stderr = dlog
-	daemonCmd.Cancel = func() error { return daemonCmd.Process.Signal(os.Interrupt) }
-	if err := daemonCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		_ = daemonCmd.Wait()
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", dlog.String())
-		}
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(dlog.String(), "daemon started") {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon did not start:\n%s", dlog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	st.startDaemon(t)
+	dlog := st.dlog
 
 	run := exec.Command(bin, "run", "--proxy=false", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
 	run.Dir = base
@@ -154,11 +206,7 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, rlog.String())
 	}
 
-	key, err := os.ReadFile(filepath.Join(state, "path.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hasher, _ := schema.NewPathHasher(key)
+	hasher := st.hasher(t)
 	insideHash, secretHash := hasher.Hash(inside), hasher.Hash(secret)
 
 	var allowed, blocked, denial *schema.Event
@@ -172,25 +220,13 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 		}
 		return false
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for allowed == nil || blocked == nil || denial == nil || !hasAttempt() {
 		if time.Now().After(deadline) {
 			t.Fatalf("events missing: allowed=%v blocked=%v denial=%v blocked-attempt finding=%v (findings %d)", allowed != nil, blocked != nil, denial != nil, hasAttempt(), len(findings))
 		}
 		findings = findings[:0]
-		ev := exec.Command(bin, "events", "--json", "--nats", ns.ClientURL())
-		out, err := ev.Output()
-		if err != nil {
-			t.Fatalf("mcpwarden events: %v", err)
-		}
-		for _, line := range bytes.Split(out, []byte("\n")) {
-			if len(line) == 0 {
-				continue
-			}
-			var e schema.Event
-			if err := json.Unmarshal(line, &e); err != nil {
-				t.Fatalf("events --json printed %q: %v", line, err)
-			}
+		for _, e := range st.events(t) {
 			switch {
 			case e.FileOp != nil && e.FileOp.PathHash == insideHash && e.FileOp.Verdict == "allowed":
 				allowed = &e
@@ -236,4 +272,119 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestFilesystemServerUnderDaemon runs the real npm filesystem server
+// (node) under `mcpwarden run --daemon-socket` in enforce mode. The server
+// is given the whole base while the scope grants only ws, so the server's
+// own check lets a read of a sibling through and the kernel refuses it.
+// Beyond the expected events, it checks the consistency of the two views:
+// under the fence every successful operation of the run is inside the
+// scope or the runtime profile the launcher sent, so no file_op may be an
+// escape.
+func TestFilesystemServerUnderDaemon(t *testing.T) {
+	server := filepath.Join(repoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	testenv.RequireFile(t, server, "run scripts/test-env.sh install-npm")
+	node := testenv.RequireCommand(t, "node")
+	st := newStack(t)
+	base := filepath.Join(st.root, "base")
+	ws := filepath.Join(base, "ws")
+	sibling := filepath.Join(base, "sibling")
+	for _, d := range []string{ws, sibling} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inside, outside := filepath.Join(ws, "a.txt"), filepath.Join(sibling, "s.txt")
+	for p, c := range map[string]string{inside: "INSIDE-42", outside: "SIBLING-SECRET"} {
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scope := filepath.Join(st.root, "scope.json")
+	if err := os.WriteFile(scope, []byte(`{"scope_id":"fs-e2e","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st.startDaemon(t)
+
+	run := exec.Command(st.bin, "run", "--proxy=false", "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", node, server, base)
+	run.Dir = base
+	stdin, _ := run.StdinPipe()
+	stdout, _ := run.StdoutPipe()
+	rlog := &syncBuffer{}
+	run.Stderr = rlog
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	call := func(id int, method string, params any) string {
+		t.Helper()
+		msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+		if _, err := stdin.Write(append(msg, '\n')); err != nil {
+			t.Fatalf("send %s: %v (run log: %s)", method, err, rlog.String())
+		}
+		for lines.Scan() {
+			var resp struct {
+				ID any `json:"id"`
+			}
+			if json.Unmarshal(lines.Bytes(), &resp) == nil && resp.ID == float64(id) {
+				return lines.Text()
+			}
+		}
+		t.Fatalf("no answer to %s (run log: %s)", method, rlog.String())
+		return ""
+	}
+	call(1, "initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}})
+	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := call(2, "tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": inside}}); !strings.Contains(got, "INSIDE-42") {
+		t.Fatalf("inside read: %s", got)
+	}
+	if got := call(3, "tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": outside}}); strings.Contains(got, "SIBLING-SECRET") {
+		t.Fatalf("sibling read got through the fence: %s", got)
+	}
+	stdin.Close()
+	_ = run.Wait()
+
+	hasher := st.hasher(t)
+	insideHash, outsideHash := hasher.Hash(inside), hasher.Hash(outside)
+	var runID string
+	var allowed, blocked, denial bool
+	var evs []schema.Event
+	deadline := time.Now().Add(30 * time.Second)
+	for !(allowed && blocked && denial) {
+		if time.Now().After(deadline) {
+			t.Fatalf("events missing: allowed=%v blocked=%v denial=%v", allowed, blocked, denial)
+		}
+		evs = st.events(t)
+		for _, e := range evs {
+			switch {
+			case e.FileOp != nil && e.FileOp.PathHash == insideHash && e.FileOp.Verdict == "allowed" && e.FileOp.Comm != "":
+				allowed, runID = true, e.RunID
+			case e.FileOp != nil && e.FileOp.PathHash == outsideHash && e.FileOp.Verdict == "blocked_by_kernel":
+				blocked = true
+			case e.LandlockDenial != nil && e.LandlockDenial.PathHash == outsideHash:
+				denial = true
+			}
+		}
+	}
+	var ops, runtimeOps int
+	for _, e := range evs {
+		if e.RunID != runID || e.FileOp == nil {
+			continue
+		}
+		ops++
+		if e.FileOp.PathClass == schema.PathRuntime {
+			runtimeOps++
+		}
+		if e.FileOp.Verdict == "escape" {
+			t.Errorf("enforce-mode run reported an escape: %+v", *e.FileOp)
+		}
+	}
+	if runtimeOps == 0 {
+		t.Errorf("node's %d file operations include none in its runtime profile", ops)
+	}
+	t.Logf("run %s: %d file operations, %d in the runtime profile", runID, ops, runtimeOps)
 }

@@ -184,6 +184,7 @@ func (p *processor) record(r *kevent.Record) {
 		}
 		return
 	case kevent.OpExec:
+		p.d.table.Execed(r.TGID)
 		return
 	case kevent.OpIOUringSetup:
 		// io_uring's operations bypass the syscall probes: the setup
@@ -196,6 +197,9 @@ func (p *processor) record(r *kevent.Record) {
 		e.Finding = &schema.Finding{Type: schema.FindingObservationGap, Severity: sev, Reason: reason, EvidenceIDs: []string{}}
 		p.batch = append(p.batch, e)
 		return
+	}
+	if p.d.table.InSetup(r.TGID, r.Comm) {
+		return // the launcher's fence helper before it exec'd the server
 	}
 	p.fileOp(run, r, t, r.Path1, r.Path1OK, classify.Access(r.Access1()))
 	if r.Path2 != "" || (r.Op == kevent.OpRename || r.Op == kevent.OpRenameat || r.Op == kevent.OpRenameat2 || r.Op == kevent.OpLink || r.Op == kevent.OpLinkat) {

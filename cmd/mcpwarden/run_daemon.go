@@ -51,6 +51,7 @@ func (e *daemonExtension) Configure(ctx context.Context, rc *runContext) error {
 			ScopeHash:   rc.Scope.Hash,
 			Runtime:     runtimePaths(launcher.FenceOf(ctx)),
 			LandlockABI: abi,
+			ExecPending: true, // BeforeExec: the helper has not exec'd the server yet
 		})
 		if err != nil {
 			return fmt.Errorf("register run with the daemon: %w", err)

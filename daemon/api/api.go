@@ -45,6 +45,9 @@ type Registration struct {
 	ScopeHash   string                 `json:"scope_hash"` // CanonicalScope.Hash; checked against Scope
 	Runtime     []classify.RuntimePath `json:"runtime"`    // the run's runtime profile
 	LandlockABI int                    `json:"landlock_abi,omitempty"`
+	// ExecPending says RootPID is still the launcher's own helper, about to
+	// exec the server: its file operations until then are not reported.
+	ExecPending bool `json:"exec_pending,omitempty"`
 }
 
 // Response answers one request.

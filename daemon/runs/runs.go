@@ -24,6 +24,9 @@ type Run struct {
 	Slot        uint32
 	RootPID     uint32
 	LandlockABI int
+	// ExecPending: the root process is the launcher's fence helper, which
+	// has yet to exec the server (see InSetup).
+	ExecPending bool
 	Policy      classify.Policy
 	Registered  time.Time
 
@@ -45,6 +48,10 @@ type Table struct {
 	byID    map[string]*Run
 	pids    map[uint32]uint32 // pid → slot, including exited pids until the run is forgotten
 	domains map[string]uint32 // Landlock domain → slot
+	// setup holds root pids that have not exec'd the server yet: until then
+	// the process is the launcher's own fence helper. The value is the
+	// helper's comm once seen.
+	setup map[uint32]string
 }
 
 // NewTable returns an empty table.
@@ -54,6 +61,7 @@ func NewTable() *Table {
 		byID:    map[string]*Run{},
 		pids:    map[uint32]uint32{},
 		domains: map[string]uint32{},
+		setup:   map[uint32]string{},
 	}
 }
 
@@ -76,12 +84,15 @@ func (t *Table) Add(r *Run) (uint32, error) {
 	t.bySlot[r.Slot] = r
 	t.byID[r.ID] = r
 	t.pids[r.RootPID] = r.Slot
+	if r.ExecPending {
+		t.setup[r.RootPID] = ""
+	}
 	return r.Slot, nil
 }
 
 // AddRoot adds another root process to a running run: the launcher starts
 // a fresh helper when it narrows the fence and restarts the server.
-func (t *Table) AddRoot(slot, pid uint32) error {
+func (t *Table) AddRoot(slot, pid uint32, execPending bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.bySlot[slot]
@@ -94,9 +105,41 @@ func (t *Table) AddRoot(slot, pid uint32) error {
 		}
 	}
 	t.pids[pid] = slot
+	if execPending {
+		t.setup[pid] = ""
+	}
 	r.live++
 	r.ended = time.Time{}
 	return nil
+}
+
+// InSetup reports whether a record of process pid with comm comes from the
+// launcher's fence helper before it exec'd the server: the helper's own
+// file operations (opening the rule paths, closing inherited descriptors)
+// are not the server's. The phase ends at the root's exec (Execed) or, should
+// that record have been lost, at the first record with another comm.
+func (t *Table) InSetup(pid uint32, comm string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.setup[pid]
+	switch {
+	case !ok:
+		return false
+	case c == "":
+		t.setup[pid] = comm
+		return true
+	case c != comm:
+		delete(t.setup, pid)
+		return false
+	}
+	return true
+}
+
+// Execed ends the setup phase of a root pid: the server now runs.
+func (t *Table) Execed(pid uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.setup, pid)
 }
 
 // Remove forgets a run (a failed registration or a run long ended).
@@ -112,6 +155,7 @@ func (t *Table) Remove(slot uint32) {
 	for pid, s := range t.pids {
 		if s == slot {
 			delete(t.pids, pid)
+			delete(t.setup, pid)
 		}
 	}
 	for d, s := range t.domains {

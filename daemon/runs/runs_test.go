@@ -40,7 +40,7 @@ func TestTableLifecycle(t *testing.T) {
 		t.Error("exited pid forgotten before the grace period")
 	}
 	// The launcher restarts the server: same run, new root.
-	if err := tab.AddRoot(slot, 300); err != nil || a.Ended() {
+	if err := tab.AddRoot(slot, 300, false); err != nil || a.Ended() {
 		t.Errorf("restart: %v ended=%v", err, a.Ended())
 	}
 	tab.End(slot, now)
@@ -54,5 +54,35 @@ func TestTableLifecycle(t *testing.T) {
 	b := &Run{ID: "b", RootPID: 100}
 	if s, err := tab.Add(b); err != nil || s == slot {
 		t.Errorf("slot reused: %d %v", s, err)
+	}
+}
+
+func TestSetupPhase(t *testing.T) {
+	tab := NewTable()
+	slot, _ := tab.Add(&Run{ID: "a", RootPID: 100, ExecPending: true})
+	for i := range 2 {
+		if !tab.InSetup(100, "mcpwarden") {
+			t.Errorf("helper's record %d before exec not in setup", i)
+		}
+	}
+	if tab.InSetup(101, "mcpwarden") {
+		t.Error("another pid in setup")
+	}
+	tab.Execed(100)
+	if tab.InSetup(100, "mcpwarden") {
+		t.Error("setup after exec")
+	}
+	// A lost exec record: the comm change ends the phase.
+	if err := tab.AddRoot(slot, 200, true); err != nil {
+		t.Fatal(err)
+	}
+	tab.InSetup(200, "mcpwarden")
+	if tab.InSetup(200, "node") || tab.InSetup(200, "mcpwarden") {
+		t.Error("setup outlived a comm change")
+	}
+	// Without ExecPending (an already running process) there is no setup phase.
+	tab.Add(&Run{ID: "b", RootPID: 300})
+	if tab.InSetup(300, "x") {
+		t.Error("setup phase without exec pending")
 	}
 }
