@@ -38,9 +38,13 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	srv := &server{l: l}
 	// The helper boots while the rest of this function runs; it execs
 	// nothing before launch sends it a spec.
-	h, err := srv.spawn()
-	if err != nil {
-		return err
+	h := takePrespawned(cfg)
+	if h == nil {
+		if h, err = srv.spawn(); err != nil {
+			return err
+		}
+	} else {
+		srv.firstPID = h.p.cmd.Process.Pid
 	}
 	launched := false
 	defer func() {
@@ -278,8 +282,22 @@ func (h *pending) kill() {
 // larger part of the launch overhead) while the launcher derives the
 // ruleset and writes the start record; it does nothing until launch sends
 // its spec.
-func (s *server) spawn() (_ *pending, err error) {
-	cfg := &s.l.cfg
+func (s *server) spawn() (*pending, error) {
+	h, err := spawnHelper(s.l.cfg.HelperPath, s.l.cfg.Dir, s.l.cfg.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.firstPID == 0 {
+		s.firstPID = h.p.cmd.Process.Pid
+	}
+	s.mu.Unlock()
+	return h, nil
+}
+
+// spawnHelper starts helperPath as the sandbox helper in dir, copying its
+// stderr (later: the server's) to stderr.
+func spawnHelper(helperPath, dir string, stderr io.Writer) (_ *pending, err error) {
 	var files []*os.File
 	defer func() {
 		if err != nil {
@@ -317,12 +335,12 @@ func (s *server) spawn() (_ *pending, err error) {
 		return nil, err
 	}
 	cmd := &exec.Cmd{
-		Path: cfg.HelperPath,
+		Path: helperPath,
 		Args: []string{"mcpwarden-sandbox"},
 		// GOGC=off: the helper lives for a millisecond; collecting garbage
 		// during its start-up only delays the server.
 		Env:        []string{sandbox.EnvHelper + "=" + fmt.Sprint(os.Getpid()), "GOGC=off"},
-		Dir:        cfg.Dir,
+		Dir:        dir,
 		Stdin:      inR,
 		Stdout:     outW,
 		Stderr:     errW,
@@ -347,7 +365,7 @@ func (s *server) spawn() (_ *pending, err error) {
 		stderrDone: make(chan struct{}),
 	}
 	go func() {
-		_, _ = io.Copy(cfg.Stderr, errR)
+		_, _ = io.Copy(stderr, errR)
 		errR.Close()
 		close(h.stderrDone)
 	}()
@@ -356,11 +374,6 @@ func (s *server) spawn() (_ *pending, err error) {
 		h.p.state = cmd.ProcessState
 		close(h.p.done)
 	}()
-	s.mu.Lock()
-	if s.firstPID == 0 {
-		s.firstPID = cmd.Process.Pid
-	}
-	s.mu.Unlock()
 	return h, nil
 }
 
