@@ -275,13 +275,15 @@ func (s *syncBuffer) String() string {
 }
 
 // TestFilesystemServerUnderDaemon runs the real npm filesystem server
-// (node) under `mcpwarden run --daemon-socket` in enforce mode. The server
-// is given the whole base while the scope grants only ws, so the server's
-// own check lets a read of a sibling through and the kernel refuses it.
-// Beyond the expected events, it checks the consistency of the two views:
-// under the fence every successful operation of the run is inside the
-// scope or the runtime profile the launcher sent, so no file_op may be an
-// escape.
+// (node) under `mcpwarden run --daemon-socket`. The server is given the
+// whole base while the scope grants only ws, so the server's own check lets
+// a read of a sibling through:
+//   - enforce: the kernel refuses it (file_op blocked_by_kernel + Landlock's
+//     record), and — the consistency of the two views — every successful
+//     operation of the run is inside the scope or the runtime profile the
+//     launcher sent, so no file_op may be an escape;
+//   - audit (no fence): the read succeeds and is reported as an escape, and
+//     the daemon's cross-check turns it into an ESCAPE finding.
 func TestFilesystemServerUnderDaemon(t *testing.T) {
 	server := filepath.Join(repoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
 	testenv.RequireFile(t, server, "run scripts/test-env.sh install-npm")
@@ -306,85 +308,132 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.startDaemon(t)
-
-	run := exec.Command(st.bin, "run", "--proxy=false", "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", node, server, base)
-	run.Dir = base
-	stdin, _ := run.StdinPipe()
-	stdout, _ := run.StdoutPipe()
-	rlog := &syncBuffer{}
-	run.Stderr = rlog
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(make([]byte, 1<<20), 1<<20)
-	call := func(id int, method string, params any) string {
-		t.Helper()
-		msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-		if _, err := stdin.Write(append(msg, '\n')); err != nil {
-			t.Fatalf("send %s: %v (run log: %s)", method, err, rlog.String())
-		}
-		for lines.Scan() {
-			var resp struct {
-				ID any `json:"id"`
-			}
-			if json.Unmarshal(lines.Bytes(), &resp) == nil && resp.ID == float64(id) {
-				return lines.Text()
-			}
-		}
-		t.Fatalf("no answer to %s (run log: %s)", method, rlog.String())
-		return ""
-	}
-	call(1, "initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}})
-	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	if got := call(2, "tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": inside}}); !strings.Contains(got, "INSIDE-42") {
-		t.Fatalf("inside read: %s", got)
-	}
-	if got := call(3, "tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": outside}}); strings.Contains(got, "SIBLING-SECRET") {
-		t.Fatalf("sibling read got through the fence: %s", got)
-	}
-	stdin.Close()
-	_ = run.Wait()
-
 	hasher := st.hasher(t)
 	insideHash, outsideHash := hasher.Hash(inside), hasher.Hash(outside)
-	var runID string
-	var allowed, blocked, denial bool
-	var evs []schema.Event
-	deadline := time.Now().Add(30 * time.Second)
-	for !(allowed && blocked && denial) {
-		if time.Now().After(deadline) {
-			t.Fatalf("events missing: allowed=%v blocked=%v denial=%v", allowed, blocked, denial)
+
+	// session runs the server in mode, reads inside then the sibling, and
+	// returns the sibling read's answer.
+	session := func(t *testing.T, mode string) string {
+		run := exec.Command(st.bin, "run", "--proxy=false", "--mode", mode, "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", node, server, base)
+		run.Dir = base
+		stdin, _ := run.StdinPipe()
+		stdout, _ := run.StdoutPipe()
+		rlog := &syncBuffer{}
+		run.Stderr = rlog
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
 		}
-		evs = st.events(t)
-		for _, e := range evs {
-			switch {
-			case e.FileOp != nil && e.FileOp.PathHash == insideHash && e.FileOp.Verdict == "allowed" && e.FileOp.Comm != "":
-				allowed, runID = true, e.RunID
-			case e.FileOp != nil && e.FileOp.PathHash == outsideHash && e.FileOp.Verdict == "blocked_by_kernel":
-				blocked = true
-			case e.LandlockDenial != nil && e.LandlockDenial.PathHash == outsideHash:
-				denial = true
+		defer func() { stdin.Close(); _ = run.Wait() }()
+		lines := bufio.NewScanner(stdout)
+		lines.Buffer(make([]byte, 1<<20), 1<<20)
+		call := func(id int, method string, params any) string {
+			t.Helper()
+			msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+			if _, err := stdin.Write(append(msg, '\n')); err != nil {
+				t.Fatalf("send %s: %v (run log: %s)", method, err, rlog.String())
+			}
+			for lines.Scan() {
+				var resp struct {
+					ID any `json:"id"`
+				}
+				if json.Unmarshal(lines.Bytes(), &resp) == nil && resp.ID == float64(id) {
+					return lines.Text()
+				}
+			}
+			t.Fatalf("no answer to %s (run log: %s)", method, rlog.String())
+			return ""
+		}
+		call(1, "initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}})
+		if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got := call(2, "tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": inside}}); !strings.Contains(got, "INSIDE-42") {
+			t.Fatalf("inside read: %s", got)
+		}
+		return call(3, "tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": outside}})
+	}
+	// runOf waits until pred has matched an event of one run and returns
+	// that run's events.
+	runOf := func(t *testing.T, what string, pred func(*schema.Event) bool) []schema.Event {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			evs := st.events(t)
+			for _, e := range evs {
+				if pred(&e) {
+					var mine []schema.Event
+					for _, o := range evs {
+						if o.RunID == e.RunID {
+							mine = append(mine, o)
+						}
+					}
+					return mine
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s event", what)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	t.Run("enforce", func(t *testing.T) {
+		if got := session(t, "enforce"); strings.Contains(got, "SIBLING-SECRET") {
+			t.Fatalf("sibling read got through the fence: %s", got)
+		}
+		var evs []schema.Event
+		var allowed, blocked, denial bool
+		deadline := time.Now().Add(30 * time.Second)
+		for !(allowed && blocked && denial) {
+			if time.Now().After(deadline) {
+				t.Fatalf("events missing: allowed=%v blocked=%v denial=%v", allowed, blocked, denial)
+			}
+			evs = runOf(t, "blocked sibling read", func(e *schema.Event) bool {
+				return e.FileOp != nil && e.FileOp.PathHash == outsideHash && e.FileOp.Verdict == "blocked_by_kernel"
+			})
+			for _, e := range evs {
+				switch {
+				case e.FileOp != nil && e.FileOp.PathHash == insideHash && e.FileOp.Verdict == "allowed":
+					allowed = true
+				case e.FileOp != nil && e.FileOp.PathHash == outsideHash && e.FileOp.Verdict == "blocked_by_kernel" && e.FileOp.Result == -13:
+					blocked = true
+				case e.LandlockDenial != nil && e.LandlockDenial.PathHash == outsideHash:
+					denial = true
+				}
 			}
 		}
-	}
-	var ops, runtimeOps int
-	for _, e := range evs {
-		if e.RunID != runID || e.FileOp == nil {
-			continue
+		var ops, runtimeOps int
+		for _, e := range evs {
+			if e.FileOp == nil {
+				continue
+			}
+			ops++
+			if e.FileOp.PathClass == schema.PathRuntime {
+				runtimeOps++
+			}
+			if e.FileOp.Verdict == "escape" {
+				t.Errorf("enforce-mode run reported an escape: %+v", *e.FileOp)
+			}
 		}
-		ops++
-		if e.FileOp.PathClass == schema.PathRuntime {
-			runtimeOps++
+		if runtimeOps == 0 {
+			t.Errorf("node's %d file operations include none in its runtime profile", ops)
 		}
-		if e.FileOp.Verdict == "escape" {
-			t.Errorf("enforce-mode run reported an escape: %+v", *e.FileOp)
+		t.Logf("%d file operations, %d in the runtime profile", ops, runtimeOps)
+	})
+
+	t.Run("audit", func(t *testing.T) {
+		if got := session(t, "audit"); !strings.Contains(got, "SIBLING-SECRET") {
+			t.Fatalf("audit mode should not fence: %s", got)
 		}
-	}
-	if runtimeOps == 0 {
-		t.Errorf("node's %d file operations include none in its runtime profile", ops)
-	}
-	t.Logf("run %s: %d file operations, %d in the runtime profile", runID, ops, runtimeOps)
+		runOf(t, "ESCAPE finding for the sibling read", func(e *schema.Event) bool {
+			return e.Finding != nil && e.Finding.Type == schema.FindingEscape && e.Finding.PathHash == outsideHash
+		})
+		evs := runOf(t, "escape file_op", func(e *schema.Event) bool {
+			return e.FileOp != nil && e.FileOp.PathHash == outsideHash && e.FileOp.Verdict == "escape" && e.FileOp.PathClass == schema.PathOutside
+		})
+		for _, e := range evs {
+			if e.LandlockDenial != nil {
+				t.Errorf("audit-mode run has a Landlock denial: %+v", *e.LandlockDenial)
+			}
+		}
+	})
 }
