@@ -320,3 +320,93 @@ func TestScopeCheckOutput(t *testing.T) {
 		t.Errorf("text output (exit %d): %s", code, text)
 	}
 }
+
+// mcpCall sends one JSON-RPC request and returns the text of its result and
+// whether it was an error.
+func mcpCall(t *testing.T, s *fencetest.Session, id int, method string, params any) (string, bool) {
+	t.Helper()
+	msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	if err := s.Send(append(msg, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		line, ok := s.ReadLine(30 * time.Second)
+		if !ok {
+			t.Fatalf("no answer to %s; stderr: %s", method, s.Stderr())
+		}
+		var resp struct {
+			ID     any `json:"id"`
+			Result struct {
+				IsError bool `json:"isError"`
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"result"`
+			Error any `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &resp); err != nil {
+			t.Fatalf("bad JSON from server: %q", line)
+		}
+		if resp.ID != float64(id) {
+			continue
+		}
+		var sb strings.Builder
+		for _, c := range resp.Result.Content {
+			sb.WriteString(c.Text)
+		}
+		return sb.String(), resp.Result.IsError || resp.Error != nil
+	}
+}
+
+// TestFilesystemServerWriteUnderFence: with a write scope the real server
+// creates, edits and moves files inside, and the kernel refuses writes
+// outside even where the server's own directory list would allow them.
+func TestFilesystemServerWriteUnderFence(t *testing.T) {
+	fencetest.RequireFence(t)
+	fsServer := fencetest.FilesystemServer(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	// The server may write the scope dir and, by its own rules, the sibling.
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, Command: []string{"node", fsServer, w.allowed, w.sibling}})
+	if _, isErr := mcpCall(t, s, 1, "initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "test", "version": "1"}}); isErr {
+		t.Fatalf("initialize failed: %s", s.Stderr())
+	}
+	if err := s.Send([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	call := func(id int, tool string, args map[string]any) (string, bool) {
+		return mcpCall(t, s, id, "tools/call", map[string]any{"name": tool, "arguments": args})
+	}
+	steps := []struct {
+		tool    string
+		args    map[string]any
+		wantErr bool
+	}{
+		{"write_file", map[string]any{"path": filepath.Join(w.allowed, "new.txt"), "content": "written"}, false},
+		{"edit_file", map[string]any{"path": w.deep1, "edits": []map[string]string{{"oldText": "inside", "newText": "edited"}}}, false},
+		{"create_directory", map[string]any{"path": filepath.Join(w.allowed, "made")}, false},
+		{"move_file", map[string]any{"source": filepath.Join(w.allowed, "new.txt"), "destination": filepath.Join(w.allowed, "made", "new.txt")}, false},
+		{"write_file", map[string]any{"path": filepath.Join(w.sibling, "planted.txt"), "content": "x"}, true},
+		{"edit_file", map[string]any{"path": filepath.Join(w.sibling, "s.txt"), "edits": []map[string]string{{"oldText": "SIBLING", "newText": "OWNED"}}}, true},
+	}
+	for i, st := range steps {
+		got, isErr := call(10+i, st.tool, st.args)
+		if isErr != st.wantErr {
+			t.Errorf("%s %v: error=%v (%q), want error=%v", st.tool, st.args, isErr, got, st.wantErr)
+		}
+	}
+	s.Close()
+	if b, _ := os.ReadFile(filepath.Join(w.allowed, "made", "new.txt")); string(b) != "written" {
+		t.Errorf("moved file: %q", b)
+	}
+	if b, _ := os.ReadFile(w.deep1); string(b) != "edited" {
+		t.Errorf("edited file: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(w.sibling, "planted.txt")); err == nil {
+		t.Error("the server wrote outside the scope")
+	}
+	if b, _ := os.ReadFile(filepath.Join(w.sibling, "s.txt")); string(b) != "SIBLING-SECRET-42" {
+		t.Errorf("sibling file changed: %q", b)
+	}
+}
