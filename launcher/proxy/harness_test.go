@@ -171,7 +171,6 @@ func (m *memSink) waitDecision(t testing.TB, f func(schema.Decision) bool) schem
 // testClient speaks to the proxy like an MCP client.
 type testClient struct {
 	t   testing.TB
-	w   *io.PipeWriter
 	enc *jsonrpc.Writer
 
 	mu       sync.Mutex
@@ -290,8 +289,8 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	return f
 }
 
-func newTestClient(t testing.TB, w *io.PipeWriter, r io.Reader) *testClient {
-	c := &testClient{t: t, w: w, enc: jsonrpc.NewWriter(w), waiters: map[string]chan *jsonrpc.Message{},
+func newTestClient(t testing.TB, w io.Writer, r io.Reader) *testClient {
+	c := &testClient{t: t, enc: jsonrpc.NewWriter(w), waiters: map[string]chan *jsonrpc.Message{},
 		requests: make(chan *jsonrpc.Message, 64), notes: make(chan *jsonrpc.Message, 256), stray: make(chan *jsonrpc.Message, 64)}
 	go func() {
 		rd := jsonrpc.NewReader(r, 0)

@@ -153,3 +153,31 @@ func TestSeedRevocationProtocol(t *testing.T) {
 		t.Fatalf("allowed read record = %+v", a)
 	}
 }
+
+// TestSeedBaselineBareServer runs the revoke step of the seed protocol
+// against the bare filesystem server, without the proxy, as the control
+// for TestSeedRevocationProtocol: the server keeps serving after every root
+// is revoked (shared/FACTS.md). If this ever fails, the upstream fixed it.
+func TestSeedBaselineBareServer(t *testing.T) {
+	base := makeBase(t)
+	up := startUpstream(t, nil, "node", fsServer(t))
+	c := newTestClient(t, up.Stdin(), up.Stdout())
+	allowed := filepath.Join(base, "allowed")
+	in := filepath.Join(allowed, "probe.txt")
+	c.initLegacy(true, allowed)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(allowedDirs(c)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	mustRead(t, c, in, "MARKER-ALLOWED")
+	c.notify("notifications/roots/list_changed", nil)
+	c.reply(c.nextRequest("roots/list"), rootsAnswer())
+	time.Sleep(200 * time.Millisecond) // the seed's observation window
+	if got := allowedDirs(c); len(got) != 1 {
+		t.Fatalf("bare server lists %v after revoking every root; the baseline changed", got)
+	}
+	r := c.read(in)
+	if r.IsError || !strings.Contains(r.text(), "MARKER-ALLOWED") {
+		t.Fatalf("bare server refused the read after revocation (%q): upstream fixed it; keep the proxy test, update FACTS", r.text())
+	}
+}
