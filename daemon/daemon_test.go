@@ -22,6 +22,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/api"
 	"github.com/mcpwarden/mcpwarden/daemon/classify"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
+	"github.com/mcpwarden/mcpwarden/daemon/probes"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -82,6 +83,12 @@ func child(mode, ws, out string) int {
 	case "fork":
 		if err := exec.Command("/bin/cat", filepath.Join(ws, "child.txt")).Run(); err != nil {
 			return 17
+		}
+	case "flood":
+		for range 5000 {
+			if read(filepath.Join(ws, "inside.txt")) != nil {
+				return 18
+			}
 		}
 	case "iouring":
 		var params [120]byte
@@ -178,7 +185,7 @@ type harness struct {
 
 func startDaemon(t *testing.T) *harness { return startDaemonWith(t, &memSink{}) }
 
-func startDaemonWith(t *testing.T, sink *memSink) *harness {
+func startDaemonWith(t *testing.T, sink *memSink, tune ...func(*Config)) *harness {
 	t.Helper()
 	testenv.RequireRoot(t)
 	key := make([]byte, schema.PathKeySize)
@@ -207,7 +214,11 @@ func startDaemonWith(t *testing.T, sink *memSink) *harness {
 	if err := os.Symlink(h.out, filepath.Join(h.ws, "link")); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{Socket: h.socket, Sink: h.sink, Hasher: hasher, Origin: schema.LocalOrigin(), EnableAudit: true, FlushInterval: 10 * time.Millisecond})
+	cfg := Config{Socket: h.socket, Sink: h.sink, Hasher: hasher, Origin: schema.LocalOrigin(), EnableAudit: true, FlushInterval: 10 * time.Millisecond}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,4 +407,19 @@ func TestRefusesRunsWhenSinkRefuses(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestDropsReachAHealthEvent: records lost in the kernel (a one-page ring
+// that a flooding run overflows) are reported in a health event within
+// seconds, never silently.
+func TestDropsReachAHealthEvent(t *testing.T) {
+	h := startDaemonWith(t, &memSink{}, func(c *Config) {
+		c.Probes = probes.DefaultConfig()
+		c.Probes.RingBytes = 4096
+	})
+	h.run("flood", schema.ModeEnforce, true)
+	e := h.sink.waitFor(t, "health with drops", func(e *schema.Event) bool {
+		return e.Health != nil && e.Health.DropsBPFReserve > 0
+	})
+	t.Logf("health after the flood: %+v", *e.Health)
 }

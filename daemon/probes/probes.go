@@ -32,6 +32,9 @@ type Config struct {
 	WakeupBytes uint32
 	// FlushInterval bounds how long a record may wait below WakeupBytes.
 	FlushInterval time.Duration
+	// RingBytes overrides the ring buffer's size (a power of two, at least a
+	// page); 0 keeps the compiled-in 16 MiB.
+	RingBytes uint32
 	Logger        *slog.Logger
 }
 
@@ -125,6 +128,13 @@ func Load(cfg Config) (*Probes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read embedded bpf object: %w", err)
 	}
+	ring := spec.Maps["events"].MaxEntries
+	if cfg.RingBytes != 0 {
+		ring = cfg.RingBytes
+		spec.Maps["events"].MaxEntries = ring
+	}
+	// A wake-up threshold near the ring's size would let it fill between polls.
+	cfg.WakeupBytes = min(cfg.WakeupBytes, ring/4)
 	if err := spec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}

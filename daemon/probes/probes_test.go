@@ -79,3 +79,44 @@ func TestWatchedOpenIsSeen(t *testing.T) {
 	}
 	t.Logf("counters %+v hooks %v missing %v", c, p.Hooks(), p.Unavailable())
 }
+
+// TestRingDropsAreCounted fills a one-page ring with nobody reading: the
+// records that do not fit are counted in the kernel, none vanish.
+func TestRingDropsAreCounted(t *testing.T) {
+	testenv.RequireRoot(t)
+	cfg := DefaultConfig()
+	cfg.RingBytes = 4096
+	p, err := Load(cfg)
+	if err != nil {
+		t.Fatalf("load probes: %v", err)
+	}
+	defer p.Close()
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Watch(uint32(os.Getpid()), 1); err != nil {
+		t.Fatal(err)
+	}
+	const opens = 1000
+	for range opens {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if _, err := p.Unwatch(1); err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RingDrops == 0 {
+		t.Fatalf("no ring drops counted: %+v", c)
+	}
+	if c.Events+c.RingDrops < opens {
+		t.Errorf("%d submitted + %d dropped < %d opens: records vanished", c.Events, c.RingDrops, opens)
+	}
+}
