@@ -35,7 +35,7 @@ type Config struct {
 	// RingBytes overrides the ring buffer's size (a power of two, at least a
 	// page); 0 keeps the compiled-in 16 MiB.
 	RingBytes uint32
-	Logger        *slog.Logger
+	Logger    *slog.Logger
 }
 
 // DefaultConfig batches wake-ups at 64 KiB and flushes every 20 ms.
