@@ -142,6 +142,14 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--allow-runtime %s: %w", p, err)
 		}
+		if kind == schema.KindDir {
+			if schema.IsWithin(real, scope.Base) {
+				return nil, fmt.Errorf("--allow-runtime %s contains the approved base %s; granting it would widen the scope: name the runtime's own files or directories", p, scope.Base)
+			}
+			if wholesale[real] || real == homeDir() {
+				return nil, fmt.Errorf("--allow-runtime %s: granting %s wholesale is refused; name the files the runtime needs", p, real)
+			}
+		}
 		a := landlock.AccessFSSet(runtimeExec)
 		if kind == schema.KindDir {
 			a = runtimeReadTree | ll.AccessFSExecute
@@ -163,6 +171,20 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 		rs.BindTCP = append(rs.BindTCP, uint16(p))
 	}
 	return rs, nil
+}
+
+// wholesale are directories never granted as a whole, even by the operator.
+var wholesale = map[string]bool{"/etc": true, "/home": true, "/root": true, "/proc": true, "/sys": true, "/dev": true, "/run": true, "/var": true, "/tmp": true, "/usr": true}
+
+func homeDir() string {
+	h, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(h); err == nil {
+		return real
+	}
+	return h
 }
 
 func kindOf(p string) (schema.PathKind, error) {

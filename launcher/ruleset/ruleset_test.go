@@ -184,7 +184,8 @@ func TestDeriveRefusesWidening(t *testing.T) {
 			t.Errorf("runtime dir %s containing the base was accepted", dir)
 		}
 	}
-	for _, p := range []string{"/", "relative/path", "/does/not/exist"} {
+	home, _ := os.UserHomeDir()
+	for _, p := range []string{"/", "relative/path", "/does/not/exist", "/etc", "/usr", home, c.Base, filepath.Dir(c.Base)} {
 		if _, err := Derive(c, Input{AllowRuntime: []string{p}}); err == nil {
 			t.Errorf("--allow-runtime %s accepted", p)
 		}
