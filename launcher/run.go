@@ -86,7 +86,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	code, reason := srv.supervise(ctx)
 	rec := l.record("exit", start, srv.rootPID(), code, reason)
 	if perr := l.publish(context.WithoutCancel(ctx), rec); perr != nil {
-		return perr
+		return fmt.Errorf("%w (the server had exited with status %d)", perr, code)
 	}
 	if code != 0 {
 		e := &ExitError{Code: code}
