@@ -1,0 +1,96 @@
+package xcheck
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
+	"github.com/mcpwarden/mcpwarden/collector/natsserver"
+	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+type memSink struct {
+	mu     sync.Mutex
+	events []schema.Event
+}
+
+func (s *memSink) Publish(_ context.Context, evs []schema.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, evs...)
+	return nil
+}
+
+// TestLoopFindsEscapeOfThisHost publishes a successful read outside the
+// scope for this host and one for another host to a real JetStream, and
+// expects exactly one ESCAPE finding: this host's.
+func TestLoopFindsEscapeOfThisHost(t *testing.T) {
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := stream.Ensure(ctx, js, stream.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	hash := schema.PathHash(strings.Repeat("ab", 32))
+	escape := func(host string) schema.Event {
+		e := schema.Origin{Host: host, BootID: "b"}.NewEvent(schema.KindFileOp, schema.NewID(), "s", "", time.Now())
+		e.FileOp = &schema.FileOp{Syscall: "openat", FlagsClass: "read", PathHash: hash, PathClass: schema.PathOutside, Verdict: "escape", PID: 7, Comm: "node"}
+		return e
+	}
+	for _, host := range []string{"here", "elsewhere"} {
+		e := escape(host)
+		body, err := schema.EncodeBatch([]schema.Event{e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, stream.Subject(host, schema.KindFileOp), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink := &memSink{}
+	l, err := New(Config{JetStream: js, Host: "here", Sink: sink, Check: crosscheck.Config{Window: 200 * time.Millisecond}, Every: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Findings() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no finding within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a finding for the other host would have come by now
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.events) != 1 {
+		t.Fatalf("%d findings, want 1: %+v", len(sink.events), sink.events)
+	}
+	f := sink.events[0]
+	if f.Host != "here" || f.Finding.Type != schema.FindingEscape || f.Finding.PathHash != hash {
+		t.Errorf("finding %+v on host %s", *f.Finding, f.Host)
+	}
+}
