@@ -19,10 +19,11 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
-const eventsUsage = `usage: mcpwarden events [--follow] [--json] [--run RUN_ID] [--kind KIND] [--nats URL]
+const eventsUsage = `usage: mcpwarden events [--follow] [--json] [--run RUN_ID] [--kind KIND] [--since DURATION] [--nats URL]
 
-Prints the events in the JetStream stream for a person: every stored event,
-then exits; with --follow, new events as they arrive until interrupted.
+Prints the events in the JetStream stream for a person: every stored event
+(or those of the last --since), then exits; with --follow, new events as they
+arrive (after those of --since, when given) until interrupted.
 Paths appear only as the first hex digits of their keyed hash.
 `
 
@@ -33,6 +34,7 @@ func cmdEvents(ctx context.Context, args []string) int {
 	asJSON := fs.Bool("json", false, "print each event as one JSON line")
 	run := fs.String("run", "", "only events of run `RUN_ID`")
 	kind := fs.String("kind", "", "only events of `KIND` (file_op, landlock_denial, finding, health, launch, decision)")
+	since := fs.Duration("since", 0, "only events stored in the last `DURATION` (e.g. 15m; default: all)")
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS `URL` (the daemon's embedded server by default)")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE`")
 	if err := fs.Parse(args); err != nil {
@@ -63,7 +65,11 @@ func cmdEvents(ctx context.Context, args []string) int {
 		subject = stream.SubjectPrefix + ".*." + *kind
 	}
 	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if *follow {
+	switch {
+	case *since > 0:
+		from := time.Now().Add(-*since)
+		cc.DeliverPolicy, cc.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+	case *follow:
 		cc.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
