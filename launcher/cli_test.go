@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 )
 
@@ -409,4 +410,25 @@ func TestFilesystemServerWriteUnderFence(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(w.sibling, "s.txt")); string(b) != "SIBLING-SECRET-42" {
 		t.Errorf("sibling file changed: %q", b)
 	}
+}
+
+// TestPythonServerUnderFence: a python script server starts under the fence
+// (standard library granted by the runtime profile) and is still fenced.
+func TestPythonServerUnderFence(t *testing.T) {
+	fencetest.RequireFence(t)
+	testenv.RequireFile(t, "/usr/bin/python3", "apt-get install python3")
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	script := filepath.Join(t.TempDir(), "srv.py")
+	src := "import sys, json\nfor line in sys.stdin:\n    req = json.loads(line)\n    try:\n        print(json.dumps({'ok': True, 'data': open(req['path']).read()}), flush=True)\n    except OSError as e:\n        print(json.dumps({'ok': False, 'errno': 'EACCES' if e.errno == 13 else str(e.errno)}), flush=True)\n"
+	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, Command: []string{"/usr/bin/python3", script}})
+	runCases(t, s, []fenceCase{
+		{name: "read inside", req: map[string]any{"op": "read", "path": w.deep1}, wantOK: true, data: "inside"},
+		{name: "read outside", req: map[string]any{"op": "read", "path": w.secret}, errno: []string{"EACCES"}},
+		{name: "read shadow", req: map[string]any{"op": "read", "path": "/etc/shadow"}, errno: []string{"EACCES"}},
+	})
 }

@@ -240,7 +240,41 @@ func (b *builder) addProgram(exe string, args []string, depth int) error {
 			return b.addNodeScript(script)
 		}
 	}
+	if ver, ok := pythonVersion(exe); ok {
+		b.addPython(exe, ver)
+		if script := firstScriptArg(args, b.opt.Dir); script != "" {
+			b.add(filepath.Dir(script), ClassReadTree, "directory of the server script (python's sys.path[0])")
+		}
+	}
 	return nil
+}
+
+// pythonVersion recognises a CPython executable named pythonX.Y.
+func pythonVersion(exe string) (string, bool) {
+	v, ok := strings.CutPrefix(filepath.Base(exe), "python")
+	if !ok || v == "" || strings.Trim(v, "0123456789.") != "" || !strings.Contains(v, ".") {
+		return "", false
+	}
+	return v, true
+}
+
+// addPython grants CPython's standard library and site packages, found the
+// way CPython finds them: PREFIX/lib/pythonX.Y with PREFIX the parent of
+// the executable's directory, plus Debian's dist-packages directories.
+func (b *builder) addPython(exe, ver string) {
+	prefix := filepath.Dir(filepath.Dir(exe))
+	for _, d := range []string{
+		filepath.Join(prefix, "lib", "python"+ver),
+		filepath.Join(prefix, "lib", "python3", "dist-packages"),
+		filepath.Join(prefix, "local", "lib", "python"+ver, "dist-packages"),
+		filepath.Join("/usr/local/lib", "python"+ver, "dist-packages"),
+	} {
+		if real, err := filepath.EvalSymlinks(d); err == nil {
+			if st, err := os.Stat(real); err == nil && st.IsDir() {
+				b.add(real, ClassReadTree, "python standard library and site packages")
+			}
+		}
+	}
 }
 
 func (b *builder) addELF(exe string) error {

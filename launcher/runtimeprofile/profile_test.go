@@ -206,3 +206,12 @@ func FuzzParseLdSoConf(f *testing.F) {
 		}
 	})
 }
+
+func TestPythonVersion(t *testing.T) {
+	for name, want := range map[string]string{"python3.11": "3.11", "python3.9": "3.9", "python3": "", "python": "", "pythonista": "", "node": ""} {
+		got, ok := pythonVersion("/usr/bin/" + name)
+		if got != want || ok != (want != "") {
+			t.Errorf("pythonVersion(%s) = %q, %v", name, got, ok)
+		}
+	}
+}
