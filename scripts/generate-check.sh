@@ -17,3 +17,8 @@ if ! git diff --quiet --exit-code -- bpf/ schema/ 2>/dev/null; then
 	git diff --stat -- bpf/ schema/ >&2
 	exit 1
 fi
+if [ -n "$(git ls-files --others --exclude-standard -- bpf/)" ]; then
+	echo "generate produced files that are not committed: commit them with the sources" >&2
+	git ls-files --others --exclude-standard -- bpf/ >&2
+	exit 1
+fi
