@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -195,9 +197,59 @@ type held struct {
 	events []schema.Event
 }
 
+// consume fills batches and hands them to one inserter goroutine, so that
+// fetching and decoding the next batch overlaps ClickHouse's work on the
+// previous one. At most two batches are held (one inserting, one ready).
 func (c *Collector) consume(ctx context.Context, cons jetstream.Consumer, st *store.Store) error {
+	ready := make(chan held, 1)
+	inserted := make(chan struct{})
+	go func() {
+		defer close(inserted)
+		for h := range ready {
+			if ctx.Err() != nil {
+				nakAll(h.msgs)
+				continue
+			}
+			t0 := time.Now()
+			if err := c.insert(ctx, st, h); err != nil {
+				// Cancelled: hand the messages back now rather than after AckWait.
+				nakAll(h.msgs)
+				continue
+			}
+			t1 := time.Now()
+			for _, m := range h.msgs {
+				// An ack lost here means a redelivery, which collapses.
+				_ = m.Ack()
+			}
+			c.log.Debug("batch stored", "messages", len(h.msgs), "events", len(h.events), "insert", t1.Sub(t0), "ack", time.Since(t1))
+		}
+	}()
+	defer func() {
+		close(ready)
+		<-inserted
+	}()
+	// A continuous pull keeps messages the server sent in the iterator until
+	// taken; one-shot fetches that expire can strand delivered messages
+	// until AckWait. The prefetch is small so an outage holds few messages.
+	var it jetstream.MessagesContext
+	defer func() {
+		if it != nil {
+			it.Stop()
+		}
+	}()
 	for ctx.Err() == nil {
-		h, err := c.fill(ctx, cons)
+		if it == nil {
+			var err error
+			if it, err = cons.Messages(jetstream.PullMaxMessages(1024)); err != nil {
+				c.log.Warn("pull from JetStream failed; retrying", "error", err)
+				sleep(ctx, time.Second)
+				continue
+			}
+		}
+		h, err := c.fill(ctx, it)
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			it = nil
+		}
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("fetch from JetStream failed; retrying", "error", err)
 			sleep(ctx, time.Second)
@@ -205,61 +257,97 @@ func (c *Collector) consume(ctx context.Context, cons jetstream.Consumer, st *st
 		if len(h.msgs) == 0 {
 			continue
 		}
-		if err := c.insert(ctx, st, h); err != nil {
-			// Cancelled: hand the messages back now rather than after AckWait.
-			for _, m := range h.msgs {
-				_ = m.Nak()
-			}
-			return nil
-		}
-		for _, m := range h.msgs {
-			// An ack lost here means a redelivery, which collapses.
-			_ = m.Ack()
+		select {
+		case ready <- h:
+		case <-ctx.Done():
+			nakAll(h.msgs)
 		}
 	}
 	return nil
 }
 
-// fill fetches until the batch is full or BatchWait has passed.
-func (c *Collector) fill(ctx context.Context, cons jetstream.Consumer) (held, error) {
-	var h held
+func nakAll(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		_ = m.Nak()
+	}
+}
+
+// fill takes messages until the batch is full or BatchWait has passed.
+func (c *Collector) fill(ctx context.Context, it jetstream.MessagesContext) (held, error) {
+	h := held{events: make([]schema.Event, 0, c.cfg.BatchEvents+schema.MaxBatchEvents/16)}
 	deadline := time.Now().Add(c.cfg.BatchWait)
-	for len(h.events) < c.cfg.BatchEvents && ctx.Err() == nil {
+	var got []jetstream.Msg
+	var events int
+	var ferr error
+	for events < c.cfg.BatchEvents && ctx.Err() == nil {
 		wait := time.Until(deadline)
-		if wait < 10*time.Millisecond {
+		if wait < time.Millisecond {
 			break
 		}
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(wait))
+		m, err := it.Next(jetstream.NextMaxWait(wait))
+		if errors.Is(err, nats.ErrTimeout) {
+			break
+		}
 		if err != nil {
-			return h, err
+			ferr = err
+			break
 		}
-		for m := range batch.Messages() {
-			c.messages.Add(1)
-			if m.Headers().Get(schema.BatchHeader) != schema.BatchFormat {
-				c.rejected.Add(1)
-				c.log.Warn("message without the batch header; terminating it", "subject", m.Subject())
-				_ = m.Term()
-				continue
-			}
-			evs, rejected, err := schema.DecodeBatch(m.Data())
-			if err != nil {
-				c.rejected.Add(1)
-				c.log.Warn("undecodable batch; terminating it", "subject", m.Subject(), "error", err)
-				_ = m.Term()
-				continue
-			}
-			if rejected > 0 {
-				c.rejected.Add(uint64(rejected))
-				c.log.Warn("batch had invalid events; storing the valid ones", "subject", m.Subject(), "rejected", rejected)
-			}
-			h.msgs = append(h.msgs, m)
-			h.events = append(h.events, evs...)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			return h, err
-		}
+		c.messages.Add(1)
+		got = append(got, m)
+		// Estimate from the size; decoding happens in parallel below.
+		events += max(1, len(m.Data())/400)
 	}
-	return h, nil
+	for i, d := range c.decode(got) {
+		m := got[i]
+		switch {
+		case d.err != nil:
+			c.rejected.Add(1)
+			c.log.Warn("undecodable batch; terminating it", "subject", m.Subject(), "error", d.err)
+			_ = m.Term()
+			continue
+		case d.rejected > 0:
+			c.rejected.Add(uint64(d.rejected))
+			c.log.Warn("batch had invalid events; storing the valid ones", "subject", m.Subject(), "rejected", d.rejected)
+		}
+		h.msgs = append(h.msgs, m)
+		h.events = append(h.events, d.events...)
+	}
+	return h, ferr
+}
+
+type decoded struct {
+	events   []schema.Event
+	rejected int
+	err      error
+}
+
+// decode parses messages on every core: JSON decoding is the collector's
+// main CPU cost.
+func (c *Collector) decode(msgs []jetstream.Msg) []decoded {
+	out := make([]decoded, len(msgs))
+	workers := min(runtime.GOMAXPROCS(0), len(msgs))
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(msgs) {
+					return
+				}
+				m := msgs[i]
+				if m.Headers().Get(schema.BatchHeader) != schema.BatchFormat {
+					out[i].err = errors.New("message without the " + schema.BatchHeader + " header")
+					continue
+				}
+				out[i].events, out[i].rejected, out[i].err = schema.DecodeBatch(m.Data())
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // insert retries until the insert succeeds or ctx ends.

@@ -25,7 +25,11 @@ type env struct {
 	dsn  string
 }
 
-func newEnv(t *testing.T, dsn string) *env {
+func newEnv(t *testing.T, dsn string) *env { return newEnvTB(t, dsn) }
+
+func natsOpts(e *env) stream.ConnOptions { return stream.ConnOptions{URL: e.nats.ClientURL()} }
+
+func newEnvTB(t testing.TB, dsn string) *env {
 	t.Helper()
 	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), Port: -1})
 	if err != nil {
@@ -76,7 +80,7 @@ func start(t *testing.T, c *Collector) (stop func()) {
 	return func() { cancel(); wg.Wait() }
 }
 
-func openStore(t *testing.T, dsn string) *store.Store {
+func openStore(t testing.TB, dsn string) *store.Store {
 	t.Helper()
 	var st *store.Store
 	var err error

@@ -276,7 +276,11 @@ func (p *Publisher) batch(events []schema.Event) ([]spool.Record, error) {
 	}
 	var recs []spool.Record
 	var groups []*group
-	bySubject := map[string]*group{}
+	type subjKey struct {
+		host string
+		kind schema.Kind
+	}
+	bySubject := map[subjKey]*group{}
 	flush := func(g *group) {
 		if g.n == 0 {
 			return
@@ -286,12 +290,16 @@ func (p *Publisher) batch(events []schema.Event) ([]spool.Record, error) {
 	}
 	for i := range events {
 		e := &events[i]
-		subj := stream.Subject(e.Host, e.Kind)
-		g := bySubject[subj]
+		k := subjKey{e.Host, e.Kind}
+		g := bySubject[k]
 		if g == nil {
-			g = &group{subject: subj}
-			bySubject[subj] = g
+			g = &group{subject: stream.Subject(e.Host, e.Kind)}
+			bySubject[k] = g
 			groups = append(groups, g)
+		}
+		if g.buf == nil {
+			// ~400 bytes an event: one allocation for most messages.
+			g.buf = make([]byte, 0, min(p.cfg.MaxBatchBytes, 512*min(p.cfg.MaxBatchEvents, len(events)-i)))
 		}
 		before := len(g.buf)
 		var err error

@@ -38,6 +38,17 @@ func HostToken(host string) string {
 	if host == "" {
 		return "_"
 	}
+	clean := true
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return host
+	}
 	var b strings.Builder
 	b.Grow(len(host))
 	for _, r := range host {
