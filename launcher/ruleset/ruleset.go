@@ -113,6 +113,9 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 			if kind == schema.KindDir && schema.IsWithin(e.Path, scope.Base) {
 				return nil, fmt.Errorf("runtime directory %s contains the approved base %s; granting it would widen the scope: install the server outside the base", e.Path, scope.Base)
 			}
+			if kind == schema.KindDir && schema.IsWithin(scope.Base, e.Path) && !scope.Contains(e.Path) && !covered(in.AllowRuntime, e.Path) {
+				return nil, fmt.Errorf("runtime directory %s (%s) lies inside the approved base but outside the scope; granting it would widen the scope: install the server outside the base, or grant it explicitly with --allow-runtime %s", e.Path, e.Reason, e.Path)
+			}
 			var a landlock.AccessFSSet
 			switch e.Class {
 			case runtimeprofile.ClassExec:
@@ -171,6 +174,16 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 		rs.BindTCP = append(rs.BindTCP, uint16(p))
 	}
 	return rs, nil
+}
+
+// covered reports whether path lies under one of the operator's paths.
+func covered(operator []string, path string) bool {
+	for _, p := range operator {
+		if real, err := filepath.EvalSymlinks(p); err == nil && schema.IsWithin(real, path) {
+			return true
+		}
+	}
+	return false
 }
 
 // wholesale are directories never granted as a whole, even by the operator.

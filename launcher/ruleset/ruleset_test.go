@@ -184,6 +184,17 @@ func TestDeriveRefusesWidening(t *testing.T) {
 			t.Errorf("runtime dir %s containing the base was accepted", dir)
 		}
 	}
+	// A runtime directory inside the base but outside the scope needs the
+	// operator's explicit --allow-runtime.
+	inside := filepath.Join(c.Base, "node_modules")
+	os.MkdirAll(inside, 0o755)
+	prof := &runtimeprofile.Profile{Entries: []runtimeprofile.Entry{{Path: inside, Class: runtimeprofile.ClassReadTree, Reason: "node_modules"}}}
+	if _, err := Derive(c, Input{Profile: prof}); err == nil || !strings.Contains(err.Error(), "--allow-runtime") {
+		t.Errorf("runtime dir inside the base accepted: %v", err)
+	}
+	if _, err := Derive(c, Input{Profile: prof, AllowRuntime: []string{inside}}); err != nil {
+		t.Errorf("explicit --allow-runtime refused: %v", err)
+	}
 	home, _ := os.UserHomeDir()
 	for _, p := range []string{"/", "relative/path", "/does/not/exist", "/etc", "/usr", home, c.Base, filepath.Dir(c.Base)} {
 		if _, err := Derive(c, Input{AllowRuntime: []string{p}}); err == nil {
