@@ -357,18 +357,23 @@ func (p *Probes) Counters() (Counters, error) {
 // queue drop, so the ring never backs up into the kernel because of a slow
 // consumer.
 func (p *Probes) Run(ctx context.Context, out chan<- kevent.Record) error {
-	stop := context.AfterFunc(ctx, func() { p.reader.Close() })
+	return p.run(ctx, p.reader, out)
+}
+
+// run reads through reader, which it closes when ctx ends.
+func (p *Probes) run(ctx context.Context, reader *ringbuf.Reader, out chan<- kevent.Record) error {
+	stop := context.AfterFunc(ctx, func() { reader.Close() })
 	defer stop()
 	var rec ringbuf.Record
 	// The deadline is moved only when it fired: while records flow it is
 	// not touched per record.
-	p.reader.SetDeadline(time.Now().Add(p.cfg.FlushInterval))
+	reader.SetDeadline(time.Now().Add(p.cfg.FlushInterval))
 	for {
-		err := p.reader.ReadInto(&rec)
+		err := reader.ReadInto(&rec)
 		switch {
 		case err == nil:
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			p.reader.SetDeadline(time.Now().Add(p.cfg.FlushInterval))
+			reader.SetDeadline(time.Now().Add(p.cfg.FlushInterval))
 			continue
 		case errors.Is(err, ringbuf.ErrClosed):
 			if ctx.Err() != nil {
