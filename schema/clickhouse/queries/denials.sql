@@ -1,13 +1,13 @@
 -- denials: what was refused, by scope: the proxy's denials (by error code)
 -- and the kernel's Landlock denial records (by path class), per tool.
--- Duplicates collapse on event_id.
+-- Duplicates collapse on event_id (counted as 64-bit CityHash values).
 -- Parameters: from, to (Unix ns), host, scope ('' = all), limit.
 SELECT
     scope_id,
     if(kind = 'decision', 'proxy', 'kernel') AS layer,
     if(kind = 'decision', error_code, path_class) AS reason,
     tool,
-    uniqExact(event_id) AS denials,
+    uniqExact(cityHash64(event_id)) AS denials,
     uniqExact(run_id) AS runs,
     uniqExact(host) AS hosts,
     max(time_ns) AS last_ns

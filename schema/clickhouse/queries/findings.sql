@@ -7,7 +7,7 @@ SELECT
     host,
     scope_id,
     tool,
-    uniqExact(event_id) AS findings,
+    uniqExact(cityHash64(event_id)) AS findings,
     uniqExact(run_id) AS runs,
     max(time_ns) AS last_ns
 FROM events

@@ -14,7 +14,7 @@ SELECT
     maxIf(drops_publish_fail, kind = 'health') AS drops_publish,
     argMaxIf(spool_depth, time_ns, kind = 'health') AS spool_depth,
     maxIf(time_ns, kind = 'health') AS last_report_ns,
-    uniqExactIf(event_id, kind = 'finding') AS gap_findings
+    uniqExactIf(cityHash64(event_id), kind = 'finding') AS gap_findings
 FROM events
 WHERE (kind = 'health' OR (kind = 'finding' AND finding_type = 'OBSERVATION_GAP'))
   AND time_ns >= {from:Int64} AND time_ns < {to:Int64}

@@ -3,7 +3,8 @@
 --   ATTENTION  a critical or high finding (PROXY_GAP, UNDECLARED_WRITE, ...)
 --   REVIEW     only medium or low findings
 --   CLEAN      no findings
--- Duplicates collapse: every count is over distinct event ids.
+-- Duplicates collapse: every count is over distinct event ids (as 64-bit
+-- CityHash values: a collision needs ~4 billion events in one group).
 -- Parameters: from, to (Unix ns), host ('' = all), scope ('' = all), limit.
 SELECT
     run_id,
@@ -13,13 +14,13 @@ SELECT
     anyIf(server_name, server_name != '') AS server,
     min(time_ns) AS first_ns,
     max(time_ns) AS last_ns,
-    uniqExactIf(event_id, kind = 'decision' AND decision = 'allow') AS calls_allowed,
-    uniqExactIf(event_id, kind = 'decision' AND decision = 'deny') AS calls_denied,
-    uniqExactIf(event_id, kind = 'landlock_denial') AS kernel_denials,
-    uniqExactIf(event_id, kind = 'finding') AS findings,
+    uniqExactIf(cityHash64(event_id), kind = 'decision' AND decision = 'allow') AS calls_allowed,
+    uniqExactIf(cityHash64(event_id), kind = 'decision' AND decision = 'deny') AS calls_denied,
+    uniqExactIf(cityHash64(event_id), kind = 'landlock_denial') AS kernel_denials,
+    uniqExactIf(cityHash64(event_id), kind = 'finding') AS findings,
     multiIf(
-        uniqExactIf(event_id, kind = 'finding' AND finding_type = 'ESCAPE') > 0, 'ESCAPE',
-        uniqExactIf(event_id, kind = 'finding' AND severity IN ('critical', 'high')) > 0, 'ATTENTION',
+        uniqExactIf(cityHash64(event_id), kind = 'finding' AND finding_type = 'ESCAPE') > 0, 'ESCAPE',
+        uniqExactIf(cityHash64(event_id), kind = 'finding' AND severity IN ('critical', 'high')) > 0, 'ATTENTION',
         findings > 0, 'REVIEW',
         'CLEAN') AS verdict
 FROM

@@ -1,24 +1,26 @@
 -- timeline: the per-call timeline of one run, oldest first: launch, every
--- tool-call decision (with its window), the kernel's file operations and
--- denials, and the findings, one row per distinct event.
+-- tool-call decision (with its duration), the kernel's file operations and
+-- denials, and the findings; one row per distinct event (GROUP BY event_id
+-- collapses redelivered duplicates before merges do).
 -- Parameters: run (run id), limit.
 SELECT
-    time_ns,
-    kind,
-    op_id,
-    tool,
-    multiIf(kind = 'decision', concat(decision, if(error_code != '', concat(':', error_code), '')),
-            kind = 'file_op', verdict,
-            kind = 'finding', concat(finding_type, ':', severity),
-            kind = 'launch', concat(phase, ':', mode),
-            kind = 'landlock_denial', arrayStringConcat(blockers, ','),
+    any(time_ns) AS time_ns,
+    any(kind) AS kind,
+    any(op_id) AS op_id,
+    any(tool) AS tool,
+    multiIf(kind = 'decision', concat(any(decision), if(any(error_code) != '', concat(':', any(error_code)), '')),
+            kind = 'file_op', any(verdict),
+            kind = 'finding', concat(any(finding_type), ':', any(severity)),
+            kind = 'launch', concat(any(phase), ':', any(mode)),
+            kind = 'landlock_denial', arrayStringConcat(any(blockers), ','),
             '') AS what,
-    multiIf(kind = 'decision', action_class, kind = 'file_op', concat(syscall, ':', flags_class), '') AS detail,
-    path_class,
-    substring(path_hash, 1, 16) AS path,
-    if(kind = 'decision', end_ns - start_ns, 0) AS call_ns,
+    multiIf(kind = 'decision', any(action_class), kind = 'file_op', concat(any(syscall), ':', any(flags_class)), '') AS detail,
+    any(path_class) AS path_class,
+    substring(any(path_hash), 1, 16) AS path,
+    if(kind = 'decision', any(end_ns) - any(start_ns), 0) AS call_ns,
     event_id
-FROM events FINAL
+FROM events
 WHERE run_id = {run:String}
+GROUP BY event_id
 ORDER BY time_ns, event_id
 LIMIT {limit:UInt32}
