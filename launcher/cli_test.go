@@ -432,3 +432,56 @@ func TestPythonServerUnderFence(t *testing.T) {
 		{name: "read shadow", req: map[string]any{"op": "read", "path": "/etc/shadow"}, errno: []string{"EACCES"}},
 	})
 }
+
+// TestClientGoneStopsServer: when the client stops reading (its end of
+// stdout closed), the launcher is not killed by SIGPIPE: it stops the
+// server and still writes the exit record.
+func TestClientGoneStopsServer(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	cmd := exec.Command(b.Mcpwarden, "run", fencetest.RelayFlag, "--scope", scope, "--base", w.base, "--audit-log", log, "--", b.Naive)
+	cmd.Dir = w.base
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = outW
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outW.Close()
+	if _, err := stdin.Write([]byte(`{"op":"ping"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 256)
+	if _, err := outR.Read(line); err != nil {
+		t.Fatal(err)
+	}
+	outR.Close() // the client stops reading; stdin stays open
+	for i := 0; i < 3; i++ {
+		_, _ = stdin.Write([]byte(`{"op":"ping"}` + "\n"))
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the launcher kept running after its client went away")
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Fatalf("the launcher died of %v", ws.Signal())
+	}
+	recs := readRecords(t, log)
+	if len(recs) != 2 || recs[1].Launch.Phase != "exit" {
+		t.Fatalf("want start and exit records, got %+v", recs)
+	}
+}

@@ -450,6 +450,7 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 	expiry := time.NewTimer(time.Until(cfg.Scope.NotAfter))
 	defer expiry.Stop()
 	reason := ""
+	mediatorEnded := false
 
 	for {
 		s.mu.Lock()
@@ -464,6 +465,17 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 			continue
 		case <-clientEOF:
 			clientEOF = nil // wait for the server to follow the EOF, then escalate
+			go s.escalate(p)
+			continue
+		case err := <-mdone:
+			// The mediator is done: the client went away (a closed stdout
+			// ends the relay with EPIPE), the server closed its output, or
+			// the mediator failed. The server must not run on unattended.
+			mdone, mediatorEnded = nil, true
+			if err != nil && !errors.Is(err, context.Canceled) {
+				fmt.Fprintln(cfg.Stderr, "mcpwarden: mediator:", err)
+			}
+			p.stdin.Close()
 			go s.escalate(p)
 			continue
 		case <-ctx.Done():
@@ -483,9 +495,11 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 			continue
 		}
 		// Let the mediator drain what the server wrote before it exited.
-		select {
-		case <-mdone:
-		case <-time.After(2 * time.Second):
+		if !mediatorEnded {
+			select {
+			case <-mdone:
+			case <-time.After(2 * time.Second):
+			}
 		}
 		cancel()
 		p.stdout.Close()

@@ -110,6 +110,9 @@ func cmdRun(ctx context.Context, args []string) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	// A client that goes away must not kill the launcher with SIGPIPE before
+	// it has stopped the server and written the exit record.
+	signal.Ignore(syscall.SIGPIPE)
 
 	cfg := launcher.Config{
 		Scope:        scope,
