@@ -312,3 +312,58 @@ func BenchmarkUnwatchedOverhead(b *testing.B) {
 	b.ReportMetric(diffs[len(diffs)/2], "added_ns/open")
 	b.ReportMetric(base[len(base)/2], "base_ns/open")
 }
+
+// BenchmarkWatchedOverhead estimates what being watched adds to an
+// open()+close() (record built, put on the ring, decoded into Go on the
+// other core) on top of the unwatched hook, by alternating unwatched and
+// watched rounds and taking the median difference.
+func BenchmarkWatchedOverhead(b *testing.B) {
+	testenv.RequireRoot(b)
+	path := benchFile(b)
+	p, err := Load(DefaultConfig())
+	if err != nil {
+		b.Fatalf("load probes: %v", err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan kevent.Record, 1<<16)
+	go func() { _ = p.Run(ctx, out) }()
+	go func() {
+		for range out {
+		}
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	loop := func(n int) time.Duration {
+		start := time.Now()
+		for range n {
+			fd, err := unix.Openat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			unix.Close(fd)
+		}
+		return time.Since(start)
+	}
+	before, _ := p.Counters()
+	const rounds, perRound = 21, 50_000
+	var diffs []float64
+	for range b.N {
+		for range rounds {
+			off := loop(perRound)
+			if err := p.Watch(uint32(os.Getpid()), 1); err != nil {
+				b.Fatal(err)
+			}
+			on := loop(perRound)
+			if _, err := p.Unwatch(1); err != nil {
+				b.Fatal(err)
+			}
+			diffs = append(diffs, float64(on-off)/perRound)
+		}
+	}
+	after, _ := p.Counters()
+	slices.Sort(diffs)
+	b.ReportMetric(diffs[len(diffs)/2], "added_ns/open")
+	b.ReportMetric(float64(after.RingDrops-before.RingDrops+after.QueueDrops-before.QueueDrops), "drops")
+}
