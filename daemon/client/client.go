@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/daemon/api"
@@ -69,6 +70,9 @@ func (c *Client) do(ctx context.Context, req api.Request) (*api.Response, error)
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	if errors.Is(err, os.ErrPermission) {
+		return nil, fmt.Errorf("%w: %s is root-only (%w): run as root, or as the daemon's user", ErrDaemon, c.Socket, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot reach %s (%w): start it with 'mcpwarden daemon --socket %s' or drop --daemon-socket", ErrDaemon, c.Socket, err, c.Socket)
 	}
