@@ -145,10 +145,17 @@ func Run(ctx context.Context, conn driver.Conn, name string, p Params) (*Result,
 		}
 		return nil, fmt.Errorf("%w; canned queries: %s", err, strings.Join(names, ", "))
 	}
+	if name == "timeline" && p.Host == "" {
+		return timelineAllHosts(ctx, conn, p)
+	}
 	sql, err := Bind(text, p.values())
 	if err != nil {
 		return nil, err
 	}
+	return runSQL(ctx, conn, name, sql)
+}
+
+func runSQL(ctx context.Context, conn driver.Conn, name, sql string) (*Result, error) {
 	rows, err := conn.Query(ctx, sql)
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", name, err)
@@ -174,6 +181,57 @@ func Run(ctx context.Context, conn driver.Conn, name string, p Params) (*Result,
 		return nil, fmt.Errorf("query %s: %w", name, err)
 	}
 	return res, nil
+}
+
+// timelineAllHosts finds the run's host(s) first: with the host the
+// primary key narrows the scan to the run's ranges.
+func timelineAllHosts(ctx context.Context, conn driver.Conn, p Params) (*Result, error) {
+	// The small kinds first (launch, decision, ...: a tenth of the rows);
+	// only a run with nothing but file operations needs the full scan.
+	var hosts []string
+	for _, where := range []string{"kind != 'file_op' AND run_id = ?", "run_id = ?"} {
+		rows, err := conn.Query(ctx, "SELECT DISTINCT host FROM events WHERE "+where+" ORDER BY host", p.Run)
+		if err != nil {
+			return nil, fmt.Errorf("query timeline: find the run's host: %w", err)
+		}
+		for rows.Next() {
+			var h string
+			if err := rows.Scan(&h); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("query timeline: %w", err)
+			}
+			hosts = append(hosts, h)
+		}
+		rows.Close()
+		if len(hosts) > 0 {
+			break
+		}
+	}
+	var out *Result
+	for _, h := range hosts {
+		q := p
+		q.Host = h
+		r, err := Run(ctx, conn, "timeline", q)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = r
+		} else {
+			out.Rows = append(out.Rows, r.Rows...)
+		}
+	}
+	if out == nil {
+		text, _ := chschema.Query("timeline")
+		q := p
+		q.Host = "\x00none"
+		sql, err := Bind(text, q.values())
+		if err != nil {
+			return nil, err
+		}
+		return runSQL(ctx, conn, "timeline", sql)
+	}
+	return out, nil
 }
 
 // WriteJSON writes the rows as a JSON array of objects keyed by column.
