@@ -54,6 +54,13 @@ struct {
 } watched SEC(".maps");
 
 // inflight holds a watched thread's syscall arguments from enter to exit.
+//
+// The requested paths of calls that return no descriptor (rename, unlink,
+// mkdir, link, symlink, truncate) are copied here at syscall entry, right
+// before the kernel copies them itself: read at exit, another thread of the
+// process would have the whole call to rewrite the string and disguise
+// what was renamed or removed. Paths longer than PRE_MAX are read at exit.
+#define PRE_MAX 256
 struct args {
 	__u64 path1;
 	__u64 path2;
@@ -62,6 +69,11 @@ struct args {
 	__s32 dfd2;
 	__u32 op;
 	__u32 slot;
+	__u16 n1; // bytes of p1 read at entry, NUL included; 0: read at exit
+	__u16 n2;
+	__u32 pad;
+	char p1[PRE_MAX];
+	char p2[PRE_MAX];
 };
 
 struct {
@@ -70,6 +82,15 @@ struct {
 	__type(key, __u64);
 	__type(value, struct args);
 } inflight SEC(".maps");
+
+// args_zero is the all-zero value a thread's first inflight entry is
+// inserted from (struct args does not fit the BPF stack).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct args);
+} args_zero SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -107,31 +128,57 @@ static __always_inline __u32 *watched_slot(void)
 	return bpf_map_lookup_elem(&watched, &tgid);
 }
 
+static __always_inline bool is_open(__u32 op)
+{
+	return op == OP_OPEN || op == OP_OPENAT || op == OP_OPENAT2 || op == OP_CREAT || op == OP_OPEN_BY_HANDLE_AT;
+}
+
+static __always_inline void pre_read(char *dst, __u16 *n, __u64 uptr)
+{
+	*n = 0;
+	if (!uptr)
+		return;
+	long r = bpf_probe_read_user_str(dst, PRE_MAX, (const void *)uptr);
+	if (r > 0 && r < PRE_MAX)
+		*n = r;
+}
+
 static __always_inline int enter(__u32 op, __s32 dfd1, __u64 path1, __s32 dfd2, __u64 path2, __u64 flags)
 {
 	__u32 *slot = watched_slot();
 	if (!slot)
 		return 0;
-	struct args a = {
-		.path1 = path1,
-		.path2 = path2,
-		.flags = flags,
-		.dfd1 = dfd1,
-		.dfd2 = dfd2,
-		.op = op,
-		.slot = *slot,
-	};
 	// A thread's entry is reused in place from one syscall to the next:
 	// lookups are lock-free, inserts and deletes take a bucket lock. It is
 	// deleted when the thread exits (sched_exit) or its run is unwatched.
 	__u64 id = bpf_get_current_pid_tgid();
-	struct args *slot_args = bpf_map_lookup_elem(&inflight, &id);
-	if (slot_args) {
-		*slot_args = a;
-		return 0;
+	struct args *a = bpf_map_lookup_elem(&inflight, &id);
+	if (!a) {
+		__u32 zero = 0;
+		struct args *z = bpf_map_lookup_elem(&args_zero, &zero);
+		if (!z)
+			return 0;
+		if (bpf_map_update_elem(&inflight, &id, z, BPF_NOEXIST)) {
+			count(STAT_INFLIGHT_FULL);
+			return 0;
+		}
+		a = bpf_map_lookup_elem(&inflight, &id);
+		if (!a)
+			return 0;
 	}
-	if (bpf_map_update_elem(&inflight, &id, &a, BPF_NOEXIST))
-		count(STAT_INFLIGHT_FULL);
+	a->path1 = path1;
+	a->path2 = path2;
+	a->flags = flags;
+	a->dfd1 = dfd1;
+	a->dfd2 = dfd2;
+	a->slot = *slot;
+	a->n1 = 0;
+	a->n2 = 0;
+	if (!is_open(op) && op != OP_IO_URING_SETUP) {
+		pre_read(a->p1, &a->n1, path1);
+		pre_read(a->p2, &a->n2, path2);
+	}
+	a->op = op; // last: marks the entry as a call in flight
 	return 0;
 }
 
@@ -244,14 +291,22 @@ static __always_inline __u32 walk_fd(struct buf *b, __u32 *off, int fd)
 
 // user_path copies a requested path; when it is relative, the walk of the
 // directory it is resolved against follows it.
-static __always_inline void user_path(struct buf *b, __u32 *off, int field, __u64 uptr, int dfd)
+static __always_inline void user_path(struct buf *b, __u32 *off, int field, __u64 uptr, int dfd, const char *pre, __u16 npre)
 {
 	if (*off >= EVENT_DATA_MAX - PATH_READ_MAX) {
 		b->ev.ev_flags |= EVF_TRUNCATED;
 		return;
 	}
 	__u32 at = *off & DATA_MASK;
-	long n = bpf_probe_read_user_str(&b->data[at], PATH_READ_MAX, (const void *)uptr);
+	long n;
+	if (npre > 0) {
+		// the copy taken at syscall entry
+		n = npre & (PRE_MAX - 1);
+		if (bpf_probe_read_kernel(&b->data[at], n, pre))
+			n = -1;
+	} else {
+		n = bpf_probe_read_user_str(&b->data[at], PATH_READ_MAX, (const void *)uptr);
+	}
 	if (n <= 0) {
 		b->ev.ev_flags |= EVF_FAULT;
 		return;
@@ -262,10 +317,6 @@ static __always_inline void user_path(struct buf *b, __u32 *off, int field, __u6
 		b->ev.field_len[field + 1] = walk_fd(b, off, dfd);
 }
 
-static __always_inline bool is_open(__u32 op)
-{
-	return op == OP_OPEN || op == OP_OPENAT || op == OP_OPENAT2 || op == OP_CREAT || op == OP_OPEN_BY_HANDLE_AT;
-}
 
 static __always_inline struct buf *new_buf(__u32 op, __u32 slot)
 {
@@ -312,27 +363,29 @@ static __always_inline int leave(long ret)
 	struct args *a = bpf_map_lookup_elem(&inflight, &id);
 	if (!a || !a->op)
 		return 0;
-	struct args args = *a;
-	a->op = 0; // consumed; the entry stays for the thread's next call
+	__u32 op = a->op;
 
-	struct buf *b = new_buf(args.op, args.slot);
-	if (!b)
+	struct buf *b = new_buf(op, a->slot);
+	if (!b) {
+		a->op = 0;
 		return 0;
+	}
 	b->ev.ret = ret;
-	b->ev.flags = args.flags;
+	b->ev.flags = a->flags;
 	__u32 off = 0;
-	if (args.op == OP_IO_URING_SETUP || (args.op == OP_OPEN_BY_HANDLE_AT && ret < 0)) {
+	if (op == OP_IO_URING_SETUP || (op == OP_OPEN_BY_HANDLE_AT && ret < 0)) {
 		// no path: a failed open_by_handle_at names a file handle, not a path
-		if (args.op == OP_OPEN_BY_HANDLE_AT)
+		if (op == OP_OPEN_BY_HANDLE_AT)
 			b->ev.ev_flags |= EVF_FAULT;
-	} else if (is_open(args.op) && ret >= 0) {
+	} else if (is_open(op) && ret >= 0) {
 		b->ev.ev_flags |= EVF_FD_RESOLVED;
 		b->ev.field_len[1] = walk_fd(b, &off, (int)ret);
 	} else {
-		user_path(b, &off, 0, args.path1, args.dfd1);
-		if (args.path2)
-			user_path(b, &off, 2, args.path2, args.dfd2);
+		user_path(b, &off, 0, a->path1, a->dfd1, a->p1, a->n1);
+		if (a->path2)
+			user_path(b, &off, 2, a->path2, a->dfd2, a->p2, a->n2);
 	}
+	a->op = 0; // consumed; the entry stays for the thread's next call
 	submit(b, off);
 	return 0;
 }

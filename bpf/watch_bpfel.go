@@ -22,6 +22,11 @@ type WatchArgs struct {
 	Dfd2  int32
 	Op    uint32
 	Slot  uint32
+	N1    uint16
+	N2    uint16
+	Pad   uint32
+	P1    [256]int8
+	P2    [256]int8
 }
 
 type WatchBuf struct {
@@ -49,6 +54,7 @@ type WatchEvent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	WatchMapArgsZero             = "args_zero"
 	WatchMapEvents               = "events"
 	WatchMapInflight             = "inflight"
 	WatchMapScratch              = "scratch"
@@ -188,6 +194,7 @@ type WatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type WatchMapSpecs struct {
+	ArgsZero *ebpf.MapSpec `ebpf:"args_zero"`
 	Events   *ebpf.MapSpec `ebpf:"events"`
 	Inflight *ebpf.MapSpec `ebpf:"inflight"`
 	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
@@ -223,6 +230,7 @@ func (o *WatchObjects) Close() error {
 //
 // It can be passed to LoadWatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type WatchMaps struct {
+	ArgsZero *ebpf.Map `ebpf:"args_zero"`
 	Events   *ebpf.Map `ebpf:"events"`
 	Inflight *ebpf.Map `ebpf:"inflight"`
 	Scratch  *ebpf.Map `ebpf:"scratch"`
@@ -232,6 +240,7 @@ type WatchMaps struct {
 
 func (m *WatchMaps) Close() error {
 	return _WatchClose(
+		m.ArgsZero,
 		m.Events,
 		m.Inflight,
 		m.Scratch,

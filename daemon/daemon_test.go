@@ -84,6 +84,13 @@ func child(mode, ws, out string) int {
 		if err := exec.Command("/bin/cat", filepath.Join(ws, "child.txt")).Run(); err != nil {
 			return 17
 		}
+	case "writes":
+		// Relative paths against the cwd, as servers use them.
+		if os.Chdir(ws) != nil || os.Mkdir("d1", 0o755) != nil || os.WriteFile("w.txt", []byte("w"), 0o644) != nil ||
+			os.Rename("w.txt", "d1/w2.txt") != nil || os.Remove("d1/w2.txt") != nil ||
+			os.Rename("x.txt", filepath.Join(filepath.Dir(out), "x-moved.txt")) != nil {
+			return 20
+		}
 	case "flood":
 		for range 5000 {
 			if read(filepath.Join(ws, "inside.txt")) != nil {
@@ -174,6 +181,7 @@ func short(s string) string {
 }
 
 type harness struct {
+	access schema.AccessMode // of the scope registered runs get (default read)
 	t      *testing.T
 	sink   *memSink
 	hasher *schema.PathHasher
@@ -195,7 +203,7 @@ func startDaemonWith(t *testing.T, sink *memSink, tune ...func(*Config)) *harnes
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, sink: sink, hasher: hasher, socket: filepath.Join(root, "sock", "daemon.sock"),
+	h := &harness{access: schema.AccessRead, t: t, sink: sink, hasher: hasher, socket: filepath.Join(root, "sock", "daemon.sock"),
 		base: filepath.Join(root, "base"), out: filepath.Join(root, "outside", "secret-notes.txt")}
 	h.ws = filepath.Join(h.base, "ws")
 	for _, d := range []string{h.ws, filepath.Dir(h.out)} {
@@ -203,7 +211,7 @@ func startDaemonWith(t *testing.T, sink *memSink, tune ...func(*Config)) *harnes
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"inside.txt", "child.txt", "unwatched.txt"} {
+	for _, f := range []string{"inside.txt", "child.txt", "unwatched.txt", "x.txt"} {
 		if err := os.WriteFile(filepath.Join(h.ws, f), []byte(f), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +259,7 @@ func startDaemonWith(t *testing.T, sink *memSink, tune ...func(*Config)) *harnes
 
 func (h *harness) scope() (*schema.CanonicalScope, string) {
 	h.t.Helper()
-	s := &schema.Scope{ScopeID: "daemon-test", AllowedPaths: []string{"ws"}, AccessMode: schema.AccessRead,
+	s := &schema.Scope{ScopeID: "daemon-test", AllowedPaths: []string{"ws"}, AccessMode: h.access,
 		ToolAllowlist: []string{"read_file"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 10}
 	cs, err := schema.Canonicalize(s, h.base, time.Now())
 	if err != nil {
@@ -372,6 +380,33 @@ func TestDaemonObservesRuns(t *testing.T) {
 		e := h.sink.waitFor(t, "io_uring finding", func(e *schema.Event) bool { return e.RunID == runID && e.Finding != nil })
 		if e.Finding.Type != schema.FindingObservationGap || !strings.HasPrefix(e.Finding.Reason, "io_uring_setup") {
 			t.Errorf("finding %+v", *e.Finding)
+		}
+	})
+
+	t.Run("write operations resolved against the cwd", func(t *testing.T) {
+		h.access = schema.AccessWrite
+		defer func() { h.access = schema.AccessRead }()
+		_, runID := h.run("writes", schema.ModeAudit, true)
+		for _, c := range []struct {
+			path    string
+			syscall string
+			access  string
+			verdict classify.Verdict
+		}{
+			{filepath.Join(h.ws, "d1"), "mkdir", "create", classify.Allowed},
+			{filepath.Join(h.ws, "w.txt"), "open", "create", classify.Allowed},
+			{filepath.Join(h.ws, "w.txt"), "rename", "write", classify.Allowed},
+			{filepath.Join(h.ws, "d1", "w2.txt"), "rename", "create", classify.Allowed},
+			{filepath.Join(h.ws, "d1", "w2.txt"), "unlink", "write", classify.Allowed},
+			{filepath.Join(h.ws, "x.txt"), "rename", "write", classify.Allowed},
+			{filepath.Join(filepath.Dir(h.out), "x-moved.txt"), "rename", "create", classify.Escape},
+		} {
+			hash := h.hasher.Hash(c.path)
+			h.sink.waitFor(t, c.syscall+" "+filepath.Base(c.path), func(e *schema.Event) bool {
+				f := e.FileOp
+				return e.RunID == runID && f != nil && f.PathHash == hash && strings.HasPrefix(f.Syscall, c.syscall) &&
+					f.FlagsClass == c.access && f.Verdict == string(c.verdict)
+			})
 		}
 	})
 
