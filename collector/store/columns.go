@@ -214,10 +214,91 @@ func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 		return fmt.Errorf("prepare ClickHouse insert: %w", err)
 	}
 	defer b.Abort() //nolint:errcheck // no-op after Send
+	// Column by column: one typed slice per column appended in bulk, instead
+	// of boxing 58 values per row.
+	n := len(columns)
+	var (
+		strs = make([][]string, n)
+		u8s  = make([][]uint8, n)
+		u32s = make([][]uint32, n)
+		i32s = make([][]int32, n)
+		i64s = make([][]int64, n)
+		u64s = make([][]uint64, n)
+		f64s = make([][]float64, n)
+		arrs = make([][][]string, n)
+	)
+	var r row
+	ptrs := r.pointers() // pointers into r, reused for every event
+	m := len(events)
+	for c, p := range ptrs {
+		switch p.(type) {
+		case *string:
+			strs[c] = make([]string, 0, m)
+		case *uint8:
+			u8s[c] = make([]uint8, 0, m)
+		case *uint32:
+			u32s[c] = make([]uint32, 0, m)
+		case *int32:
+			i32s[c] = make([]int32, 0, m)
+		case *int64:
+			i64s[c] = make([]int64, 0, m)
+		case *uint64:
+			u64s[c] = make([]uint64, 0, m)
+		case *float64:
+			f64s[c] = make([]float64, 0, m)
+		case *[]string:
+			arrs[c] = make([][]string, 0, m)
+		}
+	}
 	for i := range events {
-		r := flatten(&events[i])
-		if err := b.Append(r.values()...); err != nil {
-			return fmt.Errorf("append event %s to ClickHouse batch: %w", events[i].EventID, err)
+		r = flatten(&events[i])
+		for c, p := range ptrs {
+			switch v := p.(type) {
+			case *string:
+				strs[c] = append(strs[c], *v)
+			case *uint8:
+				u8s[c] = append(u8s[c], *v)
+			case *uint32:
+				u32s[c] = append(u32s[c], *v)
+			case *int32:
+				i32s[c] = append(i32s[c], *v)
+			case *int64:
+				i64s[c] = append(i64s[c], *v)
+			case *uint64:
+				u64s[c] = append(u64s[c], *v)
+			case *float64:
+				f64s[c] = append(f64s[c], *v)
+			case *[]string:
+				arrs[c] = append(arrs[c], *v)
+			default:
+				return fmt.Errorf("insert: column %s has an unhandled Go type %T", columns[c], p)
+			}
+		}
+	}
+	cols := make([]any, n)
+	for c, p := range ptrs {
+		switch p.(type) {
+		case *string:
+			cols[c] = strs[c]
+		case *uint8:
+			cols[c] = u8s[c]
+		case *uint32:
+			cols[c] = u32s[c]
+		case *int32:
+			cols[c] = i32s[c]
+		case *int64:
+			cols[c] = i64s[c]
+		case *uint64:
+			cols[c] = u64s[c]
+		case *float64:
+			cols[c] = f64s[c]
+		case *[]string:
+			cols[c] = arrs[c]
+		}
+	}
+	for c, v := range cols {
+		if err := b.Column(c).Append(v); err != nil {
+			return fmt.Errorf("append column %s to ClickHouse batch: %w", columns[c], err)
 		}
 	}
 	if err := b.Send(); err != nil {
