@@ -142,7 +142,7 @@ func (s *memSink) snapshot() []schema.Event {
 // waitFor polls the sink until match returns true for some event.
 func (s *memSink) waitFor(t *testing.T, what string, match func(*schema.Event) bool) *schema.Event {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		for _, e := range s.snapshot() {
 			if match(&e) {
@@ -150,7 +150,7 @@ func (s *memSink) waitFor(t *testing.T, what string, match func(*schema.Event) b
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s event within 10 s; got:\n%s", what, dump(s.snapshot()))
+			t.Fatalf("no %s event within 30 s; got:\n%s", what, dump(s.snapshot()))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -430,7 +430,7 @@ func TestDaemonObservesRuns(t *testing.T) {
 func TestRefusesRunsWhenSinkRefuses(t *testing.T) {
 	h := startDaemonWith(t, &memSink{refuse: true})
 	cs, hash := h.scope()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := client.New(h.socket).Register(context.Background(), api.Registration{
 			RunID: schema.NewID(), RootPID: os.Getpid(), Mode: schema.ModeEnforce, Scope: cs, ScopeHash: hash})

@@ -153,7 +153,7 @@ func TestLandlockDenialRecords(t *testing.T) {
 		t.Fatalf("restricted child: %v", err)
 	}
 	pid := cmd.Process.Pid
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
 		var access *LandlockAccess

@@ -50,7 +50,7 @@ func TestWatchedOpenIsSeen(t *testing.T) {
 	}
 	f.Close()
 	_, _ = os.Open(filepath.Join(dir, "missing"))
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(30 * time.Second)
 	var gotLink, gotMissing bool
 	for !(gotLink && gotMissing) {
 		select {
