@@ -186,21 +186,29 @@ func BenchmarkOpenClose(b *testing.B) {
 				srvs[name].openClose(b, files[depth], chunk) // warm the dentry cache
 			}
 			total := map[string]time.Duration{}
+			best := map[string]time.Duration{}
 			n, round := 0, 0
 			for b.Loop() {
 				// Rotate the order so that none always runs right after another.
 				for i := range names {
 					name := names[(i+round)%len(names)]
-					total[name] += srvs[name].openClose(b, files[depth], chunk)
+					d := srvs[name].openClose(b, files[depth], chunk)
+					total[name] += d
+					if best[name] == 0 || d < best[name] {
+						best[name] = d
+					}
 				}
 				n += chunk
 				round++
 			}
+			// The mean suffers from whatever else runs on the machine; the
+			// best chunk is each server's cost when it had a core to itself.
 			for _, name := range names {
 				b.ReportMetric(float64(total[name].Nanoseconds())/float64(n), name+"-ns/open")
+				b.ReportMetric(float64(best[name].Nanoseconds())/chunk, name+"-best-ns/open")
 			}
-			b.ReportMetric(100*(float64(total["fence"])/float64(total["floor"])-1), "fence-vs-floor-%")
-			b.ReportMetric(100*(float64(total["fence"])/float64(total["floor+seccomp"])-1), "fence-vs-floor+seccomp-%")
+			b.ReportMetric(100*(float64(best["fence"])/float64(best["floor"])-1), "fence-vs-floor-best-%")
+			b.ReportMetric(100*(float64(best["fence"])/float64(best["floor+seccomp"])-1), "fence-vs-floor+seccomp-best-%")
 		})
 	}
 }

@@ -42,6 +42,9 @@ func main() {
 	var rs rules
 	flag.Var(&rs, "rule", "ACCESS_HEX:PATH")
 	withSeccomp := flag.Bool("seccomp", false, "also install the launcher's seccomp filter")
+	restrictFlags := flag.Uint("flags", 0, "landlock_restrict_self flags (2 = log denials after exec)")
+	netHandled := flag.Uint64("net", 0, "handled network rights")
+	scoped := flag.Uint64("scoped", 0, "handled scopes")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: landlockfloor -fs HEX [-rule HEX:PATH]... -- PROG ARGS")
@@ -50,7 +53,7 @@ func main() {
 	runtime.LockOSThread()
 	fs, err := strconv.ParseUint(*handled, 16, 64)
 	check(err)
-	attr := rulesetAttr{fs: fs}
+	attr := rulesetAttr{fs: fs, net: *netHandled, scoped: *scoped}
 	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	checkErrno(e)
 	for _, r := range rs {
@@ -65,7 +68,7 @@ func main() {
 		unix.Close(pfd)
 	}
 	check(unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-	_, _, e = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0)
+	_, _, e = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, uintptr(*restrictFlags), 0)
 	checkErrno(e)
 	if *withSeccomp {
 		filter, err := sandbox.BuildFilter(sandbox.NativeArch, sandbox.FilterOptions{BlockIOUring: true})
