@@ -48,7 +48,9 @@ func (e *natsRunExtension) Configure(ctx context.Context, rc *runContext) error 
 		Conn:          nc,
 		SpoolDir:      filepath.Join(rc.StateDir, "spool", "run-"+rc.RunID),
 		SpoolMaxBytes: e.spoolMax,
-		Logger:        rc.Logger,
+		// Spools of earlier runs that ended while NATS was away.
+		Adopt:  filepath.Join(rc.StateDir, "spool", "run-*"),
+		Logger: rc.Logger,
 	})
 	if err != nil {
 		nc.Close()

@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +56,11 @@ type Config struct {
 	AckTimeout time.Duration
 	// ReplayInterval is how often a non-empty spool is retried (default 1 s).
 	ReplayInterval time.Duration
+	// Adopt is a glob of other spool directories this publisher drains when
+	// NATS is reachable and nobody holds them (e.g. STATE_DIR/spool/run-*:
+	// spools of runs that ended while NATS was away). Drained ones are
+	// removed.
+	Adopt string
 	// EnsureStream, when set, creates or updates the stream at start-up (the
 	// embedded single-host setup). Fleets manage the stream centrally and
 	// leave it nil.
@@ -372,6 +379,9 @@ func (p *Publisher) replayLoop() {
 		if err := p.replay(); err != nil {
 			p.log.Debug("spool replay paused", "error", err)
 		}
+		if p.cfg.Adopt != "" && p.cfg.Conn.IsConnected() {
+			p.adopt()
+		}
 	}
 }
 
@@ -429,6 +439,68 @@ func (p *Publisher) replay() error {
 		p.replayed.Add(uint64(len(recs)))
 		p.published.Add(uint64(len(recs)))
 	}
+}
+
+// adopt drains orphaned spools matching cfg.Adopt, oldest records first,
+// skipping any that another process holds.
+func (p *Publisher) adopt() {
+	dirs, _ := filepath.Glob(p.cfg.Adopt)
+	own, _ := filepath.Abs(p.cfg.SpoolDir)
+	for _, dir := range dirs {
+		if abs, _ := filepath.Abs(dir); abs == own {
+			continue
+		}
+		sp, err := spool.Open(dir, p.cfg.SpoolMaxBytes)
+		if err != nil {
+			continue // in use by its own publisher, or unreadable
+		}
+		drained := true
+		for sp.Len() > 0 {
+			recs, cur, err := sp.Peek(p.cfg.MaxInFlight)
+			if err == nil {
+				err = p.publishAndWait(recs)
+			}
+			if err == nil {
+				err = sp.Commit(cur)
+			}
+			if err != nil {
+				drained = false
+				break
+			}
+			p.replayed.Add(uint64(len(recs)))
+			p.published.Add(uint64(len(recs)))
+		}
+		sp.Close()
+		if drained {
+			p.log.Info("adopted an orphaned audit spool and drained it", "dir", filepath.Base(dir))
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
+// publishAndWait publishes recs and waits for every acknowledgement.
+func (p *Publisher) publishAndWait(recs []spool.Record) error {
+	futs := make([]jetstream.PubAckFuture, 0, len(recs))
+	for _, rec := range recs {
+		f, err := p.js.PublishMsgAsync(toMsg(rec), jetstream.WithMsgID(rec.MsgID))
+		if err != nil {
+			return err
+		}
+		futs = append(futs, f)
+	}
+	var firstErr error
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if firstErr == nil {
+				firstErr = err
+			}
+		case <-p.done:
+			return errors.New("closing")
+		}
+	}
+	return firstErr
 }
 
 // Flush waits until every message is acknowledged and the spool is empty,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -263,5 +265,51 @@ func TestFullSpoolRefusesAndKeepsWhatItHas(t *testing.T) {
 	}
 	if err := p2.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAdoptsOrphanedSpools: a run that ended while NATS was away left its
+// spool behind; the next publisher configured to adopt such spools
+// delivers them and removes the directory.
+func TestAdoptsOrphanedSpools(t *testing.T) {
+	port := freePort(t)
+	nc := connect(t, "nats://127.0.0.1:"+strconv.Itoa(port))
+	ctx := context.Background()
+	root := t.TempDir()
+	orphan := filepath.Join(root, "run-1")
+	p, err := New(ctx, Config{Conn: nc, SpoolDir: orphan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := eventgen.New("host-o").Mixed(300)
+	if err := p.Publish(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_ = p.Close(cctx)
+
+	srv := startNATS(t, t.TempDir(), port)
+	defer srv.Shutdown()
+	nc2 := connect(t, srv.ClientURL())
+	p2, err := New(ctx, Config{Conn: nc2, SpoolDir: filepath.Join(root, "run-2"), EnsureStream: &stream.Config{},
+		Adopt: filepath.Join(root, "run-*"), ReplayInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close(ctx)
+	ids, _ := readAll(t, nc2, len(evs))
+	if len(ids) != len(evs) {
+		t.Fatalf("%d of %d orphaned events delivered", len(ids), len(evs))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(orphan); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("drained orphan spool not removed")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
