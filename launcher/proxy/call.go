@@ -166,7 +166,6 @@ func (s *session) scopeState() (schema.ErrorCode, string) {
 		return schema.ErrScopeRevoked, "the scope was revoked"
 	}
 	if s.cfg.Scope.Expired(s.cfg.Now()) {
-		go s.stop(ErrScopeExpired)
 		return schema.ErrScopeExpired, "the scope expired"
 	}
 	if s.rec.failed() {
@@ -298,6 +297,12 @@ func (s *session) handleResource(rq *request) {
 func (s *session) handlePlain(rq *request) {
 	if code, reason := s.scopeState(); code != "" {
 		s.toClient(jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: "+string(code)+": "+reason, map[string]string{"error_code": string(code)}))
+		switch code {
+		case schema.ErrScopeExpired:
+			s.stop(ErrScopeExpired)
+		case schema.ErrScopeRevoked:
+			s.stop(ErrScopeRevoked)
+		}
 		return
 	}
 	if err := s.ensureUpstream(nil, rq.meta); err != nil {
@@ -451,11 +456,15 @@ func (s *session) denyCall(rq *request, code schema.ErrorCode, reason string) {
 		s.finish(rq, nil, jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: "+string(code)+": "+reason,
 			map[string]string{"error_code": string(code), "op_id": rq.dec.OpID}), code)
 	}
+	// The denial is written first, then the run stops.
+	if code == schema.ErrScopeExpired {
+		s.stop(ErrScopeExpired)
+	}
 	if code == schema.ErrScopeRevoked {
-		go s.stop(ErrScopeRevoked)
+		s.stop(ErrScopeRevoked)
 	}
 	if code == schema.ErrAuditSinkFull {
-		go s.stop(ErrAuditSink)
+		s.stop(ErrAuditSink)
 	}
 }
 

@@ -74,9 +74,21 @@ func (s *session) readClient(in io.Reader) {
 		}
 	}
 	// The client went away: give the server EOF; it exits and readUpstream
-	// ends the session.
+	// ends the session. A server still taking its first roots gets that
+	// (bounded) time first: killed mid-request it would linger on the
+	// request's timeout instead of exiting.
 	s.mu.Lock()
 	s.clientGone = true
+	deadline := time.Now().Add(s.cfg.WarmupTimeout)
+	for s.initState == 2 && !s.upReady && !s.stopped && time.Now().Before(deadline) {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(time.Until(deadline)):
+		}
+		s.mu.Lock()
+	}
 	stdin := s.upStdin
 	s.mu.Unlock()
 	closeStdin(stdin)

@@ -37,7 +37,11 @@ func TestSeedThroughLauncher(t *testing.T) {
 	h, _ := schema.NewPathHasher(make([]byte, schema.PathKeySize))
 	sink := &memSink{}
 	runID := "fence-" + schema.NewID()[:8]
-	p, err := New(Config{Scope: cs, RunID: runID, Hasher: h, Sink: sink, ServerOrigin: "node"})
+	cfg := Config{Scope: cs, RunID: runID, Hasher: h, Sink: sink, ServerOrigin: "node"}
+	if testing.Verbose() {
+		cfg.Logger = testLogger(t)
+	}
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,6 +90,7 @@ type session struct {
 	serverName string
 	askedRoots chan struct{} // closed when the current server process asks roots/list
 	rootsUser  bool          // the server asks for roots (seen once)
+	rootsKnown bool          // whether the server asks for roots is known
 	upPending  map[int64]*upCall
 	cliPending map[int64]*cliCall
 
@@ -132,7 +133,7 @@ func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.
 func (s *session) run(clientIn io.Reader) error {
 	defer s.cancel()
 	go s.rec.run()
-	go s.readUpstream(0, s.up.Stdout(), s.up.Done())
+	go s.readUpstream(0, s.up.Stdout(), s.upw, s.up.Done())
 
 	if d := s.cfg.Scope.NotAfter.Sub(s.cfg.Now()); d <= 0 {
 		s.stop(ErrScopeExpired)
@@ -364,6 +365,23 @@ func (s *session) restartLoop() {
 			s.mu.Unlock()
 			return
 		}
+		// Let a process that is still taking its first roots finish that
+		// first (bounded): one killed while its roots/list is unanswered
+		// lingers on the request's timeout instead of exiting on EOF.
+		deadline := time.Now().Add(s.cfg.WarmupTimeout)
+		for !s.upReady && !s.stopped && time.Now().Before(deadline) {
+			ch := s.changed
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-time.After(time.Until(deadline)):
+			}
+			s.mu.Lock()
+		}
+		if s.stopped {
+			s.mu.Unlock()
+			return
+		}
 		if roots.Equal(s.effective, s.fence) && s.upReady {
 			s.restarting = false
 			s.broadcastLocked()
@@ -397,6 +415,7 @@ func (s *session) restartLoop() {
 		s.mu.Lock()
 		s.upStdin = s.up.Stdin()
 		s.upw = jsonrpc.NewWriter(s.upStdin)
+		w := s.upw
 		s.fence = target
 		gone := s.clientGone
 		s.mu.Unlock()
@@ -406,8 +425,8 @@ func (s *session) restartLoop() {
 			s.stop(nil)
 			return
 		}
-		go s.readUpstream(gen, s.up.Stdout(), s.up.Done())
-		if err := s.handshake(); err != nil {
+		go s.readUpstream(gen, s.up.Stdout(), w, s.up.Done())
+		if err := s.handshake(false); err != nil {
 			s.stop(errors.Join(ErrUpstream, err))
 			return
 		}

@@ -50,7 +50,7 @@ func (s *session) ensureUpstream(legacyInit map[string]json.RawMessage, modernMe
 		}
 		s.mu.Unlock()
 		s.log.Info("upstream era probed", "era", era)
-		err = s.handshake()
+		err = s.handshake(true)
 	}
 	s.mu.Lock()
 	s.initState = 2
@@ -105,14 +105,19 @@ func (s *session) probe() (string, map[string]json.RawMessage, error) {
 
 // handshake initialises a legacy upstream (initialize, initialized) and,
 // for a server that takes its directories from roots, waits until it has
-// applied them. Modern upstreams need no handshake.
-func (s *session) handshake() error {
+// applied them — in the background when async, so the client's initialize
+// is answered at once while calls wait for readiness. Modern upstreams need
+// no handshake.
+func (s *session) handshake(async bool) error {
 	s.mu.Lock()
 	era := s.upEra
 	params := s.initParams
 	asked := s.askedRoots
-	rootsUser := s.rootsUser
+	// Wait for roots when the server asks for them, or when that is not
+	// known yet (a restart may come before the first process ever asked).
+	waitRoots := s.rootsUser || !s.rootsKnown
 	firstTime := s.upInfo == nil
+	gen := s.upGen
 	s.mu.Unlock()
 	if era == eraLegacy {
 		m := s.internalCall("initialize", params, initTimeout)
@@ -134,16 +139,33 @@ func (s *session) handshake() error {
 		w := s.upw
 		s.mu.Unlock()
 		s.toServer(w, jsonrpc.Request(nil, "notifications/initialized", nil))
-		s.warmup(asked, firstTime || rootsUser)
+		if async {
+			go func() {
+				s.warmup(asked, waitRoots)
+				s.markReady(gen)
+			}()
+			return nil
+		}
+		s.warmup(asked, waitRoots)
 	}
+	s.markReady(gen)
+	return nil
+}
+
+// markReady lets calls through to server process generation gen, unless a
+// restart has replaced it meanwhile.
+func (s *session) markReady(gen uint64) {
 	s.mu.Lock()
+	if gen != s.upGen {
+		s.mu.Unlock()
+		return
+	}
 	s.upReady = true
 	if roots.Equal(s.effective, s.fence) {
 		s.restarting = false
 	}
 	s.broadcastLocked()
 	s.mu.Unlock()
-	return nil
 }
 
 // warmup waits (bounded) for a roots server to ask roots/list and to apply
@@ -160,6 +182,11 @@ func (s *session) warmup(asked chan struct{}, wait bool) {
 	select {
 	case <-asked:
 	case <-t.C:
+		s.mu.Lock()
+		if asked == s.askedRoots { // still the same process: it does not ask for roots
+			s.rootsKnown = true
+		}
+		s.mu.Unlock()
 		return
 	case <-s.done:
 		return
@@ -292,7 +319,7 @@ var (
 )
 
 // readUpstream reads one server process's stdout (generation gen).
-func (s *session) readUpstream(gen uint64, out io.Reader, done <-chan struct{}) {
+func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer, done <-chan struct{}) {
 	r := jsonrpc.NewReader(out, s.cfg.MaxMessageBytes)
 	for {
 		frame, err := r.Next()
@@ -312,7 +339,7 @@ func (s *session) readUpstream(gen uint64, out io.Reader, done <-chan struct{}) 
 		case jsonrpc.KindResponse:
 			s.onUpstreamResponse(gen, m, len(frame))
 		case jsonrpc.KindRequest:
-			s.onUpstreamRequest(gen, m)
+			s.onUpstreamRequest(gen, w, m)
 		case jsonrpc.KindNotification:
 			s.onUpstreamNotification(m)
 		}
@@ -385,12 +412,15 @@ func (s *session) onUpstreamResponse(gen uint64, m *jsonrpc.Message, size int) {
 	s.onCallAnswered(c.req, m, size)
 }
 
-func (s *session) onUpstreamRequest(gen uint64, m *jsonrpc.Message) {
+// onUpstreamRequest answers or relays a request of server process gen; w
+// writes to that process (an old one may still ask while it is replaced,
+// and must get an answer, or it lingers on its request timeout).
+func (s *session) onUpstreamRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Message) {
 	s.mu.Lock()
-	w := s.upw
 	current := gen == s.upGen
 	s.mu.Unlock()
-	if !current {
+	if !current && m.Method != "roots/list" {
+		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInternalError, "the server is being replaced", nil))
 		return
 	}
 	switch m.Method {
@@ -398,11 +428,13 @@ func (s *session) onUpstreamRequest(gen uint64, m *jsonrpc.Message) {
 		s.mu.Lock()
 		res := roots.ListResult(s.effective)
 		s.rootsUser = true
-		asked := s.askedRoots
-		select {
-		case <-asked:
-		default:
-			close(asked)
+		s.rootsKnown = true
+		if current {
+			select {
+			case <-s.askedRoots:
+			default:
+				close(s.askedRoots)
+			}
 		}
 		s.mu.Unlock()
 		s.toServer(w, jsonrpc.Result(m.ID, res))
