@@ -239,6 +239,16 @@ func TestRunExitCodes(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the server ran although the audit log could not be written")
 	}
+	// Runs refused before start are recorded too.
+	var refused int
+	for _, r := range readRecords(t, log) {
+		if r.Launch != nil && r.Launch.ExitReason == "start_failed" && r.Launch.ExitStatus == -1 {
+			refused++
+		}
+	}
+	if refused < 2 {
+		t.Errorf("%d refused runs recorded, want at least 2 (command not found, bad interpreter)", refused)
+	}
 }
 
 // TestSignalForwarding: SIGTERM to the launcher reaches the server, and the

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
@@ -226,3 +227,42 @@ func (l *Launcher) Ruleset() *ruleset.Ruleset { return l.base }
 
 // Profile is the resolved runtime profile.
 func (l *Launcher) Profile() *runtimeprofile.Profile { return l.profile }
+
+// RecordRefusal writes the one launch record of a run that New refused
+// (kernel capability, runtime profile): phase "exit", exit_status -1 and a
+// stable reason class, to the audit log and the sink, so that refused runs
+// are counted too. It returns the first write error.
+func RecordRefusal(ctx context.Context, cfg Config, reason string, kernelABI int) error {
+	if cfg.AuditLog == nil || cfg.Scope == nil || len(cfg.Command) == 0 {
+		return fmt.Errorf("%w: nothing to record the refusal in", ErrAudit)
+	}
+	if cfg.Origin.Host == "" {
+		cfg.Origin = schema.LocalOrigin()
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = schema.ModeEnforce
+	}
+	now := time.Now()
+	if cfg.Now != nil {
+		now = cfg.Now()
+	}
+	ev := cfg.Origin.NewEvent(schema.KindLaunch, cfg.RunID, cfg.Scope.ScopeID, cfg.Scope.Hash, now)
+	ev.Launch = &schema.Launch{
+		Phase:       "exit",
+		Mode:        cfg.Mode,
+		LandlockABI: kernelABI,
+		ServerExe:   filepath.Base(cfg.Command[0]),
+		ExitStatus:  -1,
+		ExitReason:  reason,
+	}
+	events := []schema.Event{ev}
+	if err := cfg.AuditLog.Publish(ctx, events); err != nil {
+		return fmt.Errorf("%w: %v", ErrAudit, err)
+	}
+	if cfg.Sink != nil {
+		if err := cfg.Sink.Publish(ctx, events); err != nil {
+			return fmt.Errorf("%w: sink: %v", ErrAudit, err)
+		}
+	}
+	return nil
+}

@@ -134,7 +134,15 @@ func cmdRun(ctx context.Context, args []string) int {
 	}
 	l, err := launcher.New(cfg)
 	if err != nil {
-		return fail(exitCodeOf(err), err)
+		code := exitCodeOf(err)
+		reason := "start_failed"
+		if code == exitKernel {
+			reason = "refused_kernel"
+		}
+		if rerr := launcher.RecordRefusal(ctx, cfg, reason, launcher.KernelABI()); rerr != nil {
+			fmt.Fprintln(os.Stderr, "mcpwarden:", rerr)
+		}
+		return fail(code, err)
 	}
 	// Signals are forwarded to the server; the run ends when the server does.
 	err = l.Run(context.WithoutCancel(ctx))
