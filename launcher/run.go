@@ -473,7 +473,7 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 			// the mediator failed. The server must not run on unattended.
 			mdone, mediatorEnded = nil, true
 			if err != nil && !errors.Is(err, context.Canceled) {
-				fmt.Fprintln(cfg.Stderr, "mcpwarden: mediator:", err)
+				cfg.Logger.Warn("mediator ended with an error; stopping the server", "run_id", cfg.RunID, "err", err)
 			}
 			p.stdin.Close()
 			go s.escalate(p)
@@ -482,7 +482,7 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 			go s.stop(p)
 			<-p.done
 		case <-expiry.C:
-			fmt.Fprintln(cfg.Stderr, "mcpwarden: the scope expired; stopping the server")
+			cfg.Logger.Warn("the scope expired; stopping the server", "run_id", cfg.RunID, "scope_id", cfg.Scope.ScopeID)
 			reason = "scope_expired"
 			go s.stop(p)
 			<-p.done
