@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher"
@@ -69,19 +71,15 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 	if len(rc.Config.Command) > 0 {
 		origin = filepath.Base(rc.Config.Command[0])
 	}
-	var p *proxy.Proxy
-	srv, err := approval.Listen(rc.StateDir, rc.RunID, rc.Logger, func() { p.Revoke() })
-	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
-	}
-	p, err = proxy.New(proxy.Config{
+	late := &lateApprovals{}
+	p, err := proxy.New(proxy.Config{
 		Scope:            rc.Scope,
 		RunID:            rc.RunID,
 		Origin:           schema.LocalOrigin(),
 		Hasher:           hasher,
 		Sink:             &fanout{audit: rc.AuditLog, cfg: rc.Config},
 		Logger:           rc.Logger,
-		Approvals:        srv,
+		Approvals:        late,
 		ServerOrigin:     origin,
 		MaxMessageBytes:  e.maxMessageBytes,
 		MaxResponseBytes: e.maxResponseBytes,
@@ -90,11 +88,9 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 		RootsTimeout:     e.rootsTimeout,
 	})
 	if err != nil {
-		srv.Close()
 		return err
 	}
-	go srv.Serve(ctx)
-	rc.Config.Mediator = &withApprovals{p: p, srv: srv}
+	rc.Config.Mediator = &withApprovals{p: p, late: late, stateDir: rc.StateDir, runID: rc.RunID, log: rc.Logger}
 	return nil
 }
 
@@ -128,15 +124,61 @@ func (e *proxyExtension) secretPatterns() ([]string, error) {
 	return pats, nil
 }
 
-// withApprovals removes the run's approval socket when the proxy ends.
+// withApprovals opens the run's approval socket for as long as the proxy
+// runs (a run the launcher refuses never creates one).
 type withApprovals struct {
-	p   *proxy.Proxy
-	srv *approval.Server
+	p               *proxy.Proxy
+	late            *lateApprovals
+	stateDir, runID string
+	log             *slog.Logger
 }
 
 func (w *withApprovals) Mediate(ctx context.Context, in io.Reader, out io.Writer, up launcher.Upstream) error {
-	defer w.srv.Close()
+	srv, err := approval.Listen(w.stateDir, w.runID, w.log, w.p.Revoke)
+	if err != nil {
+		// Fail closed: without the socket no call could be approved or the
+		// scope revoked by the operator.
+		if c, ok := up.Stdin().(io.Closer); ok {
+			c.Close()
+		}
+		return fmt.Errorf("proxy: %w", err)
+	}
+	defer srv.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go srv.Serve(sctx)
+	w.late.set(srv)
 	return w.p.Mediate(ctx, in, out, up)
+}
+
+// lateApprovals is the proxy's view of the approval socket, which exists
+// only while the proxy runs.
+type lateApprovals struct {
+	mu  sync.Mutex
+	srv *approval.Server
+}
+
+func (l *lateApprovals) set(s *approval.Server) {
+	l.mu.Lock()
+	l.srv = s
+	l.mu.Unlock()
+}
+
+func (l *lateApprovals) Register(p approval.Pending) <-chan bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.srv == nil {
+		return nil // no socket: only elicitation can approve
+	}
+	return l.srv.Register(p)
+}
+
+func (l *lateApprovals) Unregister(opID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.srv != nil {
+		l.srv.Unregister(opID)
+	}
 }
 
 // fanout writes decision records to the local audit log, then to the
