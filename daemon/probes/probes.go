@@ -142,7 +142,7 @@ func Load(cfg Config) (*Probes, error) {
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load bpf programs (verifier rejected them; kernel 5.8+ with BTF is needed): %w", err)
+			return nil, fmt.Errorf("load bpf programs (verifier rejected them; Linux 6.2+ with BTF at /sys/kernel/btf/vmlinux is needed: bpf_loop, bpf_rdonly_cast): %w", err)
 		}
 		return nil, fmt.Errorf("load bpf programs (run as root with CAP_BPF and CAP_PERFMON): %w", err)
 	}
