@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +198,56 @@ func TestCannedQueries(t *testing.T) {
 	if _, err := Run(context.Background(), st.Conn(), "nope", Params{}); err == nil || !strings.Contains(err.Error(), "runs") {
 		t.Fatalf("unknown query: %v", err)
 	}
+}
+
+// FuzzBind: whatever a flag value holds, a String parameter becomes one
+// quoted literal that decodes back to exactly that value, and an integer
+// parameter is either a plain integer or refused.
+func FuzzBind(f *testing.F) {
+	f.Add(`a'b\c`, "12")
+	f.Add(`'); DROP TABLE events; --`, "1 OR 1")
+	f.Add("\x00\n\r", "-9223372036854775808")
+	f.Fuzz(func(t *testing.T, s, n string) {
+		got, err := Bind("{v:String}", map[string]string{"v": s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) < 2 || got[0] != '\'' || got[len(got)-1] != '\'' {
+			t.Fatalf("not one literal: %q", got)
+		}
+		var dec strings.Builder
+		body := got[1 : len(got)-1]
+		for i := 0; i < len(body); i++ {
+			c := body[i]
+			if c == '\'' {
+				t.Fatalf("unescaped quote in %q", got)
+			}
+			if c != '\\' {
+				dec.WriteByte(c)
+				continue
+			}
+			i++
+			if i >= len(body) {
+				t.Fatalf("dangling backslash in %q", got)
+			}
+			switch body[i] {
+			case '0':
+				dec.WriteByte(0)
+			case 'n':
+				dec.WriteByte('\n')
+			case 'r':
+				dec.WriteByte('\r')
+			default:
+				dec.WriteByte(body[i])
+			}
+		}
+		if dec.String() != s {
+			t.Fatalf("round trip: %q -> %q -> %q", s, got, dec.String())
+		}
+		if out, err := Bind("{n:Int64}", map[string]string{"n": n}); err == nil {
+			if _, perr := strconv.ParseInt(out, 10, 64); perr != nil {
+				t.Fatalf("accepted %q as Int64: %q", n, out)
+			}
+		}
+	})
 }
