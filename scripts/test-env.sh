@@ -62,10 +62,20 @@ mount_kernel_fs() {
 	mountpoint -q /sys/kernel/security || mount -t securityfs securityfs /sys/kernel/security 2>/dev/null || true
 }
 
+# clickhouse_drop_test_dbs removes databases left by test processes that were
+# killed before their cleanup ran (each test makes its own mcpw_test_*).
+# Only those untouched for an hour: tests running right now keep theirs.
+clickhouse_drop_test_dbs() {
+	local db
+	for db in $(clickhouse-client --query "SELECT database FROM system.tables WHERE database LIKE 'mcpw\\_test\\_%' GROUP BY database HAVING max(metadata_modification_time) < now() - 3600" 2>/dev/null); do
+		clickhouse-client --query "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+	done
+}
+
 clickhouse_up() {
 	command -v clickhouse-server >/dev/null || return 0
 	[ "$(id -u)" -eq 0 ] || return 0
-	if clickhouse-client --query 'SELECT 1' >/dev/null 2>&1; then return 0; fi
+	if clickhouse-client --query 'SELECT 1' >/dev/null 2>&1; then clickhouse_drop_test_dbs; return 0; fi
 	echo "test-env: starting clickhouse-server"
 	mkdir -p /var/run/clickhouse-server
 	chown clickhouse:clickhouse /var/run/clickhouse-server 2>/dev/null || true
