@@ -3,9 +3,11 @@ package launcher_test
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -493,5 +495,39 @@ func TestClientGoneStopsServer(t *testing.T) {
 	recs := readRecords(t, log)
 	if len(recs) != 2 || recs[1].Launch.Phase != "exit" {
 		t.Fatalf("want start and exit records, got %+v", recs)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestScopeCheckGolden pins the text output of 'scope check' (paths, hash
+// and time replaced by placeholders). Run with -update to accept a change.
+func TestScopeCheckGolden(t *testing.T) {
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{
+		"scope_id": "golden", "allowed_paths": []string{"allowed", "allowed/a.txt"}, "access_mode": "write",
+		"tool_allowlist": []string{"write_file", "read_text_file"}, "approval": "required_for_write",
+		"network": map[string]any{"connect_tcp": []int{443, 80}},
+	})
+	code, out, stderr := runCLI(t, b.Mcpwarden, w.base, "scope", "check", scope, "--base", w.base)
+	if code != 0 && code != 69 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	out = strings.ReplaceAll(out, w.base, "$BASE")
+	out = regexp.MustCompile(`sha256:[0-9a-f]{64}`).ReplaceAllString(out, "sha256:$$HASH")
+	out = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).ReplaceAllString(out, "$$TIME")
+	golden := filepath.Join("testdata", "scope-check.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if out != string(want) {
+		t.Errorf("scope check output changed (run with -update to accept):\n--- got\n%s\n--- want\n%s", out, want)
 	}
 }
