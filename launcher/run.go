@@ -246,7 +246,9 @@ func (s *server) Restart(ctx context.Context, paths []schema.CanonicalPath) erro
 }
 
 // stop ends p: stdin EOF, then SIGTERM, then SIGKILL, each after StopGrace.
+// Whatever the server left in its session goes with it.
 func (s *server) stop(p *proc) {
+	defer killSession(p.cmd.Process.Pid)
 	p.stdin.Close()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		select {
