@@ -48,6 +48,7 @@ const (
 	DefaultProbeTimeout     = 3 * time.Second
 	DefaultWarmupTimeout    = 2 * time.Second
 	DefaultRestartTimeout   = 30 * time.Second
+	DefaultAskTimeout       = 500 * time.Millisecond
 )
 
 // Config is one proxied run.
@@ -76,7 +77,8 @@ type Config struct {
 	RootsTimeout    time.Duration // how long a call waits for the client's roots answer
 	RestartTimeout  time.Duration // how long a call waits for a narrowing restart of the server
 	ProbeTimeout    time.Duration // server/discover probe of the upstream
-	WarmupTimeout   time.Duration // wait for a roots server to take its first roots
+	WarmupTimeout   time.Duration // wait for a roots server to take its roots after (re)start
+	AskTimeout      time.Duration // wait for a server of unknown habits to ask roots/list
 	Now             func() time.Time
 }
 
@@ -125,6 +127,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.WarmupTimeout <= 0 {
 		cfg.WarmupTimeout = DefaultWarmupTimeout
+	}
+	if cfg.AskTimeout <= 0 {
+		cfg.AskTimeout = DefaultAskTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -177,7 +177,17 @@ func (s *session) warmup(asked chan struct{}, wait bool) {
 		return
 	}
 	deadline := time.Now().Add(s.cfg.WarmupTimeout)
-	t := time.NewTimer(s.cfg.WarmupTimeout)
+	// A server known to ask for roots gets the whole warm-up to ask; one
+	// whose habits are unknown gets AskTimeout: a roots server asks at once
+	// after initialized, and a server that never asks should not hold the
+	// first call for long.
+	s.mu.Lock()
+	askWait := s.cfg.WarmupTimeout
+	if !s.rootsUser {
+		askWait = min(askWait, s.cfg.AskTimeout)
+	}
+	s.mu.Unlock()
+	t := time.NewTimer(askWait)
 	defer t.Stop()
 	select {
 	case <-asked:
