@@ -307,15 +307,17 @@ func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 	return nil
 }
 
-// selectSQL reads rows back, one per event_id even before merges collapse
-// duplicates.
-var selectSQL = "SELECT " + strings.Join(columns, ", ") + " FROM events FINAL"
+// selectSQL reads rows back. No FINAL (on 18.16 it merges far more than
+// the filtered rows): read drops duplicate event ids itself.
+var selectSQL = "SELECT " + strings.Join(columns, ", ") + " FROM events"
 
 // ReadHealthSince returns health events that happened at or after sinceNS.
 func (s *Store) ReadHealthSince(ctx context.Context, sinceNS int64) ([]schema.Event, error) {
 	return s.read(ctx, selectSQL+" WHERE kind = 'health' AND time_ns >= ? ORDER BY time_ns, event_id LIMIT 100000", sinceNS)
 }
 
+// read runs a SELECT of selectSQL's columns and returns one event per
+// event id (redelivered duplicates not merged yet are dropped here).
 func (s *Store) read(ctx context.Context, query string, args ...any) ([]schema.Event, error) {
 	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
@@ -323,36 +325,45 @@ func (s *Store) read(ctx context.Context, query string, args ...any) ([]schema.E
 	}
 	defer rows.Close()
 	var out []schema.Event
+	seen := map[string]bool{}
 	for rows.Next() {
 		var r row
 		if err := rows.Scan(r.pointers()...); err != nil {
 			return nil, fmt.Errorf("read events from ClickHouse: %w", err)
 		}
+		if seen[r.eventID] {
+			continue
+		}
+		seen[r.eventID] = true
 		out = append(out, r.event())
 	}
 	return out, rows.Err()
 }
 
-// ReadRun returns every event of run, duplicates collapsed, oldest first.
-func (s *Store) ReadRun(ctx context.Context, runID string, limit int) ([]schema.Event, error) {
-	return s.read(ctx, selectSQL+" WHERE run_id = ? ORDER BY time_ns, event_id LIMIT ?", runID, uint64(limit))
+// RunRef names a run: run ids are unique, and the host lets the primary key
+// (kind, host, run_id, ...) find a run's rows without a full scan.
+type RunRef struct{ Host, RunID string }
+
+// ReadRun returns every event of run, duplicates dropped, oldest first.
+func (s *Store) ReadRun(ctx context.Context, run RunRef, limit int) ([]schema.Event, error) {
+	return s.read(ctx, selectSQL+" WHERE host = ? AND run_id = ? ORDER BY time_ns, event_id LIMIT ?", run.Host, run.RunID, uint64(limit))
 }
 
 // RunsInsertedSince lists runs with an event inserted at or after since
-// (second resolution), at most limit.
-func (s *Store) RunsInsertedSince(ctx context.Context, sinceUnix int64, limit int) ([]string, error) {
-	rows, err := s.conn.Query(ctx, "SELECT DISTINCT run_id FROM events WHERE inserted_at >= toDateTime(?) AND run_id != '' LIMIT ?", sinceUnix, uint64(limit))
+// (server clock, second resolution), at most limit.
+func (s *Store) RunsInsertedSince(ctx context.Context, sinceUnix int64, limit int) ([]RunRef, error) {
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT host, run_id FROM events WHERE inserted_at >= toDateTime(?) AND run_id != '' LIMIT ?", sinceUnix, uint64(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list recent runs in ClickHouse: %w", err)
 	}
 	defer rows.Close()
-	var out []string
+	var out []RunRef
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var r RunRef
+		if err := rows.Scan(&r.Host, &r.RunID); err != nil {
 			return nil, err
 		}
-		out = append(out, id)
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }

@@ -81,7 +81,7 @@ func TestInsertRoundTripAndDuplicatesCollapse(t *testing.T) {
 	if err := s.Insert(ctx, evs[10:30]); err != nil { // redelivered
 		t.Fatal(err)
 	}
-	got, err := s.ReadRun(ctx, g.RunID, 1000)
+	got, err := s.ReadRun(ctx, RunRef{Host: g.Origin.Host, RunID: g.RunID}, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestInsertRoundTripAndDuplicatesCollapse(t *testing.T) {
 		t.Fatalf("raw %d distinct %d, want distinct %d", raw, distinct, len(evs))
 	}
 	runs, err := s.RunsInsertedSince(ctx, time.Now().Add(-time.Hour).Unix(), 10)
-	if err != nil || len(runs) != 1 || runs[0] != g.RunID {
+	if err != nil || len(runs) != 1 || runs[0] != (RunRef{Host: g.Origin.Host, RunID: g.RunID}) {
 		t.Fatalf("recent runs %v, %v", runs, err)
 	}
 }
