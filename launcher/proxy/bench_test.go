@@ -20,9 +20,10 @@ import (
 
 // rawConn is a synchronous JSON-RPC client on a pair of pipes.
 type rawConn struct {
-	w  io.Writer
-	r  *bufio.Reader
-	id int
+	name string
+	w    io.Writer
+	r    *bufio.Reader
+	id   int
 }
 
 func (c *rawConn) roundTrip(tb testing.TB, method string, params any) []byte {
@@ -34,7 +35,7 @@ func (c *rawConn) roundTrip(tb testing.TB, method string, params any) []byte {
 	for {
 		line, err := c.r.ReadBytes('\n')
 		if err != nil {
-			tb.Fatalf("read: %v", err)
+			tb.Fatalf("%s: read: %v", c.name, err)
 		}
 		var m struct {
 			ID     json.RawMessage `json:"id"`
@@ -88,7 +89,7 @@ func benchProxy(tb testing.TB, cs *schema.CanonicalScope, up upstreamForBench) *
 		<-done
 		log.Close()
 	})
-	return &rawConn{w: cw, r: bufio.NewReaderSize(pr, 1<<20)}
+	return &rawConn{name: "proxy", w: cw, r: bufio.NewReaderSize(pr, 1<<20)}
 }
 
 type upstreamForBench interface {
@@ -116,7 +117,7 @@ func BenchmarkToolCallLatency(b *testing.B) {
 		cs := benchScope(b, base)
 		fs := fsServer(b)
 		direct := startUpstream(b, nil, "node", fs, base)
-		dc := &rawConn{w: direct.Stdin(), r: bufio.NewReaderSize(direct.Stdout(), 1<<20)}
+		dc := &rawConn{name: "direct", w: direct.Stdin(), r: bufio.NewReaderSize(direct.Stdout(), 1<<20)}
 		dc.roundTrip(b, "initialize", initParams)
 		dc.notify(b, "notifications/initialized")
 		pc := benchProxy(b, cs, startUpstream(b, nil, "node", fs))
@@ -130,7 +131,7 @@ func BenchmarkToolCallLatency(b *testing.B) {
 		cs := benchScope(b, base)
 		direct := newEchoUpstream()
 		b.Cleanup(direct.close)
-		dc := &rawConn{w: direct.Stdin(), r: bufio.NewReaderSize(direct.Stdout(), 1<<20)}
+		dc := &rawConn{name: "direct", w: direct.Stdin(), r: bufio.NewReaderSize(direct.Stdout(), 1<<20)}
 		up := newEchoUpstream()
 		b.Cleanup(up.close)
 		pc := benchProxy(b, cs, up)
