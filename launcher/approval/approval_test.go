@@ -71,8 +71,12 @@ func TestOtherUserCannotConnect(t *testing.T) {
 	py := "/usr/bin/python3" // the system one: a per-user pyenv shim is not executable by nobody
 	testenv.RequireFile(t, py, "apt-get install python3")
 	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil { // let nobody reach the approvals dir
-		t.Fatal(err)
+	// Let nobody reach the approvals dir itself, so only its own 0700 mode
+	// and the socket's 0600 keep them out.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s, err := Listen(dir, "run2", nil, nil)
 	if err != nil {
@@ -96,5 +100,17 @@ except OSError as e:
 	}
 	if !strings.HasPrefix(string(out), "refused") {
 		t.Fatalf("user nobody reached the approval socket: %s", out)
+	}
+	// Even with the file modes opened up, the peer credential check refuses.
+	os.Chmod(filepath.Dir(s.Path()), 0o755)
+	os.Chmod(s.Path(), 0o666)
+	cmd = exec.CommandContext(ctx, py, "-c", script, s.Path())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python as nobody: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "only root or the user running the launcher") {
+		t.Fatalf("peer check did not refuse user nobody: %s", out)
 	}
 }
