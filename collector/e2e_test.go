@@ -41,7 +41,7 @@ func goBuild(t *testing.T, out, pkg string) {
 
 // background starts a long-running mcpwarden command; it is interrupted at
 // the end of the test.
-func background(t *testing.T, ready string, name string, args ...string) *bytes.Buffer {
+func background(t *testing.T, ready string, name string, args ...string) *lockedBuffer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -66,7 +66,7 @@ func background(t *testing.T, ready string, name string, args ...string) *bytes.
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return &logBuf.Buffer
+	return &logBuf
 }
 
 // TestEndToEndFindingsInClickHouse drives the real pieces: the naive test

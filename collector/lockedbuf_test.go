@@ -5,20 +5,22 @@ import (
 	"sync"
 )
 
-// lockedBuffer is a bytes.Buffer safe for a child's writes and our reads.
+// lockedBuffer is a buffer safe for a child's writes and our reads. It
+// wraps rather than embeds bytes.Buffer: an embedded ReadFrom would let
+// io.Copy write around the lock.
 type lockedBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
+	return b.buf.Write(p)
 }
 
 func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.String()
+	return b.buf.String()
 }
