@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -50,7 +51,7 @@ func (s *session) readClient(in io.Reader) {
 			// The run was stopped (expiry, revocation, audit failure): every
 			// request still gets an answer, none reaches the server.
 			if m.Kind == jsonrpc.KindRequest {
-				s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeDenied, "mcpwarden: the run was stopped: "+s.stopReason(), nil))
+				s.answerStopped(m)
 			}
 			continue
 		}
@@ -153,6 +154,34 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 	default:
 		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "method not available through mcpwarden", nil))
 	}
+}
+
+// answerStopped answers a request that arrived after the run stopped: a
+// tool call gets the denial the model should see, anything else an error.
+func (s *session) answerStopped(m *jsonrpc.Message) {
+	code := s.stopCode()
+	reason := "the run was stopped: " + s.stopReason()
+	if m.Method != "tools/call" || code == "" {
+		data := map[string]string{}
+		if code != "" {
+			data["error_code"] = string(code)
+		}
+		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeDenied, "mcpwarden: "+reason, data))
+		return
+	}
+	rq := &request{id: m.ID, method: m.Method, raw: m, start: s.cfg.Now(), era: eraLegacy}
+	var params struct {
+		Name string                     `json:"name"`
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	_ = json.Unmarshal(m.Params, &params)
+	if _, ok := params.Meta[metaVersion]; ok {
+		rq.era = eraModern
+		_ = json.Unmarshal(params.Meta[metaVersion], &rq.version)
+	}
+	rq.dec = s.newDecision(rq, truncate(params.Name, 128), policy.ClassNone)
+	rq.dec.Decision = "deny"
+	s.finish(rq, nil, jsonrpc.Result(rq.id, s.denialResult(rq, code, reason)), code)
 }
 
 // maxInFlight bounds the requests the proxy handles at once (each may wait

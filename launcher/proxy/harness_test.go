@@ -194,9 +194,10 @@ type fixture struct {
 }
 
 type fixtureOpts struct {
-	scope    func(*schema.Scope)
-	config   func(*Config)
-	upstream func(t testing.TB) *procUpstream
+	keepClientOpen bool // do not close the proxy's output when Mediate returns
+	scope          func(*schema.Scope)
+	config         func(*Config)
+	upstream       func(t testing.TB) *procUpstream
 }
 
 // fsServer returns the path of the pinned filesystem server.
@@ -274,12 +275,15 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	f := &fixture{t: t, base: base, scope: cs, proxy: p, up: up, sink: sink, errc: make(chan error, 1)}
 	go func() {
 		err := p.Mediate(context.Background(), cr, pw, up)
-		pw.Close()
+		if !o.keepClientOpen {
+			pw.Close()
+		}
 		f.errc <- err
 	}()
 	f.client = newTestClient(t, cw, pr)
 	t.Cleanup(func() {
 		cw.Close()
+		defer pw.Close()
 		select {
 		case <-f.errc:
 		case <-time.After(10 * time.Second):

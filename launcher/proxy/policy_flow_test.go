@@ -344,3 +344,34 @@ func TestSymlinkSwapDuringApproval(t *testing.T) {
 		t.Fatalf("record = %+v", d)
 	}
 }
+
+// TestExpiryTimer lets the scope run out in real time: the run stops by
+// itself, and a call sent afterwards still gets the model-visible denial.
+func TestExpiryTimer(t *testing.T) {
+	f := newFixture(t, fixtureOpts{keepClientOpen: true, scope: func(s *schema.Scope) {
+		issued := time.Now().Add(-60*time.Minute + 2*time.Second)
+		s.IssuedAt = &issued
+	}})
+	c := f.client
+	c.initLegacy(false)
+	in := filepath.Join(f.base, "allowed", "probe.txt")
+	mustRead(t, c, in, "MARKER-ALLOWED")
+	select {
+	case err := <-f.errc:
+		if !errors.Is(err, ErrScopeExpired) {
+			t.Fatalf("Mediate = %v, want ErrScopeExpired", err)
+		}
+		f.errc <- err
+	case <-time.After(15 * time.Second):
+		t.Fatal("the run did not stop at the scope's expiry")
+	}
+	if r := c.read(in); denialCode(r) != string(schema.ErrScopeExpired) {
+		t.Fatalf("read after expiry = %+v", r)
+	}
+	select {
+	case <-f.up.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server was not stopped at expiry")
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool { return d.ErrorCode == string(schema.ErrScopeExpired) })
+}

@@ -204,6 +204,21 @@ func (s *session) stopReason() string {
 	return s.stopErr.Error()
 }
 
+// stopCode is the error class of a policy stop ("" when the server exited).
+func (s *session) stopCode() schema.ErrorCode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case errors.Is(s.stopErr, ErrScopeExpired):
+		return schema.ErrScopeExpired
+	case errors.Is(s.stopErr, ErrScopeRevoked):
+		return schema.ErrScopeRevoked
+	case errors.Is(s.stopErr, ErrAuditSink):
+		return schema.ErrAuditSinkFull
+	}
+	return ""
+}
+
 func (s *session) isStopped() bool {
 	select {
 	case <-s.done:
