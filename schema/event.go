@@ -25,7 +25,10 @@ var Kinds = []Kind{KindLaunch, KindDecision, KindFileOp, KindLandlockDenial, Kin
 //
 // Sanitisation is by construction: no field of any body can hold a prompt,
 // file contents, a full path or a credential. Paths only ever appear as a
-// PathHash (keyed HMAC) plus a PathClass.
+// PathHash (keyed HMAC) plus a PathClass; every other string must be a token
+// or label (Validate, in validate.go), which no path or sentence fits.
+// docs/events.md documents every field; event.schema.json is the JSON
+// Schema, kept in step by TestEventJSONSchemaInStep.
 type Event struct {
 	EventID       string `json:"event_id"` // globally unique; the dedupe key end to end
 	SchemaVersion int    `json:"schema_version"`
