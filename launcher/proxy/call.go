@@ -218,10 +218,25 @@ func (s *session) awaitApproval(rq *request, tool string, class policy.Class) st
 			s.mu.Unlock()
 		}()
 	}
+	// A notifications/cancelled for this request withdraws it.
+	cancelled := make(chan struct{})
+	key := string(rq.id)
+	s.mu.Lock()
+	s.awaiting[key] = cancelled
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.awaiting[key] == cancelled {
+			delete(s.awaiting, key)
+		}
+		s.mu.Unlock()
+	}()
 	t := time.NewTimer(s.cfg.ApprovalTimeout)
 	defer t.Stop()
 	for {
 		select {
+		case <-cancelled:
+			return approvalDenied
 		case ok := <-socket:
 			if ok {
 				return approvalApproved

@@ -349,6 +349,10 @@ func (s *session) forwardCancel(m *jsonrpc.Message) {
 	}
 	rid := bytes.TrimSpace(p["requestId"])
 	s.mu.Lock()
+	if ch, ok := s.awaiting[string(rid)]; ok {
+		delete(s.awaiting, string(rid))
+		close(ch)
+	}
 	var upID int64
 	for id, c := range s.upPending {
 		if c.req != nil && bytes.Equal(bytes.TrimSpace(c.req.id), rid) {

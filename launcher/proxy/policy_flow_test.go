@@ -375,3 +375,27 @@ func TestExpiryTimer(t *testing.T) {
 	}
 	f.sink.waitDecision(t, func(d schema.Decision) bool { return d.ErrorCode == string(schema.ErrScopeExpired) })
 }
+
+func TestCancelWhileAwaitingApproval(t *testing.T) {
+	srv, dir, runID := approvalServer(t)
+	f := newFixture(t, fixtureOpts{
+		scope:  func(s *schema.Scope) { s.Approval = schema.ApprovalRequiredForWrite },
+		config: func(c *Config) { c.Approvals = srv },
+	})
+	c := f.client
+	c.initLegacy(false)
+	target := filepath.Join(f.base, "allowed", "cancelled.txt")
+	ch := c.expect("77")
+	c.sendRaw(`{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"` + target + `","content":"x"}}}`)
+	op := pendingOp(t, dir, runID)
+	c.notify("notifications/cancelled", map[string]any{"requestId": 77, "reason": "user"})
+	if r := decodeTool(t, c.wait(ch)); denialCode(r) != string(schema.ErrApprovalDenied) {
+		t.Fatalf("cancelled call = %+v", r)
+	}
+	if _, err := approval.Send(context.Background(), dir, runID, approval.Request{Action: approval.ActionApprove, OpID: op.OpID}); err == nil {
+		t.Fatal("a cancelled call could still be approved")
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Fatal("the cancelled write happened")
+	}
+}

@@ -93,6 +93,7 @@ type session struct {
 	rootsKnown bool          // whether the server asks for roots is known
 	upPending  map[int64]*upCall
 	cliPending map[int64]*cliCall
+	awaiting   map[string]chan struct{} // client id → closed when the client cancels a call waiting for approval
 
 	clientCaps    map[string]json.RawMessage
 	clientVersion string
@@ -117,6 +118,7 @@ func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.
 		changed:    make(chan struct{}),
 		upPending:  map[int64]*upCall{},
 		cliPending: map[int64]*cliCall{},
+		awaiting:   map[string]chan struct{}{},
 		askedRoots: make(chan struct{}),
 		effective:  slices.Clone(p.cfg.Scope.AllowedPaths),
 		fence:      slices.Clone(p.cfg.Scope.AllowedPaths),
