@@ -49,6 +49,16 @@ func cmdQuery(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	name := pos[0]
+	if _, err := chschema.Query(name); err != nil {
+		names := make([]string, len(query.List))
+		for i, c := range query.List {
+			names[i] = c.Name
+		}
+		return fail(exitUsage, fmt.Errorf("%w; canned queries: %s", err, strings.Join(names, ", ")))
+	}
+	if name == "timeline" && *run == "" {
+		return fail(exitUsage, errors.New("the timeline query needs --run RUN_ID (find run ids with 'mcpwarden query runs')"))
+	}
 	if *showSQL {
 		text, err := chschema.Query(name)
 		if err != nil {
@@ -87,7 +97,7 @@ func cmdQuery(ctx context.Context, args []string) int {
 		From: from, To: to, Host: *host, Scope: *scope, Severity: *severity, Tool: *tool, Run: *run, Limit: *limit,
 	})
 	if err != nil {
-		return fail(exitUsage, err)
+		return fail(exitInternal, err)
 	}
 	if *asJSON {
 		err = res.WriteJSON(os.Stdout)

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"testing"
+)
+
+// TestQueryAndCollectUsage: bad invocations are refused with the usage exit
+// code before anything is contacted.
+func TestQueryAndCollectUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"query"},
+		{"query", "nope"},
+		{"query", "timeline"},
+		{"query", "findings", "--severity", "bogus", "--clickhouse", "clickhouse://127.0.0.1:1/x"},
+		{"query", "runs", "--from", "yesterday"},
+		{"query", "runs", "--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"},
+		{"collect", "extra-arg"},
+		{"collect", "--batch-wait", "soon"},
+	} {
+		if code := dispatch(context.Background(), args); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	if code := dispatch(context.Background(), []string{"query", "runs", "--sql"}); code != exitOK {
+		t.Errorf("query runs --sql: exit %d", code)
+	}
+}
