@@ -2,9 +2,11 @@ package collector_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -121,5 +123,28 @@ func TestCollectProcessKilled(t *testing.T) {
 	}
 	if rows != distinct {
 		t.Fatalf("FINAL: %d rows for %d events", rows, distinct)
+	}
+	// The canned query, through the CLI, counts every call once even though
+	// the killed collector's messages were redelivered.
+	var allowed int
+	for _, e := range evs {
+		if e.Decision != nil && e.Decision.Decision == "allow" {
+			allowed++
+		}
+	}
+	out, err := exec.Command(bin, "query", "runs", "--clickhouse", dsn, "--from", "2020-01-01T00:00:00Z", "--json").Output()
+	if err != nil {
+		t.Fatalf("mcpwarden query runs: %v", err)
+	}
+	var runs []map[string]any
+	if err := json.Unmarshal(out, &runs); err != nil {
+		t.Fatalf("query --json printed %q: %v", out, err)
+	}
+	if len(runs) != 1 || runs[0]["calls_allowed"] != float64(allowed) || runs[0]["verdict"] != "CLEAN" {
+		t.Fatalf("runs: %v (want one run, %d allowed calls)", runs, allowed)
+	}
+	table, err := exec.Command(bin, "query", "runs", "--clickhouse", dsn, "--from", "2020-01-01T00:00:00Z").Output()
+	if err != nil || !strings.Contains(string(table), "VERDICT") || !strings.Contains(string(table), "CLEAN") {
+		t.Fatalf("table output: %v\n%s", err, table)
 	}
 }
