@@ -17,7 +17,6 @@ import (
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/approval"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy"
-	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -115,10 +114,10 @@ func (e *proxyExtension) secretPatterns() ([]string, error) {
 			return nil, errors.New("--secret-patterns: the file lists no pattern; an empty list would serve secrets, so it is refused")
 		}
 	} else if len(e.secretExtra) > 0 {
-		pats = append(pats, policy.DefaultSecretPatterns...)
+		pats = append(pats, schema.DefaultSecretPatterns...)
 	}
 	pats = append(pats, e.secretExtra...)
-	if _, err := policy.NewSecrets(pats); err != nil {
+	if _, err := schema.NewSecrets(pats); err != nil {
 		return nil, fmt.Errorf("secret patterns: %w", err)
 	}
 	return pats, nil

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
+	"github.com/mcpwarden/mcpwarden/schema"
 )
 
 func TestSecretPatternFlags(t *testing.T) {
@@ -22,7 +22,7 @@ func TestSecretPatternFlags(t *testing.T) {
 		wantErr bool
 	}{
 		{"default", proxyExtension{}, nil, false},
-		{"extra adds to the built-in list", proxyExtension{secretExtra: stringList{"*.sqlite"}}, append(slices.Clone(policy.DefaultSecretPatterns), "*.sqlite"), false},
+		{"extra adds to the built-in list", proxyExtension{secretExtra: stringList{"*.sqlite"}}, append(slices.Clone(schema.DefaultSecretPatterns), "*.sqlite"), false},
 		{"file replaces", proxyExtension{secretFile: file}, []string{"*.sqlite", ".vault"}, false},
 		{"file plus extra", proxyExtension{secretFile: file, secretExtra: stringList{"*.db"}}, []string{"*.sqlite", ".vault", "*.db"}, false},
 		{"empty file refused", proxyExtension{secretFile: empty}, nil, true},

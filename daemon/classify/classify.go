@@ -5,7 +5,6 @@ package classify
 
 import (
 	"path"
-	"strings"
 
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -113,38 +112,7 @@ func (p *Policy) Locate(pth string) Location {
 	return loc
 }
 
-// secretNames are base names that hold credentials wherever they are.
-var secretNames = map[string]bool{
-	".env": true, ".netrc": true, ".pgpass": true, ".npmrc": true, ".pypirc": true,
-	".git-credentials": true, "credentials": true, "credentials.json": true,
-	"id_rsa": true, "id_dsa": true, "id_ecdsa": true, "id_ed25519": true,
-	"authorized_keys": true, "known_hosts": true, "shadow": true, "gshadow": true,
-	"master.key": true, "secrets.yml": true, "secrets.yaml": true, "kubeconfig": true,
-}
-
-// secretDirs are directory names whose whole content is secret.
-var secretDirs = []string{"/.ssh/", "/.gnupg/", "/.aws/", "/.kube/", "/.docker/", "/.password-store/", "/etc/ssl/private/"}
-
-// secretSuffixes are extensions of key material.
-var secretSuffixes = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".gpg", ".asc"}
-
-// IsSecret reports whether a path looks like it holds credentials. The
-// class is reported even inside the scope: a workspace .env is still a secret.
-func IsSecret(pth string) bool {
-	base := path.Base(pth)
-	if secretNames[base] || strings.HasPrefix(base, ".env.") || strings.HasPrefix(base, "id_rsa") ||
-		strings.HasPrefix(base, "id_ed25519") || strings.HasPrefix(base, "id_ecdsa") {
-		return true
-	}
-	for _, s := range secretSuffixes {
-		if strings.HasSuffix(base, s) {
-			return true
-		}
-	}
-	for _, d := range secretDirs {
-		if strings.Contains(pth+"/", d) {
-			return true
-		}
-	}
-	return false
-}
+// IsSecret reports whether a path looks like it holds credentials, by the
+// same list the proxy refuses (schema.DefaultSecretPatterns). The class is
+// reported even inside the scope: a workspace .env is still a secret.
+func IsSecret(pth string) bool { return schema.DefaultSecrets.Match(pth) }

@@ -70,7 +70,7 @@ type Config struct {
 	// resources/read response (default 8 MiB).
 	MaxMessageBytes  int
 	MaxResponseBytes int
-	SecretPatterns   []string // nil: policy.DefaultSecretPatterns
+	SecretPatterns   []string // nil: schema.DefaultSecretPatterns
 	// Home is what '~' in a path argument expands to: the server's $HOME.
 	Home            string
 	ApprovalTimeout time.Duration

@@ -78,7 +78,7 @@ var pathLikeKeys = map[string]bool{
 // Config is what a Policy is built from.
 type Config struct {
 	Scope          *schema.CanonicalScope
-	SecretPatterns []string // nil → DefaultSecretPatterns
+	SecretPatterns []string // nil → schema.DefaultSecretPatterns
 	Home           string   // expansion of '~'; empty refuses '~'
 }
 
@@ -86,7 +86,7 @@ type Config struct {
 // concurrent use.
 type Policy struct {
 	scope   *schema.CanonicalScope
-	secrets *Secrets
+	secrets *schema.Secrets
 	home    string
 	allowed map[string]bool
 }
@@ -98,9 +98,9 @@ func New(c Config) (*Policy, error) {
 	}
 	pats := c.SecretPatterns
 	if pats == nil {
-		pats = DefaultSecretPatterns
+		pats = schema.DefaultSecretPatterns
 	}
-	sec, err := NewSecrets(pats)
+	sec, err := schema.NewSecrets(pats)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package policy
+package schema
 
 import (
 	"fmt"
@@ -6,15 +6,31 @@ import (
 	"strings"
 )
 
-// DefaultSecretPatterns are refused even inside a scope. Each pattern is a
-// '/'-separated sequence of glob components matched, ignoring case, against
-// any run of consecutive components of the path; a trailing '/' is ignored.
+// DefaultSecretPatterns name paths that hold credentials wherever they are.
+// The proxy refuses them even inside a scope and the daemon classes them
+// "secret": one list, so both layers agree on what a secret is. Each pattern
+// is a '/'-separated sequence of glob components matched, ignoring case,
+// against any run of consecutive components of the path; a trailing '/' is
+// ignored.
 var DefaultSecretPatterns = []string{
 	".env", ".env.*", "*.env",
 	".git", ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gcloud", ".password-store",
 	"id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx",
+	"*.gpg", "*.asc", "authorized_keys", "known_hosts", "kubeconfig",
 	".netrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".htpasswd",
 	"credentials", "credentials.json", "credentials.*", "*.tfstate", "secrets.*",
+	"etc/shadow", "etc/gshadow", "etc/ssl/private",
+}
+
+// DefaultSecrets is DefaultSecretPatterns compiled.
+var DefaultSecrets = mustSecrets(DefaultSecretPatterns)
+
+func mustSecrets(patterns []string) *Secrets {
+	s, err := NewSecrets(patterns)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // Secrets matches paths against secret patterns. Patterns are compiled to

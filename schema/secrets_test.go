@@ -1,0 +1,48 @@
+package schema
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSecretsCompiled(t *testing.T) {
+	s, err := NewSecrets(DefaultSecretPatterns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{
+		"/w/.env": true, "/w/.env.local": true, "/w/prod.env": true, "/w/.git/HEAD": true, "/w/x/.SSH/config": true,
+		"/w/id_rsa.pub": true, "/w/cert.PEM": true, "/w/.config/gcloud/creds": true, "/w/.config/other": false,
+		"/w/environment.txt": false, "/w/gitignore": false, "/w/src/main.go": false, "/w/credentials": true, "/w/a.tfstate": true,
+		"/w/my.envy": false, "/etc/shadow": true, "/srv/etc/shadow": true, "/etc/ssl/private/k": true,
+		"/etc/ssl/certs/ca.crt": false, "/home/u/.ssh/authorized_keys": true, "/w/backup.gpg": true,
+	} {
+		if got := s.Match(p); got != want {
+			t.Errorf("Match(%q) = %v, want %v", p, got, want)
+		}
+	}
+	if _, err := NewSecrets([]string{"[a-"}); err == nil {
+		t.Error("malformed glob accepted")
+	}
+}
+
+func FuzzSecretsMatch(f *testing.F) {
+	f.Add("/w/.env")
+	f.Add("/W/.GIT/config")
+	f.Fuzz(func(t *testing.T, p string) {
+		// Case folding is part of the contract: a secret stays a secret
+		// whatever case a client or filesystem uses.
+		if DefaultSecrets.Match(p) != DefaultSecrets.Match(strings.ToUpper(p)) && isASCII(p) {
+			t.Fatalf("Match(%q) depends on case", p)
+		}
+	})
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
