@@ -122,21 +122,6 @@ func flatten(e *schema.Event) row {
 	return r
 }
 
-func (r *row) values() []any {
-	return []any{
-		r.eventID, r.schemaVersion, r.host, r.bootID, r.runID, r.scopeID, r.scopeHash, r.kind, r.timeNS,
-		r.tool, r.opID, r.pathHash, r.pathClass, r.pid, r.comm,
-		r.phase, r.mode, r.landlockABI, r.degraded, r.degradedReason, r.serverExe, r.serverName, r.serverVersion,
-		r.protoEra, r.rootPID, r.exitStatus, r.exitReason, r.durationMS,
-		r.method, r.protocolVersion, r.serverOrigin, r.actionClass, r.decision, r.approval, r.errorCode,
-		r.retryCount, r.latencyMS, r.pathHashes, r.correlationID, r.startNS, r.endNS,
-		r.syscall, r.flagsClass, r.result, r.verdict,
-		r.domain, r.blockers,
-		r.findingType, r.severity, r.evidenceIDs, r.reason,
-		r.component, r.hooks, r.auditStream, r.dropsBPF, r.dropsQueue, r.dropsPublish, r.spool,
-	}
-}
-
 func (r *row) pointers() []any {
 	return []any{
 		&r.eventID, &r.schemaVersion, &r.host, &r.bootID, &r.runID, &r.scopeID, &r.scopeHash, &r.kind, &r.timeNS,
