@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
 func TestExpandPathList(t *testing.T) {
@@ -26,7 +28,7 @@ func TestExpandPathList(t *testing.T) {
 func TestResolveELFAgainstLoader(t *testing.T) {
 	exe, err := filepath.EvalSymlinks("/bin/ls")
 	if err != nil {
-		t.Skip("no /bin/ls")
+		testenv.Missing(t, "/bin/ls does not resolve")
 	}
 	deps, err := ResolveELF(exe, DefaultLibSearch())
 	if err != nil {

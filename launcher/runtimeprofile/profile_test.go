@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
 func TestParseShebang(t *testing.T) {
@@ -113,7 +115,7 @@ func TestResolveRealBinary(t *testing.T) {
 func TestResolveScripts(t *testing.T) {
 	node, err := Resolve([]string{"node"}, Options{PATH: os.Getenv("PATH")})
 	if err != nil {
-		t.Skipf("node not installed: %v", err)
+		testenv.Missing(t, "node is not installed ("+err.Error()+")")
 	}
 	dir := t.TempDir()
 	// An installed package: <root>/node_modules/@scope/pkg/dist/index.js
