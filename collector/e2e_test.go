@@ -225,27 +225,58 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	if sev != schema.SeverityHigh || n != 1 {
 		t.Fatalf("ESCAPE severity %s, evidence %v (%d escape file_op events)", sev, evidence, n)
 	}
-	// Report (not fail on) what else the kernel saw escaping: an ESCAPE in
-	// an enforce-mode run means an open the fence let through outside the
-	// scope and the daemon's runtime profile.
+	// Every other escape must come from the audit-mode run (the server's own
+	// runtime reading /sys and the like, which the fence would have denied);
+	// an escape in the enforce-mode run would be a hole in the fence or a
+	// classification gap, and fails the test.
 	candidates := map[string]string{}
 	for _, p := range []string{"/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "/etc/localtime", "/proc/self/exe",
 		"/proc/self/maps", "/proc/self/status", "/proc/self/cgroup", "/sys/fs/cgroup/cpu.max", "/proc/sys/net/core/somaxconn",
 		"/proc/self/mountinfo", "/proc/stat", "/dev/null", "/etc/ld.so.cache", naive, bin, "/proc/self/fd", "/dev/urandom"} {
 		candidates[string(hasher.Hash(p))] = p
 	}
-	if rows, err := st.Conn().Query(context.Background(), `SELECT syscall, comm, path_class, flags_class, path_hash FROM events FINAL
-		WHERE kind = 'file_op' AND verdict = 'escape' AND path_hash != ?`, secretHash); err == nil {
+	auditRuns := map[string]bool{}
+	if rows, err := st.Conn().Query(context.Background(), "SELECT DISTINCT run_id FROM events FINAL WHERE kind = 'launch' AND mode = 'audit'"); err == nil {
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				t.Fatalf("scan audit run: %v", err)
+			}
+			auditRuns[id] = true
+		}
+		rows.Close()
+	} else {
+		t.Fatalf("query audit runs: %v", err)
+	}
+	if len(auditRuns) != 1 {
+		t.Fatalf("want one audit-mode run in the store, found %d", len(auditRuns))
+	}
+	if rows, err := st.Conn().Query(context.Background(), `SELECT syscall, comm, path_class, flags_class, path_hash, run_id
+		FROM events FINAL WHERE kind = 'file_op' AND verdict = 'escape' AND path_hash != ?`, secretHash); err == nil {
 		for rows.Next() {
 			var sc, comm, class, flags, h string
-			_ = rows.Scan(&sc, &comm, &class, &flags, &h)
+			var runID string
+			if err := rows.Scan(&sc, &comm, &class, &flags, &h, &runID); err != nil {
+				t.Fatalf("scan escape row: %v", err)
+			}
 			path := candidates[h]
 			if path == "" {
 				path = "(not among the candidates)"
 			}
-			t.Logf("other escape reported by the daemon: %s %s by %s (%s): %s", sc, flags, comm, class, path)
+			if !auditRuns[runID] {
+				// The fence was on: a successful open outside scope and
+				// runtime would be a real escape or a classification gap.
+				t.Errorf("escape reported in an enforce-mode run: %s %s by %s (%s): %s", sc, flags, comm, class, path)
+				continue
+			}
+			t.Logf("audit-mode run, the fence would have denied: %s %s by %s (%s): %s", sc, flags, comm, class, path)
+		}
+		if err := rows.Err(); err != nil {
+			t.Errorf("query escapes: %v", err)
 		}
 		rows.Close()
+	} else {
+		t.Errorf("query escapes: %v", err)
 	}
 	// No duplicates in query results even though the daemon and the
 	// collector both computed findings.
