@@ -53,11 +53,13 @@ type Response struct {
 	Pending []Pending `json:"pending,omitempty"`
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+// idPattern is compiled on first use: its bounded repetition makes a large
+// program, and most mcpwarden commands never check an id.
+var idPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`) })
 
 // SocketPath is where the socket of run runID lives under stateDir.
 func SocketPath(stateDir, runID string) (string, error) {
-	if !idPattern.MatchString(runID) {
+	if !idPattern().MatchString(runID) {
 		return "", fmt.Errorf("run id %q is not valid; copy it from the run's launch record", runID)
 	}
 	return filepath.Join(stateDir, "approvals", runID+".sock"), nil

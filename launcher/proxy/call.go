@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/approval"
@@ -22,7 +23,10 @@ const (
 	approvalTimedOut    = "timed_out"
 )
 
-var traceparent = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+// traceparent is compiled on first use, like the proxy's other patterns.
+var traceparent = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+})
 
 func (s *session) newDecision(rq *request, tool string, class policy.Class) *schema.Decision {
 	s.mu.Lock()
@@ -80,14 +84,14 @@ func (s *session) handleToolCall(rq *request) {
 	if a := s.cfg.Scope.Attribution; a != nil && a.Required {
 		var cid string
 		if err := json.Unmarshal(rq.meta[a.MetaKey], &cid); err != nil || cid == "" || len(cid) > 256 ||
-			(a.MetaKey == "traceparent" && !traceparent.MatchString(cid)) {
+			(a.MetaKey == "traceparent" && !traceparent().MatchString(cid)) {
 			s.denyCall(rq, schema.ErrUnattributed, "the call carries no correlation id in _meta."+a.MetaKey)
 			return
 		}
 		rq.dec.CorrelationID = cid
 	} else if v, ok := rq.meta["traceparent"]; ok {
 		var cid string
-		if json.Unmarshal(v, &cid) == nil && traceparent.MatchString(cid) {
+		if json.Unmarshal(v, &cid) == nil && traceparent().MatchString(cid) {
 			rq.dec.CorrelationID = cid
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
@@ -28,7 +29,11 @@ type request struct {
 	upID    int64            // proxy id upstream, once forwarded
 }
 
-var clientHeadID = regexp.MustCompile(`^\s*\{[^{}]*?"id"\s*:\s*(-?[0-9]{1,19}|"[^"\\]{0,256}")`)
+// clientHeadID is compiled on first use: its bounded repetitions make a
+// large program that every mcpwarden command would otherwise pay for at start.
+var clientHeadID = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^\s*\{[^{}]*?"id"\s*:\s*(-?[0-9]{1,19}|"[^"\\]{0,256}")`)
+})
 
 func (s *session) readClient(in io.Reader) {
 	r := jsonrpc.NewReader(in, s.cfg.MaxMessageBytes)
@@ -36,7 +41,7 @@ func (s *session) readClient(in io.Reader) {
 		frame, err := r.Next()
 		if errors.Is(err, jsonrpc.ErrFrameTooLarge) {
 			id := jsonrpc.NullID
-			if mm := clientHeadID.FindSubmatch(r.Head); mm != nil {
+			if mm := clientHeadID().FindSubmatch(r.Head); mm != nil {
 				id = append(json.RawMessage(nil), mm[1]...)
 			}
 			s.toClient(jsonrpc.ErrorResponse(id, jsonrpc.CodeInvalidRequest, "message larger than the proxy's limit of "+strconv.Itoa(s.cfg.MaxMessageBytes)+" bytes", nil))
