@@ -5,34 +5,96 @@
 --   CLEAN      no findings
 -- Duplicates collapse: every count is over distinct event ids (as 64-bit
 -- CityHash values: a collision needs ~4 billion events in one group).
+-- Reads runs_rollup (migration 0002, aggregate states per minute and run,
+-- kept by a materialized view) for the minutes wholly inside [from, to),
+-- and the events of the two partial minutes at the edges from the events
+-- table, found by run through its primary key: the result is exact for any
+-- range, and an event read from both sides is still counted once. Only the
+-- candidate runs' states are merged: the `limit` latest by their whole
+-- minutes plus every run with events in an edge minute (together a
+-- superset of the `limit` latest). Ties are broken by run_id.
+-- The same query as a plain scan: collector/query/testdata/runs_scan.sql.
 -- Parameters: from, to (Unix ns), host ('' = all), scope ('' = all), limit.
 SELECT
     run_id,
     any(host) AS host,
     anyIf(scope_id, scope_id != '') AS scope_id,
-    anyIf(mode, kind = 'launch') AS mode,
-    anyIf(server_name, server_name != '') AS server,
-    min(time_ns) AS first_ns,
-    max(time_ns) AS last_ns,
-    uniqExactIf(cityHash64(event_id), kind = 'decision' AND decision = 'allow') AS calls_allowed,
-    uniqExactIf(cityHash64(event_id), kind = 'decision' AND decision = 'deny') AS calls_denied,
-    uniqExactIf(cityHash64(event_id), kind = 'landlock_denial') AS kernel_denials,
-    uniqExactIf(cityHash64(event_id), kind = 'finding') AS findings,
+    anyIfMerge(mode) AS mode,
+    anyIfMerge(server) AS server,
+    minMerge(first_ns) AS first_ns,
+    maxMerge(last_ns) AS last_ns,
+    uniqExactIfMerge(calls_allowed) AS calls_allowed,
+    uniqExactIfMerge(calls_denied) AS calls_denied,
+    uniqExactIfMerge(kernel_denials) AS kernel_denials,
+    uniqExactIfMerge(findings) AS findings,
     multiIf(
-        uniqExactIf(cityHash64(event_id), kind = 'finding' AND finding_type = 'ESCAPE') > 0, 'ESCAPE',
-        uniqExactIf(cityHash64(event_id), kind = 'finding' AND severity IN ('critical', 'high')) > 0, 'ATTENTION',
+        uniqExactIfMerge(escapes) > 0, 'ESCAPE',
+        uniqExactIfMerge(serious) > 0, 'ATTENTION',
         findings > 0, 'REVIEW',
         'CLEAN') AS verdict
 FROM
 (
-    SELECT run_id, host, scope_id, kind, mode, server_name, time_ns, event_id, decision, finding_type, severity
-    FROM events
-    WHERE kind IN ('launch', 'decision', 'landlock_denial', 'finding')
-      AND run_id != ''
-      AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
+    -- Whole minutes inside [from, to), for the candidates only: the runs
+    -- latest by their whole minutes, plus every run with events in the
+    -- two partial minutes (together a superset of the latest runs).
+    SELECT host, scope_id, run_id, first_ns, last_ns, mode, server,
+        calls_allowed, calls_denied, kernel_denials, findings, escapes, serious
+    FROM runs_rollup
+    PREWHERE run_id IN
+    (
+        SELECT run_id
+        FROM runs_rollup
+        WHERE minute >= intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)
+          AND minute < intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)
+          AND ({host:String} = '' OR host = {host:String})
+          AND ({scope:String} = '' OR scope_id = {scope:String})
+        GROUP BY run_id
+        ORDER BY maxMerge(last_ns) DESC, run_id
+        LIMIT {limit:UInt32}
+    )
+    OR run_id IN
+    (
+        SELECT run_id
+        FROM runs_rollup
+        WHERE (minute = intDiv({from:Int64}, toInt64(60000000000)) - (modulo({from:Int64}, toInt64(60000000000)) < 0) OR minute = intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0))
+          AND ({host:String} = '' OR host = {host:String})
+          AND ({scope:String} = '' OR scope_id = {scope:String})
+    )
+    WHERE minute >= intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)
+      AND minute < intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)
       AND ({host:String} = '' OR host = {host:String})
       AND ({scope:String} = '' OR scope_id = {scope:String})
+    UNION ALL
+    -- The partial minutes at the edges, from the events table, found by
+    -- run through its primary key.
+    SELECT host, scope_id, run_id,
+        minState(time_ns), maxState(time_ns),
+        anyIfState(mode, kind = 'launch'),
+        anyIfState(server_name, server_name != ''),
+        uniqExactIfState(cityHash64(event_id), kind = 'decision' AND decision = 'allow'),
+        uniqExactIfState(cityHash64(event_id), kind = 'decision' AND decision = 'deny'),
+        uniqExactIfState(cityHash64(event_id), kind = 'landlock_denial'),
+        uniqExactIfState(cityHash64(event_id), kind = 'finding'),
+        uniqExactIfState(cityHash64(event_id), kind = 'finding' AND finding_type = 'ESCAPE'),
+        uniqExactIfState(cityHash64(event_id), kind = 'finding' AND severity IN ('critical', 'high'))
+    FROM events
+    WHERE kind IN ('launch', 'decision', 'landlock_denial', 'finding')
+      AND (host, run_id) IN
+      (
+        SELECT host, run_id
+        FROM runs_rollup
+        WHERE (minute = intDiv({from:Int64}, toInt64(60000000000)) - (modulo({from:Int64}, toInt64(60000000000)) < 0) OR minute = intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0))
+          AND ({host:String} = '' OR host = {host:String})
+          AND ({scope:String} = '' OR scope_id = {scope:String})
+      )
+      AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
+      AND (time_ns < (intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)) * toInt64(60000000000)
+        OR time_ns >= (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)) * toInt64(60000000000)
+        OR intDiv({from:Int64}, toInt64(60000000000)) >= 153722867 OR intDiv({to:Int64}, toInt64(60000000000)) <= -153722867)
+      AND ({host:String} = '' OR host = {host:String})
+      AND ({scope:String} = '' OR scope_id = {scope:String})
+    GROUP BY host, scope_id, run_id
 )
 GROUP BY run_id
-ORDER BY last_ns DESC
+ORDER BY last_ns DESC, run_id
 LIMIT {limit:UInt32}
