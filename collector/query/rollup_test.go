@@ -20,6 +20,60 @@ import (
 //go:embed testdata/runs_scan.sql
 var runsScanSQL string
 
+//go:embed testdata/denials_scan.sql
+var denialsScanSQL string
+
+// compareWithScan runs canned query name and the plain scan scanSQL with p
+// and fails unless they return the same columns and rows.
+func compareWithScan(t *testing.T, st *store.Store, name, scanSQL string, p Params) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := Run(ctx, st.Conn(), name, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql, err := Bind(scanSQL, p.values())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := runSQL(ctx, st.Conn(), name+"_scan", sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Columns, want.Columns) {
+		t.Fatalf("columns %v, scan %v", got.Columns, want.Columns)
+	}
+	if !reflect.DeepEqual(got.Rows, want.Rows) {
+		t.Fatalf("%s %+v: rollup\n%v\nscan\n%v", name, p, got.Rows, want.Rows)
+	}
+}
+
+// rerunMigration applies the statements of migration name again, as a
+// crash before its record or two collectors migrating at once would: its
+// backfill adds rows the materialized view already made.
+func rerunMigration(t *testing.T, st *store.Store, name string) {
+	t.Helper()
+	ms, err := chschema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, m := range ms {
+		if m.Name != name {
+			continue
+		}
+		found = true
+		for _, s := range m.Statements {
+			if err := st.Conn().Exec(context.Background(), s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no migration %s", name)
+	}
+}
+
 // rollupScenario makes runs on several hosts and scopes whose events of
 // every kind the runs query counts are spread over a few minutes, at
 // instants that are not minute-aligned.
@@ -96,27 +150,7 @@ func TestRunsRollupMatchesScan(t *testing.T) {
 		}
 	}
 
-	compare := func(t *testing.T, p Params) {
-		t.Helper()
-		got, err := Run(ctx, st.Conn(), "runs", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sql, err := Bind(runsScanSQL, p.values())
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := runSQL(ctx, st.Conn(), "runs_scan", sql)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got.Columns, want.Columns) {
-			t.Fatalf("columns %v, scan %v", got.Columns, want.Columns)
-		}
-		if !reflect.DeepEqual(got.Rows, want.Rows) {
-			t.Fatalf("%+v: rollup\n%v\nscan\n%v", p, got.Rows, want.Rows)
-		}
-	}
+	compare := func(t *testing.T, p Params) { t.Helper(); compareWithScan(t, st, "runs", runsScanSQL, p) }
 	ranges := func(t *testing.T) {
 		end := t0.Add(12*23*time.Second + 121*1700*time.Millisecond)
 		compare(t, Params{From: t0.Add(-time.Hour), To: end.Add(time.Hour), Limit: 1000})
@@ -144,22 +178,7 @@ func TestRunsRollupMatchesScan(t *testing.T) {
 	}
 	t.Run("after redelivery", ranges)
 
-	// The migration's backfill run again (a crash before its record, or
-	// two collectors migrating at once) adds rows the view already made.
-	ms, err := chschema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.Name != "runs_rollup" {
-			continue
-		}
-		for _, s := range m.Statements {
-			if err := st.Conn().Exec(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	rerunMigration(t, st, "runs_rollup")
 	var rollupRows uint64
 	if err := st.Conn().QueryRow(ctx, "SELECT count() FROM runs_rollup").Scan(&rollupRows); err != nil {
 		t.Fatal(err)
@@ -191,5 +210,122 @@ func TestRunsRollupMatchesScan(t *testing.T) {
 		if got := r[col["calls_allowed"]].(uint64); got != allowed[r[col["run_id"]].(string)] {
 			t.Fatalf("run %v: %d allowed calls, want %d", r[col["run_id"]], got, allowed[r[col["run_id"]].(string)])
 		}
+	}
+}
+
+// denialsScenario spreads denials of both layers, with and without a run,
+// over three days on several hosts and scopes.
+func denialsScenario(t0 time.Time) []schema.Event {
+	rng := rand.New(rand.NewPCG(17, 19))
+	var evs []schema.Event
+	gens := make([]*eventgen.Gen, 6)
+	for i := range gens {
+		gens[i] = eventgen.New(fmt.Sprintf("host-%d", i%3))
+		gens[i].ScopeID = fmt.Sprintf("scope-%d", i%2)
+	}
+	tools := []string{"read_text_file", "write_file", "list_directory"}
+	classes := []schema.PathClass{schema.PathSecret, schema.PathOutside, schema.PathWorkspace}
+	at := t0
+	for i := 0; i < 900; i++ {
+		at = at.Add(time.Duration(rng.Int64N(int64(9*time.Minute))) + 1)
+		g := gens[rng.IntN(len(gens))]
+		run := g.RunID
+		var e schema.Event
+		switch rng.IntN(4) {
+		case 0, 1:
+			e = g.Decision(i)
+			e.Decision.Tool = tools[rng.IntN(len(tools))]
+			if rng.IntN(3) != 0 {
+				e.Decision.Decision, e.Decision.ErrorCode = "deny", []string{"PATH_OUTSIDE_SCOPE", "TOOL_NOT_ALLOWED"}[rng.IntN(2)]
+			}
+		default:
+			if rng.IntN(3) == 0 {
+				run = "" // a denial the daemon could not tie to a run
+			}
+			e = g.Origin.NewEvent(schema.KindLandlockDenial, run, g.ScopeID, g.ScopeHash, at)
+			e.LandlockDenial = &schema.LandlockDenial{Domain: "1a", Blockers: []string{"fs.read_file"},
+				PathHash: g.Hasher.Hash("/etc/shadow"), PathClass: classes[rng.IntN(len(classes))], PID: 1}
+		}
+		e.TimeNS = at.UnixNano()
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// TestDenialsRollupMatchesScan checks the rollup-backed denials query
+// (whole days, hours and minutes from denials_rollup, partial minutes from
+// the events table) against a plain scan, for ranges from seconds to days,
+// after redelivered duplicates and a repeated backfill.
+func TestDenialsRollupMatchesScan(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, chtest.Database(t), true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-4 * 24 * time.Hour).Truncate(time.Hour).Add(7*time.Minute + 3*time.Second + 5)
+	evs := denialsScenario(t0)
+	end := time.Unix(0, evs[len(evs)-1].TimeNS)
+	half := len(evs) / 2
+	for _, part := range [][]schema.Event{evs[:half], evs[half/2 : half], evs[half:], evs[len(evs)-50:]} {
+		if err := st.Insert(ctx, part); err != nil { // two overlaps: redeliveries
+			t.Fatal(err)
+		}
+	}
+	ranges := func(t *testing.T) {
+		compareWithScan(t, st, "denials", denialsScanSQL, Params{From: t0.Add(-time.Hour), To: end.Add(time.Hour), Limit: 1000})
+		rng := rand.New(rand.NewPCG(23, 29))
+		span := int64(end.Sub(t0))
+		widths := []time.Duration{40 * time.Second, 3 * time.Minute, 2 * time.Hour, 30 * time.Hour, 80 * time.Hour}
+		for i := 0; i < 40; i++ {
+			from := t0.Add(time.Duration(rng.Int64N(span)))
+			to := from.Add(time.Duration(rng.Int64N(int64(widths[i%len(widths)]))))
+			p := Params{From: from, To: to, Limit: 1000}
+			switch i % 7 {
+			case 1:
+				p.Host = "host-2"
+			case 2:
+				p.Scope = "scope-1"
+			case 3:
+				p.Limit = 2
+			}
+			compareWithScan(t, st, "denials", denialsScanSQL, p)
+		}
+		// Edges in the same minute as a denial, with and without a run.
+		for i, e := range evs {
+			if i%37 != 0 {
+				continue
+			}
+			at := time.Unix(0, e.TimeNS)
+			compareWithScan(t, st, "denials", denialsScanSQL, Params{From: at.Add(-time.Duration(i%50) * time.Second), To: at.Add(26 * time.Hour), Limit: 1000})
+			compareWithScan(t, st, "denials", denialsScanSQL, Params{From: at.Add(-27 * time.Hour), To: at.Add(time.Nanosecond), Limit: 1000})
+		}
+		day := t0.Truncate(24 * time.Hour).Add(24 * time.Hour)
+		compareWithScan(t, st, "denials", denialsScanSQL, Params{From: day, To: day.Add(48 * time.Hour), Limit: 1000})
+	}
+	t.Run("after redelivery", ranges)
+	rerunMigration(t, st, "denials_rollup")
+	t.Run("after backfill again", ranges)
+
+	// The counts are distinct events: the overall total is the number of
+	// denials produced, however often they were inserted.
+	res, err := Run(ctx, st.Conn(), "denials", Params{From: t0.Add(-time.Hour), To: end.Add(time.Hour), Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got uint64
+	for _, e := range evs {
+		if e.Kind == schema.KindLandlockDenial || e.Decision.Decision == "deny" {
+			want++
+		}
+	}
+	for _, r := range res.Rows {
+		got += r[4].(uint64)
+	}
+	if res.Columns[4] != "denials" || got != want {
+		t.Fatalf("%d denials counted (column %s), want %d", got, res.Columns[4], want)
 	}
 }

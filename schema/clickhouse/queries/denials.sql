@@ -1,22 +1,122 @@
 -- denials: what was refused, by scope: the proxy's denials (by error code)
 -- and the kernel's Landlock denial records (by path class), per tool.
--- Duplicates collapse on event_id (counted as 64-bit CityHash values).
+-- Duplicates collapse on event_id (counted as 64-bit CityHash values, as
+-- are runs and hosts).
+-- Without --host it reads denials_rollup (migration 0003): the whole days
+-- inside [from, to), the whole hours and minutes of the partial days and
+-- hours, and the events of the two partial minutes at the edges from the
+-- events table (found through the primary key by run, from runs_rollup,
+-- or for run-less denials by host, from the minute rows); the result is
+-- exact, and an event read twice is still counted once. With --host or
+-- --scope it scans the events table instead (a filtered scan is fast: the
+-- primary key starts with kind, host).
+-- The same query as a plain scan: collector/query/testdata/denials_scan.sql.
 -- Parameters: from, to (Unix ns), host, scope ('' = all), limit.
 SELECT
-    scope_id,
-    if(kind = 'decision', 'proxy', 'kernel') AS layer,
-    if(kind = 'decision', error_code, path_class) AS reason,
-    tool,
-    uniqExact(cityHash64(event_id)) AS denials,
-    uniqExact(run_id) AS runs,
-    uniqExact(host) AS hosts,
-    max(time_ns) AS last_ns
-FROM events
-WHERE kind IN ('decision', 'landlock_denial')
-  AND (kind = 'landlock_denial' OR decision = 'deny')
-  AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
-  AND ({host:String} = '' OR host = {host:String})
-  AND ({scope:String} = '' OR scope_id = {scope:String})
+    scope_id, layer, reason, tool,
+    uniqExactMerge(denials) AS denials,
+    uniqExactMerge(runs) AS runs,
+    uniqExactMerge(hosts) AS hosts,
+    maxMerge(last_ns) AS last_ns
+FROM
+(
+    -- whole days
+    SELECT scope_id, layer, reason, tool, denials, runs, hosts, last_ns
+    FROM denials_rollup
+    WHERE level = 1 AND {host:String} = '' AND {scope:String} = ''
+      AND bucket >= (intDiv({from:Int64}, toInt64(86400000000000)) + (modulo({from:Int64}, toInt64(86400000000000)) > 0)) AND bucket < (intDiv({to:Int64}, toInt64(86400000000000)) - (modulo({to:Int64}, toInt64(86400000000000)) < 0))
+
+    UNION ALL
+    -- whole hours of the partial days
+    SELECT scope_id, layer, reason, tool, denials, runs, hosts, last_ns
+    FROM denials_rollup
+    WHERE level = 2 AND {host:String} = '' AND {scope:String} = ''
+      AND bucket >= (intDiv({from:Int64}, toInt64(3600000000000)) + (modulo({from:Int64}, toInt64(3600000000000)) > 0)) AND bucket < (intDiv({to:Int64}, toInt64(3600000000000)) - (modulo({to:Int64}, toInt64(3600000000000)) < 0))
+      AND (bucket < (intDiv({from:Int64}, toInt64(86400000000000)) + (modulo({from:Int64}, toInt64(86400000000000)) > 0)) * 24 OR bucket >= (intDiv({to:Int64}, toInt64(86400000000000)) - (modulo({to:Int64}, toInt64(86400000000000)) < 0)) * 24)
+
+    UNION ALL
+    -- whole minutes of the partial hours
+    SELECT scope_id, layer, reason, tool, denials, runs, hosts, last_ns
+    FROM denials_rollup
+    WHERE level = 3 AND {host:String} = '' AND {scope:String} = ''
+      AND bucket >= (intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)) AND bucket < (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0))
+      AND (bucket < (intDiv({from:Int64}, toInt64(3600000000000)) + (modulo({from:Int64}, toInt64(3600000000000)) > 0)) * 60 OR bucket >= (intDiv({to:Int64}, toInt64(3600000000000)) - (modulo({to:Int64}, toInt64(3600000000000)) < 0)) * 60)
+
+    UNION ALL
+    -- the partial minutes, by run
+    SELECT
+        scope_id,
+        if(kind = 'decision', 'proxy', 'kernel') AS layer,
+        if(kind = 'decision', error_code, path_class) AS reason,
+        tool,
+        uniqExactState(cityHash64(event_id)),
+        uniqExactState(cityHash64(run_id)),
+        uniqExactState(cityHash64(host)),
+        maxState(time_ns)
+    FROM events
+    WHERE kind IN ('decision', 'landlock_denial')
+      AND (kind = 'landlock_denial' OR decision = 'deny')
+      AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
+      AND {host:String} = '' AND {scope:String} = ''
+      AND (time_ns < (intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)) * toInt64(60000000000)
+        OR time_ns >= (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)) * toInt64(60000000000)
+        OR intDiv({from:Int64}, toInt64(60000000000)) >= 153722867 OR intDiv({to:Int64}, toInt64(60000000000)) <= -153722867)
+      AND (host, run_id) IN
+      (
+          SELECT host, run_id
+          FROM runs_rollup
+          WHERE {host:String} = '' AND {scope:String} = ''
+            AND (minute = (intDiv({from:Int64}, toInt64(60000000000)) - (modulo({from:Int64}, toInt64(60000000000)) < 0)) OR minute = (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)))
+      )
+    GROUP BY scope_id, layer, reason, tool
+    UNION ALL
+    -- the partial minutes, denials without a run, by host
+    SELECT
+        scope_id,
+        if(kind = 'decision', 'proxy', 'kernel') AS layer,
+        if(kind = 'decision', error_code, path_class) AS reason,
+        tool,
+        uniqExactState(cityHash64(event_id)),
+        uniqExactState(cityHash64(run_id)),
+        uniqExactState(cityHash64(host)),
+        maxState(time_ns)
+    FROM events
+    WHERE kind IN ('decision', 'landlock_denial')
+      AND (kind = 'landlock_denial' OR decision = 'deny')
+      AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
+      AND {host:String} = '' AND {scope:String} = ''
+      AND (time_ns < (intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)) * toInt64(60000000000)
+        OR time_ns >= (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)) * toInt64(60000000000)
+        OR intDiv({from:Int64}, toInt64(60000000000)) >= 153722867 OR intDiv({to:Int64}, toInt64(60000000000)) <= -153722867)
+      AND run_id = ''
+      AND host IN
+      (
+          SELECT edge_host
+          FROM denials_rollup
+          WHERE {host:String} = '' AND {scope:String} = ''
+            AND level = 3 AND (bucket = (intDiv({from:Int64}, toInt64(60000000000)) - (modulo({from:Int64}, toInt64(60000000000)) < 0)) OR bucket = (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)))
+      )
+    GROUP BY scope_id, layer, reason, tool
+    UNION ALL
+    -- --host or --scope: a scan of the events table
+    SELECT
+        scope_id,
+        if(kind = 'decision', 'proxy', 'kernel') AS layer,
+        if(kind = 'decision', error_code, path_class) AS reason,
+        tool,
+        uniqExactState(cityHash64(event_id)),
+        uniqExactState(cityHash64(run_id)),
+        uniqExactState(cityHash64(host)),
+        maxState(time_ns)
+    FROM events
+    WHERE kind IN ('decision', 'landlock_denial')
+      AND (kind = 'landlock_denial' OR decision = 'deny')
+      AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
+      AND ({host:String} != '' OR {scope:String} != '')
+      AND ({host:String} = '' OR host = {host:String})
+      AND ({scope:String} = '' OR scope_id = {scope:String})
+    GROUP BY scope_id, layer, reason, tool
+)
 GROUP BY scope_id, layer, reason, tool
-ORDER BY denials DESC
+ORDER BY denials DESC, scope_id, layer, reason, tool
 LIMIT {limit:UInt32}
