@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS denials_rollup
     last_ns         AggregateFunction(max, Int64)
 )
 ENGINE = AggregatingMergeTree()
-PARTITION BY level
+PARTITION BY (level, toYYYYMM(toDate(toDateTime(bucket * [86400, 3600, 60][level]))))
 ORDER BY (level, bucket, scope_id, layer, reason, tool, edge_host)
 SETTINGS index_granularity = 1024;
 
