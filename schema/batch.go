@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // Batch wire format: the body of one NATS message is newline-delimited JSON,
@@ -72,7 +74,11 @@ func DecodeBatch(body []byte) (events []Event, rejected int, err error) {
 			continue
 		}
 		var e Event
-		if json.Unmarshal(line, &e) != nil || e.Validate() != nil {
+		// json v2 (the upstream of encoding/json/v2): about twice as fast as
+		// v1 here, the collector's hottest path, and stricter on untrusted
+		// input: duplicate names and invalid UTF-8 are errors, names match
+		// exactly.
+		if jsonv2.Unmarshal(line, &e) != nil || e.Validate() != nil {
 			rejected++
 			continue
 		}

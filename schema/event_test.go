@@ -251,6 +251,38 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeBatchRefusesAmbiguousLines: a line that names a field twice could
+// mean different things to different readers; it is rejected, not resolved.
+// A name in another case is an unknown field (ignored, for forward
+// compatibility), never the field itself.
+func TestDecodeBatchRefusesAmbiguousLines(t *testing.T) {
+	evs := validEvents()
+	body, err := EncodeBatch(evs[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := bytes.TrimSpace(body)
+	for name, bad := range map[string][]byte{
+		"duplicate run_id": bytes.Replace(line, []byte(`"run_id":`), []byte(`"run_id":"x","run_id":`), 1),
+		"invalid utf-8":    bytes.Replace(line, []byte(`"host":"`), []byte("\"host\":\"\xff"), 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if bytes.Equal(bad, line) {
+				t.Fatal("test input was not changed")
+			}
+			got, rejected, err := DecodeBatch(bad)
+			if err != nil || rejected != 1 || len(got) != 0 {
+				t.Fatalf("got %d events, %d rejected, %v; want the line rejected", len(got), rejected, err)
+			}
+		})
+	}
+	upper := bytes.Replace(line, []byte(`"run_id":`), []byte(`"RUN_ID":`), 1)
+	got, _, err := DecodeBatch(upper)
+	if err != nil || (len(got) == 1 && got[0].RunID != "") {
+		t.Fatalf("a case-variant name was read as run_id: %+v, %v", got, err)
+	}
+}
+
 // FuzzDecodeBatch feeds untrusted message bodies to the collector's decoder:
 // it must not panic, and whatever it returns is valid and carries no string
 // that looks like a path or a sentence.
