@@ -37,8 +37,8 @@ lint:
 	$(GO) vet $(PKGS)
 	$$($(GO) env GOPATH)/bin/staticcheck $(PKGS)
 
-# bench writes its figures to docs/benchmarks.md by hand-copy from this output;
-# see that file for the exact commands.
+# bench runs every Go benchmark; docs/benchmarks.md summarises the figures
+# against the targets and names the exact command behind each.
 bench: deps build
 	@scripts/test-env.sh up
 	@rc=0; MCPWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m $(PKGS) || rc=$$?; \
