@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -25,7 +26,9 @@ type Store struct {
 	log  *slog.Logger
 }
 
-var dbName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+// dbName is compiled on first use: every mcpwarden command links this
+// package, and only collect and query check a database name.
+var dbName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`) })
 
 // DefaultDSN is the single-host default.
 const DefaultDSN = "clickhouse://127.0.0.1:9000/mcpwarden"
@@ -49,7 +52,7 @@ func Open(ctx context.Context, dsn string, create bool, log *slog.Logger) (*Stor
 		db = "mcpwarden"
 		opt.Auth.Database = db
 	}
-	if !dbName.MatchString(db) {
+	if !dbName().MatchString(db) {
 		return nil, fmt.Errorf("ClickHouse database name %q: use letters, digits and '_'", db)
 	}
 	if opt.DialTimeout == 0 {
