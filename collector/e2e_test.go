@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,28 +23,13 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..")
-}
-
-func goBuild(t *testing.T, out, pkg string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = repoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-}
-
 // background starts a long-running mcpwarden command; it is interrupted at
 // the end of the test.
-func background(t *testing.T, ready string, name string, args ...string) *lockedBuffer {
+func background(t *testing.T, ready string, name string, args ...string) *testenv.LockedBuffer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, name, args...)
-	var logBuf lockedBuffer
+	var logBuf testenv.LockedBuffer
 	cmd.Stderr = &logBuf
 	cmd.Stdout = &logBuf
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -83,10 +67,10 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	dir := t.TempDir()
 	if bin == "" {
 		bin = filepath.Join(dir, "mcpwarden")
-		goBuild(t, bin, "./cmd/mcpwarden")
+		mustBuild(t, bin, "./cmd/mcpwarden")
 	}
 	naive := filepath.Join(dir, "naiveserver")
-	goBuild(t, naive, "./internal/naiveserver")
+	mustBuild(t, naive, "./internal/naiveserver")
 
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
 	if err != nil {
@@ -286,5 +270,13 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	}
 	if rowsN != distinct {
 		t.Fatalf("FINAL returned %d rows for %d events", rowsN, distinct)
+	}
+}
+
+// mustBuild builds a command of this module without cgo, or fails the test.
+func mustBuild(t *testing.T, out, pkg string) {
+	t.Helper()
+	if err := testenv.GoBuild(out, pkg, "CGO_ENABLED=0"); err != nil {
+		t.Fatal(err)
 	}
 }

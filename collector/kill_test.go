@@ -19,6 +19,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/publish"
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
 // TestCollectProcessKilled runs the real `mcpwarden collect`, SIGKILLs it
@@ -31,7 +32,7 @@ func TestCollectProcessKilled(t *testing.T) {
 	dir := t.TempDir()
 	if bin == "" {
 		bin = filepath.Join(dir, "mcpwarden")
-		goBuild(t, bin, "./cmd/mcpwarden")
+		mustBuild(t, bin, "./cmd/mcpwarden")
 	}
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
 	if err != nil {
@@ -51,7 +52,7 @@ func TestCollectProcessKilled(t *testing.T) {
 	collect := func() *exec.Cmd {
 		cmd := exec.Command(bin, "collect", "--nats", ns.ClientURL(), "--clickhouse", dsn, "--migrate",
 			"--no-crosscheck", "--batch-events", "2000", "--batch-wait", "50ms", "--ack-wait", "3s")
-		var logBuf lockedBuffer
+		var logBuf testenv.LockedBuffer
 		cmd.Stderr = &logBuf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

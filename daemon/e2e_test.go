@@ -10,10 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,26 +24,11 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..")
-}
-
-func goBuild(t *testing.T, out, pkg string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = repoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-}
-
 // stack is the real binaries around a real NATS JetStream: the daemon
 // publishing to it, and `mcpwarden events` reading it back.
 type stack struct {
 	bin, naive, nats, socket, state, root string
-	dlog                                  *syncBuffer
+	dlog                                  *testenv.LockedBuffer
 }
 
 func newStack(t *testing.T) *stack {
@@ -57,9 +40,9 @@ func newStack(t *testing.T) *stack {
 		socket: filepath.Join(root, "run", "daemon.sock"), naive: filepath.Join(root, "naiveserver")}
 	if st.bin == "" {
 		st.bin = filepath.Join(root, "mcpwarden")
-		goBuild(t, st.bin, "./cmd/mcpwarden")
+		mustBuild(t, st.bin, "./cmd/mcpwarden")
 	}
-	goBuild(t, st.naive, "./internal/naiveserver")
+	mustBuild(t, st.naive, "./internal/naiveserver")
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1})
 	if err != nil {
 		t.Fatalf("embedded NATS: %v", err)
@@ -83,7 +66,7 @@ func (st *stack) startDaemon(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, st.bin, "daemon", "--socket", st.socket, "--nats", st.nats, "--state-dir", st.state, "--enable-audit", "--crosscheck-window", "1s")
-	st.dlog = &syncBuffer{}
+	st.dlog = &testenv.LockedBuffer{}
 	cmd.Stderr = st.dlog
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	if err := cmd.Start(); err != nil {
@@ -180,7 +163,7 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 	run.Dir = base
 	stdin, _ := run.StdinPipe()
 	stdout, _ := run.StdoutPipe()
-	rlog := &syncBuffer{}
+	rlog := &testenv.LockedBuffer{}
 	run.Stderr = rlog
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
@@ -255,25 +238,6 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 
 func slicesContains(s []string, v string) bool { return slices.Contains(s, v) }
 
-// syncBuffer is a bytes.Buffer that a child's output copier and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestFilesystemServerUnderDaemon runs the real npm filesystem server
 // (node) under `mcpwarden run --daemon-socket`. The server is given the
 // whole base while the scope grants only ws, so the server's own check lets
@@ -285,7 +249,7 @@ func (s *syncBuffer) String() string {
 //   - audit (no fence): the read succeeds and is reported as an escape, and
 //     the daemon's cross-check turns it into an ESCAPE finding.
 func TestFilesystemServerUnderDaemon(t *testing.T) {
-	server := filepath.Join(repoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	server := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
 	testenv.RequireFile(t, server, "run scripts/test-env.sh install-npm")
 	node := testenv.RequireCommand(t, "node")
 	st := newStack(t)
@@ -318,7 +282,7 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 		run.Dir = base
 		stdin, _ := run.StdinPipe()
 		stdout, _ := run.StdoutPipe()
-		rlog := &syncBuffer{}
+		rlog := &testenv.LockedBuffer{}
 		run.Stderr = rlog
 		if err := run.Start(); err != nil {
 			t.Fatal(err)
@@ -436,4 +400,12 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 			}
 		}
 	})
+}
+
+// mustBuild builds a command of this module without cgo, or fails the test.
+func mustBuild(t *testing.T, out, pkg string) {
+	t.Helper()
+	if err := testenv.GoBuild(out, pkg, "CGO_ENABLED=0"); err != nil {
+		t.Fatal(err)
+	}
 }

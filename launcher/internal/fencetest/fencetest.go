@@ -5,14 +5,12 @@ package fencetest
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -36,12 +34,6 @@ type Binaries struct {
 	Floor     string // landlockfloor: raw landlock_restrict_self, then exec
 }
 
-// RepoRoot is the module root (found from this file).
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
 // Build builds mcpwarden (or uses $MCPWARDEN_BIN) and the naive server once
 // per test binary.
 func Build(tb testing.TB) Binaries {
@@ -51,38 +43,24 @@ func Build(tb testing.TB) Binaries {
 		if buildErr != nil {
 			return
 		}
-		root := RepoRoot()
 		bins.Mcpwarden = os.Getenv("MCPWARDEN_BIN")
 		if bins.Mcpwarden == "" {
 			bins.Mcpwarden = filepath.Join(buildDir, "mcpwarden")
-			if buildErr = goBuild(root, bins.Mcpwarden, "./cmd/mcpwarden", ""); buildErr != nil {
+			if buildErr = testenv.GoBuild(bins.Mcpwarden, "./cmd/mcpwarden"); buildErr != nil {
 				return
 			}
 		}
 		bins.Naive = filepath.Join(buildDir, "naiveserver")
-		if buildErr = goBuild(root, bins.Naive, "./internal/naiveserver", "0"); buildErr != nil {
+		if buildErr = testenv.GoBuild(bins.Naive, "./internal/naiveserver", "CGO_ENABLED=0"); buildErr != nil {
 			return
 		}
 		bins.Floor = filepath.Join(buildDir, "landlockfloor")
-		buildErr = goBuild(root, bins.Floor, "./internal/landlockfloor", "0")
+		buildErr = testenv.GoBuild(bins.Floor, "./internal/landlockfloor", "CGO_ENABLED=0")
 	})
 	if buildErr != nil {
 		tb.Fatalf("build test binaries: %v", buildErr)
 	}
 	return bins
-}
-
-func goBuild(root, out, pkg, cgo string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = os.Environ()
-	if cgo != "" {
-		cmd.Env = append(cmd.Env, "CGO_ENABLED="+cgo)
-	}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return nil
 }
 
 // RequireFence demands a kernel with Landlock ABI 7 (the strict fence) and
@@ -131,7 +109,7 @@ type Session struct {
 	Cmd    *exec.Cmd
 	in     io.WriteCloser
 	lines  chan string
-	stderr *syncBuffer
+	stderr *testenv.LockedBuffer
 
 	waitOnce sync.Once
 	waitCh   chan struct{}
@@ -171,7 +149,7 @@ func Start(tb testing.TB, b Binaries, o StartOptions) *Session {
 		cmd.Dir = o.Base
 	}
 	cmd.ExtraFiles = o.ExtraFiles
-	s := &Session{tb: tb, Cmd: cmd, lines: make(chan string, 16), stderr: &syncBuffer{}}
+	s := &Session{tb: tb, Cmd: cmd, lines: make(chan string, 16), stderr: &testenv.LockedBuffer{}}
 	cmd.Stderr = s.stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -257,27 +235,10 @@ func (s *Session) Wait() int {
 	return s.Cmd.ProcessState.ExitCode()
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // FilesystemServer is the pinned npm filesystem server's entry point.
 func FilesystemServer(tb testing.TB) string {
 	tb.Helper()
-	p := filepath.Join(RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	p := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
 	testenv.RequireFile(tb, p, "run scripts/test-env.sh install-npm")
 	testenv.RequireCommand(tb, "node")
 	return p
