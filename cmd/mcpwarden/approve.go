@@ -36,10 +36,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
-			}
-			return exitUsage
+			return flagExit(err)
 		}
 		if fs.NArg() == 0 {
 			break

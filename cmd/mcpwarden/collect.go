@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -56,10 +55,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 	window := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the cross-check")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+		return flagExit(err)
 	}
 	if fs.NArg() > 0 {
 		return fail(exitUsage, fmt.Errorf("collect takes no arguments, got %q", fs.Args()))

@@ -46,10 +46,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check in the daemon (a collector runs it)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+		return flagExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "mcpwarden daemon: unexpected argument %q\n\n%s", fs.Arg(0), daemonUsage)

@@ -38,10 +38,7 @@ func cmdEvents(ctx context.Context, args []string) int {
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS `URL` (the daemon's embedded server by default)")
 	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE`")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+		return flagExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "mcpwarden events: unexpected argument %q\n\n%s", fs.Arg(0), eventsUsage)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"strings"
 )
@@ -32,4 +33,13 @@ func parseInterspersed(fs *flag.FlagSet, args []string) (positional, rest []stri
 		positional = append(positional, left[0])
 		args = left[1:]
 	}
+}
+
+// flagExit is the exit code for a flag-parsing error: --help is a success,
+// anything else a usage error (the flag package has already said what).
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
 }

@@ -39,10 +39,7 @@ func cmdQuery(ctx context.Context, args []string) int {
 	showSQL := fs.Bool("sql", false, "print the query's SQL and exit")
 	pos, _, err := parseInterspersed(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+		return flagExit(err)
 	}
 	if len(pos) != 1 {
 		fs.Usage()

@@ -68,10 +68,7 @@ func cmdRun(ctx context.Context, args []string) int {
 		ext.Flags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+		return flagExit(err)
 	}
 	command := fs.Args()
 	if *scopeFile == "" || len(command) == 0 {

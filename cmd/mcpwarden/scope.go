@@ -47,11 +47,8 @@ func cmdScope(ctx context.Context, args []string) int {
 	var allowRuntime stringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime path, as for run (repeatable)")
 	pos, command, err := parseInterspersed(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
 	if err != nil {
-		return exitUsage
+		return flagExit(err)
 	}
 	if len(pos) != 1 {
 		fmt.Fprint(os.Stderr, "mcpwarden scope check: give exactly one scope FILE\n\n"+scopeUsage)

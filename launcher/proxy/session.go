@@ -325,16 +325,11 @@ func (s *session) waitReadyLocked(start time.Time) error {
 // askClientRoots sends roots/list to the client for a new generation.
 func (s *session) askClientRoots() {
 	s.mu.Lock()
-	if !s.clientRoots || s.stopped {
-		s.mu.Unlock()
-		return
-	}
-	gen := s.tracker.Begin()
-	id := s.newIDLocked()
-	s.cliPending[id] = &cliCall{rootsGen: gen}
-	s.broadcastLocked()
+	declared := s.clientRoots
 	s.mu.Unlock()
-	s.toClient(jsonrpc.Request(jsonrpc.IntID(id), "roots/list", json.RawMessage(`{}`)))
+	if declared {
+		s.sendRootsRequest()
+	}
 }
 
 // applyClientRoots handles the client's answer to roots/list generation gen.
