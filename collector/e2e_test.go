@@ -93,21 +93,13 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	base := filepath.Join(root, "base")
 	ws := filepath.Join(base, "ws")
 	secret := filepath.Join(root, "outside", "secret.txt")
-	for _, d := range []string{ws, filepath.Dir(secret)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	inside := filepath.Join(ws, "a.txt")
-	for p, c := range map[string]string{inside: "inside", secret: "OUTSIDE-SECRET"} {
-		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	scope := filepath.Join(root, "scope.json")
-	if err := os.WriteFile(scope, []byte(`{"scope_id":"e2e-pipeline","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFiles(t, map[string]string{
+		inside: "inside",
+		secret: "OUTSIDE-SECRET",
+		scope:  `{"scope_id":"e2e-pipeline","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
+	})
 
 	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
 	background(t, "collecting", bin, "collect", "--nats", ns.ClientURL(), "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")

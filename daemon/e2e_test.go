@@ -132,21 +132,13 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 	base := filepath.Join(root, "base")
 	ws := filepath.Join(base, "ws")
 	secret := filepath.Join(root, "outside", "secret.txt")
-	for _, d := range []string{ws, filepath.Dir(secret)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	inside := filepath.Join(ws, "a.txt")
-	for p, c := range map[string]string{inside: "inside", secret: "OUTSIDE-SECRET"} {
-		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	scope := filepath.Join(root, "scope.json")
-	if err := os.WriteFile(scope, []byte(`{"scope_id":"e2e","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFiles(t, map[string]string{
+		inside: "inside",
+		secret: "OUTSIDE-SECRET",
+		scope:  `{"scope_id":"e2e","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
+	})
 
 	// A run configured with a daemon that is not there must not start.
 	refused := exec.Command(bin, "run", "--proxy=false", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
@@ -256,21 +248,13 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 	base := filepath.Join(st.root, "base")
 	ws := filepath.Join(base, "ws")
 	sibling := filepath.Join(base, "sibling")
-	for _, d := range []string{ws, sibling} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	inside, outside := filepath.Join(ws, "a.txt"), filepath.Join(sibling, "s.txt")
-	for p, c := range map[string]string{inside: "INSIDE-42", outside: "SIBLING-SECRET"} {
-		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	scope := filepath.Join(st.root, "scope.json")
-	if err := os.WriteFile(scope, []byte(`{"scope_id":"fs-e2e","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFiles(t, map[string]string{
+		inside:  "INSIDE-42",
+		outside: "SIBLING-SECRET",
+		scope:   `{"scope_id":"fs-e2e","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
+	})
 	st.startDaemon(t)
 	hasher := st.hasher(t)
 	insideHash, outsideHash := hasher.Hash(inside), hasher.Hash(outside)

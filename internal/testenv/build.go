@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"testing"
 )
 
 // RepoRoot is the module root, found from this file's location.
@@ -47,4 +48,17 @@ func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// WriteFiles creates each file with its content, and its parent directories.
+func WriteFiles(tb testing.TB, files map[string]string) {
+	tb.Helper()
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
