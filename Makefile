@@ -11,7 +11,7 @@ TESTFLAGS ?=
 # Each package's tests may take a while on 2 cores with real services.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test test-go deps lint bench generate generate-check demo clean
+.PHONY: all build test test-go test-clickhouse-current deps lint bench generate generate-check demo clean
 
 all: build
 
@@ -25,11 +25,22 @@ deps:
 
 test: deps build
 	@scripts/test-env.sh up
-	@rc=0; $(MAKE) --no-print-directory lint generate-check test-go || rc=$$?; \
+	@rc=0; $(MAKE) --no-print-directory lint generate-check test-go test-clickhouse-current || rc=$$?; \
 		scripts/test-env.sh down; exit $$rc
 
 test-go:
 	MCPWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
+
+# test-clickhouse-current runs every ClickHouse test again against a current
+# ClickHouse release: chDB's ClickHouse 26.7 (deploy/clickhouse-current),
+# served on the native protocol by chdb-listen. Each test fails unless the
+# server really reports 26.x.
+CLICKHOUSE_CURRENT_ADDR ?= 127.0.0.1:19000
+test-clickhouse-current: build
+	MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_CURRENT_ADDR) \
+		MCPWARDEN_CLICKHOUSE_EXPECT_VERSION=26. \
+		MCPWARDEN_CLICKHOUSE_LISTEN_BIN=$(CURDIR)/build/clickhouse-current/chdb-listen \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./collector/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -240,7 +240,7 @@ func (c *Collector) consume(ctx context.Context, cons jetstream.Consumer, st *st
 	for ctx.Err() == nil {
 		if it == nil {
 			var err error
-			if it, err = cons.Messages(jetstream.PullMaxMessages(1024)); err != nil {
+			if it, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(1024, c.prefetchBytes())); err != nil {
 				c.log.Warn("pull from JetStream failed; retrying", "error", err)
 				sleep(ctx, time.Second)
 				continue
@@ -265,6 +265,18 @@ func (c *Collector) consume(ctx context.Context, cons jetstream.Consumer, st *st
 	}
 	return nil
 }
+
+// prefetchBytes sizes each pull to about one batch, and never below the
+// largest message (a pull smaller than a message would stall). JetStream
+// fills one pull request before serving the next, so a pull far larger than
+// a batch lets one collector take everything while the others that share
+// the consumer sit idle.
+func (c *Collector) prefetchBytes() int {
+	return max(schema.MaxBatchBytes+64<<10, c.cfg.BatchEvents*bytesPerEvent)
+}
+
+// bytesPerEvent is a typical encoded event, for sizing pulls and batches.
+const bytesPerEvent = 400
 
 func nakAll(msgs []jetstream.Msg) {
 	for _, m := range msgs {
@@ -295,7 +307,7 @@ func (c *Collector) fill(ctx context.Context, it jetstream.MessagesContext) (hel
 		c.messages.Add(1)
 		got = append(got, m)
 		// Estimate from the size; decoding happens in parallel below.
-		events += max(1, len(m.Data())/400)
+		events += max(1, len(m.Data())/bytesPerEvent)
 	}
 	for i, d := range c.decode(got) {
 		m := got[i]

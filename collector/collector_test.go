@@ -66,7 +66,8 @@ func (e *env) collector(t *testing.T, mut func(*Config)) *Collector {
 	return c
 }
 
-// start runs c until the returned stop is called.
+// start runs c until the returned stop is called or the test ends (a test
+// that fails early must not leave the collector reporting into it).
 func start(t *testing.T, c *Collector) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -77,7 +78,10 @@ func start(t *testing.T, c *Collector) (stop func()) {
 			t.Errorf("collector: %v", err)
 		}
 	}()
-	return func() { cancel(); wg.Wait() }
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 func openStore(t testing.TB, dsn string) *store.Store {
@@ -179,8 +183,12 @@ func TestCollectEndToEnd(t *testing.T) {
 	for time.Now().Before(deadline) {
 		found = map[string]uint64{}
 		rows, err := st.Conn().Query(context.Background(), "SELECT finding_type, uniqExact(event_id) FROM events WHERE kind = 'finding' GROUP BY finding_type")
-		if err != nil {
-			t.Fatal(err)
+		if err != nil { // the collector may not have applied the migrations yet
+			if time.Now().Add(200 * time.Millisecond).After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
 		}
 		for rows.Next() {
 			var typ string

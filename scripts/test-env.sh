@@ -4,6 +4,10 @@
 #   install-npm  only the pinned npm MCP servers (for `make demo`)
 #   up           start services that are not running; remember which we started
 #   down         stop only what `up` started
+#
+# Two ClickHouse servers: Debian's clickhouse-server 18.16 on 127.0.0.1:9000,
+# and a current release (chDB's libchdb, ClickHouse 26.7, pinned in
+# deploy/clickhouse-current) served by chdb-listen on 127.0.0.1:19000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -43,6 +47,25 @@ install_npm() {
 		(cd "$dir" && npm install --no-fund --no-audit --loglevel=error >/dev/null)
 	fi
 	touch "$dir/node_modules/.mcpwarden-installed"
+}
+
+CH_CURRENT_DIR="$ROOT/deploy/clickhouse-current"
+CH_CURRENT_BIN="$ROOT/build/clickhouse-current/chdb-listen"
+CH_CURRENT_PORT=19000
+
+install_clickhouse_current() {
+	local lib="$CH_CURRENT_DIR/node_modules/@chdb/lib-linux-x64-gnu"
+	if [ ! -f "$CH_CURRENT_DIR/node_modules/.mcpwarden-installed" ] || [ "$CH_CURRENT_DIR/package-lock.json" -nt "$CH_CURRENT_DIR/node_modules/.mcpwarden-installed" ]; then
+		echo "test-env: installing the current ClickHouse release (chDB's libchdb) from npm"
+		# --ignore-scripts: the package is a prebuilt library; nothing may run at install.
+		(cd "$CH_CURRENT_DIR" && npm ci --ignore-scripts --no-fund --no-audit --loglevel=error >/dev/null)
+		touch "$CH_CURRENT_DIR/node_modules/.mcpwarden-installed"
+	fi
+	if [ ! -x "$CH_CURRENT_BIN" ] || [ "$CH_CURRENT_DIR/chdb-listen.c" -nt "$CH_CURRENT_BIN" ]; then
+		mkdir -p "$(dirname "$CH_CURRENT_BIN")"
+		gcc -O2 -Wall -Wextra -Werror -o "$CH_CURRENT_BIN" "$CH_CURRENT_DIR/chdb-listen.c" \
+			-L"$lib" -l:libchdb.so -Wl,-rpath,"$lib"
+	fi
 }
 
 install_go_tools() {
@@ -93,6 +116,37 @@ clickhouse_up() {
 	return 1
 }
 
+clickhouse_current_answers() {
+	(exec 3<>/dev/tcp/127.0.0.1/$CH_CURRENT_PORT) 2>/dev/null
+}
+
+clickhouse_current_up() {
+	[ -x "$CH_CURRENT_BIN" ] || return 0
+	clickhouse_current_answers && return 0
+	echo "test-env: starting the current ClickHouse release (chdb-listen on 127.0.0.1:$CH_CURRENT_PORT)"
+	local data="$STATE/clickhouse-current"
+	rm -rf "$data"
+	mkdir -p "$data"
+	setsid "$CH_CURRENT_BIN" --path="$data/" --tcp_port=$CH_CURRENT_PORT \
+		--logger.log="$data/server.log" --logger.level=warning </dev/null >"$data/stdout.log" 2>&1 &
+	echo $! > "$STATE/clickhouse-current.started"
+	for _ in $(seq 1 120); do
+		clickhouse_current_answers && return 0
+		kill -0 "$(cat "$STATE/clickhouse-current.started")" 2>/dev/null || break
+		sleep 0.5
+	done
+	echo "test-env: chdb-listen did not answer on 127.0.0.1:$CH_CURRENT_PORT; see $data/server.log and $data/stdout.log" >&2
+	return 1
+}
+
+clickhouse_current_down() {
+	[ -f "$STATE/clickhouse-current.started" ] || return 0
+	local pid; pid=$(cat "$STATE/clickhouse-current.started")
+	kill "$pid" 2>/dev/null || true
+	for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+	rm -f "$STATE/clickhouse-current.started"
+}
+
 clickhouse_down() {
 	[ -f "$STATE/clickhouse.started" ] || return 0
 	local pidfile; pidfile=$(cat "$STATE/clickhouse.started")
@@ -104,9 +158,9 @@ clickhouse_down() {
 }
 
 case "${1:-}" in
-install) install_apt; install_npm; install_go_tools ;;
+install) install_apt; install_npm; install_clickhouse_current; install_go_tools ;;
 install-npm) install_npm ;;
-up) mount_kernel_fs; clickhouse_up ;;
-down) clickhouse_down ;;
+up) mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
+down) clickhouse_down; clickhouse_current_down ;;
 *) echo "usage: $0 install|install-npm|up|down" >&2; exit 64 ;;
 esac

@@ -1,6 +1,13 @@
 // Package chtest gives tests a fresh database on the local ClickHouse server
 // that `scripts/test-env.sh up` starts (native port 9000). Outside CI a
 // missing server skips the test; under CI=true it fails it.
+//
+// The same tests run a second time against a current ClickHouse release
+// (`make test-clickhouse-current`): MCPWARDEN_CLICKHOUSE_ADDR points at the
+// chdb-listen server, MCPWARDEN_CLICKHOUSE_LISTEN_BIN makes private servers
+// chdb-listen processes too, and MCPWARDEN_CLICKHOUSE_EXPECT_VERSION makes
+// every test fail unless the server's version starts with it, so that run
+// cannot silently test 18.16 again.
 package chtest
 
 import (
@@ -40,6 +47,7 @@ func Database(t testing.TB) string {
 	if err != nil {
 		testenv.Missing(t, fmt.Sprintf("ClickHouse is not reachable at %s (%v); start it with 'scripts/test-env.sh up'", Addr(), err))
 	}
+	checkVersion(t, ctx, conn)
 	name := "mcpw_test_" + strings.ReplaceAll(schema.NewID()[:12], "-", "")
 	if err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create test database: %v", err)
@@ -53,6 +61,23 @@ func Database(t testing.TB) string {
 	return "clickhouse://" + Addr() + "/" + name
 }
 
+// checkVersion fails the test when MCPWARDEN_CLICKHOUSE_EXPECT_VERSION is set
+// and the server's version does not start with it.
+func checkVersion(t testing.TB, ctx context.Context, conn clickhouse.Conn) {
+	t.Helper()
+	want := os.Getenv("MCPWARDEN_CLICKHOUSE_EXPECT_VERSION")
+	if want == "" {
+		return
+	}
+	var got string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&got); err != nil {
+		t.Fatalf("read ClickHouse version: %v", err)
+	}
+	if !strings.HasPrefix(got, want) {
+		t.Fatalf("ClickHouse at %s is version %s, but MCPWARDEN_CLICKHOUSE_EXPECT_VERSION=%s", Addr(), got, want)
+	}
+}
+
 // Server is a private clickhouse-server process (its own ports and data
 // directory) that a fault test may stop and start without disturbing the
 // shared server other tests use.
@@ -62,14 +87,20 @@ type Server struct {
 	tcpPort, httpPort int
 	interPort         int
 	cmd               *exec.Cmd
+	stderr            testenv.LockedBuffer
 	exited            chan struct{}
 }
 
-// StartServer starts a private clickhouse-server on free loopback ports.
+// StartServer starts a private clickhouse-server on free loopback ports, or
+// a private chdb-listen when MCPWARDEN_CLICKHOUSE_LISTEN_BIN names one.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
-	testenv.RequireCommand(t, "clickhouse-server")
-	testenv.RequireFile(t, "/etc/clickhouse-server/config.xml", "install clickhouse-server with 'scripts/test-env.sh install'")
+	if listenBin() == "" {
+		testenv.RequireCommand(t, "clickhouse-server")
+		testenv.RequireFile(t, "/etc/clickhouse-server/config.xml", "install clickhouse-server with 'scripts/test-env.sh install'")
+	} else {
+		testenv.RequireFile(t, listenBin(), "build it with 'scripts/test-env.sh install'")
+	}
 	s := &Server{t: t, dir: t.TempDir(), tcpPort: freePort(t), httpPort: freePort(t), interPort: freePort(t)}
 	s.Start()
 	t.Cleanup(func() { s.Kill() })
@@ -95,12 +126,17 @@ func (s *Server) DSN(db string) string { return "clickhouse://" + s.Addr() + "/"
 func (s *Server) Start() {
 	s.t.Helper()
 	d := s.dir
-	s.cmd = exec.Command("clickhouse-server", "--config-file=/etc/clickhouse-server/config.xml", "--",
+	if bin := listenBin(); bin != "" {
+		s.cmd = exec.Command(bin, "--path="+d+"/", fmt.Sprintf("--tcp_port=%d", s.tcpPort))
+		s.cmd.Stderr = &s.stderr
+	} else {
+		s.cmd = exec.Command("clickhouse-server", "--config-file=/etc/clickhouse-server/config.xml", "--",
 		fmt.Sprintf("--tcp_port=%d", s.tcpPort), fmt.Sprintf("--http_port=%d", s.httpPort),
 		fmt.Sprintf("--interserver_http_port=%d", s.interPort),
 		"--path="+d+"/", "--tmp_path="+d+"/tmp/", "--user_files_path="+d+"/user_files/",
 		"--format_schema_path="+d+"/format_schemas/",
 		"--logger.log="+d+"/server.log", "--logger.errorlog="+d+"/server.err.log", "--logger.console=0")
+	}
 	s.cmd.Dir = d
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start private clickhouse-server: %v", err)
@@ -116,18 +152,33 @@ func (s *Server) Start() {
 			cancel()
 			conn.Close()
 			if err == nil {
+				s.checkVersion()
 				return
 			}
 		}
 		select {
 		case <-s.exited:
 			log, _ := os.ReadFile(d + "/server.err.log")
-			s.t.Fatalf("private clickhouse-server exited at start-up: %s", tail(log))
+			log = append(log, s.stderr.String()...)
+			s.t.Fatalf("private ClickHouse server exited at start-up: %s", tail(log))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	s.t.Fatalf("private clickhouse-server did not answer on %s within 60 s", s.Addr())
+	s.t.Fatalf("private ClickHouse server did not answer on %s within 60 s", s.Addr())
 }
+
+func (s *Server) checkVersion() {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}, DialTimeout: time.Second})
+	if err != nil {
+		s.t.Fatalf("connect to private ClickHouse server: %v", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	checkVersion(s.t, ctx, conn)
+}
+
+func listenBin() string { return os.Getenv("MCPWARDEN_CLICKHOUSE_LISTEN_BIN") }
 
 // Kill stops the server abruptly (SIGKILL), as a crash or an operator
 // pulling the plug would, and waits for it to be gone.
