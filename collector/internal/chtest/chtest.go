@@ -131,11 +131,11 @@ func (s *Server) Start() {
 		s.cmd.Stderr = &s.stderr
 	} else {
 		s.cmd = exec.Command("clickhouse-server", "--config-file=/etc/clickhouse-server/config.xml", "--",
-		fmt.Sprintf("--tcp_port=%d", s.tcpPort), fmt.Sprintf("--http_port=%d", s.httpPort),
-		fmt.Sprintf("--interserver_http_port=%d", s.interPort),
-		"--path="+d+"/", "--tmp_path="+d+"/tmp/", "--user_files_path="+d+"/user_files/",
-		"--format_schema_path="+d+"/format_schemas/",
-		"--logger.log="+d+"/server.log", "--logger.errorlog="+d+"/server.err.log", "--logger.console=0")
+			fmt.Sprintf("--tcp_port=%d", s.tcpPort), fmt.Sprintf("--http_port=%d", s.httpPort),
+			fmt.Sprintf("--interserver_http_port=%d", s.interPort),
+			"--path="+d+"/", "--tmp_path="+d+"/tmp/", "--user_files_path="+d+"/user_files/",
+			"--format_schema_path="+d+"/format_schemas/",
+			"--logger.log="+d+"/server.log", "--logger.errorlog="+d+"/server.err.log", "--logger.console=0")
 	}
 	s.cmd.Dir = d
 	if err := s.cmd.Start(); err != nil {
