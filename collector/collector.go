@@ -350,7 +350,7 @@ func (c *Collector) decode(msgs []jetstream.Msg) []decoded {
 					return
 				}
 				m := msgs[i]
-				if m.Headers().Get(schema.BatchHeader) != schema.BatchFormat {
+				if !schema.KnownBatchFormat(m.Headers().Get(schema.BatchHeader)) {
 					out[i].err = errors.New("message without the " + schema.BatchHeader + " header")
 					continue
 				}

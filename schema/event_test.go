@@ -289,6 +289,8 @@ func TestDecodeBatchRefusesAmbiguousLines(t *testing.T) {
 func FuzzDecodeBatch(f *testing.F) {
 	body, _ := EncodeBatch(validEvents())
 	f.Add(body)
+	f.Add(encodeV2(f, sameEnvelope()))
+	f.Add([]byte("{\"batch\":{\"format\":\"ndjson-v2\",\"schema_version\":1,\"host\":\"h\",\"boot_id\":\"\",\"kind\":\"health\"}}\n{\"event_id\":\"0123456789abcdef0123456789abcdef\",\"time_ns\":1,\"health\":{\"component\":\"x\"}}\n"))
 	f.Add([]byte(`{"event_id":"0123456789abcdef0123456789abcdef","schema_version":1,"host":"h","boot_id":"","kind":"health","time_ns":1,"health":{"component":"x","drops_bpf_reserve":0,"drops_queue_full":0,"drops_publish_fail":0,"spool_depth":0}}`))
 	f.Add([]byte("{\"kind\":\"file_op\",\"file_op\":{\"comm\":\"/etc\"}}\n[]\nnull\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -331,5 +333,115 @@ func walkStrings(v reflect.Value, fn func(string)) {
 		for i := range v.Len() {
 			walkStrings(v.Index(i), fn)
 		}
+	}
+}
+
+// encodeV2 builds an ndjson-v2 body the way the publisher does: the
+// envelope of evs[0], then every event's line.
+func encodeV2(t testing.TB, evs []Event) []byte {
+	t.Helper()
+	body, err := AppendEnvelope(nil, EnvelopeOf(&evs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs {
+		if EnvelopeOf(&evs[i]) != EnvelopeOf(&evs[0]) {
+			t.Fatalf("event %d has another envelope", i)
+		}
+		if body, err = AppendEventLine(body, &evs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return body
+}
+
+// sameEnvelope returns valid events that share one envelope: the valid
+// events of the first's kind, and copies of the first at other times.
+func sameEnvelope() []Event {
+	evs := validEvents()
+	var out []Event
+	for i := range evs {
+		if EnvelopeOf(&evs[i]) == EnvelopeOf(&evs[0]) {
+			out = append(out, evs[i])
+		}
+	}
+	for i := range 4 {
+		e := evs[0]
+		e.EventID, e.TimeNS = NewID(), e.TimeNS+int64(i+1)
+		out = append(out, e)
+	}
+	return out
+}
+
+func TestBatchV2RoundTrip(t *testing.T) {
+	evs := sameEnvelope()
+	body := encodeV2(t, evs)
+	lines := bytes.Split(bytes.TrimSpace(body), []byte{'\n'})
+	if len(lines) != len(evs)+1 || !bytes.HasPrefix(lines[0], []byte(`{"batch":{"format":"ndjson-v2",`)) {
+		t.Fatalf("unexpected body:\n%s", body)
+	}
+	for _, l := range lines[1:] {
+		for _, f := range []string{`"host"`, `"boot_id"`, `"kind"`, `"schema_version"`, `"run_id"`, `"scope_hash"`} {
+			if bytes.Contains(l, []byte(f)) {
+				t.Fatalf("event line repeats the envelope field %s: %s", f, l)
+			}
+		}
+	}
+	got, rejected, err := DecodeBatch(append(body, "not json\n\n"...))
+	if err != nil || rejected != 1 || len(got) != len(evs) {
+		t.Fatalf("got %d events, %d rejected, %v; want %d, 1", len(got), rejected, err, len(evs))
+	}
+	for i := range evs {
+		if !reflect.DeepEqual(got[i], evs[i]) {
+			t.Fatalf("event %d changed in transit:\n%+v\n%+v", i, got[i], evs[i])
+		}
+	}
+	v1, _ := EncodeBatch(evs)
+	if len(body) >= len(v1) {
+		t.Errorf("v2 body (%d bytes) is not smaller than v1 (%d)", len(body), len(v1))
+	}
+}
+
+// TestBatchV2Hostile: an envelope applies to every line, so any doubt about
+// it refuses the whole message; a line that restates an envelope field
+// (which reader's value would win?) is refused alone.
+func TestBatchV2Hostile(t *testing.T) {
+	evs := sameEnvelope()
+	body := encodeV2(t, evs)
+	env, rest, _ := bytes.Cut(body, []byte{'\n'})
+	whole := map[string][]byte{
+		"unknown format":        bytes.Replace(env, []byte(`ndjson-v2`), []byte(`ndjson-v9`), 1),
+		"unknown envelope key":  bytes.Replace(env, []byte(`"host":`), []byte(`"shell":"x","host":`), 1),
+		"case-variant key":      bytes.Replace(env, []byte(`"host":`), []byte(`"HOST":`), 1),
+		"duplicate host":        bytes.Replace(env, []byte(`"host":`), []byte(`"host":"other","host":`), 1),
+		"envelope not json":     []byte(`{"batch":{"format":"ndjson-v2"`),
+		"envelope invalid utf8": bytes.Replace(env, []byte(`"host":"`), []byte("\"host\":\"\xff"), 1),
+	}
+	for name, e := range whole {
+		t.Run(name, func(t *testing.T) {
+			if bytes.Equal(e, env) {
+				t.Fatal("test input was not changed")
+			}
+			got, _, err := DecodeBatch(append(append(e, '\n'), rest...))
+			if err == nil || len(got) != 0 {
+				t.Fatalf("accepted %d events (err %v)", len(got), err)
+			}
+		})
+	}
+	first, _, _ := bytes.Cut(rest, []byte{'\n'})
+	for _, field := range []string{`"host":"evil"`, `"kind":"health"`, `"run_id":"0123456789abcdef0123456789abcdef"`, `"schema_version":1`, `"boot_id":"x"`} {
+		t.Run("line sets "+field, func(t *testing.T) {
+			line := bytes.Replace(first, []byte(`{`), []byte(`{`+field+`,`), 1)
+			got, rejected, err := DecodeBatch(append(append(append([]byte(nil), env...), '\n'), line...))
+			if err != nil || rejected != 1 || len(got) != 0 {
+				t.Fatalf("got %d events, %d rejected, %v; want the line rejected", len(got), rejected, err)
+			}
+		})
+	}
+	// The envelope's own values are validated with every event.
+	badHost := bytes.Replace(env, []byte(`"host":"`), []byte(`"host":"/etc/`), 1)
+	got, rejected, err := DecodeBatch(append(append(badHost, '\n'), rest...))
+	if err != nil || len(got) != 0 || rejected != len(evs) {
+		t.Fatalf("a path as host: got %d events, %d rejected, %v", len(got), rejected, err)
 	}
 }

@@ -273,21 +273,21 @@ func (p *Publisher) spoolLocked(recs []spool.Record, force bool) error {
 	return nil
 }
 
-// batch groups events by subject (host, kind), keeping their order, and
-// cuts each group into messages within the size limits.
+// batch groups events by envelope (host, kind, boot, run, scope), keeping
+// their order within each group, and cuts each group into ndjson-v2
+// messages within the size limits. Groups of one host and kind share a
+// subject.
 func (p *Publisher) batch(events []schema.Event) ([]spool.Record, error) {
 	type group struct {
 		subject string
+		env     schema.Envelope
 		buf     []byte
+		envLen  int // bytes of the envelope line that starts buf
 		n       int
 	}
 	var recs []spool.Record
 	var groups []*group
-	type subjKey struct {
-		host string
-		kind schema.Kind
-	}
-	bySubject := map[subjKey]*group{}
+	byEnvelope := map[schema.Envelope]*group{}
 	flush := func(g *group) {
 		if g.n == 0 {
 			return
@@ -295,33 +295,45 @@ func (p *Publisher) batch(events []schema.Event) ([]spool.Record, error) {
 		recs = append(recs, spool.Record{Subject: g.subject, MsgID: schema.NewID(), Data: g.buf})
 		g.buf, g.n = nil, 0
 	}
+	start := func(g *group, remaining int) error {
+		// ~250 bytes an event line: one allocation for most messages.
+		g.buf = make([]byte, 0, min(p.cfg.MaxBatchBytes, 512+256*min(p.cfg.MaxBatchEvents, remaining)))
+		var err error
+		g.buf, err = schema.AppendEnvelope(g.buf, g.env)
+		g.envLen = len(g.buf)
+		return err
+	}
 	for i := range events {
 		e := &events[i]
-		k := subjKey{e.Host, e.Kind}
-		g := bySubject[k]
+		env := schema.EnvelopeOf(e)
+		g := byEnvelope[env]
 		if g == nil {
-			g = &group{subject: stream.Subject(e.Host, e.Kind)}
-			bySubject[k] = g
+			g = &group{subject: stream.Subject(e.Host, e.Kind), env: env}
+			byEnvelope[env] = g
 			groups = append(groups, g)
 		}
 		if g.buf == nil {
-			// ~400 bytes an event: one allocation for most messages.
-			g.buf = make([]byte, 0, min(p.cfg.MaxBatchBytes, 512*min(p.cfg.MaxBatchEvents, len(events)-i)))
+			if err := start(g, len(events)-i); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrSinkUnavailable, err)
+			}
 		}
 		before := len(g.buf)
 		var err error
-		g.buf, err = schema.AppendEvent(g.buf, e)
+		g.buf, err = schema.AppendEventLine(g.buf, e)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSinkUnavailable, err)
 		}
-		if len(g.buf)-before > p.cfg.MaxBatchBytes {
+		if g.envLen+len(g.buf)-before > p.cfg.MaxBatchBytes {
 			return nil, fmt.Errorf("%w: event %s alone is %d bytes, over the %d-byte message limit", ErrSinkUnavailable, e.EventID, len(g.buf)-before, p.cfg.MaxBatchBytes)
 		}
 		if len(g.buf) > p.cfg.MaxBatchBytes {
 			line := append([]byte(nil), g.buf[before:]...)
 			g.buf = g.buf[:before]
 			flush(g)
-			g.buf, g.n = line, 1
+			if err := start(g, len(events)-i); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrSinkUnavailable, err)
+			}
+			g.buf, g.n = append(g.buf, line...), 1
 			continue
 		}
 		g.n++
