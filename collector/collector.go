@@ -355,6 +355,9 @@ func (c *Collector) decode(msgs []jetstream.Msg) []decoded {
 					continue
 				}
 				out[i].events, out[i].rejected, out[i].err = schema.DecodeBatch(m.Data())
+				var forged int
+				out[i].events, forged = stream.KeepOnSubject(m.Subject(), out[i].events)
+				out[i].rejected += forged
 			}
 		}()
 	}

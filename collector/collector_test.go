@@ -327,3 +327,53 @@ func TestRunFailsClearlyWithoutSchema(t *testing.T) {
 	}
 	_ = clickhouse.Named
 }
+
+// TestEventsOutsideTheirSubjectAreRejected: a host may publish only under its
+// own subject (NATS permissions), so a message under host-a carrying events
+// in host-b's name, or of another kind than its subject's, is a forgery: those
+// events are rejected and never stored; the honest ones of the message are.
+func TestEventsOutsideTheirSubjectAreRejected(t *testing.T) {
+	e := newEnv(t, chtest.Database(t))
+	honest := eventgen.New("host-a").Mixed(200)
+	var fileOps []schema.Event
+	for _, ev := range honest {
+		if ev.Kind == schema.KindFileOp {
+			fileOps = append(fileOps, ev)
+		}
+	}
+	forgedHost := eventgen.New("host-b").FileOp(1)
+	forgedKind := fileOps[0]
+	forgedKind.EventID, forgedKind.Kind, forgedKind.FileOp = schema.NewID(), schema.KindHealth, nil
+	forgedKind.Health = &schema.Health{Component: "daemon"}
+	body, err := schema.EncodeBatch(append(append([]schema.Event(nil), fileOps...), forgedHost, forgedKind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(e.nats.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(stream.Subject("host-a", schema.KindFileOp))
+	m.Data = body
+	m.Header.Set(schema.BatchHeader, schema.BatchFormat)
+	if _, err := js.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	c := e.collector(t, nil)
+	stop := start(t, c)
+	st := openStore(t, e.dsn)
+	waitDistinct(t, st, uint64(len(fileOps)), 30*time.Second)
+	stop()
+	var forged uint64
+	if err := st.Conn().QueryRow(context.Background(), "SELECT count() FROM events WHERE host != 'host-a' OR kind != 'file_op'").Scan(&forged); err != nil {
+		t.Fatal(err)
+	}
+	if forged != 0 || c.Stats().Rejected != 2 {
+		t.Fatalf("%d forged events stored, %d rejected (want 0 and 2)", forged, c.Stats().Rejected)
+	}
+}

@@ -30,6 +30,23 @@ func Subject(host string, kind schema.Kind) string {
 	return SubjectPrefix + "." + HostToken(host) + "." + string(kind)
 }
 
+// KeepOnSubject keeps the events whose host and kind are those of the
+// message subject they arrived on, and counts the others. NATS permissions
+// let a host publish only under its own host token (deploy/nats), so this
+// stops a compromised host from writing events, or findings, in another
+// host's name.
+func KeepOnSubject(subject string, events []schema.Event) (kept []schema.Event, dropped int) {
+	kept = events[:0]
+	for i := range events {
+		if Subject(events[i].Host, events[i].Kind) != subject {
+			dropped++
+			continue
+		}
+		kept = append(kept, events[i])
+	}
+	return kept, dropped
+}
+
 // HostToken turns a host name into one subject token: dots and anything that
 // is not a letter, digit, '-' or '_' become '_', so "web-1.example.com"
 // becomes "web-1_example_com" and no host can inject wildcards or extra

@@ -48,3 +48,18 @@ func TestConnectErrorsRedactCredentials(t *testing.T) {
 		t.Fatalf("redactURL kept the password: %q", got)
 	}
 }
+
+func TestKeepOnSubject(t *testing.T) {
+	mk := func(host string, kind schema.Kind) schema.Event { return schema.Event{Host: host, Kind: kind} }
+	events := []schema.Event{
+		mk("web-1.example.com", schema.KindFileOp),
+		mk("web-2.example.com", schema.KindFileOp),  // another host
+		mk("web-1.example.com", schema.KindFinding), // another kind
+		mk("web-1_example_com", schema.KindFileOp),  // same token: the subject cannot tell them apart
+		mk("web-1.example.com.>", schema.KindFileOp),
+	}
+	kept, dropped := KeepOnSubject("mcpwarden.v1.web-1_example_com.file_op", events)
+	if dropped != 3 || len(kept) != 2 || kept[0].Host != "web-1.example.com" || kept[1].Host != "web-1_example_com" {
+		t.Fatalf("kept %+v, dropped %d", kept, dropped)
+	}
+}

@@ -85,6 +85,9 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.rejected.Add(1)
 			return
 		}
+		var forged int
+		events, forged = stream.KeepOnSubject(msg.Subject(), events)
+		rejected += forged
 		l.rejected.Add(uint64(rejected))
 		l.received.Add(uint64(len(events)))
 		l.engine.Add(events, time.Now())
