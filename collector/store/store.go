@@ -63,7 +63,10 @@ func Open(ctx context.Context, dsn string, create bool, log *slog.Logger) (*Stor
 	}
 	if create {
 		boot := *opt
-		boot.Auth.Database = "default"
+		// The database does not exist yet, so connect to one that always
+		// does and that a user limited to its own database may still use
+		// (allow_databases in deploy/clickhouse: "default" is refused).
+		boot.Auth.Database = "system"
 		c, err := clickhouse.Open(&boot)
 		if err != nil {
 			return nil, fmt.Errorf("connect to ClickHouse: %w", err)

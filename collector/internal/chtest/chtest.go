@@ -86,6 +86,7 @@ type Server struct {
 	dir               string
 	tcpPort, httpPort int
 	interPort         int
+	configDir         string // "" = /etc/clickhouse-server
 	cmd               *exec.Cmd
 	stderr            testenv.LockedBuffer
 	exited            chan struct{}
@@ -102,6 +103,34 @@ func StartServer(t testing.TB) *Server {
 		testenv.RequireFile(t, listenBin(), "build it with 'scripts/test-env.sh install'")
 	}
 	s := &Server{t: t, dir: t.TempDir(), tcpPort: freePort(t), httpPort: freePort(t), interPort: freePort(t)}
+	s.Start()
+	t.Cleanup(func() { s.Kill() })
+	return s
+}
+
+// StartServerWithConfig starts a private clickhouse-server (always Debian's,
+// even in the current-release run: clickhouse-local does not read server
+// configuration) whose configuration is the system's config.xml and
+// users.xml plus files, keyed by path relative to the configuration
+// directory ("users.d/x.xml").
+func StartServerWithConfig(t testing.TB, files map[string]string) *Server {
+	t.Helper()
+	testenv.RequireCommand(t, "clickhouse-server")
+	testenv.RequireFile(t, "/etc/clickhouse-server/config.xml", "install clickhouse-server with 'scripts/test-env.sh install'")
+	dir := t.TempDir()
+	all := map[string]string{}
+	for _, f := range []string{"config.xml", "users.xml"} {
+		b, err := os.ReadFile("/etc/clickhouse-server/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all[dir+"/"+f] = string(b)
+	}
+	for name, content := range files {
+		all[dir+"/"+name] = content
+	}
+	testenv.WriteFiles(t, all)
+	s := &Server{t: t, dir: t.TempDir(), tcpPort: freePort(t), httpPort: freePort(t), interPort: freePort(t), configDir: dir}
 	s.Start()
 	t.Cleanup(func() { s.Kill() })
 	return s
@@ -126,11 +155,15 @@ func (s *Server) DSN(db string) string { return "clickhouse://" + s.Addr() + "/"
 func (s *Server) Start() {
 	s.t.Helper()
 	d := s.dir
-	if bin := listenBin(); bin != "" {
+	if bin := listenBin(); bin != "" && s.configDir == "" {
 		s.cmd = exec.Command(bin, "--path="+d+"/", fmt.Sprintf("--tcp_port=%d", s.tcpPort))
 		s.cmd.Stderr = &s.stderr
 	} else {
-		s.cmd = exec.Command("clickhouse-server", "--config-file=/etc/clickhouse-server/config.xml", "--",
+		conf := "/etc/clickhouse-server"
+		if s.configDir != "" {
+			conf = s.configDir
+		}
+		s.cmd = exec.Command("clickhouse-server", "--config-file="+conf+"/config.xml", "--", "--listen_host=127.0.0.1",
 			fmt.Sprintf("--tcp_port=%d", s.tcpPort), fmt.Sprintf("--http_port=%d", s.httpPort),
 			fmt.Sprintf("--interserver_http_port=%d", s.interPort),
 			"--path="+d+"/", "--tmp_path="+d+"/tmp/", "--user_files_path="+d+"/user_files/",
@@ -152,7 +185,9 @@ func (s *Server) Start() {
 			cancel()
 			conn.Close()
 			if err == nil {
-				s.checkVersion()
+				if s.configDir == "" {
+					s.checkVersion()
+				}
 				return
 			}
 		}
