@@ -11,7 +11,7 @@ TESTFLAGS ?=
 # Each package's tests may take a while on 2 cores with real services.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test test-go test-clickhouse-current deps lint bench generate generate-check demo clean
+.PHONY: all build test test-go test-clickhouse-current deploy-check deps lint bench generate generate-check demo clean
 
 all: build
 
@@ -25,7 +25,7 @@ deps:
 
 test: deps build
 	@scripts/test-env.sh up
-	@rc=0; $(MAKE) --no-print-directory lint generate-check test-go test-clickhouse-current || rc=$$?; \
+	@rc=0; $(MAKE) --no-print-directory lint deploy-check generate-check test-go test-clickhouse-current || rc=$$?; \
 		scripts/test-env.sh down; exit $$rc
 
 test-go:
@@ -56,6 +56,13 @@ bench: deps build
 	@scripts/test-env.sh up
 	@rc=0; MCPWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m $(PKGS) || rc=$$?; \
 		scripts/test-env.sh down; exit $$rc
+
+# deploy-check validates deploy/docker-compose.yml (syntax, interpolation,
+# references) with docker-compose, which needs no container engine; the
+# configurations it mounts are tested against real servers in ./collector.
+deploy-check:
+	HOST_WEB_1_PASSWORD=x HOST_WEB_2_PASSWORD=x COLLECTOR_PASSWORD=x CLICKHOUSE_COLLECTOR_PASSWORD=x \
+		docker-compose -f deploy/docker-compose.yml config -q
 
 generate:
 	$(GO) generate ./...

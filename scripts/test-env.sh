@@ -15,7 +15,7 @@ STATE="$ROOT/build/test-env"
 mkdir -p "$STATE"
 GOBIN_DIR="$(go env GOPATH)/bin"
 
-APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client)
+APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client docker-compose)
 STATICCHECK_VERSION=v0.8.2
 GOSDK_VERSION=v1.8.0
 
