@@ -128,7 +128,7 @@ clickhouse_current_up() {
 	rm -rf "$data"
 	mkdir -p "$data"
 	setsid "$CH_CURRENT_BIN" --path="$data/" --tcp_port=$CH_CURRENT_PORT \
-		--logger.log="$data/server.log" --logger.level=warning </dev/null >"$data/stdout.log" 2>&1 &
+		--logger.log="$data/server.log" --log-level=warning </dev/null >"$data/stdout.log" 2>&1 &
 	echo $! > "$STATE/clickhouse-current.started"
 	for _ in $(seq 1 120); do
 		clickhouse_current_answers && return 0
