@@ -103,6 +103,8 @@ func cmdEvents(ctx context.Context, args []string) int {
 		if err != nil {
 			continue
 		}
+		// As the collector does: an event in another host's name is a forgery.
+		events, _ = stream.KeepOnSubject(msg.Subject(), events)
 		for i := range events {
 			p.print(&events[i])
 		}
