@@ -354,10 +354,7 @@ func (c *Collector) decode(msgs []jetstream.Msg) []decoded {
 					out[i].err = errors.New("message without the " + schema.BatchHeader + " header")
 					continue
 				}
-				out[i].events, out[i].rejected, out[i].err = schema.DecodeBatch(m.Data())
-				var forged int
-				out[i].events, forged = stream.KeepOnSubject(m.Subject(), out[i].events)
-				out[i].rejected += forged
+				out[i].events, out[i].rejected, out[i].err = stream.DecodeBatch(m.Subject(), m.Data())
 			}
 		}()
 	}

@@ -40,11 +40,11 @@ func TestDeployNATSConfig(t *testing.T) {
 	}
 	dir := t.TempDir()
 	ca := writeTestPKI(t, dir)
-	port := freeTCPPort(t)
+	port := testenv.FreePort(t)
 	text := string(conf)
 	for old, repl := range map[string]string{
 		"0.0.0.0:4222":    "127.0.0.1:" + strconv.Itoa(port),
-		"127.0.0.1:8222":  "127.0.0.1:" + strconv.Itoa(freeTCPPort(t)),
+		"127.0.0.1:8222":  "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
 		"/data/jetstream": filepath.Join(dir, "js"),
 		"/etc/nats/tls/":  dir + "/",
 	} {
@@ -146,15 +146,6 @@ func TestDeployNATSConfig(t *testing.T) {
 		nc.Close()
 		t.Error("a wrong password connected")
 	}
-}
-
-func freeTCPPort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // writeTestPKI writes ca.pem, server.pem and server-key.pem (for 127.0.0.1)

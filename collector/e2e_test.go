@@ -67,10 +67,10 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	dir := t.TempDir()
 	if bin == "" {
 		bin = filepath.Join(dir, "mcpwarden")
-		mustBuild(t, bin, "./cmd/mcpwarden")
+		testenv.MustGoBuild(t, bin, "./cmd/mcpwarden")
 	}
 	naive := filepath.Join(dir, "naiveserver")
-	mustBuild(t, naive, "./internal/naiveserver")
+	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
 
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
 	if err != nil {
@@ -262,13 +262,5 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	}
 	if rowsN != distinct {
 		t.Fatalf("FINAL returned %d rows for %d events", rowsN, distinct)
-	}
-}
-
-// mustBuild builds a command of this module without cgo, or fails the test.
-func mustBuild(t *testing.T, out, pkg string) {
-	t.Helper()
-	if err := testenv.GoBuild(out, pkg, "CGO_ENABLED=0"); err != nil {
-		t.Fatal(err)
 	}
 }

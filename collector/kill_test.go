@@ -32,7 +32,7 @@ func TestCollectProcessKilled(t *testing.T) {
 	dir := t.TempDir()
 	if bin == "" {
 		bin = filepath.Join(dir, "mcpwarden")
-		mustBuild(t, bin, "./cmd/mcpwarden")
+		testenv.MustGoBuild(t, bin, "./cmd/mcpwarden")
 	}
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
 	if err != nil {

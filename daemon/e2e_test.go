@@ -40,9 +40,9 @@ func newStack(t *testing.T) *stack {
 		socket: filepath.Join(root, "run", "daemon.sock"), naive: filepath.Join(root, "naiveserver")}
 	if st.bin == "" {
 		st.bin = filepath.Join(root, "mcpwarden")
-		mustBuild(t, st.bin, "./cmd/mcpwarden")
+		testenv.MustGoBuild(t, st.bin, "./cmd/mcpwarden")
 	}
-	mustBuild(t, st.naive, "./internal/naiveserver")
+	testenv.MustGoBuild(t, st.naive, "./internal/naiveserver")
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1})
 	if err != nil {
 		t.Fatalf("embedded NATS: %v", err)
@@ -384,12 +384,4 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 			}
 		}
 	})
-}
-
-// mustBuild builds a command of this module without cgo, or fails the test.
-func mustBuild(t *testing.T, out, pkg string) {
-	t.Helper()
-	if err := testenv.GoBuild(out, pkg, "CGO_ENABLED=0"); err != nil {
-		t.Fatal(err)
-	}
 }

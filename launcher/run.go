@@ -452,7 +452,6 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 	expiry := time.NewTimer(time.Until(cfg.Scope.NotAfter))
 	defer expiry.Stop()
 	reason := ""
-	mediatorEnded := false
 
 	for {
 		s.mu.Lock()
@@ -473,7 +472,7 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 			// The mediator is done: the client went away (a closed stdout
 			// ends the relay with EPIPE), the server closed its output, or
 			// the mediator failed. The server must not run on unattended.
-			mdone, mediatorEnded = nil, true
+			mdone = nil // ended: the drain below has nothing to wait for
 			if err != nil && !errors.Is(err, context.Canceled) {
 				cfg.Logger.Warn("mediator ended with an error; stopping the server", "run_id", cfg.RunID, "err", err)
 			}
@@ -497,7 +496,7 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 			continue
 		}
 		// Let the mediator drain what the server wrote before it exited.
-		if !mediatorEnded {
+		if mdone != nil {
 			select {
 			case <-mdone:
 			case <-time.After(2 * time.Second):

@@ -65,9 +65,18 @@ var envelopePrefix = []byte(`{"batch":`)
 func AppendEnvelope(buf []byte, env Envelope) ([]byte, error) {
 	var l envelopeLine
 	l.Batch.Format, l.Batch.Envelope = BatchFormat, env
-	b, err := json.Marshal(&l)
+	buf, err := appendLine(buf, &l)
 	if err != nil {
 		return buf, fmt.Errorf("encode batch envelope: %w", err)
+	}
+	return buf, nil
+}
+
+// appendLine appends v's JSON and a newline; on error buf is unchanged.
+func appendLine(buf []byte, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return buf, err
 	}
 	buf = append(buf, b...)
 	return append(buf, '\n'), nil
@@ -89,12 +98,11 @@ type eventLine struct {
 // AppendEventLine appends e as one ndjson-v2 line: every field but the
 // envelope, which must be the message's (EnvelopeOf(e) == env).
 func AppendEventLine(buf []byte, e *Event) ([]byte, error) {
-	b, err := json.Marshal(eventLine{Event: e})
+	buf, err := appendLine(buf, eventLine{Event: e})
 	if err != nil {
 		return buf, fmt.Errorf("encode event %s: %w", e.EventID, err)
 	}
-	buf = append(buf, b...)
-	return append(buf, '\n'), nil
+	return buf, nil
 }
 
 // ErrBatchTooLarge is returned for a batch over MaxBatchBytes or MaxBatchEvents.
@@ -102,12 +110,11 @@ var ErrBatchTooLarge = errors.New("event batch too large")
 
 // AppendEvent appends e's wire form (one JSON line) to buf.
 func AppendEvent(buf []byte, e *Event) ([]byte, error) {
-	b, err := json.Marshal(e)
+	buf, err := appendLine(buf, e)
 	if err != nil {
 		return buf, fmt.Errorf("encode event %s: %w", e.EventID, err)
 	}
-	buf = append(buf, b...)
-	return append(buf, '\n'), nil
+	return buf, nil
 }
 
 // EncodeBatch returns the wire form of events.

@@ -35,19 +35,19 @@ install_apt() {
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-install_npm() {
-	local dir="$ROOT/deploy/mcp-servers"
-	if [ -f "$dir/node_modules/.mcpwarden-installed" ] && [ "$dir/node_modules/.mcpwarden-installed" -nt "$dir/package.json" ]; then
-		return 0
-	fi
-	echo "test-env: installing pinned MCP servers from npm"
-	if [ -f "$dir/package-lock.json" ]; then
-		(cd "$dir" && npm ci --no-fund --no-audit --loglevel=error >/dev/null)
-	else
-		(cd "$dir" && npm install --no-fund --no-audit --loglevel=error >/dev/null)
-	fi
-	touch "$dir/node_modules/.mcpwarden-installed"
+# npm_ci_pinned DIR WHAT [npm ci options]: installs DIR's package-lock.json
+# once, again only when the lock file changes (.npmrc sets fund/audit off).
+npm_ci_pinned() {
+	local dir=$1 what=$2
+	shift 2
+	local mark="$dir/node_modules/.mcpwarden-installed"
+	[ -f "$mark" ] && [ "$mark" -nt "$dir/package-lock.json" ] && return 0
+	echo "test-env: installing $what from npm"
+	(cd "$dir" && npm ci --loglevel=error "$@" >/dev/null)
+	touch "$mark"
 }
+
+install_npm() { npm_ci_pinned "$ROOT/deploy/mcp-servers" "the pinned MCP servers"; }
 
 CH_CURRENT_DIR="$ROOT/deploy/clickhouse-current"
 CH_CURRENT_BIN="$ROOT/build/clickhouse-current/chdb-listen"
@@ -55,12 +55,8 @@ CH_CURRENT_PORT=19000
 
 install_clickhouse_current() {
 	local lib="$CH_CURRENT_DIR/node_modules/@chdb/lib-linux-x64-gnu"
-	if [ ! -f "$CH_CURRENT_DIR/node_modules/.mcpwarden-installed" ] || [ "$CH_CURRENT_DIR/package-lock.json" -nt "$CH_CURRENT_DIR/node_modules/.mcpwarden-installed" ]; then
-		echo "test-env: installing the current ClickHouse release (chDB's libchdb) from npm"
-		# --ignore-scripts: the package is a prebuilt library; nothing may run at install.
-		(cd "$CH_CURRENT_DIR" && npm ci --ignore-scripts --no-fund --no-audit --loglevel=error >/dev/null)
-		touch "$CH_CURRENT_DIR/node_modules/.mcpwarden-installed"
-	fi
+	# --ignore-scripts: the package is a prebuilt library; nothing may run at install.
+	npm_ci_pinned "$CH_CURRENT_DIR" "the current ClickHouse release (chDB's libchdb)" --ignore-scripts
 	if [ ! -x "$CH_CURRENT_BIN" ] || [ "$CH_CURRENT_DIR/chdb-listen.c" -nt "$CH_CURRENT_BIN" ]; then
 		mkdir -p "$(dirname "$CH_CURRENT_BIN")"
 		gcc -O2 -Wall -Wextra -Werror -o "$CH_CURRENT_BIN" "$CH_CURRENT_DIR/chdb-listen.c" \
@@ -109,7 +105,11 @@ clickhouse_up() {
 		clickhouse-server --config-file=/etc/clickhouse-server/config.xml --daemon --pid-file="$pidfile"
 	fi
 	for _ in $(seq 1 120); do
-		clickhouse-client --query 'SELECT 1' >/dev/null 2>&1 && { echo "$pidfile" > "$STATE/clickhouse.started"; return 0; }
+		clickhouse-client --query 'SELECT 1' >/dev/null 2>&1 && {
+			echo "$pidfile" > "$STATE/clickhouse.started"
+			clickhouse_drop_test_dbs
+			return 0
+		}
 		sleep 0.5
 	done
 	echo "test-env: clickhouse-server did not answer within 60 s; see /var/log/clickhouse-server/clickhouse-server.err.log" >&2

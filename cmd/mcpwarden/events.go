@@ -99,12 +99,10 @@ func cmdEvents(ctx context.Context, args []string) int {
 			}
 			return fail(exitInternal, fmt.Errorf("read events: %w", err))
 		}
-		events, _, err := schema.DecodeBatch(msg.Data())
+		events, _, err := stream.DecodeBatch(msg.Subject(), msg.Data())
 		if err != nil {
 			continue
 		}
-		// As the collector does: an event in another host's name is a forgery.
-		events, _ = stream.KeepOnSubject(msg.Subject(), events)
 		for i := range events {
 			p.print(&events[i])
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/collector/query"
 	"github.com/mcpwarden/mcpwarden/collector/store"
-	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
 )
 
 func cmdQuery(ctx context.Context, args []string) int {
@@ -46,21 +45,14 @@ func cmdQuery(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	name := pos[0]
-	if _, err := chschema.Query(name); err != nil {
-		names := make([]string, len(query.List))
-		for i, c := range query.List {
-			names[i] = c.Name
-		}
-		return fail(exitUsage, fmt.Errorf("%w; canned queries: %s", err, strings.Join(names, ", ")))
+	text, err := query.Text(name)
+	if err != nil {
+		return fail(exitUsage, err)
 	}
 	if name == "timeline" && *run == "" {
-		return fail(exitUsage, errors.New("the timeline query needs --run RUN_ID (find run ids with 'mcpwarden query runs')"))
+		return fail(exitUsage, query.ErrTimelineNeedsRun)
 	}
 	if *showSQL {
-		text, err := chschema.Query(name)
-		if err != nil {
-			return fail(exitUsage, err)
-		}
 		fmt.Print(text)
 		return exitOK
 	}

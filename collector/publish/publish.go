@@ -419,38 +419,28 @@ func (p *Publisher) replay() error {
 		if !p.cfg.Conn.IsConnected() {
 			return errors.New("not connected")
 		}
-		recs, cur, err := p.sp.Peek(p.cfg.MaxInFlight)
-		if err != nil {
+		if err := p.sendSpooled(p.sp); err != nil {
 			return err
 		}
-		futs := make([]jetstream.PubAckFuture, 0, len(recs))
-		var pubErr error
-		for _, rec := range recs {
-			f, err := p.js.PublishMsgAsync(toMsg(rec), jetstream.WithMsgID(rec.MsgID))
-			if err != nil {
-				pubErr = err
-				break
-			}
-			futs = append(futs, f)
-		}
-		for _, f := range futs {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				pubErr = err
-			case <-p.done:
-				return errors.New("closing")
-			}
-		}
-		if pubErr != nil {
-			return pubErr
-		}
-		if err := p.sp.Commit(cur); err != nil {
-			return err
-		}
-		p.replayed.Add(uint64(len(recs)))
-		p.published.Add(uint64(len(recs)))
 	}
+}
+
+// sendSpooled publishes the oldest records of sp (up to MaxInFlight), waits
+// for every acknowledgement, and only then removes them from sp.
+func (p *Publisher) sendSpooled(sp *spool.Spool) error {
+	recs, cur, err := sp.Peek(p.cfg.MaxInFlight)
+	if err != nil {
+		return err
+	}
+	if err := p.publishAndWait(recs); err != nil {
+		return err
+	}
+	if err := sp.Commit(cur); err != nil {
+		return err
+	}
+	p.replayed.Add(uint64(len(recs)))
+	p.published.Add(uint64(len(recs)))
+	return nil
 }
 
 // adopt drains orphaned spools matching cfg.Adopt, oldest records first,
@@ -468,19 +458,10 @@ func (p *Publisher) adopt() {
 		}
 		drained := true
 		for sp.Len() > 0 {
-			recs, cur, err := sp.Peek(p.cfg.MaxInFlight)
-			if err == nil {
-				err = p.publishAndWait(recs)
-			}
-			if err == nil {
-				err = sp.Commit(cur)
-			}
-			if err != nil {
+			if err := p.sendSpooled(sp); err != nil {
 				drained = false
 				break
 			}
-			p.replayed.Add(uint64(len(recs)))
-			p.published.Add(uint64(len(recs)))
 		}
 		sp.Close()
 		if drained {
@@ -490,29 +471,29 @@ func (p *Publisher) adopt() {
 	}
 }
 
-// publishAndWait publishes recs and waits for every acknowledgement.
+// publishAndWait publishes recs and waits for the acknowledgement of every
+// one that was sent; it reports the last error.
 func (p *Publisher) publishAndWait(recs []spool.Record) error {
 	futs := make([]jetstream.PubAckFuture, 0, len(recs))
+	var pubErr error
 	for _, rec := range recs {
 		f, err := p.js.PublishMsgAsync(toMsg(rec), jetstream.WithMsgID(rec.MsgID))
 		if err != nil {
-			return err
+			pubErr = err
+			break
 		}
 		futs = append(futs, f)
 	}
-	var firstErr error
 	for _, f := range futs {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			if firstErr == nil {
-				firstErr = err
-			}
+			pubErr = err
 		case <-p.done:
 			return errors.New("closing")
 		}
 	}
-	return firstErr
+	return pubErr
 }
 
 // Flush waits until every message is acknowledged and the spool is empty,

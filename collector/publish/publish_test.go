@@ -3,7 +3,6 @@ package publish
 import (
 	"context"
 	"errors"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
 	"github.com/mcpwarden/mcpwarden/collector/natsserver"
 	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,16 +36,6 @@ func portOf(t testing.TB, u string) int {
 	}
 	p, _ := strconv.Atoi(pu.Port())
 	return p
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func connect(t testing.TB, u string) *nats.Conn {
@@ -207,7 +197,7 @@ func TestSpoolReplaysAfterNATSRestart(t *testing.T) {
 // accepted arrives once NATS comes up, in a publisher restarted on the same
 // spool.
 func TestFullSpoolRefusesAndKeepsWhatItHas(t *testing.T) {
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	u := "nats://127.0.0.1:" + strconv.Itoa(port)
 	nc := connect(t, u)
 	ctx := context.Background()
@@ -272,7 +262,7 @@ func TestFullSpoolRefusesAndKeepsWhatItHas(t *testing.T) {
 // spool behind; the next publisher configured to adopt such spools
 // delivers them and removes the directory.
 func TestAdoptsOrphanedSpools(t *testing.T) {
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	nc := connect(t, "nats://127.0.0.1:"+strconv.Itoa(port))
 	ctx := context.Background()
 	root := t.TempDir()

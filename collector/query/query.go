@@ -10,6 +10,7 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -132,18 +133,31 @@ type Result struct {
 	Rows    [][]any
 }
 
-// Run runs canned query name with p.
-func Run(ctx context.Context, conn driver.Conn, name string, p Params) (*Result, error) {
-	if name == "timeline" && p.Run == "" {
-		return nil, fmt.Errorf("the timeline query needs --run RUN_ID (find run ids with 'mcpwarden query runs')")
-	}
+// ErrTimelineNeedsRun: the timeline query is of one run.
+var ErrTimelineNeedsRun = errors.New("the timeline query needs --run RUN_ID (find run ids with 'mcpwarden query runs')")
+
+// Text returns canned query name's SQL; the error for an unknown name lists
+// the canned queries.
+func Text(name string) (string, error) {
 	text, err := chschema.Query(name)
 	if err != nil {
 		names := make([]string, len(List))
 		for i, c := range List {
 			names[i] = c.Name
 		}
-		return nil, fmt.Errorf("%w; canned queries: %s", err, strings.Join(names, ", "))
+		return "", fmt.Errorf("%w; canned queries: %s", err, strings.Join(names, ", "))
+	}
+	return text, nil
+}
+
+// Run runs canned query name with p.
+func Run(ctx context.Context, conn driver.Conn, name string, p Params) (*Result, error) {
+	if name == "timeline" && p.Run == "" {
+		return nil, ErrTimelineNeedsRun
+	}
+	text, err := Text(name)
+	if err != nil {
+		return nil, err
 	}
 	if name == "timeline" && p.Host == "" {
 		return timelineAllHosts(ctx, conn, p)

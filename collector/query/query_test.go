@@ -49,7 +49,8 @@ func TestEveryCannedQueryHasItsFile(t *testing.T) {
 	}
 }
 
-func setup(t *testing.T) (*store.Store, *eventgen.Gen, []schema.Event) {
+// migratedStore opens a fresh test database with the schema applied.
+func migratedStore(t *testing.T) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, chtest.Database(t), true, nil)
@@ -60,6 +61,13 @@ func setup(t *testing.T) (*store.Store, *eventgen.Gen, []schema.Event) {
 	if _, err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+func setup(t *testing.T) (*store.Store, *eventgen.Gen, []schema.Event) {
+	t.Helper()
+	ctx := context.Background()
+	st := migratedStore(t)
 	g := eventgen.New("web-1")
 	g.T0 = time.Now().Add(-time.Hour)
 	evs := g.Mixed(500)

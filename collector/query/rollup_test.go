@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
 	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -132,14 +131,7 @@ func rollupScenario(t0 time.Time) []schema.Event {
 // over rows the materialized view already saw.
 func TestRunsRollupMatchesScan(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, chtest.Database(t), true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := migratedStore(t)
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Minute).Add(17*time.Second + 123456789)
 	evs := rollupScenario(t0)
 	// Inserted in three blocks; the middle third twice (a redelivery).
@@ -258,14 +250,7 @@ func denialsScenario(t0 time.Time) []schema.Event {
 // after redelivered duplicates and a repeated backfill.
 func TestDenialsRollupMatchesScan(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, chtest.Database(t), true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := migratedStore(t)
 	t0 := time.Now().Add(-4 * 24 * time.Hour).Truncate(time.Hour).Add(7*time.Minute + 3*time.Second + 5)
 	evs := denialsScenario(t0)
 	end := time.Unix(0, evs[len(evs)-1].TimeNS)

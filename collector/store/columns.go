@@ -201,93 +201,68 @@ func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 	defer b.Abort() //nolint:errcheck // no-op after Send
 	// Column by column: one typed slice per column appended in bulk, instead
 	// of boxing 58 values per row.
-	n := len(columns)
-	var (
-		strs = make([][]string, n)
-		u8s  = make([][]uint8, n)
-		u32s = make([][]uint32, n)
-		i32s = make([][]int32, n)
-		i64s = make([][]int64, n)
-		u64s = make([][]uint64, n)
-		f64s = make([][]float64, n)
-		arrs = make([][][]string, n)
-	)
 	var r row
-	ptrs := r.pointers() // pointers into r, reused for every event
-	m := len(events)
-	for c, p := range ptrs {
-		switch p.(type) {
-		case *string:
-			strs[c] = make([]string, 0, m)
-		case *uint8:
-			u8s[c] = make([]uint8, 0, m)
-		case *uint32:
-			u32s[c] = make([]uint32, 0, m)
-		case *int32:
-			i32s[c] = make([]int32, 0, m)
-		case *int64:
-			i64s[c] = make([]int64, 0, m)
-		case *uint64:
-			u64s[c] = make([]uint64, 0, m)
-		case *float64:
-			f64s[c] = make([]float64, 0, m)
-		case *[]string:
-			arrs[c] = make([][]string, 0, m)
+	cols := make([]columnBuffer, len(columns))
+	for c, p := range r.pointers() { // pointers into r, reused for every event
+		if cols[c] = newColumnBuffer(p, len(events)); cols[c] == nil {
+			return fmt.Errorf("insert: column %s has an unhandled Go type %T", columns[c], p)
 		}
 	}
 	for i := range events {
 		r = flatten(&events[i])
-		for c, p := range ptrs {
-			switch v := p.(type) {
-			case *string:
-				strs[c] = append(strs[c], *v)
-			case *uint8:
-				u8s[c] = append(u8s[c], *v)
-			case *uint32:
-				u32s[c] = append(u32s[c], *v)
-			case *int32:
-				i32s[c] = append(i32s[c], *v)
-			case *int64:
-				i64s[c] = append(i64s[c], *v)
-			case *uint64:
-				u64s[c] = append(u64s[c], *v)
-			case *float64:
-				f64s[c] = append(f64s[c], *v)
-			case *[]string:
-				arrs[c] = append(arrs[c], *v)
-			default:
-				return fmt.Errorf("insert: column %s has an unhandled Go type %T", columns[c], p)
-			}
+		for _, col := range cols {
+			col.add()
 		}
 	}
-	cols := make([]any, n)
-	for c, p := range ptrs {
-		switch p.(type) {
-		case *string:
-			cols[c] = strs[c]
-		case *uint8:
-			cols[c] = u8s[c]
-		case *uint32:
-			cols[c] = u32s[c]
-		case *int32:
-			cols[c] = i32s[c]
-		case *int64:
-			cols[c] = i64s[c]
-		case *uint64:
-			cols[c] = u64s[c]
-		case *float64:
-			cols[c] = f64s[c]
-		case *[]string:
-			cols[c] = arrs[c]
-		}
-	}
-	for c, v := range cols {
-		if err := b.Column(c).Append(v); err != nil {
+	for c, col := range cols {
+		if err := b.Column(c).Append(col.values()); err != nil {
 			return fmt.Errorf("append column %s to ClickHouse batch: %w", columns[c], err)
 		}
 	}
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("insert %d events into ClickHouse: %w", len(events), err)
+	}
+	return nil
+}
+
+// columnBuffer collects one column of an insert from the row field it
+// points at.
+type columnBuffer interface {
+	add()        // appends the field's current value
+	values() any // the typed slice clickhouse-go appends in bulk
+}
+
+type typedColumn[T any] struct {
+	field *T
+	vals  []T
+}
+
+func (c *typedColumn[T]) add()        { c.vals = append(c.vals, *c.field) }
+func (c *typedColumn[T]) values() any { return c.vals }
+
+func newTypedColumn[T any](field *T, n int) columnBuffer {
+	return &typedColumn[T]{field: field, vals: make([]T, 0, n)}
+}
+
+// newColumnBuffer returns nil for a field type the table does not use.
+func newColumnBuffer(field any, n int) columnBuffer {
+	switch f := field.(type) {
+	case *string:
+		return newTypedColumn(f, n)
+	case *uint8:
+		return newTypedColumn(f, n)
+	case *uint32:
+		return newTypedColumn(f, n)
+	case *int32:
+		return newTypedColumn(f, n)
+	case *int64:
+		return newTypedColumn(f, n)
+	case *uint64:
+		return newTypedColumn(f, n)
+	case *float64:
+		return newTypedColumn(f, n)
+	case *[]string:
+		return newTypedColumn(f, n)
 	}
 	return nil
 }

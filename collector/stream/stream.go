@@ -30,21 +30,26 @@ func Subject(host string, kind schema.Kind) string {
 	return SubjectPrefix + "." + HostToken(host) + "." + string(kind)
 }
 
-// KeepOnSubject keeps the events whose host and kind are those of the
-// message subject they arrived on, and counts the others. NATS permissions
-// let a host publish only under its own host token (deploy/nats), so this
-// stops a compromised host from writing events, or findings, in another
-// host's name.
-func KeepOnSubject(subject string, events []schema.Event) (kept []schema.Event, dropped int) {
-	kept = events[:0]
+// DecodeBatch decodes a message body (schema.DecodeBatch) and drops, counted
+// as rejected, the events whose host and kind are not those of the subject
+// the message arrived on. NATS permissions let a host publish only under its
+// own host token (deploy/nats), so this stops a compromised host from
+// writing events, or findings, in another host's name. Every consumer of
+// the stream decodes through it.
+func DecodeBatch(subject string, body []byte) (events []schema.Event, rejected int, err error) {
+	events, rejected, err = schema.DecodeBatch(body)
+	if err != nil {
+		return nil, rejected, err
+	}
+	kept := events[:0]
 	for i := range events {
 		if Subject(events[i].Host, events[i].Kind) != subject {
-			dropped++
+			rejected++
 			continue
 		}
 		kept = append(kept, events[i])
 	}
-	return kept, dropped
+	return kept, rejected, nil
 }
 
 // HostToken turns a host name into one subject token: dots and anything that

@@ -49,17 +49,26 @@ func TestConnectErrorsRedactCredentials(t *testing.T) {
 	}
 }
 
-func TestKeepOnSubject(t *testing.T) {
-	mk := func(host string, kind schema.Kind) schema.Event { return schema.Event{Host: host, Kind: kind} }
-	events := []schema.Event{
-		mk("web-1.example.com", schema.KindFileOp),
-		mk("web-2.example.com", schema.KindFileOp),  // another host
-		mk("web-1.example.com", schema.KindFinding), // another kind
-		mk("web-1_example_com", schema.KindFileOp),  // same token: the subject cannot tell them apart
-		mk("web-1.example.com.>", schema.KindFileOp),
+func TestDecodeBatchKeepsOnlyTheSubjectsEvents(t *testing.T) {
+	mk := func(host string, kind schema.Kind) schema.Event {
+		return schema.Origin{Host: host, BootID: "0b6c2a58-4a4d-4f3b-9a55-2f3c5e0d9e11"}.NewEvent(kind, "", "", "", time.Unix(1_780_000_000, 0))
 	}
-	kept, dropped := KeepOnSubject("mcpwarden.v1.web-1_example_com.file_op", events)
-	if dropped != 3 || len(kept) != 2 || kept[0].Host != "web-1.example.com" || kept[1].Host != "web-1_example_com" {
-		t.Fatalf("kept %+v, dropped %d", kept, dropped)
+	health := func(e schema.Event) schema.Event { e.Health = &schema.Health{Component: "daemon"}; return e }
+	events := []schema.Event{
+		health(mk("web-1.example.com", schema.KindHealth)),
+		health(mk("web-2.example.com", schema.KindHealth)), // another host
+		health(mk("web-1_example_com", schema.KindHealth)), // same token: the subject cannot tell them apart
+		health(mk("web-1.example.com.>", schema.KindHealth)),
+	}
+	finding := mk("web-1.example.com", schema.KindFinding) // another kind
+	finding.Finding = &schema.Finding{Type: "ESCAPE", Severity: "high", EvidenceIDs: []string{schema.NewID()}}
+	events = append(events, finding)
+	body, err := schema.EncodeBatch(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, dropped, err := DecodeBatch("mcpwarden.v1.web-1_example_com.health", body)
+	if err != nil || dropped != 3 || len(kept) != 2 || kept[0].Host != "web-1.example.com" || kept[1].Host != "web-1_example_com" {
+		t.Fatalf("kept %+v, dropped %d, %v", kept, dropped, err)
 	}
 }

@@ -128,10 +128,10 @@ func Load(cfg Config) (*Probes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read embedded bpf object: %w", err)
 	}
-	ring := spec.Maps["events"].MaxEntries
+	ring := spec.Maps[bpf.WatchMapEvents].MaxEntries
 	if cfg.RingBytes != 0 {
 		ring = cfg.RingBytes
-		spec.Maps["events"].MaxEntries = ring
+		spec.Maps[bpf.WatchMapEvents].MaxEntries = ring
 	}
 	// A wake-up threshold near the ring's size would let it fill between polls.
 	cfg.WakeupBytes = min(cfg.WakeupBytes, ring/4)
@@ -276,6 +276,29 @@ func (p *Probes) Watch(tgid, slot uint32) error {
 	return nil
 }
 
+// inflightKeys lists the inflight map's keys (pid<<32 | tid) without
+// reading its values, a 560-byte argument slot each. Like MapIterator it
+// stops after MaxEntries steps, since concurrent inserts may restart the
+// walk; a key seen twice is harmless to the caller.
+func (p *Probes) inflightKeys() ([]uint64, error) {
+	m := p.objs.Inflight
+	var keys []uint64
+	var cur uint64
+	var prev any // nil asks for the first key
+	for n := uint32(0); n <= m.MaxEntries(); n++ {
+		err := m.NextKey(prev, &cur)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return keys, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list inflight syscalls: %w", err)
+		}
+		keys = append(keys, cur)
+		prev = cur
+	}
+	return keys, nil
+}
+
 // Unwatch stops watching every process of slot and returns how many there were.
 func (p *Probes) Unwatch(slot uint32) (int, error) {
 	var (
@@ -299,19 +322,15 @@ func (p *Probes) Unwatch(slot uint32) (int, error) {
 		gone[k] = true
 	}
 	// Free the argument slots of the unwatched processes' threads.
-	var (
-		id   uint64
-		args bpf.WatchArgs
-		ids  []uint64
-	)
-	ait := p.objs.Inflight.Iterate()
-	for ait.Next(&id, &args) {
+	keys, err := p.inflightKeys()
+	if err != nil {
+		return 0, err
+	}
+	var ids []uint64
+	for _, id := range keys {
 		if gone[uint32(id>>32)] {
 			ids = append(ids, id)
 		}
-	}
-	if err := ait.Err(); err != nil {
-		return 0, fmt.Errorf("list inflight syscalls: %w", err)
 	}
 	for _, id := range ids {
 		if err := p.objs.Inflight.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

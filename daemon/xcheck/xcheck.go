@@ -80,14 +80,11 @@ func (l *Loop) Run(ctx context.Context) error {
 		return fmt.Errorf("cross-check: read stream %s: %w", stream.Name, err)
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		events, rejected, err := schema.DecodeBatch(msg.Data())
+		events, rejected, err := stream.DecodeBatch(msg.Subject(), msg.Data())
 		if err != nil {
 			l.rejected.Add(1)
 			return
 		}
-		var forged int
-		events, forged = stream.KeepOnSubject(msg.Subject(), events)
-		rejected += forged
 		l.rejected.Add(uint64(rejected))
 		l.received.Add(uint64(len(events)))
 		l.engine.Add(events, time.Now())

@@ -62,3 +62,11 @@ func WriteFiles(tb testing.TB, files map[string]string) {
 		}
 	}
 }
+
+// MustGoBuild builds a command of this module without cgo, or fails tb.
+func MustGoBuild(tb testing.TB, out, pkg string) {
+	tb.Helper()
+	if err := GoBuild(out, pkg, "CGO_ENABLED=0"); err != nil {
+		tb.Fatal(err)
+	}
+}

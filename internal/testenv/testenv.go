@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -45,4 +46,15 @@ func RequireFile(t testing.TB, path, hint string) {
 	if _, err := os.Stat(path); err != nil {
 		Missing(t, path+" is missing ("+hint+")")
 	}
+}
+
+// FreePort returns a loopback TCP port that nothing listened on a moment ago.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -316,12 +316,7 @@ func (s *session) handleResource(rq *request) {
 func (s *session) handlePlain(rq *request) {
 	if code, reason := s.scopeState(); code != "" {
 		s.toClient(jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: "+string(code)+": "+reason, map[string]string{"error_code": string(code)}))
-		switch code {
-		case schema.ErrScopeExpired:
-			s.stop(ErrScopeExpired)
-		case schema.ErrScopeRevoked:
-			s.stop(ErrScopeRevoked)
-		}
+		s.stopFor(code)
 		return
 	}
 	if err := s.ensureUpstream(nil, rq.meta); err != nil {
@@ -475,16 +470,7 @@ func (s *session) denyCall(rq *request, code schema.ErrorCode, reason string) {
 		s.finish(rq, nil, jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: "+string(code)+": "+reason,
 			map[string]string{"error_code": string(code), "op_id": rq.dec.OpID}), code)
 	}
-	// The denial is written first, then the run stops.
-	if code == schema.ErrScopeExpired {
-		s.stop(ErrScopeExpired)
-	}
-	if code == schema.ErrScopeRevoked {
-		s.stop(ErrScopeRevoked)
-	}
-	if code == schema.ErrAuditSinkFull {
-		s.stop(ErrAuditSink)
-	}
+	s.stopFor(code) // the denial is written first, then the run stops
 }
 
 func (s *session) denialResult(rq *request, code schema.ErrorCode, reason string) json.RawMessage {

@@ -185,8 +185,7 @@ func (s *session) answerStopped(m *jsonrpc.Message) {
 		_ = json.Unmarshal(params.Meta[metaVersion], &rq.version)
 	}
 	rq.dec = s.newDecision(rq, truncate(params.Name, 128), policy.ClassNone)
-	rq.dec.Decision = "deny"
-	s.finish(rq, nil, jsonrpc.Result(rq.id, s.denialResult(rq, code, reason)), code)
+	s.denyCall(rq, code, reason)
 }
 
 // maxInFlight bounds the requests the proxy handles at once (each may wait

@@ -210,15 +210,27 @@ func (s *session) stopReason() string {
 func (s *session) stopCode() schema.ErrorCode {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case errors.Is(s.stopErr, ErrScopeExpired):
-		return schema.ErrScopeExpired
-	case errors.Is(s.stopErr, ErrScopeRevoked):
-		return schema.ErrScopeRevoked
-	case errors.Is(s.stopErr, ErrAuditSink):
-		return schema.ErrAuditSinkFull
+	for code, err := range stopErrors {
+		if errors.Is(s.stopErr, err) {
+			return code
+		}
 	}
 	return ""
+}
+
+// stopErrors are the denial codes that end the run, and the error it stops
+// with: one table for the denials and for what a stopped run answers.
+var stopErrors = map[schema.ErrorCode]error{
+	schema.ErrScopeExpired:  ErrScopeExpired,
+	schema.ErrScopeRevoked:  ErrScopeRevoked,
+	schema.ErrAuditSinkFull: ErrAuditSink,
+}
+
+// stopFor stops the run when code is one that ends it.
+func (s *session) stopFor(code schema.ErrorCode) {
+	if err, ok := stopErrors[code]; ok {
+		s.stop(err)
+	}
 }
 
 func (s *session) isStopped() bool {

@@ -139,14 +139,16 @@ func (s *session) handshake(async bool) error {
 		w := s.upw
 		s.mu.Unlock()
 		s.toServer(w, jsonrpc.Request(nil, "notifications/initialized", nil))
-		if async {
-			go func() {
-				s.warmup(asked, waitRoots)
-				s.markReady(gen)
-			}()
-			return nil
+		ready := func() {
+			s.warmup(asked, waitRoots)
+			s.markReady(gen)
 		}
-		s.warmup(asked, waitRoots)
+		if async {
+			go ready()
+		} else {
+			ready()
+		}
+		return nil
 	}
 	s.markReady(gen)
 	return nil

@@ -13,7 +13,6 @@ package chtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -102,10 +101,7 @@ func StartServer(t testing.TB) *Server {
 	} else {
 		testenv.RequireFile(t, listenBin(), "build it with 'scripts/test-env.sh install'")
 	}
-	s := &Server{t: t, dir: t.TempDir(), tcpPort: freePort(t), httpPort: freePort(t), interPort: freePort(t)}
-	s.Start()
-	t.Cleanup(func() { s.Kill() })
-	return s
+	return startServer(t, "")
 }
 
 // StartServerWithConfig starts a private clickhouse-server (always Debian's,
@@ -130,19 +126,17 @@ func StartServerWithConfig(t testing.TB, files map[string]string) *Server {
 		all[dir+"/"+name] = content
 	}
 	testenv.WriteFiles(t, all)
-	s := &Server{t: t, dir: t.TempDir(), tcpPort: freePort(t), httpPort: freePort(t), interPort: freePort(t), configDir: dir}
+	return startServer(t, dir)
+}
+
+// startServer starts a private server on free ports, killed when the test
+// ends; configDir "" means the system configuration.
+func startServer(t testing.TB, configDir string) *Server {
+	s := &Server{t: t, dir: t.TempDir(), tcpPort: testenv.FreePort(t), httpPort: testenv.FreePort(t),
+		interPort: testenv.FreePort(t), configDir: configDir}
 	s.Start()
 	t.Cleanup(func() { s.Kill() })
 	return s
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Addr is the native-protocol address.

@@ -96,13 +96,12 @@ func New(c Config) (*Policy, error) {
 	if c.Scope == nil {
 		return nil, fmt.Errorf("policy needs a canonical scope")
 	}
-	pats := c.SecretPatterns
-	if pats == nil {
-		pats = schema.DefaultSecretPatterns
-	}
-	sec, err := schema.NewSecrets(pats)
-	if err != nil {
-		return nil, err
+	sec := schema.DefaultSecrets // compiled once, read-only
+	if c.SecretPatterns != nil {
+		var err error
+		if sec, err = schema.NewSecrets(c.SecretPatterns); err != nil {
+			return nil, err
+		}
 	}
 	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, allowed: map[string]bool{}}
 	for _, t := range c.Scope.ToolAllowlist {
