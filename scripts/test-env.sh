@@ -4,6 +4,9 @@
 #   install-npm  only the pinned npm MCP servers (for `make demo`)
 #   up           start services that are not running; remember which we started
 #   down         stop only what `up` started
+#   test-current CMD...
+#                run CMD, the test pass against ClickHouse 26.7; once more if
+#                the engine (chdb-listen) crashed during it
 #
 # Two ClickHouse servers: Debian's clickhouse-server 18.16 on 127.0.0.1:9000,
 # and a current release (chDB's libchdb, ClickHouse 26.7, pinned in
@@ -147,6 +150,37 @@ clickhouse_current_down() {
 	rm -f "$STATE/clickhouse-current.started"
 }
 
+clickhouse_current_crashed() {
+	[ -f "$STATE/clickhouse-current.started" ] || return 1
+	! kill -0 "$(cat "$STATE/clickhouse-current.started")" 2>/dev/null
+}
+
+# clickhouse_current_report prints what a crashed chdb-listen logged last and
+# keeps its log, since the next start clears the data directory.
+clickhouse_current_report() {
+	local data="$STATE/clickhouse-current"
+	echo "test-env: chdb-listen (ClickHouse 26.7) died during the tests; what it logged last:" >&2
+	if ! grep -m 60 '<Fatal>' "$data/server.log" >&2; then tail -n 20 "$data/server.log" >&2 || true; fi
+	tail -n 5 "$data/stdout.log" >&2 || true
+	cp "$data/server.log" "$STATE/clickhouse-current.crash.log" 2>/dev/null || true
+}
+
+# test_current CMD... runs the test pass against ClickHouse 26.7. The engine
+# there is chDB's library behind clickhouse-local, whose fatal-error handling
+# is a command-line tool's, not a server's. If the engine itself died during
+# the pass, its fatal report is printed and the pass runs once more on a fresh
+# instance; a failure while the engine stays up, or a second crash, fails.
+test_current() {
+	local rc=0
+	"$@" || rc=$?
+	[ "$rc" -eq 0 ] && return 0
+	clickhouse_current_crashed || return "$rc"
+	clickhouse_current_report
+	echo "test-env: the failures above follow the crash of the ClickHouse 26.7 test engine; running the pass once more on a fresh instance" >&2
+	clickhouse_current_up
+	"$@"
+}
+
 clickhouse_down() {
 	[ -f "$STATE/clickhouse.started" ] || return 0
 	local pidfile; pidfile=$(cat "$STATE/clickhouse.started")
@@ -162,5 +196,6 @@ install) install_apt; install_npm; install_clickhouse_current; install_go_tools 
 install-npm) install_npm ;;
 up) mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
 down) clickhouse_down; clickhouse_current_down ;;
-*) echo "usage: $0 install|install-npm|up|down" >&2; exit 64 ;;
+test-current) shift; test_current "$@" ;;
+*) echo "usage: $0 install|install-npm|up|down|test-current CMD..." >&2; exit 64 ;;
 esac

@@ -82,18 +82,22 @@ static int free_loopback_port(void) {
 	return ntohs(a.sin_port);
 }
 
-/* copy moves what is readable on from to to; 0 means from is finished. */
-static int copy(int from, int to) {
+/* copy's outcomes: moved some bytes, the reading side ended (EOF or error),
+ * or the writing side failed (its peer is gone). */
+enum copied { MOVED, FROM_ENDED, TO_FAILED };
+
+/* copy moves what is readable on from to to. */
+static enum copied copy(int from, int to) {
 	char buf[65536];
 	ssize_t n = read(from, buf, sizeof buf);
-	if (n <= 0) return 0;
+	if (n <= 0) return FROM_ENDED;
 	for (ssize_t off = 0; off < n;) {
 		ssize_t w = write(to, buf + off, (size_t)(n - off));
 		if (w < 0 && errno == EINTR) continue;
-		if (w <= 0) return 0;
+		if (w <= 0) return TO_FAILED;
 		off += w;
 	}
-	return 1;
+	return MOVED;
 }
 
 /* drain reads and drops what ClickHouse still sends after our FIN, so the
@@ -120,11 +124,17 @@ static void *relay(void *arg) {
 			if (errno == EINTR) continue;
 			break;
 		}
-		if (p[0].revents && !copy(client, backend)) break;  /* client done or reset */
-		if (p[1].revents && !copy(backend, client)) {        /* ClickHouse closed */
-			close(client);
-			close(backend);
-			return NULL;
+		/* The client is gone (it ended, reset, or can no longer take
+		 * what ClickHouse sends): end towards ClickHouse the orderly way. */
+		if (p[0].revents && copy(client, backend) != MOVED) break;
+		if (p[1].revents) {
+			enum copied c = copy(backend, client);
+			if (c == TO_FAILED) break;
+			if (c == FROM_ENDED) { /* ClickHouse closed: nothing left to read */
+				close(client);
+				close(backend);
+				return NULL;
+			}
 		}
 	}
 	close(client);
