@@ -362,12 +362,21 @@ func (c *Collector) decode(msgs []jetstream.Msg) []decoded {
 	return out
 }
 
-// insert retries until the insert succeeds or ctx ends.
+// stopGrace bounds how long an insert already under way may go on once the
+// collector is told to stop. Cancelling it at once would hand back messages
+// whose rows ClickHouse may already hold (26.7 shows them before its
+// materialized views are done), and they would be stored a second time.
+const stopGrace = 10 * time.Second
+
+// insert retries until the insert succeeds or ctx ends; an attempt under way
+// when ctx ends may still finish within stopGrace.
 func (c *Collector) insert(ctx context.Context, st *store.Store, h held) error {
+	attempts, stopAttempts := withGrace(ctx, stopGrace)
+	defer stopAttempts()
 	backoff := 200 * time.Millisecond
 	lastProgress := time.Now()
 	for {
-		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ictx, cancel := context.WithTimeout(attempts, 30*time.Second)
 		err := st.Insert(ictx, h.events)
 		cancel()
 		if err == nil {
@@ -394,6 +403,22 @@ func (c *Collector) insert(ctx context.Context, st *store.Store, h held) error {
 			backoff = max(c.cfg.AckWait/3, 10*time.Millisecond)
 		}
 	}
+}
+
+// withGrace returns a context that ends grace after ctx ends, or when the
+// returned cancel is called.
+func withGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-g.Done():
+		}
+	})
+	return g, func() { stop(); cancel() }
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

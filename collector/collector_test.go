@@ -3,7 +3,11 @@ package collector
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +21,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/stream"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 type env struct {
@@ -326,6 +331,114 @@ func TestRunFailsClearlyWithoutSchema(t *testing.T) {
 		t.Fatalf("got %v, want a schema error", err)
 	}
 	_ = clickhouse.Named
+}
+
+// TestStopLetsTheInsertUnderWayFinish: a collector stopped while ClickHouse
+// has stored a batch but not yet answered the insert (26.7 shows the rows
+// before its materialized views are done; here a proxy holds the answer back)
+// finishes and acks that insert instead of handing the messages back, so the
+// collector taking over the durable consumer gets nothing to store again.
+func TestStopLetsTheInsertUnderWayFinish(t *testing.T) {
+	dsn := chtest.Database(t)
+	slow := newSlowReplies(t, chtest.Addr())
+	e := newEnv(t, dsn)
+	long := func(cfg *Config) {
+		cfg.ClickHouseDSN = strings.Replace(dsn, chtest.Addr(), slow.addr, 1)
+		cfg.AckWait = 2 * time.Minute
+	}
+	a := e.collector(t, long)
+	stopA := start(t, a)
+	waitConsumer(t, e)
+	st := openStore(t, dsn)
+	evs := eventgen.New("host-s").Mixed(200)
+	slow.delay.Store(int64(time.Second))
+	publishAll(t, e.pub, evs, len(evs))
+	waitDistinct(t, st, uint64(len(evs)), 30*time.Second)
+	stopA() // while the insert's answer is held back
+	slow.delay.Store(0)
+	if s := a.Stats(); s.Inserts != 1 {
+		t.Fatalf("the stopped collector's stats: %+v, want its one insert finished", s)
+	}
+	b := e.collector(t, long)
+	stopB := start(t, b)
+	time.Sleep(2 * time.Second) // several pulls
+	stopB()
+	if got := b.Stats().Messages; got != 0 {
+		t.Fatalf("the collector that took over received %d messages the stopped one had stored", got)
+	}
+}
+
+// slowReplies relays TCP to ClickHouse and holds each chunk of ClickHouse's
+// replies back by delay (0: none).
+type slowReplies struct {
+	addr  string
+	delay atomic.Int64
+}
+
+func newSlowReplies(t *testing.T, backend string) *slowReplies {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	s := &slowReplies{addr: l.Addr().String()}
+	go func() {
+		for {
+			client, err := l.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", backend)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(server, client); server.(*net.TCPConn).CloseWrite() }()
+			go func() {
+				defer client.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := server.Read(buf)
+					if n > 0 {
+						time.Sleep(time.Duration(s.delay.Load()))
+						if _, werr := client.Write(buf[:n]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				_, _ = io.Copy(io.Discard, server) // drain, so ClickHouse sees no reset
+				server.Close()
+			}()
+		}
+	}()
+	return s
+}
+
+// waitConsumer waits until a collector has created the durable consumer.
+func waitConsumer(t *testing.T, e *env) {
+	t.Helper()
+	nc, err := nats.Connect(e.nats.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := js.Consumer(context.Background(), stream.Name, DefaultDurable); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no consumer %s after 30 s: %v", DefaultDurable, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestEventsOutsideTheirSubjectAreRejected: a host may publish only under its
