@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
-	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
 )
 
 // BenchmarkPipelineEndToEnd measures events/s from Publish to distinct rows

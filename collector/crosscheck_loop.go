@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
+	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/schema"
 )

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
-	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
-	"github.com/mcpwarden/mcpwarden/collector/publish"
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/transport/publish"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/nats-io/nats-server/v2/server"

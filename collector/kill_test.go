@@ -14,11 +14,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
-	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
-	"github.com/mcpwarden/mcpwarden/collector/natsserver"
-	"github.com/mcpwarden/mcpwarden/collector/publish"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/transport/natsserver"
+	"github.com/mcpwarden/mcpwarden/transport/publish"
 	"github.com/mcpwarden/mcpwarden/collector/store"
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 

@@ -37,7 +37,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
-// Sink takes batches of events (collector/publish.Publisher is one).
+// Sink takes batches of events (transport/publish.Publisher is one).
 type Sink interface {
 	Publish(ctx context.Context, events []schema.Event) error
 }

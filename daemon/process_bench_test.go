@@ -20,7 +20,7 @@ func (s *discardSink) Publish(_ context.Context, events []schema.Event) error {
 
 // BenchmarkRecordToEvent measures the user-space hot path for one kernel
 // record: run lookup, classification, keyed path hash, event envelope and
-// batching (the sink itself is measured in collector/publish).
+// batching (the sink itself is measured in transport/publish).
 func BenchmarkRecordToEvent(b *testing.B) {
 	hasher, _ := schema.NewPathHasher(make([]byte, schema.PathKeySize))
 	sink := &discardSink{}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/collector"
-	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
+	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/collector/store"
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
 // natsFlags are the NATS connection flags shared by collect (and anything

@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
-	"github.com/mcpwarden/mcpwarden/collector/natsserver"
-	"github.com/mcpwarden/mcpwarden/collector/publish"
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/crosscheck"
+	"github.com/mcpwarden/mcpwarden/transport/natsserver"
+	"github.com/mcpwarden/mcpwarden/transport/publish"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/daemon"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/daemon/probes"

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/schema"
 	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
-	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
 )
 
 // BenchmarkInsert measures one ClickHouse block of 50,000 events (the

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
-	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 

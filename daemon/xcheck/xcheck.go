@@ -1,4 +1,4 @@
-// Package xcheck runs the cross-check (collector/crosscheck) inside the
+// Package xcheck runs the cross-check (crosscheck) inside the
 // daemon on a single host: it reads this host's events back from the
 // JetStream stream — the daemon's own kernel events and whatever the
 // launcher and proxy published — and publishes the findings they support,
@@ -15,8 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/crosscheck"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 

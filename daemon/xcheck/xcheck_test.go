@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mcpwarden/mcpwarden/collector/crosscheck"
-	"github.com/mcpwarden/mcpwarden/collector/natsserver"
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/crosscheck"
+	"github.com/mcpwarden/mcpwarden/transport/natsserver"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
 // BenchmarkJetStreamPublish measures events/s from Publish to JetStream

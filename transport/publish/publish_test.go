@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpwarden/mcpwarden/collector/internal/eventgen"
-	"github.com/mcpwarden/mcpwarden/collector/natsserver"
-	"github.com/mcpwarden/mcpwarden/collector/stream"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/transport/natsserver"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/nats-io/nats.go"

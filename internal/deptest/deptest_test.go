@@ -1,0 +1,67 @@
+// Package deptest pins the dependency layout of the tree: which packages
+// may import which. The tree is the data flow, so a package that starts to
+// depend on a stage it should not know about is a defect, caught here.
+package deptest
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/mcpwarden/mcpwarden"
+
+func TestLayout(t *testing.T) {
+	cases := []struct {
+		pkgs      string
+		forbidden []string
+		why       string
+	}{
+		{
+			pkgs:      "./launcher/...",
+			forbidden: []string{"github.com/nats-io/nats-server", "github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon", module + "/crosscheck"},
+			why:       "the launcher runs on every agent host and talks to the daemon over its socket; it must not link a NATS server, ClickHouse or eBPF",
+		},
+		{
+			pkgs:      "./transport/...",
+			forbidden: []string{"github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon", module + "/launcher"},
+			why:       "the transport is shared by producers and consumers and depends on none of them",
+		},
+		{
+			pkgs:      "./crosscheck/...",
+			forbidden: []string{"github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon", module + "/launcher"},
+			why:       "the cross-check is pure logic over events",
+		},
+		{
+			pkgs:      "./schema/...",
+			forbidden: []string{module + "/collector", module + "/daemon", module + "/launcher", module + "/transport", module + "/crosscheck", module + "/internal"},
+			why:       "schema holds the contracts and depends on nothing of ours",
+		},
+		{
+			pkgs:      "./daemon/...",
+			forbidden: []string{"github.com/ClickHouse/", module + "/collector", module + "/launcher"},
+			why:       "the daemon observes the kernel and publishes through the transport; ClickHouse is the collector's",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.pkgs, func(t *testing.T) {
+			cmd := exec.Command("go", "list", "-deps", "-test=false", c.pkgs)
+			cmd.Dir = "../.."
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list -deps %s: %v\n%s", c.pkgs, err, out)
+			}
+			deps := strings.Fields(string(out))
+			if len(deps) < 5 {
+				t.Fatalf("go list -deps %s listed only %d packages: %q", c.pkgs, len(deps), deps)
+			}
+			for _, d := range deps {
+				for _, f := range c.forbidden {
+					if strings.HasPrefix(d, f) {
+						t.Errorf("%s depends on %s: %s", c.pkgs, d, c.why)
+					}
+				}
+			}
+		})
+	}
+}
