@@ -14,12 +14,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
-	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
-	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
 // TestCollectProcessKilled runs the real `mcpwarden collect`, SIGKILLs it

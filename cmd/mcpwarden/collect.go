@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/collector"
-	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 

@@ -13,15 +13,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/crosscheck"
-	"github.com/mcpwarden/mcpwarden/transport/natsserver"
-	"github.com/mcpwarden/mcpwarden/transport/publish"
-	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/daemon"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/daemon/probes"
 	"github.com/mcpwarden/mcpwarden/daemon/xcheck"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/transport/natsserver"
+	"github.com/mcpwarden/mcpwarden/transport/publish"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
 const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--nats URL] [--state-dir DIR] [--path-key FILE] [--enable-audit]

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
 const eventsUsage = `usage: mcpwarden events [--follow] [--json] [--run RUN_ID] [--kind KIND] [--since DURATION] [--nats URL]

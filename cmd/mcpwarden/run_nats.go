@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
-	"github.com/mcpwarden/mcpwarden/schema"
 )
 
 // natsRunExtension adds --nats to `run`: launch and decision records also

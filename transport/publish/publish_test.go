@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
-	"github.com/mcpwarden/mcpwarden/transport/natsserver"
-	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/transport/natsserver"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
