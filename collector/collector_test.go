@@ -184,9 +184,9 @@ func TestCollectEndToEnd(t *testing.T) {
 	// Findings are added to the same table: wait for the events, then the
 	// findings.
 	deadline := time.Now().Add(60 * time.Second)
-	var found map[string]uint64
+	var found map[schema.FindingType]uint64
 	for time.Now().Before(deadline) {
-		found = map[string]uint64{}
+		found = map[schema.FindingType]uint64{}
 		rows, err := st.Conn().Query(context.Background(), "SELECT finding_type, uniqExact(event_id) FROM events WHERE kind = 'finding' GROUP BY finding_type")
 		if err != nil { // the collector may not have applied the migrations yet
 			if time.Now().Add(200 * time.Millisecond).After(deadline) {
@@ -201,7 +201,7 @@ func TestCollectEndToEnd(t *testing.T) {
 			if err := rows.Scan(&typ, &n); err != nil {
 				t.Fatal(err)
 			}
-			found[typ] = n
+			found[schema.FindingType(typ)] = n
 		}
 		rows.Close()
 		if found[schema.FindingEscape] > 0 && found[schema.FindingBlockedAttempt] > 0 && found[schema.FindingUnattributedAccess] > 0 {

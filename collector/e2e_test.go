@@ -152,7 +152,10 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	type hit struct{ typ, class, hash string }
+	type hit struct {
+		typ         schema.FindingType
+		class, hash string
+	}
 	want := map[hit]bool{
 		{schema.FindingEscape, "outside", secretHash}:               false,
 		{schema.FindingBlockedAttempt, "outside", secretHash}:       false,
@@ -198,7 +201,7 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	if err := st.Conn().QueryRow(context.Background(), "SELECT count() FROM events FINAL WHERE has(?, event_id) AND kind = 'file_op' AND verdict = 'escape'", evidence).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if sev != schema.SeverityHigh || n != 1 {
+	if sev != string(schema.SeverityHigh) || n != 1 {
 		t.Fatalf("ESCAPE severity %s, evidence %v (%d escape file_op events)", sev, evidence, n)
 	}
 	// Every other escape must come from the audit-mode run (the server's own

@@ -152,14 +152,14 @@ func sortPtrs(evs []*schema.Event) {
 }
 
 // FindingID is the deterministic id of a finding.
-func FindingID(typ, reason string, evidence []string) string {
+func FindingID(typ schema.FindingType, reason string, evidence []string) string {
 	ids := slices.Clone(evidence)
 	slices.Sort(ids)
-	sum := sha256.Sum256([]byte("mcpwarden-finding-v1|" + typ + "|" + reason + "|" + strings.Join(ids, ",")))
+	sum := sha256.Sum256([]byte("mcpwarden-finding-v1|" + string(typ) + "|" + reason + "|" + strings.Join(ids, ",")))
 	return hex.EncodeToString(sum[:16])
 }
 
-func finding(anchor *schema.Event, t int64, typ, sev, reason string, evidence []string, c *call, ph schema.PathHash, pc schema.PathClass) schema.Event {
+func finding(anchor *schema.Event, t int64, typ schema.FindingType, sev schema.Severity, reason string, evidence []string, c *call, ph schema.PathHash, pc schema.PathClass) schema.Event {
 	ids := slices.Clone(evidence)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)

@@ -46,14 +46,14 @@ func (r *run) exit(at time.Duration) string {
 	return e.EventID
 }
 
-func (r *run) call(at, dur time.Duration, tool, class, decision string) string {
+func (r *run) call(at, dur time.Duration, tool string, class schema.ActionClass, decision schema.Outcome) string {
 	e := r.ev(schema.KindDecision, at)
 	e.Decision = &schema.Decision{OpID: "op-" + e.EventID[:6], Method: "tools/call", Tool: tool, ActionClass: class, Decision: decision,
 		StartNS: t0.Add(at).UnixNano(), EndNS: t0.Add(at + dur).UnixNano()}
 	return e.EventID
 }
 
-func (r *run) op(at time.Duration, path string, class schema.PathClass, flags string, result int, verdict string) string {
+func (r *run) op(at time.Duration, path string, class schema.PathClass, flags schema.OpAccess, result int, verdict schema.FileVerdict) string {
 	e := r.ev(schema.KindFileOp, at)
 	e.FileOp = &schema.FileOp{Syscall: "openat", FlagsClass: flags, Result: result, PathHash: hasher.Hash(path), PathClass: class, Verdict: verdict, PID: 42, Comm: "node"}
 	return e.EventID
@@ -66,9 +66,11 @@ func (r *run) denial(at time.Duration, path string, class schema.PathClass) stri
 }
 
 type want struct {
-	typ, sev, reason string
-	evidence         []string
-	tool             string
+	typ      schema.FindingType
+	sev      schema.Severity
+	reason   string
+	evidence []string
+	tool     string
 }
 
 func summarize(fs []schema.Event) []want {
@@ -76,7 +78,7 @@ func summarize(fs []schema.Event) []want {
 	for _, f := range fs {
 		out = append(out, want{f.Finding.Type, f.Finding.Severity, f.Finding.Reason, f.Finding.EvidenceIDs, f.Finding.Tool})
 	}
-	slices.SortStableFunc(out, func(a, b want) int { return strings.Compare(a.typ+a.reason, b.typ+b.reason) })
+	slices.SortStableFunc(out, func(a, b want) int { return strings.Compare(string(a.typ)+a.reason, string(b.typ)+b.reason) })
 	return out
 }
 

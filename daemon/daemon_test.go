@@ -308,7 +308,7 @@ func (h *harness) run(mode string, runMode schema.RunMode, register bool) (int, 
 func (h *harness) fileOp(runID string, path string, verdict classify.Verdict) func(*schema.Event) bool {
 	hash := h.hasher.Hash(path)
 	return func(e *schema.Event) bool {
-		return e.RunID == runID && e.FileOp != nil && e.FileOp.PathHash == hash && e.FileOp.Verdict == string(verdict)
+		return e.RunID == runID && e.FileOp != nil && e.FileOp.PathHash == hash && e.FileOp.Verdict == verdict
 	}
 }
 
@@ -390,7 +390,7 @@ func TestDaemonObservesRuns(t *testing.T) {
 		for _, c := range []struct {
 			path    string
 			syscall string
-			access  string
+			access  schema.OpAccess
 			verdict classify.Verdict
 		}{
 			{filepath.Join(h.ws, "d1"), "mkdir", "create", classify.Allowed},
@@ -405,7 +405,7 @@ func TestDaemonObservesRuns(t *testing.T) {
 			h.sink.waitFor(t, c.syscall+" "+filepath.Base(c.path), func(e *schema.Event) bool {
 				f := e.FileOp
 				return e.RunID == runID && f != nil && f.PathHash == hash && strings.HasPrefix(f.Syscall, c.syscall) &&
-					f.FlagsClass == c.access && f.Verdict == string(c.verdict)
+					f.FlagsClass == c.access && f.Verdict == c.verdict
 			})
 		}
 	})

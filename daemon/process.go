@@ -221,11 +221,11 @@ func (p *processor) fileOp(run *runs.Run, r *kevent.Record, t time.Time, path st
 	e := p.event(run, schema.KindFileOp, t)
 	e.FileOp = &schema.FileOp{
 		Syscall:    r.Op.String(),
-		FlagsClass: string(access),
+		FlagsClass: access,
 		Result:     result,
 		PathHash:   h,
 		PathClass:  class,
-		Verdict:    string(verdict),
+		Verdict:    verdict,
 		PID:        int(r.TGID),
 		Comm:       schema.SanitizeComm(r.Comm),
 	}

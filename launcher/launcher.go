@@ -232,7 +232,7 @@ func (l *Launcher) Profile() *runtimeprofile.Profile { return l.profile }
 // (kernel capability, runtime profile): phase "exit", exit_status -1 and a
 // stable reason class, to the audit log and the sink, so that refused runs
 // are counted too. It returns the first write error.
-func RecordRefusal(ctx context.Context, cfg Config, reason string, kernelABI int) error {
+func RecordRefusal(ctx context.Context, cfg Config, reason schema.ExitReason, kernelABI int) error {
 	if cfg.AuditLog == nil || cfg.Scope == nil || len(cfg.Command) == 0 {
 		return fmt.Errorf("%w: nothing to record the refusal in", ErrAudit)
 	}
@@ -248,7 +248,7 @@ func RecordRefusal(ctx context.Context, cfg Config, reason string, kernelABI int
 	}
 	ev := cfg.Origin.NewEvent(schema.KindLaunch, cfg.RunID, cfg.Scope.ScopeID, cfg.Scope.Hash, now)
 	ev.Launch = &schema.Launch{
-		Phase:       "exit",
+		Phase:       schema.PhaseExit,
 		Mode:        cfg.Mode,
 		LandlockABI: kernelABI,
 		ServerExe:   filepath.Base(cfg.Command[0]),

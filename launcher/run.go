@@ -65,7 +65,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return &StartError{Err: err}
 	}
-	if err := l.publish(ctx, l.record("start", start, 0, 0, "")); err != nil {
+	if err := l.publish(ctx, l.record(schema.PhaseStart, start, 0, 0, "")); err != nil {
 		return err
 	}
 	if l.decision.Degraded {
@@ -79,18 +79,18 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	launched = true
 	p, err := srv.launch(ctx, h, rs)
 	if err != nil {
-		_ = l.publish(context.WithoutCancel(ctx), l.record("exit", start, 0, -1, "start_failed"))
+		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitStartFailed))
 		return err
 	}
 	srv.cur = p
 	code, reason := srv.supervise(ctx)
-	rec := l.record("exit", start, srv.rootPID(), code, reason)
+	rec := l.record(schema.PhaseExit, start, srv.rootPID(), code, reason)
 	if perr := l.publish(context.WithoutCancel(ctx), rec); perr != nil {
 		return fmt.Errorf("%w (the server had exited with status %d)", perr, code)
 	}
 	if code != 0 {
 		e := &ExitError{Code: code}
-		if reason == "signaled" && code > 128 {
+		if reason == schema.ExitSignaled && code > 128 {
 			e.Signal = syscall.Signal(code - 128)
 		}
 		return e
@@ -98,7 +98,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-func (l *Launcher) record(phase string, start time.Time, pid, code int, reason string) schema.Event {
+func (l *Launcher) record(phase schema.LaunchPhase, start time.Time, pid, code int, reason schema.ExitReason) schema.Event {
 	now := l.cfg.Now()
 	ev := l.cfg.Origin.NewEvent(schema.KindLaunch, l.cfg.RunID, l.cfg.Scope.ScopeID, l.cfg.Scope.Hash, now)
 	ev.Launch = &schema.Launch{
@@ -112,7 +112,7 @@ func (l *Launcher) record(phase string, start time.Time, pid, code int, reason s
 		ExitStatus:     code,
 		ExitReason:     reason,
 	}
-	if phase == "exit" {
+	if phase == schema.PhaseExit {
 		ev.Launch.DurationMS = now.Sub(start).Milliseconds()
 	}
 	return ev
@@ -440,7 +440,7 @@ func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) 
 
 // supervise forwards signals, runs the mediator and waits for the server to
 // exit. It returns the exit code (128+signal when signaled) and a reason class.
-func (s *server) supervise(ctx context.Context) (int, string) {
+func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 	cfg := &s.l.cfg
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -451,7 +451,7 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 	// The scope's validity ends the run: the server is stopped at NotAfter.
 	expiry := time.NewTimer(time.Until(cfg.Scope.NotAfter))
 	defer expiry.Stop()
-	reason := ""
+	var reason schema.ExitReason
 
 	for {
 		s.mu.Lock()
@@ -484,7 +484,7 @@ func (s *server) supervise(ctx context.Context) (int, string) {
 			<-p.done
 		case <-expiry.C:
 			cfg.Logger.Warn("the scope expired; stopping the server", "run_id", cfg.RunID, "scope_id", cfg.Scope.ScopeID)
-			reason = "scope_expired"
+			reason = schema.ExitScopeExpired
 			go s.stop(p)
 			<-p.done
 		}
@@ -540,14 +540,14 @@ func (s *server) escalate(p *proc) {
 	}
 }
 
-func exitCode(st *os.ProcessState) (int, string) {
+func exitCode(st *os.ProcessState) (int, schema.ExitReason) {
 	if st == nil {
-		return -1, "unknown"
+		return -1, schema.ExitUnknown
 	}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal()), "signaled"
+		return 128 + int(ws.Signal()), schema.ExitSignaled
 	}
-	return st.ExitCode(), "exited"
+	return st.ExitCode(), schema.ExitExited
 }
 
 // killSession kills what the server left behind: every process still in

@@ -74,51 +74,51 @@ const (
 
 // Launch is written when a run starts (Phase "start") and when it ends (Phase "exit").
 type Launch struct {
-	Phase          string  `json:"phase"` // "start" or "exit"
-	Mode           RunMode `json:"mode"`
-	LandlockABI    int     `json:"landlock_abi"`
-	Degraded       bool    `json:"degraded"`                  // true when --best-effort dropped a restriction
-	DegradedReason string  `json:"degraded_reason,omitempty"` // which restriction classes were dropped, never paths
-	ServerExe      string  `json:"server_exe,omitempty"`      // base name only, never the full path
-	ServerName     string  `json:"server_name,omitempty"`     // serverInfo.name, when the proxy saw it
-	ServerVersion  string  `json:"server_version,omitempty"`  // serverInfo.version
-	ProtocolEra    string  `json:"protocol_era,omitempty"`    // "legacy" or "modern"
-	RootPID        int     `json:"root_pid,omitempty"`
-	ExitStatus     int     `json:"exit_status"`
-	ExitReason     string  `json:"exit_reason,omitempty"` // stable class, e.g. "exited", "signaled", "start_failed"
-	DurationMS     int64   `json:"duration_ms"`
+	Phase          LaunchPhase `json:"phase"`
+	Mode           RunMode     `json:"mode"`
+	LandlockABI    int         `json:"landlock_abi"`
+	Degraded       bool        `json:"degraded"`                  // true when --best-effort dropped a restriction
+	DegradedReason string      `json:"degraded_reason,omitempty"` // which restriction classes were dropped, never paths
+	ServerExe      string      `json:"server_exe,omitempty"`      // base name only, never the full path
+	ServerName     string      `json:"server_name,omitempty"`     // serverInfo.name, when the proxy saw it
+	ServerVersion  string      `json:"server_version,omitempty"`  // serverInfo.version
+	ProtocolEra    string      `json:"protocol_era,omitempty"`    // "legacy" or "modern"
+	RootPID        int         `json:"root_pid,omitempty"`
+	ExitStatus     int         `json:"exit_status"`
+	ExitReason     ExitReason  `json:"exit_reason,omitempty"`
+	DurationMS     int64       `json:"duration_ms"`
 }
 
 // Decision is the sanitized record of one proxied request.
 type Decision struct {
-	OpID            string     `json:"op_id"` // proxy-assigned id of the call; approvals name it
-	Method          string     `json:"method"`
-	ProtocolEra     string     `json:"protocol_era"`
-	ProtocolVersion string     `json:"protocol_version"`
-	ServerOrigin    string     `json:"server_origin"`
-	Tool            string     `json:"tool,omitempty"`
-	ActionClass     string     `json:"action_class"` // read, write, destructive, none
-	Decision        string     `json:"decision"`     // allow, deny
-	Approval        string     `json:"approval"`     // not_required, approved, denied, timed_out
-	ErrorCode       string     `json:"error_code,omitempty"`
-	RetryCount      int        `json:"retry_count"`
-	LatencyMS       float64    `json:"latency_ms"`
-	PathHashes      []PathHash `json:"path_hashes,omitempty"`
-	CorrelationID   string     `json:"correlation_id,omitempty"`
-	StartNS         int64      `json:"start_ns"` // when the call was forwarded (or denied)
-	EndNS           int64      `json:"end_ns"`   // when its response went back to the client
+	OpID            string        `json:"op_id"` // proxy-assigned id of the call; approvals name it
+	Method          string        `json:"method"`
+	ProtocolEra     string        `json:"protocol_era"`
+	ProtocolVersion string        `json:"protocol_version"`
+	ServerOrigin    string        `json:"server_origin"`
+	Tool            string        `json:"tool,omitempty"`
+	ActionClass     ActionClass   `json:"action_class"`
+	Decision        Outcome       `json:"decision"`
+	Approval        ApprovalState `json:"approval"`
+	ErrorCode       string        `json:"error_code,omitempty"`
+	RetryCount      int           `json:"retry_count"`
+	LatencyMS       float64       `json:"latency_ms"`
+	PathHashes      []PathHash    `json:"path_hashes,omitempty"`
+	CorrelationID   string        `json:"correlation_id,omitempty"`
+	StartNS         int64         `json:"start_ns"` // when the call was forwarded (or denied)
+	EndNS           int64         `json:"end_ns"`   // when its response went back to the client
 }
 
 // FileOp is one file operation seen by the kernel probes.
 type FileOp struct {
-	Syscall    string    `json:"syscall"`
-	FlagsClass string    `json:"flags_class"` // read, write, create
-	Result     int       `json:"result"`      // 0 on success, else -errno
-	PathHash   PathHash  `json:"path_hash"`
-	PathClass  PathClass `json:"path_class"`
-	Verdict    string    `json:"verdict"` // allowed, blocked_by_kernel, escape, failed (another errno: nothing happened)
-	PID        int       `json:"pid"`
-	Comm       string    `json:"comm"`
+	Syscall    string      `json:"syscall"`
+	FlagsClass OpAccess    `json:"flags_class"`
+	Result     int         `json:"result"` // 0 on success, else -errno
+	PathHash   PathHash    `json:"path_hash"`
+	PathClass  PathClass   `json:"path_class"`
+	Verdict    FileVerdict `json:"verdict"`
+	PID        int         `json:"pid"`
+	Comm       string      `json:"comm"`
 }
 
 // LandlockDenial is one kernel audit record of type 1423 (AUDIT_LANDLOCK_ACCESS).
@@ -133,12 +133,12 @@ type LandlockDenial struct {
 
 // Finding is a conclusion drawn by the cross-check from other events.
 type Finding struct {
-	Type        string   `json:"type"`     // ESCAPE, BLOCKED_ATTEMPT, PROXY_GAP, UNATTRIBUTED_ACCESS, UNDECLARED_WRITE, OBSERVATION_GAP
-	Severity    string   `json:"severity"` // low, medium, high, critical
-	EvidenceIDs []string `json:"evidence_ids"`
-	Tool        string   `json:"tool,omitempty"`
-	OpID        string   `json:"op_id,omitempty"`
-	Reason      string   `json:"reason,omitempty"` // a stable class, never free text from the run
+	Type        FindingType `json:"type"`
+	Severity    Severity    `json:"severity"`
+	EvidenceIDs []string    `json:"evidence_ids"`
+	Tool        string      `json:"tool,omitempty"`
+	OpID        string      `json:"op_id,omitempty"`
+	Reason      string      `json:"reason,omitempty"` // a stable class, never free text from the run
 	// PathHash and PathClass repeat the evidence's path, when there is one,
 	// so fleet queries can group findings by path without a join.
 	PathHash  PathHash  `json:"path_hash,omitempty"`

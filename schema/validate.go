@@ -164,24 +164,6 @@ func oneOf[T ~string](field string, v T, allowEmpty bool, set ...T) error {
 	return invalid(field, "%q is not one of %v", string(v), set)
 }
 
-// Finding types and severities.
-const (
-	FindingEscape             = "ESCAPE"
-	FindingBlockedAttempt     = "BLOCKED_ATTEMPT"
-	FindingProxyGap           = "PROXY_GAP"
-	FindingUnattributedAccess = "UNATTRIBUTED_ACCESS"
-	FindingUndeclaredWrite    = "UNDECLARED_WRITE"
-	FindingObservationGap     = "OBSERVATION_GAP"
-
-	SeverityLow      = "low"
-	SeverityMedium   = "medium"
-	SeverityHigh     = "high"
-	SeverityCritical = "critical"
-)
-
-// FindingTypes lists every finding type.
-var FindingTypes = []string{FindingEscape, FindingBlockedAttempt, FindingProxyGap, FindingUnattributedAccess, FindingUndeclaredWrite, FindingObservationGap}
-
 // Validate checks that e is a well-formed, sanitized event: a known kind
 // with exactly its own body, identifier-shaped strings, hashes where paths
 // would be. The collector refuses anything that fails it.
@@ -256,16 +238,19 @@ func (e *Event) Validate() error {
 }
 
 func (l *Launch) validate() error {
-	if err := oneOf("launch.phase", l.Phase, false, "start", "exit"); err != nil {
+	if err := oneOf("launch.phase", l.Phase, false, PhaseStart, PhaseExit); err != nil {
 		return err
 	}
 	if err := oneOf("launch.mode", l.Mode, false, ModeEnforce, ModeAudit); err != nil {
 		return err
 	}
+	if err := oneOf("launch.exit_reason", l.ExitReason, true, ExitReasons...); err != nil {
+		return err
+	}
 	for f, v := range map[string]string{
 		"launch.degraded_reason": l.DegradedReason, "launch.server_exe": l.ServerExe,
 		"launch.server_name": l.ServerName, "launch.server_version": l.ServerVersion,
-		"launch.protocol_era": l.ProtocolEra, "launch.exit_reason": l.ExitReason,
+		"launch.protocol_era": l.ProtocolEra,
 	} {
 		if err := optToken(f, v); err != nil {
 			return err
@@ -284,13 +269,18 @@ func (d *Decision) validate() error {
 	if err := optLabel("decision.tool", d.Tool); err != nil {
 		return err
 	}
-	if err := oneOf("decision.decision", d.Decision, false, "allow", "deny"); err != nil {
+	if err := oneOf("decision.decision", d.Decision, false, OutcomeAllow, OutcomeDeny); err != nil {
+		return err
+	}
+	if err := oneOf("decision.action_class", d.ActionClass, true, ActionClasses...); err != nil {
+		return err
+	}
+	if err := oneOf("decision.approval", d.Approval, true, ApprovalStates...); err != nil {
 		return err
 	}
 	for f, v := range map[string]string{
 		"decision.protocol_era": d.ProtocolEra, "decision.protocol_version": d.ProtocolVersion,
-		"decision.server_origin": d.ServerOrigin, "decision.action_class": d.ActionClass,
-		"decision.approval": d.Approval, "decision.error_code": d.ErrorCode,
+		"decision.server_origin": d.ServerOrigin, "decision.error_code": d.ErrorCode,
 		"decision.correlation_id": d.CorrelationID,
 	} {
 		if err := optToken(f, v); err != nil {
@@ -317,7 +307,7 @@ func (f *FileOp) validate() error {
 	if err := reqToken("file_op.syscall", f.Syscall); err != nil {
 		return err
 	}
-	if err := oneOf("file_op.flags_class", f.FlagsClass, false, "read", "write", "create"); err != nil {
+	if err := oneOf("file_op.flags_class", f.FlagsClass, false, OpRead, OpWrite, OpCreate); err != nil {
 		return err
 	}
 	if err := pathHash("file_op.path_hash", f.PathHash, false); err != nil {
@@ -326,7 +316,7 @@ func (f *FileOp) validate() error {
 	if err := oneOf("file_op.path_class", f.PathClass, false, pathClasses...); err != nil {
 		return err
 	}
-	if err := oneOf("file_op.verdict", f.Verdict, false, "allowed", "blocked_by_kernel", "escape", "failed"); err != nil {
+	if err := oneOf("file_op.verdict", f.Verdict, false, VerdictAllowed, VerdictBlockedByKernel, VerdictEscape, VerdictFailed); err != nil {
 		return err
 	}
 	if len(f.Comm) > maxCommLen || (f.Comm != "" && SanitizeComm(f.Comm) != f.Comm) {
@@ -363,7 +353,7 @@ func (f *Finding) validate() error {
 	if err := oneOf("finding.type", f.Type, false, FindingTypes...); err != nil {
 		return err
 	}
-	if err := oneOf("finding.severity", f.Severity, false, SeverityLow, SeverityMedium, SeverityHigh, SeverityCritical); err != nil {
+	if err := oneOf("finding.severity", f.Severity, false, Severities...); err != nil {
 		return err
 	}
 	if len(f.EvidenceIDs) > maxEvidenceID {

@@ -132,9 +132,9 @@ func cmdRun(ctx context.Context, args []string) int {
 	l, err := launcher.New(cfg)
 	if err != nil {
 		code := exitCodeOf(err)
-		reason := "start_failed"
+		reason := schema.ExitStartFailed
 		if code == exitKernel {
-			reason = "refused_kernel"
+			reason = schema.ExitRefusedKernel
 		}
 		if rerr := launcher.RecordRefusal(ctx, cfg, reason, launcher.KernelABI()); rerr != nil {
 			fmt.Fprintln(os.Stderr, "mcpwarden:", rerr)

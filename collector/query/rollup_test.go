@@ -110,8 +110,8 @@ func rollupScenario(t0 time.Time) []schema.Event {
 					continue
 				}
 				e = g.Origin.NewEvent(schema.KindFinding, g.RunID, g.ScopeID, g.ScopeHash, g.T0)
-				types := []string{"ESCAPE", "BLOCKED_ATTEMPT", "UNATTRIBUTED_ACCESS", "OBSERVATION_GAP"}
-				sevs := []string{"critical", "high", "medium", "low"}
+				types := []schema.FindingType{schema.FindingEscape, schema.FindingBlockedAttempt, schema.FindingUnattributedAccess, schema.FindingObservationGap}
+				sevs := []schema.Severity{schema.SeverityCritical, schema.SeverityHigh, schema.SeverityMedium, schema.SeverityLow}
 				e.Finding = &schema.Finding{Type: types[rng.IntN(len(types))], Severity: sevs[rng.IntN(len(sevs))],
 					EvidenceIDs: []string{schema.NewID()}, Reason: "test"}
 			default:

@@ -89,28 +89,28 @@ func flatten(e *schema.Event) row {
 	switch {
 	case e.Launch != nil:
 		l := e.Launch
-		r.phase, r.mode, r.landlockABI, r.degraded = l.Phase, string(l.Mode), uint8(l.LandlockABI), b2u(l.Degraded)
+		r.phase, r.mode, r.landlockABI, r.degraded = string(l.Phase), string(l.Mode), uint8(l.LandlockABI), b2u(l.Degraded)
 		r.degradedReason, r.serverExe, r.serverName, r.serverVersion = l.DegradedReason, l.ServerExe, l.ServerName, l.ServerVersion
-		r.protoEra, r.rootPID, r.exitStatus, r.exitReason, r.durationMS = l.ProtocolEra, uint32(l.RootPID), int32(l.ExitStatus), l.ExitReason, l.DurationMS
+		r.protoEra, r.rootPID, r.exitStatus, r.exitReason, r.durationMS = l.ProtocolEra, uint32(l.RootPID), int32(l.ExitStatus), string(l.ExitReason), l.DurationMS
 	case e.Decision != nil:
 		d := e.Decision
 		r.opID, r.method, r.protoEra, r.protocolVersion, r.serverOrigin = d.OpID, d.Method, d.ProtocolEra, d.ProtocolVersion, d.ServerOrigin
-		r.tool, r.actionClass, r.decision, r.approval, r.errorCode = d.Tool, d.ActionClass, d.Decision, d.Approval, d.ErrorCode
+		r.tool, r.actionClass, r.decision, r.approval, r.errorCode = d.Tool, string(d.ActionClass), string(d.Decision), string(d.Approval), d.ErrorCode
 		r.retryCount, r.latencyMS, r.correlationID, r.startNS, r.endNS = uint32(d.RetryCount), d.LatencyMS, d.CorrelationID, d.StartNS, d.EndNS
 		for _, h := range d.PathHashes {
 			r.pathHashes = append(r.pathHashes, string(h))
 		}
 	case e.FileOp != nil:
 		f := e.FileOp
-		r.syscall, r.flagsClass, r.result, r.pathHash, r.pathClass = f.Syscall, f.FlagsClass, int32(f.Result), string(f.PathHash), string(f.PathClass)
-		r.verdict, r.pid, r.comm = f.Verdict, uint32(f.PID), f.Comm
+		r.syscall, r.flagsClass, r.result, r.pathHash, r.pathClass = f.Syscall, string(f.FlagsClass), int32(f.Result), string(f.PathHash), string(f.PathClass)
+		r.verdict, r.pid, r.comm = string(f.Verdict), uint32(f.PID), f.Comm
 	case e.LandlockDenial != nil:
 		l := e.LandlockDenial
 		r.domain, r.pathHash, r.pathClass, r.pid, r.comm = l.Domain, string(l.PathHash), string(l.PathClass), uint32(l.PID), l.Comm
 		r.blockers = append(r.blockers, l.Blockers...)
 	case e.Finding != nil:
 		f := e.Finding
-		r.findingType, r.severity, r.tool, r.opID, r.reason = f.Type, f.Severity, f.Tool, f.OpID, f.Reason
+		r.findingType, r.severity, r.tool, r.opID, r.reason = string(f.Type), string(f.Severity), f.Tool, f.OpID, f.Reason
 		r.pathHash, r.pathClass = string(f.PathHash), string(f.PathClass)
 		r.evidenceIDs = append(r.evidenceIDs, f.EvidenceIDs...)
 	case e.Health != nil:
@@ -163,22 +163,22 @@ func (r *row) event() schema.Event {
 	}
 	switch e.Kind {
 	case schema.KindLaunch:
-		e.Launch = &schema.Launch{Phase: r.phase, Mode: schema.RunMode(r.mode), LandlockABI: int(r.landlockABI), Degraded: r.degraded != 0,
+		e.Launch = &schema.Launch{Phase: schema.LaunchPhase(r.phase), Mode: schema.RunMode(r.mode), LandlockABI: int(r.landlockABI), Degraded: r.degraded != 0,
 			DegradedReason: r.degradedReason, ServerExe: r.serverExe, ServerName: r.serverName, ServerVersion: r.serverVersion,
-			ProtocolEra: r.protoEra, RootPID: int(r.rootPID), ExitStatus: int(r.exitStatus), ExitReason: r.exitReason, DurationMS: r.durationMS}
+			ProtocolEra: r.protoEra, RootPID: int(r.rootPID), ExitStatus: int(r.exitStatus), ExitReason: schema.ExitReason(r.exitReason), DurationMS: r.durationMS}
 	case schema.KindDecision:
 		e.Decision = &schema.Decision{OpID: r.opID, Method: r.method, ProtocolEra: r.protoEra, ProtocolVersion: r.protocolVersion,
-			ServerOrigin: r.serverOrigin, Tool: r.tool, ActionClass: r.actionClass, Decision: r.decision, Approval: r.approval,
+			ServerOrigin: r.serverOrigin, Tool: r.tool, ActionClass: schema.ActionClass(r.actionClass), Decision: schema.Outcome(r.decision), Approval: schema.ApprovalState(r.approval),
 			ErrorCode: r.errorCode, RetryCount: int(r.retryCount), LatencyMS: r.latencyMS, PathHashes: hashes(r.pathHashes),
 			CorrelationID: r.correlationID, StartNS: r.startNS, EndNS: r.endNS}
 	case schema.KindFileOp:
-		e.FileOp = &schema.FileOp{Syscall: r.syscall, FlagsClass: r.flagsClass, Result: int(r.result), PathHash: schema.PathHash(r.pathHash),
-			PathClass: schema.PathClass(r.pathClass), Verdict: r.verdict, PID: int(r.pid), Comm: r.comm}
+		e.FileOp = &schema.FileOp{Syscall: r.syscall, FlagsClass: schema.OpAccess(r.flagsClass), Result: int(r.result), PathHash: schema.PathHash(r.pathHash),
+			PathClass: schema.PathClass(r.pathClass), Verdict: schema.FileVerdict(r.verdict), PID: int(r.pid), Comm: r.comm}
 	case schema.KindLandlockDenial:
 		e.LandlockDenial = &schema.LandlockDenial{Domain: r.domain, Blockers: nonEmpty(r.blockers), PathHash: schema.PathHash(r.pathHash),
 			PathClass: schema.PathClass(r.pathClass), PID: int(r.pid), Comm: r.comm}
 	case schema.KindFinding:
-		e.Finding = &schema.Finding{Type: r.findingType, Severity: r.severity, EvidenceIDs: nonEmpty(r.evidenceIDs), Tool: r.tool,
+		e.Finding = &schema.Finding{Type: schema.FindingType(r.findingType), Severity: schema.Severity(r.severity), EvidenceIDs: nonEmpty(r.evidenceIDs), Tool: r.tool,
 			OpID: r.opID, Reason: r.reason, PathHash: schema.PathHash(r.pathHash), PathClass: schema.PathClass(r.pathClass)}
 	case schema.KindHealth:
 		e.Health = &schema.Health{Component: r.component, Hooks: nonEmpty(r.hooks), LandlockABI: int(r.landlockABI), AuditStream: r.auditStream,

@@ -9,28 +9,24 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
-// Verdict is the outcome of one operation against the scope.
-type Verdict string
+// Verdict is the outcome of one operation against the scope (the contract
+// type; the names below keep this package's call sites short).
+type Verdict = schema.FileVerdict
 
 const (
-	// Allowed: the operation succeeded inside the scope or the runtime profile.
-	Allowed Verdict = "allowed"
-	// BlockedByKernel: the kernel refused it (EACCES/EPERM: Landlock, or DAC).
-	BlockedByKernel Verdict = "blocked_by_kernel"
-	// Escape: it succeeded outside the scope and the runtime profile, or
-	// wrote where the scope only grants reads.
-	Escape Verdict = "escape"
-	// Failed: it failed for another reason (ENOENT, EEXIST, ...); nothing happened.
-	Failed Verdict = "failed"
+	Allowed         = schema.VerdictAllowed
+	BlockedByKernel = schema.VerdictBlockedByKernel
+	Escape          = schema.VerdictEscape
+	Failed          = schema.VerdictFailed
 )
 
 // Access is what an operation does to a path.
-type Access string
+type Access = schema.OpAccess
 
 const (
-	Read   Access = "read"
-	Write  Access = "write"
-	Create Access = "create"
+	Read   = schema.OpRead
+	Write  = schema.OpWrite
+	Create = schema.OpCreate
 )
 
 // RuntimePath is one entry of a run's runtime profile: a file or directory

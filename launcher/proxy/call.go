@@ -17,10 +17,10 @@ import (
 
 // Approval values in decision records.
 const (
-	approvalNotRequired = "not_required"
-	approvalApproved    = "approved"
-	approvalDenied      = "denied"
-	approvalTimedOut    = "timed_out"
+	approvalNotRequired = schema.ApprovalNotRequired
+	approvalApproved    = schema.ApprovalApproved
+	approvalDenied      = schema.ApprovalDenied
+	approvalTimedOut    = schema.ApprovalTimedOut
 )
 
 // traceparent is compiled on first use, like the proxy's other patterns.
@@ -42,8 +42,8 @@ func (s *session) newDecision(rq *request, tool string, class policy.Class) *sch
 		ProtocolVersion: rq.version,
 		ServerOrigin:    origin,
 		Tool:            tool,
-		ActionClass:     string(class),
-		Decision:        "deny",
+		ActionClass:     class,
+		Decision:        schema.OutcomeDeny,
 		Approval:        approvalNotRequired,
 		StartNS:         rq.start.UnixNano(),
 	}
@@ -187,7 +187,7 @@ func (s *session) hashPaths(rq *request, paths []string) {
 // awaitApproval asks for an approval over every channel this run has and
 // waits for the first answer or the timeout. It returns approvalNotRequired
 // when no channel exists.
-func (s *session) awaitApproval(rq *request, tool string, class policy.Class) string {
+func (s *session) awaitApproval(rq *request, tool string, class policy.Class) schema.ApprovalState {
 	opID := rq.dec.OpID
 	var socket <-chan bool
 	if s.cfg.Approvals != nil {

@@ -14,13 +14,13 @@ import (
 
 // Class is the action class of a tool, from mcpwarden's own table; the
 // server's annotations are untrusted hints and are ignored.
-type Class string
+type Class = schema.ActionClass
 
 const (
-	ClassNone        Class = "none"
-	ClassRead        Class = "read"
-	ClassWrite       Class = "write"
-	ClassDestructive Class = "destructive" // overwrite, move, edit, delete
+	ClassNone        = schema.ActionNone
+	ClassRead        = schema.ActionRead
+	ClassWrite       = schema.ActionWrite
+	ClassDestructive = schema.ActionDestructive // overwrite, move, edit, delete
 )
 
 // ArgKind says how an argument holds paths.

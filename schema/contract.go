@@ -1,0 +1,116 @@
+package schema
+
+// The closed vocabularies of the event contract. Each is a type, so that a
+// producer and a consumer in different packages cannot drift apart by
+// comparing string literals; Validate accepts exactly the values listed.
+
+// LaunchPhase says which of a run's two launch records this is.
+type LaunchPhase string
+
+const (
+	PhaseStart LaunchPhase = "start"
+	PhaseExit  LaunchPhase = "exit"
+)
+
+// ExitReason is the stable class of why a run ended.
+type ExitReason string
+
+const (
+	ExitExited        ExitReason = "exited"         // the server exited on its own
+	ExitSignaled      ExitReason = "signaled"       // the server was killed by a signal
+	ExitStartFailed   ExitReason = "start_failed"   // it could not be started under the fence
+	ExitScopeExpired  ExitReason = "scope_expired"  // the scope expired during the run
+	ExitScopeRevoked  ExitReason = "scope_revoked"  // the operator revoked the scope
+	ExitRefusedKernel ExitReason = "refused_kernel" // the kernel lacks what the fence needs
+	ExitAuditFailed   ExitReason = "audit_failed"   // the records could not be written
+	ExitUnknown       ExitReason = "unknown"
+)
+
+// ExitReasons lists every exit reason.
+var ExitReasons = []ExitReason{ExitExited, ExitSignaled, ExitStartFailed, ExitScopeExpired, ExitScopeRevoked, ExitRefusedKernel, ExitAuditFailed, ExitUnknown}
+
+// ActionClass is what a call does to the scope's files.
+type ActionClass string
+
+const (
+	ActionRead        ActionClass = "read"
+	ActionWrite       ActionClass = "write"
+	ActionDestructive ActionClass = "destructive"
+	ActionNone        ActionClass = "none" // not a tool call (lists, reads of resources, ...)
+)
+
+// ActionClasses lists every action class.
+var ActionClasses = []ActionClass{ActionRead, ActionWrite, ActionDestructive, ActionNone}
+
+// Outcome is the proxy's decision on one call.
+type Outcome string
+
+const (
+	OutcomeAllow Outcome = "allow"
+	OutcomeDeny  Outcome = "deny"
+)
+
+// ApprovalState is where a call stands with respect to approval.
+type ApprovalState string
+
+const (
+	ApprovalNotRequired ApprovalState = "not_required"
+	ApprovalApproved    ApprovalState = "approved"
+	ApprovalDenied      ApprovalState = "denied"
+	ApprovalTimedOut    ApprovalState = "timed_out"
+)
+
+// ApprovalStates lists every approval state.
+var ApprovalStates = []ApprovalState{ApprovalNotRequired, ApprovalApproved, ApprovalDenied, ApprovalTimedOut}
+
+// OpAccess is what a file operation does to its path.
+type OpAccess string
+
+const (
+	OpRead   OpAccess = "read"
+	OpWrite  OpAccess = "write"
+	OpCreate OpAccess = "create"
+)
+
+// FileVerdict is the outcome of one observed file operation against the scope.
+type FileVerdict string
+
+const (
+	// VerdictAllowed: it succeeded inside the scope or the runtime profile.
+	VerdictAllowed FileVerdict = "allowed"
+	// VerdictBlockedByKernel: the kernel refused it (EACCES/EPERM: Landlock, or DAC).
+	VerdictBlockedByKernel FileVerdict = "blocked_by_kernel"
+	// VerdictEscape: it succeeded outside the scope and the runtime profile,
+	// or wrote where the scope only grants reads.
+	VerdictEscape FileVerdict = "escape"
+	// VerdictFailed: it failed for another reason (ENOENT, EEXIST, ...); nothing happened.
+	VerdictFailed FileVerdict = "failed"
+)
+
+// FindingType names a conclusion of the cross-check.
+type FindingType string
+
+const (
+	FindingEscape             FindingType = "ESCAPE"
+	FindingBlockedAttempt     FindingType = "BLOCKED_ATTEMPT"
+	FindingProxyGap           FindingType = "PROXY_GAP"
+	FindingUnattributedAccess FindingType = "UNATTRIBUTED_ACCESS"
+	FindingUndeclaredWrite    FindingType = "UNDECLARED_WRITE"
+	FindingObservationGap     FindingType = "OBSERVATION_GAP"
+)
+
+// FindingTypes lists every finding type.
+var FindingTypes = []FindingType{FindingEscape, FindingBlockedAttempt, FindingProxyGap, FindingUnattributedAccess, FindingUndeclaredWrite, FindingObservationGap}
+
+// Severity grades a finding.
+type Severity string
+
+const (
+	SeverityLow      Severity = "low"
+	SeverityMedium   Severity = "medium"
+	SeverityHigh     Severity = "high"
+	SeverityCritical Severity = "critical"
+)
+
+// Severities lists every severity, lowest first.
+var Severities = []Severity{SeverityLow, SeverityMedium, SeverityHigh, SeverityCritical}
