@@ -31,6 +31,12 @@ type Request struct {
 	PID  int      `json:"pid,omitempty"`
 	FD   int      `json:"fd,omitempty"`
 	Sig  int      `json:"sig,omitempty"`
+	// Generic arguments for the attack ops (ops_*.go).
+	N     int    `json:"n,omitempty"`
+	Mode  uint32 `json:"mode,omitempty"`
+	Flags int    `json:"flags,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Value string `json:"value,omitempty"`
 }
 
 // Response is its outcome.
@@ -68,7 +74,30 @@ func main() {
 	}
 }
 
+// op is one instruction's implementation.
+type op func(Request) (string, error)
+
+// attackOps are the ops of the hostile-server tests, one map per attack
+// class, each in its own file (ops_*.go), so that classes grow apart.
+var attackOps = mergeOps(netOps, procOps, metaOps, execOps, lifeOps, nsOps)
+
+func mergeOps(sets ...map[string]op) map[string]op {
+	all := map[string]op{}
+	for _, set := range sets {
+		for name, f := range set {
+			if _, dup := all[name]; dup {
+				panic("naiveserver: op " + name + " defined twice")
+			}
+			all[name] = f
+		}
+	}
+	return all
+}
+
 func do(r Request) (string, error) {
+	if f, ok := attackOps[r.Op]; ok {
+		return f(r)
+	}
 	switch r.Op {
 	case "ping":
 		return "pong", nil
