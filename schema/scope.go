@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // MaxScopeFileSize bounds a scope file; a real scope is a few hundred bytes.
@@ -117,8 +119,12 @@ func ReadScopeFile(name string) (*Scope, error) {
 	return ParseScope(data)
 }
 
-// ParseScope strictly decodes a scope record: unknown fields, wrong types,
-// duplicate keys, trailing data and oversized input are all refused.
+// ParseScope strictly decodes a scope record with the one strict decoder
+// (schema/strictjson): member names match exactly ("Access_Mode" is not
+// "access_mode"), a member named twice at any depth is refused (also when
+// the names differ only in case), and unknown fields, wrong types, trailing
+// data and oversized input are refused. A reviewer and the launcher
+// therefore always read the same scope.
 func ParseScope(data []byte) (*Scope, error) {
 	if len(data) > MaxScopeFileSize {
 		return nil, scopeErr("", "scope is larger than %d bytes", MaxScopeFileSize)
@@ -129,17 +135,9 @@ func ParseScope(data []byte) (*Scope, error) {
 	if !utf8.Valid(data) {
 		return nil, scopeErr("", "scope is not valid UTF-8")
 	}
-	if err := checkDuplicateKeys(data); err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var s Scope
-	if err := dec.Decode(&s); err != nil {
+	if err := strictjson.Unmarshal(data, &s, strictjson.MaxDepth(maxScopeDepth)); err != nil {
 		return nil, decodeError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, scopeErr("", "trailing data after the scope object")
 	}
 	if err := s.validateFields(); err != nil {
 		return nil, err
@@ -147,79 +145,33 @@ func ParseScope(data []byte) (*Scope, error) {
 	return &s, nil
 }
 
-func decodeError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		return scopeErr(typeErr.Field, "wrong type: got JSON %s, want %s", typeErr.Value, typeErr.Type)
-	}
-	var syntaxErr *json.SyntaxError
-	if errors.As(err, &syntaxErr) {
-		return scopeErr("", "invalid JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
-	}
-	msg := err.Error()
-	if field, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return scopeErr(strings.Trim(field, `"`), "unknown field; see schema/scope.schema.json for the allowed fields")
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return scopeErr("", "invalid JSON: the document ends early (truncated file?)")
-	}
-	var timeErr *time.ParseError
-	if errors.As(err, &timeErr) {
-		return scopeErr("issued_at/expires_at", "not an RFC 3339 time: %v", timeErr)
-	}
-	return scopeErr("", "invalid scope: %v", err)
-}
+// maxScopeDepth bounds nesting in a scope file; the deepest real member is
+// three levels down (tool_path_args.NAME[i]).
+const maxScopeDepth = 16
 
-// checkDuplicateKeys walks the JSON token stream and refuses an object that
-// names a key twice at any depth: encoding/json would silently keep the last.
-func checkDuplicateKeys(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	type frame struct {
-		keys     map[string]bool
-		isObject bool
-		wantKey  bool
+func decodeError(err error) error {
+	var se *strictjson.Error
+	if !errors.As(err, &se) {
+		return scopeErr("", "invalid scope: %v", err)
 	}
-	var stack []frame
-	const maxDepth = 16
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil
+	field := se.Field()
+	switch se.Kind {
+	case strictjson.KindUnknownMember:
+		return scopeErr(field, "unknown field (names are case-sensitive); see schema/scope.schema.json for the allowed fields")
+	case strictjson.KindDuplicate:
+		return scopeErr(field, "key appears more than once (compared ignoring case); a scope must say each thing once")
+	case strictjson.KindType:
+		if strings.HasSuffix(field, "issued_at") || strings.HasSuffix(field, "expires_at") {
+			return scopeErr(field, "not an RFC 3339 time (%s)", se.Reason)
 		}
-		if err != nil {
-			return decodeError(err)
-		}
-		if len(stack) > 0 && stack[len(stack)-1].isObject {
-			top := &stack[len(stack)-1]
-			if top.wantKey {
-				if key, ok := tok.(string); ok {
-					if top.keys[key] {
-						return scopeErr(key, "key appears more than once")
-					}
-					top.keys[key] = true
-					top.wantKey = false
-					continue
-				}
-			} else {
-				top.wantKey = true
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			if len(stack) >= maxDepth {
-				return scopeErr("", "JSON nested deeper than %d levels", maxDepth)
-			}
-			stack = append(stack, frame{keys: map[string]bool{}, isObject: true, wantKey: true})
-		case json.Delim('['):
-			if len(stack) >= maxDepth {
-				return scopeErr("", "JSON nested deeper than %d levels", maxDepth)
-			}
-			stack = append(stack, frame{})
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
+		return scopeErr(field, "%s", se.Reason)
+	case strictjson.KindDepth:
+		return scopeErr(field, "JSON %s", se.Reason)
 	}
+	if strings.Contains(se.Reason, "data after") {
+		return scopeErr("", "trailing data after the scope object")
+	}
+	return scopeErr(field, "invalid JSON at byte %d: %s", se.Offset, se.Reason)
 }
 
 // validateFields checks everything that does not need the filesystem or the clock.

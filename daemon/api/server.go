@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // Handler is what the daemon does with requests.
@@ -170,16 +171,13 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// DecodeRequest strictly decodes one request line.
+// DecodeRequest strictly decodes one request line (schema/strictjson:
+// exact-case names, no duplicates at any depth, no unknown fields, no
+// trailing data).
 func DecodeRequest(line []byte) (*Request, error) {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
 	var req Request
-	if err := dec.Decode(&req); err != nil {
+	if err := strictjson.Unmarshal(line, &req); err != nil {
 		return nil, fmt.Errorf("malformed request: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("malformed request: trailing data after the object")
 	}
 	if req.Version != Version {
 		return nil, fmt.Errorf("protocol version %d not supported (daemon speaks %d): upgrade mcpwarden so launcher and daemon match", req.Version, Version)

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // Actions a client may ask for.
@@ -167,8 +169,8 @@ func (s *Server) handle(c *net.UnixConn) {
 		return
 	}
 	var req Request
-	if err := json.Unmarshal(line, &req); err != nil {
-		writeResponse(c, Response{Error: "request is not one JSON object"})
+	if err := strictjson.Unmarshal(line, &req); err != nil {
+		writeResponse(c, Response{Error: "request refused: " + err.Error() + "; send one JSON object with action and op_id"})
 		return
 	}
 	writeResponse(c, s.apply(req))
@@ -287,7 +289,7 @@ func Send(ctx context.Context, stateDir, runID string, req Request) (Response, e
 		return Response{}, fmt.Errorf("read approval answer: %w", err)
 	}
 	var resp Response
-	if err := json.Unmarshal(line, &resp); err != nil {
+	if err := strictjson.Unmarshal(line, &resp); err != nil {
 		return Response{}, fmt.Errorf("approval answer is not JSON: %w", err)
 	}
 	if !resp.OK {

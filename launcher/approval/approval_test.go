@@ -1,7 +1,10 @@
 package approval
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,4 +123,68 @@ print(s.recv(4096).decode())`
 	if !strings.Contains(string(out), "only root or the user running the launcher") {
 		t.Fatalf("peer check did not refuse user nobody: %s", out)
 	}
+}
+
+// TestRequestsAreReadStrictly sends hostile request lines: a request read
+// with case folding or "last key wins" could approve what the operator's
+// tool meant to deny.
+func TestRequestsAreReadStrictly(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Listen(dir, "run3", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Serve(ctx)
+	ch := s.Register(Pending{OpID: "op1", Tool: "write_file", Class: "destructive"})
+	for _, line := range []string{
+		`{"action":"deny","op_id":"op1","ACTION":"approve"}`,
+		`{"action":"approve","op_id":"op1","action":"deny"}`,
+		`{"Action":"approve","op_id":"op1"}`,
+		`{"action":"approve","OP_ID":"op1"}`,
+		`{"action":"approve","op_id":"op1","extra":true}`,
+		`{"action":"approve","op_id":"op1"} {"action":"deny","op_id":"op1"}`,
+		`{"action":"appr\ud800ove","op_id":"op1"}`,
+		`["approve","op1"]`,
+	} {
+		resp := rawRequest(t, s.Path(), line)
+		if resp.OK || resp.Error == "" {
+			t.Errorf("request %s accepted: %+v", line, resp)
+		}
+	}
+	select {
+	case v := <-ch:
+		t.Fatalf("a refused request decided the call (approved=%v)", v)
+	default:
+	}
+	if resp := rawRequest(t, s.Path(), `{"action":"approve","op_id":"op1"}`); !resp.OK {
+		t.Fatalf("a plain approval was refused: %+v", resp)
+	}
+	if v := <-ch; !v {
+		t.Fatal("op1 not approved")
+	}
+}
+
+func rawRequest(t *testing.T, path, line string) Response {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(line + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("read answer to %s: %v", line, err)
+	}
+	var r Response
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("answer %q: %v", out, err)
+	}
+	return r
 }

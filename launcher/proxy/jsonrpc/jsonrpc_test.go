@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 func TestParse(t *testing.T) {
@@ -201,31 +203,26 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
-// FuzzScanAgreesWithDecoder checks the one-pass scanner against
-// encoding/json: it accepts exactly the single JSON values that are valid,
-// have no duplicate (case-folded) keys and no lone surrogate escapes.
-func FuzzScanAgreesWithDecoder(f *testing.F) {
-	for _, s := range []string{`{"a":1}`, `{"a":1,"A":2}`, `[1,2,{"x":"\u00e9"}]`, `"\ud800"`, `{"\u0061":1,"a":2}`, `1e5`, `-0.5e-3`, `01`, `{"a":[}`, `{} {}`, "\"\x01\""} {
+// FuzzScanAgreesWithStrictDecoder checks the one-pass scanner against the
+// one strict decoder (schema/strictjson, itself fuzzed against
+// encoding/json): on valid UTF-8 they accept exactly the same documents —
+// one JSON value, no duplicate (case-folded) keys at any depth, no lone
+// surrogate escapes, at most 64 levels deep.
+func FuzzScanAgreesWithStrictDecoder(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{"a":1,"A":2}`, `[1,2,{"x":"\u00e9"}]`, `"\ud800"`, `{"\u0061":1,"a":2}`, `1e5`, `-0.5e-3`, `01`, `{"a":[}`, `{} {}`, "\"\x01\"", `{"k":1,"\u212a":2}`, strings.Repeat("[", 65) + strings.Repeat("]", 65), strings.Repeat("[", 64) + strings.Repeat("]", 64)} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if !utf8.Valid(data) {
-			return
+			return // the caller of the scanner refuses invalid UTF-8 first
 		}
 		_, scanErr := scanFrame(data)
-		validJSON := json.Valid(data)
-		if scanErr == nil && !validJSON {
-			t.Fatalf("scanner accepted invalid JSON %q", data)
+		strictErr := strictjson.Check(data)
+		if (scanErr == nil) != (strictErr == nil) {
+			t.Fatalf("scanner %v, strict decoder %v, on %q", scanErr, strictErr, data)
 		}
-		if !validJSON {
-			return
-		}
-		oracle := CheckDuplicateKeys(data)
-		if oracle == nil {
-			oracle = checkEscapes(data)
-		}
-		if (scanErr == nil) != (oracle == nil) {
-			t.Fatalf("scanner %v, oracle %v, on %q", scanErr, oracle, data)
+		if scanErr == nil && !json.Valid(data) {
+			t.Fatalf("both accepted invalid JSON %q", data)
 		}
 	})
 }

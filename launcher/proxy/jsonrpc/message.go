@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
-	"strings"
 	"unicode/utf8"
+
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // Standard JSON-RPC and MCP error codes.
@@ -140,7 +140,7 @@ func Parse(frame []byte) (*Message, error) {
 			return nil, perr(CodeInvalidRequest, id, "a request cannot carry result or error")
 		}
 		var method string
-		if firstNonSpace(env.Method) != '"' || json.Unmarshal(env.Method, &method) != nil {
+		if firstNonSpace(env.Method) != '"' || strictjson.Unmarshal(env.Method, &method) != nil {
 			return nil, perr(CodeInvalidRequest, id, "method must be a string")
 		}
 		if method == "" {
@@ -167,7 +167,7 @@ func Parse(frame []byte) (*Message, error) {
 		m.Kind = KindResponse
 		if env.Error != nil {
 			var e Error
-			if err := json.Unmarshal(env.Error, &e); err != nil || firstNonSpace(env.Error) != '{' {
+			if err := strictjson.Unmarshal(env.Error, &e, strictjson.AllowUnknownMembers()); err != nil || firstNonSpace(env.Error) != '{' {
 				return nil, perr(CodeInvalidRequest, id, "error must be an object with code and message")
 			}
 			m.Error = &e
@@ -185,7 +185,8 @@ type envelope struct {
 }
 
 // bestEffortID reads the top-level id of a frame that is valid JSON but was
-// refused, so the error answer can name the request. It is used for nothing else.
+// refused (often for a duplicate key, so the strict decoder cannot read it),
+// so the error answer can name the request. It is used for nothing else.
 func bestEffortID(frame []byte) json.RawMessage {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(frame, &m) != nil {
@@ -225,126 +226,12 @@ func firstNonSpace(b []byte) byte {
 	return 0
 }
 
-// checkEscapes refuses \u escapes that encode a lone UTF-16 surrogate: Go
-// decodes them to U+FFFD while JavaScript keeps the surrogate, so the proxy
-// and a Node server would see different strings.
-func checkEscapes(b []byte) error {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		if i+1 >= len(b) {
-			return errors.New("truncated escape")
-		}
-		if b[i+1] != 'u' {
-			i++
-			continue
-		}
-		r, ok := hex4(b, i+2)
-		if !ok {
-			return errors.New("invalid \\u escape")
-		}
-		i += 5
-		switch {
-		case r >= 0xD800 && r <= 0xDBFF:
-			if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
-				return errors.New("lone UTF-16 surrogate in a string")
-			}
-			lo, ok := hex4(b, i+3)
-			if !ok || lo < 0xDC00 || lo > 0xDFFF {
-				return errors.New("lone UTF-16 surrogate in a string")
-			}
-			i += 6
-		case r >= 0xDC00 && r <= 0xDFFF:
-			return errors.New("lone UTF-16 surrogate in a string")
-		}
-	}
-	return nil
-}
-
 func hex4(b []byte, at int) (rune, bool) {
 	if at+4 > len(b) {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(string(b[at:at+4]), 16, 32)
 	return rune(v), err == nil
-}
-
-// CheckDuplicateKeys walks the token stream and refuses an object that names
-// a key twice at any depth (ignoring case): Go's decoder and JavaScript's JSON.parse keep
-// the last value, but other layers may keep the first, so no one decides on a
-// duplicated key. It also bounds nesting depth and checks the whole frame is
-// one JSON value.
-func CheckDuplicateKeys(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	type frame struct {
-		keys     map[string]struct{}
-		isObject bool
-		wantKey  bool
-	}
-	var stack []frame
-	values := 0
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			if len(stack) != 0 {
-				return io.ErrUnexpectedEOF
-			}
-			if values != 1 {
-				return errors.New("expected exactly one JSON value")
-			}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if len(stack) == 0 {
-			values++
-		}
-		if n := len(stack); n > 0 && stack[n-1].isObject {
-			top := &stack[n-1]
-			if top.wantKey {
-				if key, ok := tok.(string); ok {
-					folded := foldKey(key)
-					if _, dup := top.keys[folded]; dup {
-						return fmt.Errorf("duplicate key %q (keys are compared ignoring case, as Go's decoder matches them)", truncate(key, 64))
-					}
-					top.keys[folded] = struct{}{}
-					top.wantKey = false
-					continue
-				}
-			} else {
-				top.wantKey = true
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			if len(stack) >= maxDepth {
-				return fmt.Errorf("nested deeper than %d levels", maxDepth)
-			}
-			stack = append(stack, frame{keys: map[string]struct{}{}, isObject: true, wantKey: true})
-		case json.Delim('['):
-			if len(stack) >= maxDepth {
-				return fmt.Errorf("nested deeper than %d levels", maxDepth)
-			}
-			stack = append(stack, frame{})
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-	}
-}
-
-// foldKey maps keys that encoding/json would match to the same struct field
-// (case-insensitive, including the Kelvin sign and the long s) to one value.
-func foldKey(k string) string {
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if c >= utf8.RuneSelf || (c >= 'A' && c <= 'Z') {
-			return strings.ToLower(strings.ToUpper(k))
-		}
-	}
-	return k
 }
 
 func truncate(s string, n int) string {

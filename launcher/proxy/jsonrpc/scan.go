@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // errSyntax marks a frame that is not JSON; other scan errors are valid
@@ -20,6 +22,9 @@ type member struct {
 // scanner validates a frame in one pass: JSON syntax, no duplicate keys at
 // any depth (compared after unescaping and case folding), no lone UTF-16
 // surrogate escapes, no control characters inside strings, bounded depth.
+// It accepts exactly what schema/strictjson.Check accepts (on valid UTF-8;
+// FuzzScanAgreesWithStrictDecoder holds the two together), in one pass
+// that also collects the envelope: it is on every message's path.
 // It collects the top-level members, so the envelope needs no second parse.
 // UTF-8 validity is checked by the caller.
 type scanner struct {
@@ -252,7 +257,7 @@ func (s *scanner) object() error {
 				return s.syntax("invalid key")
 			}
 		}
-		folded := foldKey(key)
+		folded := strictjson.FoldName(key)
 		if many != nil {
 			if _, dup := many[folded]; dup {
 				return dupKey(key)
