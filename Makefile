@@ -4,6 +4,7 @@
 
 GO        ?= go
 BIN       := bin/mcpwarden
+FENCE     := bin/mcpwarden-fence
 PKGS      := ./...
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
@@ -15,8 +16,11 @@ TEST_TIMEOUT ?= 30m
 
 all: build
 
+# The fence helper is static (no cgo) and stripped: it starts for every run,
+# and `mcpwarden run` finds it next to bin/mcpwarden.
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mcpwarden
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(FENCE) ./cmd/mcpwarden-fence
 
 # deps installs (idempotently) what the tests need: Debian packages, the
 # pinned MCP servers from npm, Go tools.

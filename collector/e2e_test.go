@@ -63,12 +63,8 @@ func background(t *testing.T, ready string, name string, args ...string) *testen
 func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	testenv.RequireRoot(t)
 	dsn := chtest.Database(t)
-	bin := os.Getenv("MCPWARDEN_BIN")
+	bin := testenv.Mcpwarden(t)
 	dir := t.TempDir()
-	if bin == "" {
-		bin = filepath.Join(dir, "mcpwarden")
-		testenv.MustGoBuild(t, bin, "./cmd/mcpwarden")
-	}
 	naive := filepath.Join(dir, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
 

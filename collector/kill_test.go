@@ -3,7 +3,6 @@ package collector_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -28,12 +27,8 @@ import (
 // that queries see no duplicates.
 func TestCollectProcessKilled(t *testing.T) {
 	dsn := chtest.Database(t)
-	bin := os.Getenv("MCPWARDEN_BIN")
+	bin := testenv.Mcpwarden(t)
 	dir := t.TempDir()
-	if bin == "" {
-		bin = filepath.Join(dir, "mcpwarden")
-		testenv.MustGoBuild(t, bin, "./cmd/mcpwarden")
-	}
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
 	if err != nil {
 		t.Fatal(err)

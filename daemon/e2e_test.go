@@ -36,12 +36,8 @@ func newStack(t *testing.T) *stack {
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	root, _ := filepath.EvalSymlinks(dir)
-	st := &stack{bin: os.Getenv("MCPWARDEN_BIN"), root: root, state: filepath.Join(root, "state"),
+	st := &stack{bin: testenv.Mcpwarden(t), root: root, state: filepath.Join(root, "state"),
 		socket: filepath.Join(root, "run", "daemon.sock"), naive: filepath.Join(root, "naiveserver")}
-	if st.bin == "" {
-		st.bin = filepath.Join(root, "mcpwarden")
-		testenv.MustGoBuild(t, st.bin, "./cmd/mcpwarden")
-	}
 	testenv.MustGoBuild(t, st.naive, "./internal/naiveserver")
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1})
 	if err != nil {

@@ -14,16 +14,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
-	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 )
-
-func TestMain(m *testing.M) {
-	// The in-process launcher tests re-execute this test binary as the helper.
-	if sandbox.IsHelper() {
-		os.Exit(sandbox.Main())
-	}
-	os.Exit(m.Run())
-}
 
 // workspace is a base with a scope dir, a sibling outside the scope, escape
 // symlinks, and a secret outside the base.

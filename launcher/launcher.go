@@ -1,6 +1,6 @@
 // Package launcher runs an unmodified MCP server inside the Landlock fence
 // derived from a canonical scope, sitting between the client's stdio and the
-// server's. It re-executes its own binary as a small helper (package
+// server's. It starts the small fence helper (cmd/mcpwarden-fence, package
 // sandbox) that fences itself and execs the server, relays stdio through a
 // Mediator, forwards signals, and writes launch records.
 package launcher
@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
 	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -72,8 +73,8 @@ type Config struct {
 	Stderr  io.Writer // the server's stderr goes here; default os.Stderr
 	Signals <-chan os.Signal
 
-	// HelperPath is the binary re-executed as the sandbox helper; default
-	// this executable. It must call sandbox.Main when sandbox.IsHelper().
+	// HelperPath is the fence helper (cmd/mcpwarden-fence); default
+	// mcpwarden-fence next to this executable.
 	HelperPath string
 	KernelABI  func() int // default: probe the running kernel
 	Logger     *slog.Logger
@@ -178,11 +179,14 @@ func New(cfg Config) (*Launcher, error) {
 		cfg.Origin = schema.LocalOrigin()
 	}
 	if cfg.HelperPath == "" {
-		exe, err := os.Executable()
+		p, err := DefaultHelperPath()
 		if err != nil {
-			return nil, fmt.Errorf("find own executable for the sandbox helper: %w", err)
+			return nil, err
 		}
-		cfg.HelperPath = exe
+		cfg.HelperPath = p
+	}
+	if err := checkHelper(cfg.HelperPath); err != nil {
+		return nil, err
 	}
 	if cfg.Dir == "" {
 		wd, err := os.Getwd()
@@ -263,6 +267,31 @@ func RecordRefusal(ctx context.Context, cfg Config, reason schema.ExitReason, ke
 		if err := cfg.Sink.Publish(ctx, events); err != nil {
 			return fmt.Errorf("%w: sink: %v", ErrAudit, err)
 		}
+	}
+	return nil
+}
+
+// DefaultHelperPath is mcpwarden-fence next to the running executable.
+func DefaultHelperPath() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find the fence helper: locate this executable: %w", err)
+	}
+	return filepath.Join(filepath.Dir(exe), sandbox.HelperName), nil
+}
+
+// checkHelper refuses a helper that is missing, not executable, or
+// writable by others (whoever can rewrite it controls every fenced server).
+func checkHelper(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("the fence helper %s is missing (%v): build it with 'make build', which puts it next to mcpwarden, or install it there", path, errors.Unwrap(err))
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("the fence helper %s is not an executable file: rebuild it with 'make build'", path)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("the fence helper %s is writable by group or others (mode %v): fix it with chmod go-w %s", path, st.Mode().Perm(), path)
 	}
 	return nil
 }

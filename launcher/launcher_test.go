@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -87,16 +88,12 @@ func inProcessConfig(t *testing.T, scope *schema.CanonicalScope, command []strin
 	}
 	t.Cleanup(func() { alog.Close() })
 	sink := &memSink{}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	return launcher.Config{
 		Scope:      scope,
 		Command:    command,
 		AuditLog:   alog,
 		Sink:       sink,
-		HelperPath: self,
+		HelperPath: fencetest.Build(t).Fence,
 		Stdin:      strings.NewReader(""),
 		Stdout:     io.Discard,
 		Stderr:     io.Discard,
@@ -349,4 +346,50 @@ func TestScopeExpiryStopsServer(t *testing.T) {
 	if last.Launch.Phase != "exit" || last.Launch.ExitReason != "scope_expired" {
 		t.Fatalf("exit record %+v", last.Launch)
 	}
+}
+
+// TestFenceHelperChecked: a missing, non-executable or group-writable fence
+// helper refuses the run with a message naming the path and the fix; the
+// helper itself refuses to run without the launcher's descriptors.
+func TestFenceHelperChecked(t *testing.T) {
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain")
+	writable := filepath.Join(dir, "writable")
+	for p, mode := range map[string]os.FileMode{plain: 0o644, writable: 0o775} {
+		if err := os.WriteFile(p, []byte("#!/bin/true\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(dir, "missing"), "make build"},
+		{plain, "not an executable"},
+		{writable, "chmod go-w"},
+	} {
+		cfg, _, _ := inProcessConfig(t, scope, []string{"/bin/true"})
+		cfg.HelperPath = c.path
+		_, err := launcher.New(cfg)
+		if err == nil || !strings.Contains(err.Error(), c.path) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("helper %s: err %v, want the path and %q", filepath.Base(c.path), err, c.want)
+		}
+	}
+	out, err := exec.Command(fencetest.Build(t).Fence).CombinedOutput()
+	if code := exitCodeOf(err); code != 2 || !strings.Contains(string(out), "not run by hand") {
+		t.Errorf("mcpwarden-fence run by hand: exit %d, %q", code, out)
+	}
+}
+
+func exitCodeOf(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

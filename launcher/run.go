@@ -38,13 +38,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	srv := &server{l: l}
 	// The helper boots while the rest of this function runs; it execs
 	// nothing before launch sends it a spec.
-	h := takePrespawned(cfg)
-	if h == nil {
-		if h, err = srv.spawn(); err != nil {
-			return err
-		}
-	} else {
-		srv.firstPID = h.p.cmd.Process.Pid
+	h, err := srv.spawn()
+	if err != nil {
+		return err
 	}
 	launched := false
 	defer func() {
@@ -338,10 +334,10 @@ func spawnHelper(helperPath, dir string, stderr io.Writer) (_ *pending, err erro
 	}
 	cmd := &exec.Cmd{
 		Path: helperPath,
-		Args: []string{"mcpwarden-sandbox"},
+		Args: []string{sandbox.HelperName},
 		// GOGC=off: the helper lives for a millisecond; collecting garbage
 		// during its start-up only delays the server.
-		Env:        []string{sandbox.EnvHelper + "=" + fmt.Sprint(os.Getpid()), "GOGC=off"},
+		Env:        []string{"GOGC=off"},
 		Dir:        dir,
 		Stdin:      inR,
 		Stdout:     outW,

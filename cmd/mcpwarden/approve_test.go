@@ -16,18 +16,10 @@ import (
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
-// mcpwardenBin returns the binary under test: $MCPWARDEN_BIN, or a fresh build.
+// mcpwardenBin returns the binary under test (with its fence helper).
 func mcpwardenBin(t *testing.T) string {
 	t.Helper()
-	if b := os.Getenv("MCPWARDEN_BIN"); b != "" {
-		return b
-	}
-	bin := filepath.Join(t.TempDir(), "mcpwarden")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
+	return testenv.Mcpwarden(t)
 }
 
 // TestRunApproveRevoke drives `mcpwarden run` (proxy on, real fence, real

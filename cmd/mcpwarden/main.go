@@ -33,11 +33,6 @@ var commands = map[string]command{
 var version = "dev"
 
 func main() {
-	// The launcher re-execs this binary as the fence helper; that path must run
-	// before anything else touches the process.
-	if isSandboxHelper() {
-		os.Exit(runSandboxHelper())
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(dispatch(ctx, os.Args[1:]))

@@ -65,3 +65,33 @@ func TestLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestFenceHelperLinksOnlyTheFence pins what the fence helper may link:
+// the standard library, x/sys and its own package. It starts for every run,
+// so everything it links is start-up time; and it is the last code that
+// runs with the launcher's privileges before the server.
+func TestFenceHelperLinksOnlyTheFence(t *testing.T) {
+	allowed := []string{"golang.org/x/sys/unix", module + "/launcher/sandbox", module + "/cmd/mcpwarden-fence"}
+	cmd := exec.Command("go", "list", "-deps", "-test=false", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./cmd/mcpwarden-fence")
+	cmd.Dir = "../.."
+	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/mcpwarden-fence: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 2 {
+		t.Fatalf("go list listed only %q", deps)
+	}
+	for _, d := range deps {
+		ok := false
+		for _, a := range allowed {
+			if d == a || strings.HasPrefix(d, a+"/") {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Errorf("cmd/mcpwarden-fence links %s: the fence helper may link only the standard library, x/sys and launcher/sandbox (no NATS, ClickHouse, eBPF, proxy or Landlock library)", d)
+		}
+	}
+}

@@ -70,3 +70,70 @@ func MustGoBuild(tb testing.TB, out, pkg string) {
 		tb.Fatal(err)
 	}
 }
+
+// HelperName is the fence helper's file name (launcher/sandbox.HelperName);
+// `mcpwarden run` finds it next to its own executable.
+const HelperName = "mcpwarden-fence"
+
+var mcpwardenBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Mcpwarden returns the mcpwarden binary under test, with the fence helper
+// next to it: $MCPWARDEN_BIN (after `make build`, which builds both), or a
+// fresh build of both into a temp dir, once per test binary.
+func Mcpwarden(tb testing.TB) string {
+	tb.Helper()
+	b := &mcpwardenBuild
+	b.once.Do(func() {
+		if bin := os.Getenv("MCPWARDEN_BIN"); bin != "" {
+			helper := filepath.Join(filepath.Dir(bin), HelperName)
+			if _, err := os.Stat(helper); err != nil {
+				b.err = fmt.Errorf("MCPWARDEN_BIN=%s but the fence helper %s is missing: run 'make build'", bin, helper)
+				return
+			}
+			b.bin = bin
+			return
+		}
+		dir, err := os.MkdirTemp("", "mcpwarden-bin-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		// Mode 0755 like `make build`: the launcher refuses a helper others can write.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			b.err = err
+			return
+		}
+		b.bin = filepath.Join(dir, "mcpwarden")
+		if b.err = GoBuild(b.bin, "./cmd/mcpwarden"); b.err != nil {
+			return
+		}
+		b.err = BuildFenceHelper(filepath.Join(dir, HelperName))
+	})
+	if b.err != nil {
+		tb.Fatalf("build mcpwarden: %v", b.err)
+	}
+	return b.bin
+}
+
+// FenceHelper is the fence helper next to Mcpwarden(tb), for tests that run
+// the launcher in-process (launcher.Config.HelperPath).
+func FenceHelper(tb testing.TB) string {
+	tb.Helper()
+	return filepath.Join(filepath.Dir(Mcpwarden(tb)), HelperName)
+}
+
+// BuildFenceHelper builds cmd/mcpwarden-fence the way `make build` does:
+// static (no cgo), stripped.
+func BuildFenceHelper(out string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/mcpwarden-fence")
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/mcpwarden-fence: %v\n%s", err, b)
+	}
+	return nil
+}

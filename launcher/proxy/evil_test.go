@@ -10,17 +10,12 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
-	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
 const evilEnv = "MCPWARDEN_PROXY_TEST_EVIL_SERVER"
 
 func TestMain(m *testing.M) {
-	// The fence tests re-execute this test binary as the launcher's sandbox helper.
-	if sandbox.IsHelper() {
-		os.Exit(sandbox.Main())
-	}
 	if log := os.Getenv(evilEnv); log != "" {
 		evilServer(log)
 		os.Exit(0)

@@ -45,13 +45,12 @@ func TestSeedThroughLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, _ := os.Executable()
 	cr, cw := io.Pipe()
 	pr, pw := io.Pipe()
 	l, err := launcher.New(launcher.Config{
 		Scope: cs, Command: []string{node, fs}, RunID: runID,
 		AuditLog: sink, Mediator: p, Stdin: cr, Stdout: pw, Stderr: io.Discard,
-		HelperPath: exe, Signals: make(chan os.Signal),
+		HelperPath: testenv.FenceHelper(t), Signals: make(chan os.Signal),
 	})
 	if err != nil {
 		var ke interface{ Error() string } = err

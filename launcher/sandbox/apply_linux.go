@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
-	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,6 +19,10 @@ import (
 // on StatusFD.
 func Main() int {
 	runtime.LockOSThread() // never unlocked: the fence is per thread until execve
+	if !launcherDescriptors() {
+		fmt.Fprintln(os.Stderr, "mcpwarden-fence: this is the fence helper of 'mcpwarden run', which starts it with a spec on fd 3 and a status pipe on fd 4; it is not run by hand")
+		return 2
+	}
 	status := os.NewFile(StatusFD, "status")
 	specFile := os.NewFile(SpecFD, "spec")
 	spec, err := ReadSpec(specFile)
@@ -45,6 +47,21 @@ func Main() int {
 		}
 	}
 	return report(status, st)
+}
+
+// launcherDescriptors reports whether fds 3 and 4 are the pipes (or
+// sockets) the launcher passes.
+func launcherDescriptors() bool {
+	for _, fd := range []int{SpecFD, StatusFD} {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return false
+		}
+		if t := st.Mode & unix.S_IFMT; t != unix.S_IFIFO && t != unix.S_IFSOCK {
+			return false
+		}
+	}
+	return true
 }
 
 func report(status *os.File, st *Status) int {
@@ -107,15 +124,9 @@ func apply(s *Spec) *Status {
 // means something in the tree was swapped since the scope was checked — the
 // run is refused rather than the rule landing on the symlink's target.
 func restrictLandlock(s *Spec) *Status {
-	cfg := landlock.Config{
-		HandledAccessFS:  landlock.AccessFSSet(s.HandledFS),
-		HandledAccessNet: landlock.AccessNetSet(s.HandledNet),
-		Scoped:           landlock.ScopedSet(s.Scoped),
-	}
-	attr := ll.RulesetAttr{HandledAccessFS: s.HandledFS, HandledAccessNet: s.HandledNet, Scoped: s.Scoped}
-	fd, err := ll.LandlockCreateRuleset(&attr, 0)
+	fd, err := landlockCreateRuleset(&rulesetAttr{handledFS: s.HandledFS, handledNet: s.HandledNet, scoped: s.Scoped})
 	if err != nil {
-		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset %v: %v", cfg, err)}
+		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset (fs %#x, net %#x, scoped %#x): %v", s.HandledFS, s.HandledNet, s.Scoped, err)}
 	}
 	defer unix.Close(fd)
 	for _, p := range s.Paths {
@@ -134,20 +145,20 @@ func restrictLandlock(s *Spec) *Status {
 			}
 			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: msg}
 		}
-		err = ll.LandlockAddPathBeneathRule(fd, &ll.PathBeneathAttr{ParentFd: pfd, AllowedAccess: access}, 0)
+		err = landlockAddPathRule(fd, &pathBeneathAttr{allowed: access, parentFD: int32(pfd)})
 		unix.Close(pfd)
 		if err != nil {
-			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: fmt.Sprintf("add Landlock rule for %s (%v): %v", p.Path, landlock.AccessFSSet(access), err)}
+			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: fmt.Sprintf("add Landlock rule for %s (access %#x): %v", p.Path, access, err)}
 		}
 	}
 	if s.HandledNet != 0 {
 		for _, p := range s.Ports {
-			if err := ll.LandlockAddNetPortRule(fd, &ll.NetPortAttr{AllowedAccess: p.Access & s.HandledNet, Port: uint64(p.Port)}, 0); err != nil {
+			if err := landlockAddPortRule(fd, &netPortAttr{allowed: p.Access & s.HandledNet, port: uint64(p.Port)}); err != nil {
 				return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("add Landlock rule for TCP port %d: %v", p.Port, err)}
 			}
 		}
 	}
-	if err := ll.LandlockRestrictSelf(fd, s.RestrictFlag); err != nil {
+	if err := landlockRestrictSelf(fd, s.RestrictFlag); err != nil {
 		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: "landlock_restrict_self: " + err.Error()}
 	}
 	return nil

@@ -1,7 +1,8 @@
-// Package sandbox is the helper side of the launcher: the re-executed
-// mcpwarden process that receives a Spec from the launcher, fences itself
-// (Landlock, no_new_privs, an empty capability set, a small seccomp filter,
-// no inherited descriptors) and execs the server in its place.
+// Package sandbox is the helper side of the launcher: the small
+// mcpwarden-fence program (cmd/mcpwarden-fence) that receives a Spec from
+// the launcher, fences itself (Landlock, no_new_privs, an empty capability
+// set, a seccomp filter, no inherited descriptors) and execs the server in
+// its place. It links nothing but the standard library and x/sys.
 //
 // Everything runs on one locked OS thread and ends in execve on that same
 // thread, so the server inherits exactly the restrictions applied here.
@@ -12,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 )
 
 // Descriptors the launcher passes to the helper.
@@ -21,9 +21,9 @@ const (
 	StatusFD = 4 // close-on-exec: EOF means exec succeeded; a Status means it did not
 )
 
-// EnvHelper marks a process as the sandbox helper. The value is the
-// launcher's pid, so a stray variable inherited elsewhere is not enough.
-const EnvHelper = "MCPWARDEN_SANDBOX_HELPER"
+// HelperName is the helper's file name; the launcher finds it next to its
+// own executable.
+const HelperName = "mcpwarden-fence"
 
 // maxSpecSize bounds what the helper reads from the launcher.
 const maxSpecSize = 4 << 20
@@ -102,10 +102,4 @@ func ReadSpec(r io.Reader) (*Spec, error) {
 		return nil, errors.New("spec names no executable")
 	}
 	return &s, nil
-}
-
-// IsHelper reports whether this process was started as the sandbox helper.
-func IsHelper() bool {
-	v := os.Getenv(EnvHelper)
-	return v != "" && v == fmt.Sprint(os.Getppid())
 }

@@ -30,26 +30,23 @@ var (
 // Binaries are the built programs.
 type Binaries struct {
 	Mcpwarden string
+	Fence     string // the fence helper, next to Mcpwarden
 	Naive     string
 	Floor     string // landlockfloor: raw landlock_restrict_self, then exec
 }
 
-// Build builds mcpwarden (or uses $MCPWARDEN_BIN) and the naive server once
-// per test binary.
+// Build builds mcpwarden and its fence helper (or uses $MCPWARDEN_BIN, see
+// testenv.Mcpwarden) and the naive server once per test binary.
 func Build(tb testing.TB) Binaries {
 	tb.Helper()
+	mcpwarden := testenv.Mcpwarden(tb)
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "mcpwarden-fencetest-")
 		if buildErr != nil {
 			return
 		}
-		bins.Mcpwarden = os.Getenv("MCPWARDEN_BIN")
-		if bins.Mcpwarden == "" {
-			bins.Mcpwarden = filepath.Join(buildDir, "mcpwarden")
-			if buildErr = testenv.GoBuild(bins.Mcpwarden, "./cmd/mcpwarden"); buildErr != nil {
-				return
-			}
-		}
+		bins.Mcpwarden = mcpwarden
+		bins.Fence = filepath.Join(filepath.Dir(mcpwarden), testenv.HelperName)
 		bins.Naive = filepath.Join(buildDir, "naiveserver")
 		if buildErr = testenv.GoBuild(bins.Naive, "./internal/naiveserver", "CGO_ENABLED=0"); buildErr != nil {
 			return
