@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -142,9 +143,11 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
 	s.Enforce = true
 	s.DropCaps = true
 	s.Seccomp = true
-	s.Filter = sandbox.FilterOptions{
-		BlockIOUring: rs.BlockIOUring,
+	s.Filter = seccomp.Options{
+		WriteScope:   l.cfg.Scope.AccessMode == schema.AccessWrite,
+		AllowIOUring: !rs.BlockIOUring,
 		AllowUDP:     len(rs.ConnectTCP) > 0 || len(rs.BindTCP) > 0,
+		AllowListen:  len(rs.BindTCP) > 0,
 	}
 	s.ABI = l.decision.ABI
 	fs, net, scoped := ruleset.Handled(s.ABI)

@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
 )
 
 type rules []string
@@ -71,9 +71,9 @@ func main() {
 	_, _, e = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, uintptr(*restrictFlags), 0)
 	checkErrno(e)
 	if *withSeccomp {
-		filter, err := sandbox.BuildFilter(sandbox.NativeArch, sandbox.FilterOptions{BlockIOUring: true})
+		filter, err := seccomp.Build(seccomp.Native, seccomp.Options{})
 		check(err)
-		prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		prog := unix.SockFprog{Len: uint16(len(filter.Program)), Filter: &filter.Program[0]}
 		check(unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0))
 	}
 	check(syscall.Exec(flag.Arg(0), flag.Args(), []string{"PATH=/usr/bin:/bin"}))

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -100,11 +101,11 @@ func apply(s *Spec) *Status {
 		}
 	}
 	if s.Seccomp {
-		filter, err := BuildFilter(NativeArch, s.Filter)
+		filter, err := seccomp.Build(seccomp.Native, s.Filter)
 		if err != nil {
 			return &Status{Stage: StageSeccomp, Message: err.Error()}
 		}
-		prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		prog := unix.SockFprog{Len: uint16(len(filter.Program)), Filter: &filter.Program[0]}
 		if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0); err != nil {
 			return &Status{Stage: StageSeccomp, Errno: errnoOf(err), Message: "install seccomp filter: " + err.Error()}
 		}

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
 )
 
 // Descriptors the launcher passes to the helper.
@@ -48,17 +50,17 @@ type Spec struct {
 
 	// Enforce is false only in audit mode: then the helper applies nothing
 	// but still closes inherited descriptors and execs.
-	Enforce      bool       `json:"enforce"`
-	ABI          int        `json:"abi"`
-	HandledFS    uint64     `json:"handled_fs"`
-	HandledNet   uint64     `json:"handled_net"`
-	Scoped       uint64     `json:"scoped"`
-	RestrictFlag uint32     `json:"restrict_flags"`
-	Paths        []PathRule `json:"paths"`
-	Ports        []PortRule `json:"ports"`
-	Seccomp      bool       `json:"seccomp"`
-	Filter       FilterOptions
-	DropCaps     bool `json:"drop_caps"`
+	Enforce      bool            `json:"enforce"`
+	ABI          int             `json:"abi"`
+	HandledFS    uint64          `json:"handled_fs"`
+	HandledNet   uint64          `json:"handled_net"`
+	Scoped       uint64          `json:"scoped"`
+	RestrictFlag uint32          `json:"restrict_flags"`
+	Paths        []PathRule      `json:"paths"`
+	Ports        []PortRule      `json:"ports"`
+	Seccomp      bool            `json:"seccomp"`
+	Filter       seccomp.Options `json:"filter"`
+	DropCaps     bool            `json:"drop_caps"`
 }
 
 // Stage names where the helper failed.

@@ -1,0 +1,4 @@
+package seccomp
+
+// Native is the syscall ABI of this build.
+var Native = AArch64
