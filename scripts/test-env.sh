@@ -2,6 +2,7 @@
 # Installs, starts and stops what mcpwarden's tests need. Idempotent.
 #   install      Debian packages, pinned npm servers, Go tools
 #   install-npm  only the pinned npm MCP servers (for `make demo`)
+#                (install also installs deploy/interop: the interop tests' clients)
 #   up           start services that are not running; remember which we started
 #   down         stop only what `up` started
 #   test-current CMD...
@@ -51,6 +52,11 @@ npm_ci_pinned() {
 }
 
 install_npm() { npm_ci_pinned "$ROOT/deploy/mcp-servers" "the pinned MCP servers"; }
+
+# The interop tests' real clients (conformance suite, Inspector CLI, the
+# TypeScript SDKs), the stdio<->HTTP bridge, server-everything and Node 22
+# (npm's node package fetches its binary in a preinstall script).
+install_interop() { npm_ci_pinned "$ROOT/deploy/interop" "the interop clients and Node 22"; }
 
 CH_CURRENT_DIR="$ROOT/deploy/clickhouse-current"
 CH_CURRENT_BIN="$ROOT/build/clickhouse-current/chdb-listen"
@@ -193,7 +199,7 @@ clickhouse_down() {
 }
 
 case "${1:-}" in
-install) install_apt; install_npm; install_clickhouse_current; install_go_tools ;;
+install) install_apt; install_npm; install_interop; install_clickhouse_current; install_go_tools ;;
 install-npm) install_npm ;;
 up) mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
 down) clickhouse_down; clickhouse_current_down ;;
