@@ -18,4 +18,7 @@ const (
 	ErrMalformedRequest   ErrorCode = "MALFORMED_REQUEST"
 	ErrAuditSinkFull      ErrorCode = "AUDIT_SINK_UNAVAILABLE"
 	ErrRootsPending       ErrorCode = "ROOTS_REFRESH_TIMEOUT"
+	// ErrMethodNotAllowed: a message whose method the proxy's table does
+	// not pass (in this protocol era and direction).
+	ErrMethodNotAllowed ErrorCode = "METHOD_NOT_ALLOWED"
 )

@@ -13,21 +13,25 @@ import (
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // request is one client request in flight.
 type request struct {
 	id      json.RawMessage // the client's id, byte for byte
 	method  string
+	rule    *clientMethod
 	params  map[string]json.RawMessage
 	meta    map[string]json.RawMessage
 	raw     *jsonrpc.Message
 	era     string
 	version string
 	start   time.Time
-	dec     *schema.Decision // tools/call and resources/read only
+	dec     *schema.Decision // every request that passes the gate, or is refused by it
 	upID    int64            // proxy id upstream, once forwarded
 }
+
+var rawEmptyObject = json.RawMessage(`{}`)
 
 // clientHeadID is compiled on first use: its bounded repetitions make a
 // large program that every mcpwarden command would otherwise pay for at start.
@@ -52,14 +56,6 @@ func (s *session) readClient(in io.Reader) {
 			break
 		}
 		m, perr := jsonrpc.Parse(frame)
-		if perr == nil && s.isStopped() {
-			// The run was stopped (expiry, revocation, audit failure): every
-			// request still gets an answer, none reaches the server.
-			if m.Kind == jsonrpc.KindRequest {
-				s.answerStopped(m)
-			}
-			continue
-		}
 		if perr != nil {
 			var pe *jsonrpc.ParseError
 			code, id := jsonrpc.CodeParseError, json.RawMessage(nil)
@@ -83,149 +79,162 @@ func (s *session) readClient(in io.Reader) {
 	// ends the session. A server still taking its first roots gets that
 	// (bounded) time first: killed mid-request it would linger on the
 	// request's timeout instead of exiting.
-	s.mu.Lock()
-	s.clientGone = true
-	deadline := time.Now().Add(s.cfg.WarmupTimeout)
-	for s.initState == 2 && !s.upReady && !s.stopped && time.Now().Before(deadline) {
-		ch := s.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-time.After(time.Until(deadline)):
-		}
-		s.mu.Lock()
-	}
-	stdin := s.upStdin
-	s.mu.Unlock()
+	s.client.mu.Lock()
+	s.client.gone = true
+	s.client.mu.Unlock()
+	s.waitUpstream(func() bool { return s.upst.initState != 2 || s.upst.ready }, s.cfg.WarmupTimeout)
+	s.upst.mu.Lock()
+	stdin := s.upst.stdin
+	s.upst.mu.Unlock()
 	closeStdin(stdin)
 }
 
+// onClientRequest reads the envelope of a request, finds its row in the
+// method table and serves it, passes it to the admission gate, or refuses
+// it. A request the table does not name is refused and recorded.
 func (s *session) onClientRequest(m *jsonrpc.Message) {
 	rq := &request{id: m.ID, method: m.Method, raw: m, start: s.cfg.Now(), era: eraLegacy}
-	if m.Params != nil {
-		if err := json.Unmarshal(m.Params, &rq.params); err != nil {
-			s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "params must be an object", nil))
+	if s.isStopped() {
+		// The run was stopped (expiry, revocation, audit failure): every
+		// request still gets an answer, none reaches the server.
+		s.readEra(rq)
+		s.answerStopped(rq)
+		return
+	}
+	if !s.readEnvelope(rq) {
+		return
+	}
+	rule := s.tab.requests[m.Method]
+	if rule == nil || !rule.eras.has(rq.era) {
+		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "method not available through mcpwarden", nil))
+		s.recordRefusedMethod(m.Method, rq.era, rq.version)
+		return
+	}
+	rq.rule = rule
+	if rule.serve != nil {
+		rule.serve(s, rq)
+		return
+	}
+	rq.dec = s.newDecision(rq, "", policy.ClassRead)
+	a, d := rule.decide(s, rq)
+	if d != nil {
+		if d.Code == schema.ErrMalformedRequest {
+			s.toClient(jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeInvalidParams, d.Reason, nil))
+			s.record(rq, d.Code)
 			return
+		}
+		s.deny(rq, d.Code, d.Reason)
+		return
+	}
+	s.admit(rq, a, true)
+}
+
+// readEnvelope decodes params and _meta and checks the era's rules. It
+// answers and returns false when the request is refused.
+func (s *session) readEnvelope(rq *request) bool {
+	m := rq.raw
+	if m.Params != nil {
+		if err := strictjson.Unmarshal(m.Params, &rq.params); err != nil {
+			s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "params must be an object", nil))
+			return false
 		}
 	}
 	if raw, ok := rq.params["_meta"]; ok {
-		if err := json.Unmarshal(raw, &rq.meta); err != nil || rq.meta == nil {
+		if err := strictjson.Unmarshal(raw, &rq.meta); err != nil || rq.meta == nil {
 			s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "_meta must be an object", nil))
-			return
+			return false
 		}
 	}
-	if v, ok := rq.meta[metaVersion]; ok {
-		rq.era = eraModern
-		if err := json.Unmarshal(v, &rq.version); err != nil {
-			s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "_meta "+metaVersion+" must be a string", nil))
-			s.recordProtocolDenial(m.Method, eraModern, "", schema.ErrMalformedRequest)
-			return
-		}
-		if rq.version != ModernVersion {
-			s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeUnsupportedVersion, "Unsupported protocol version",
-				map[string]any{"supported": []string{ModernVersion}, "requested": truncate(rq.version, 64)}))
-			s.recordProtocolDenial(m.Method, eraModern, truncate(rq.version, 32), schema.ErrUnsupportedVersion)
-			return
-		}
-		if caps, ok := rq.meta[metaClientCaps]; !ok || firstByte(caps) != '{' {
-			s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "missing _meta key "+metaClientCaps+" (an object)", nil))
-			s.recordProtocolDenial(m.Method, eraModern, rq.version, schema.ErrMalformedRequest)
-			return
-		}
-	} else {
-		s.mu.Lock()
-		rq.version = s.clientVersion
-		s.mu.Unlock()
+	v, ok := rq.meta[metaVersion]
+	if !ok {
+		s.client.mu.Lock()
+		rq.version = s.client.version
+		s.client.mu.Unlock()
+		return true
 	}
-
-	switch m.Method {
-	case "initialize":
-		s.onInitialize(rq)
-	case "ping":
-		s.toClient(jsonrpc.Result(m.ID, json.RawMessage(`{}`)))
-	case "server/discover":
-		if err := s.ensureUpstream(nil, rq.meta); err != nil {
-			s.toClient(errorFrame(m.ID, jsonrpc.CodeInternalError, "the upstream server could not be started"))
-			return
-		}
-		s.toClient(jsonrpc.Result(m.ID, s.discoverResult()))
-	case "tools/call":
-		s.spawn(rq, s.handleToolCall)
-	case "resources/read", "resources/subscribe", "resources/unsubscribe":
-		s.spawn(rq, s.handleResource)
-	case "tools/list", "resources/list", "resources/templates/list", "prompts/list", "prompts/get",
-		"completion/complete", "logging/setLevel":
-		s.spawn(rq, s.handlePlain)
-	default:
-		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "method not available through mcpwarden", nil))
+	rq.era = eraModern
+	if err := strictjson.Unmarshal(v, &rq.version); err != nil {
+		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "_meta "+metaVersion+" must be a string", nil))
+		s.recordProtocolDenial(m.Method, eraModern, "", schema.ErrMalformedRequest)
+		return false
 	}
+	if rq.version != ModernVersion {
+		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeUnsupportedVersion, "Unsupported protocol version",
+			map[string]any{"supported": []string{ModernVersion}, "requested": truncate(rq.version, 64)}))
+		s.recordProtocolDenial(m.Method, eraModern, truncate(rq.version, 32), schema.ErrUnsupportedVersion)
+		return false
+	}
+	if caps, ok := rq.meta[metaClientCaps]; !ok || firstByte(caps) != '{' {
+		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "missing _meta key "+metaClientCaps+" (an object)", nil))
+		s.recordProtocolDenial(m.Method, eraModern, rq.version, schema.ErrMalformedRequest)
+		return false
+	}
+	return true
 }
 
-// answerStopped answers a request that arrived after the run stopped: a
-// tool call gets the denial the model should see, anything else an error.
-func (s *session) answerStopped(m *jsonrpc.Message) {
-	code := s.stopCode()
-	reason := "the run was stopped: " + s.stopReason()
-	if m.Method != "tools/call" || code == "" {
-		data := map[string]string{}
-		if code != "" {
-			data["error_code"] = string(code)
-		}
-		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeDenied, "mcpwarden: "+reason, data))
-		return
-	}
-	rq := &request{id: m.ID, method: m.Method, raw: m, start: s.cfg.Now(), era: eraLegacy}
+// readEra finds a request's era and version for the answer of a stopped
+// run (best effort: the request is refused whatever it holds).
+func (s *session) readEra(rq *request) {
 	var params struct {
-		Name string                     `json:"name"`
 		Meta map[string]json.RawMessage `json:"_meta"`
 	}
-	_ = json.Unmarshal(m.Params, &params)
-	if _, ok := params.Meta[metaVersion]; ok {
-		rq.era = eraModern
-		_ = json.Unmarshal(params.Meta[metaVersion], &rq.version)
+	if rq.raw.Params != nil && strictjson.Unmarshal(rq.raw.Params, &params, strictjson.AllowUnknownMembers()) == nil {
+		if v, ok := params.Meta[metaVersion]; ok {
+			rq.era = eraModern
+			_ = strictjson.Unmarshal(v, &rq.version)
+			rq.version = truncate(rq.version, 32)
+		}
 	}
-	rq.dec = s.newDecision(rq, truncate(params.Name, 128), policy.ClassNone)
-	s.denyCall(rq, code, reason)
 }
 
-// maxInFlight bounds the requests the proxy handles at once (each may wait
-// for an approval or a roots refresh); beyond it requests are refused.
-const maxInFlight = 1024
-
-// spawn handles rq on its own goroutine, so that a call waiting for an
-// approval or a roots refresh never blocks the client's other messages.
-func (s *session) spawn(rq *request, handle func(*request)) {
-	if s.inFlight.Add(1) > maxInFlight {
-		s.inFlight.Add(-1)
-		s.toClient(jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: too many requests in flight; wait for answers before sending more", nil))
+// answerStopped answers a request when the run was stopped or stops while
+// it is in flight: a JSON-RPC error whose message and data name the reason
+// (SCOPE_EXPIRED, SCOPE_REVOKED, AUDIT_SINK_UNAVAILABLE), so the client,
+// not only the model, learns that the session is over and why. The refusal
+// of a tool call is recorded.
+func (s *session) answerStopped(rq *request) {
+	code := s.stopCode()
+	if code == "" {
+		s.finish(rq, errorFrame(rq.id, jsonrpc.CodeInternalError, "the server stopped before answering"), "")
 		return
 	}
-	go func() {
-		defer s.inFlight.Add(-1)
-		handle(rq)
-	}()
+	if rq.dec == nil && rq.method == "tools/call" {
+		var params struct {
+			Name string `json:"name"`
+		}
+		_ = strictjson.Unmarshal(rq.raw.Params, &params, strictjson.AllowUnknownMembers())
+		rq.dec = s.newDecision(rq, params.Name, policy.ClassNone)
+	}
+	s.deny(rq, code, stopReasons[code])
 }
 
 // onInitialize answers a legacy client's initialize from the upstream's own
 // handshake, which the proxy owns.
 func (s *session) onInitialize(rq *request) {
 	var v string
-	_ = json.Unmarshal(rq.params["protocolVersion"], &v)
+	_ = strictjson.Unmarshal(rq.params["protocolVersion"], &v)
 	caps := map[string]json.RawMessage{}
-	_ = json.Unmarshal(rq.params["capabilities"], &caps)
-	s.mu.Lock()
-	s.clientVersion = truncate(v, 32)
-	s.clientCaps = caps
-	_, s.clientRoots = caps["roots"]
-	_, s.clientElicit = caps["elicitation"]
-	_, s.clientSample = caps["sampling"]
-	if s.clientRoots {
-		// Calls wait from now until the client's first roots answer.
-		s.tracker.Begin()
-		s.rootsWanted = true
-		s.broadcastLocked()
+	if raw, ok := rq.params["capabilities"]; ok {
+		_ = strictjson.Unmarshal(raw, &caps)
 	}
-	s.mu.Unlock()
+	s.client.mu.Lock()
+	s.client.version = truncate(v, 32)
+	s.client.caps = caps
+	_, s.client.roots = caps["roots"]
+	_, s.client.elicit = caps["elicitation"]
+	_, s.client.sample = caps["sampling"]
+	declared := s.client.roots
+	if declared {
+		s.client.rootsWanted = true
+	}
+	s.client.mu.Unlock()
+	if declared {
+		// Requests wait from now until the client's first roots answer.
+		s.scope.mu.Lock()
+		s.scope.tracker.Begin()
+		s.scope.mu.Unlock()
+		s.changed.broadcast()
+	}
 	if err := s.ensureUpstream(rq.params, nil); err != nil {
 		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be initialised"))
 		return
@@ -233,20 +242,26 @@ func (s *session) onInitialize(rq *request) {
 	s.toClient(jsonrpc.Result(rq.id, s.initializeResult(v)))
 }
 
+func (s *session) onPing(rq *request) { s.toClient(jsonrpc.Result(rq.id, rawEmptyObject)) }
+
+func (s *session) onDiscover(rq *request) {
+	if err := s.ensureUpstream(nil, rq.meta); err != nil {
+		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be started"))
+		return
+	}
+	s.toClient(jsonrpc.Result(rq.id, s.discoverResult()))
+}
+
 // initializeResult is the legacy initialize result the client sees.
 func (s *session) initializeResult(requested string) json.RawMessage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.upEra == eraLegacy {
-		res := map[string]json.RawMessage{}
-		for k, v := range s.upInfo {
-			res[k] = v
-		}
-		return mustJSON(res)
+	s.upst.mu.Lock()
+	defer s.upst.mu.Unlock()
+	if s.upst.era == eraLegacy {
+		return mustJSON(s.upst.info)
 	}
 	// A modern upstream: build the legacy answer from its DiscoverResult.
 	var supported []string
-	_ = json.Unmarshal(s.upInfo["supportedVersions"], &supported)
+	_ = strictjson.Unmarshal(s.upst.info["supportedVersions"], &supported)
 	version := ""
 	for _, v := range LegacyVersions {
 		if v == requested && containsStr(supported, v) {
@@ -265,15 +280,10 @@ func (s *session) initializeResult(requested string) json.RawMessage {
 	if version == "" {
 		version = LegacyVersions[0]
 	}
-	var meta map[string]json.RawMessage
-	_ = json.Unmarshal(s.upInfo["_meta"], &meta)
-	info := meta[metaServerInfo]
-	if info == nil {
-		info = json.RawMessage(`{"name":"unknown","version":"0"}`)
-	}
-	caps := s.upInfo["capabilities"]
+	info := serverInfoOf(s.upst.info)
+	caps := s.upst.info["capabilities"]
 	if caps == nil {
-		caps = json.RawMessage(`{}`)
+		caps = rawEmptyObject
 	}
 	return mustJSON(map[string]json.RawMessage{"protocolVersion": mustJSON(version), "capabilities": caps, "serverInfo": info})
 }
@@ -283,20 +293,11 @@ func (s *session) initializeResult(requested string) json.RawMessage {
 // upstream's, the version is the one the proxy speaks, and the result is
 // private because what a client may do depends on this run's scope.
 func (s *session) discoverResult() json.RawMessage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	caps := s.upInfo["capabilities"]
+	s.upst.mu.Lock()
+	defer s.upst.mu.Unlock()
+	caps := s.upst.info["capabilities"]
 	if caps == nil {
-		caps = json.RawMessage(`{}`)
-	}
-	info := s.upInfo["serverInfo"]
-	if info == nil {
-		var meta map[string]json.RawMessage
-		_ = json.Unmarshal(s.upInfo["_meta"], &meta)
-		info = meta[metaServerInfo]
-	}
-	if info == nil {
-		info = json.RawMessage(`{"name":"unknown","version":"0"}`)
+		caps = rawEmptyObject
 	}
 	return mustJSON(map[string]any{
 		"supportedVersions": []string{ModernVersion},
@@ -304,71 +305,70 @@ func (s *session) discoverResult() json.RawMessage {
 		"resultType":        "complete",
 		"ttlMs":             0,
 		"cacheScope":        "private",
-		"_meta":             map[string]json.RawMessage{metaServerInfo: info},
+		"_meta":             map[string]json.RawMessage{metaServerInfo: serverInfoOf(s.upst.info)},
 	})
 }
 
-func (s *session) onClientNotification(m *jsonrpc.Message) {
-	switch m.Method {
-	case "notifications/initialized":
-		s.mu.Lock()
-		want := s.rootsWanted
-		s.rootsWanted = false
-		s.mu.Unlock()
-		if want {
-			s.sendRootsRequest()
-		}
-	case "notifications/roots/list_changed":
-		s.askClientRoots()
-	case "notifications/cancelled":
-		s.forwardCancel(m)
-	default:
-		// Notifications are one-way; nothing but the above reaches the server,
-		// so a "notification" carrying a tools/call is dropped here.
-		s.log.Info("client notification dropped", "method", truncate(m.Method, 64))
+// serverInfoOf is the serverInfo of an initialize or discover result.
+func serverInfoOf(info map[string]json.RawMessage) json.RawMessage {
+	if si := info["serverInfo"]; si != nil {
+		return si
 	}
+	var meta map[string]json.RawMessage
+	_ = strictjson.Unmarshal(info["_meta"], &meta)
+	if si := meta[metaServerInfo]; si != nil {
+		return si
+	}
+	return json.RawMessage(`{"name":"unknown","version":"0"}`)
 }
 
-// sendRootsRequest sends the first roots/list, for the generation begun at
-// initialize.
-func (s *session) sendRootsRequest() {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+func (s *session) onClientNotification(m *jsonrpc.Message) {
+	if h := s.tab.notifications[m.Method]; h != nil {
+		h(s, m)
 		return
 	}
-	gen := s.tracker.Begin()
-	id := s.newIDLocked()
-	s.cliPending[id] = &cliCall{rootsGen: gen}
-	s.broadcastLocked()
-	s.mu.Unlock()
-	s.toClient(jsonrpc.Request(jsonrpc.IntID(id), "roots/list", json.RawMessage(`{}`)))
+	// Notifications are one-way; nothing but the table's reaches the
+	// server, so a "notification" carrying a tools/call is dropped here.
+	s.log.Info("client notification dropped", "method", truncate(m.Method, 64))
+	s.recordRefusedMethod(m.Method, eraLegacy, "")
+}
+
+func (s *session) onClientInitialized(*jsonrpc.Message) {
+	s.client.mu.Lock()
+	want := s.client.rootsWanted
+	s.client.rootsWanted = false
+	s.client.mu.Unlock()
+	if want {
+		s.sendRootsRequest()
+	}
 }
 
 // forwardCancel maps a client's cancellation to the proxy id upstream.
 func (s *session) forwardCancel(m *jsonrpc.Message) {
 	var p map[string]json.RawMessage
-	if json.Unmarshal(m.Params, &p) != nil {
+	if strictjson.Unmarshal(m.Params, &p) != nil {
 		return
 	}
 	rid := bytes.TrimSpace(p["requestId"])
-	s.mu.Lock()
-	if ch, ok := s.awaiting[string(rid)]; ok {
-		delete(s.awaiting, string(rid))
+	var upID int64
+	s.pend.mu.Lock()
+	if ch, ok := s.pend.awaiting[string(rid)]; ok {
+		delete(s.pend.awaiting, string(rid))
 		close(ch)
 	}
-	var upID int64
-	for id, c := range s.upPending {
+	for id, c := range s.pend.up {
 		if c.req != nil && bytes.Equal(bytes.TrimSpace(c.req.id), rid) {
 			upID = id
 			break
 		}
 	}
-	w := s.upw
-	s.mu.Unlock()
+	s.pend.mu.Unlock()
 	if upID == 0 {
 		return
 	}
+	s.upst.mu.Lock()
+	w := s.upst.w
+	s.upst.mu.Unlock()
 	params := map[string]json.RawMessage{"requestId": jsonrpc.IntID(upID)}
 	if r, ok := p["reason"]; ok {
 		params["reason"] = r
@@ -378,15 +378,11 @@ func (s *session) forwardCancel(m *jsonrpc.Message) {
 
 func (s *session) onClientResponse(m *jsonrpc.Message) {
 	id, err := strconv.ParseInt(string(bytes.TrimSpace(m.ID)), 10, 64)
-	s.mu.Lock()
-	c, ok := s.cliPending[id]
-	if ok && err == nil {
-		delete(s.cliPending, id)
-	} else {
-		ok = false
+	var c *cliCall
+	ok := false
+	if err == nil {
+		c, ok = s.pend.takeCli(id)
 	}
-	w, gen := s.upw, s.upGen
-	s.mu.Unlock()
 	if !ok {
 		s.log.Warn("client response with an unknown id dropped")
 		return
@@ -397,6 +393,9 @@ func (s *session) onClientResponse(m *jsonrpc.Message) {
 	case c.answer != nil:
 		c.answer <- m
 	case c.relayID != nil:
+		s.upst.mu.Lock()
+		w, gen := s.upst.w, s.upst.gen
+		s.upst.mu.Unlock()
 		if c.relayGen == gen {
 			s.toServer(w, jsonrpc.Forward(m, c.relayID))
 		}

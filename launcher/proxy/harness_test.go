@@ -473,3 +473,18 @@ func denialCode(r toolResult) string {
 	s, _ := r.Meta["io.mcpwarden/error_code"].(string)
 	return s
 }
+
+// rpcErrorCode is the mcpwarden error class of a JSON-RPC error answer
+// (data.error_code), "" for anything else.
+func rpcErrorCode(m *jsonrpc.Message) string {
+	if m.Error == nil || m.Error.Data == nil {
+		return ""
+	}
+	var d struct {
+		Code string `json:"error_code"`
+	}
+	if json.Unmarshal(m.Error.Data, &d) != nil {
+		return ""
+	}
+	return d.Code
+}

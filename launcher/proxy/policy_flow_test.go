@@ -214,8 +214,10 @@ func TestExpiryStopsTheRun(t *testing.T) {
 	in := filepath.Join(f.base, "allowed", "probe.txt")
 	mustRead(t, c, in, "MARKER-ALLOWED")
 	skew.Store(int64(2 * time.Hour)) // past the scope's 60 minutes
-	if r := c.read(in); denialCode(r) != string(schema.ErrScopeExpired) {
-		t.Fatalf("read after expiry = %+v", r)
+	// The client itself (not only the model) learns why: a JSON-RPC error
+	// naming SCOPE_EXPIRED.
+	if m := c.call("tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": in}}); rpcErrorCode(m) != string(schema.ErrScopeExpired) {
+		t.Fatalf("read after expiry = %+v %s", m.Error, m.Result)
 	}
 	select {
 	case err := <-f.errc:
@@ -365,8 +367,11 @@ func TestExpiryTimer(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the run did not stop at the scope's expiry")
 	}
-	if r := c.read(in); denialCode(r) != string(schema.ErrScopeExpired) {
-		t.Fatalf("read after expiry = %+v", r)
+	for _, method := range []string{"tools/call", "tools/list", "resources/read"} {
+		m := c.call(method, map[string]any{"name": "read_text_file", "uri": "file://" + in, "arguments": map[string]any{"path": in}})
+		if rpcErrorCode(m) != string(schema.ErrScopeExpired) || !strings.Contains(m.Error.Message, "SCOPE_EXPIRED") {
+			t.Fatalf("%s after expiry = %+v %s", method, m.Error, m.Result)
+		}
 	}
 	select {
 	case <-f.up.Done():
@@ -398,4 +403,44 @@ func TestCancelWhileAwaitingApproval(t *testing.T) {
 	if _, err := os.Stat(target); err == nil {
 		t.Fatal("the cancelled write happened")
 	}
+}
+
+// TestRevokeAnswersCallsInFlight revokes the scope while a call waits for
+// its approval: the call is answered with a JSON-RPC error naming
+// SCOPE_REVOKED (not a generic denial), and so is every later request.
+func TestRevokeAnswersCallsInFlight(t *testing.T) {
+	srv, dir, runID := approvalServer(t)
+	f := newFixture(t, fixtureOpts{
+		keepClientOpen: true,
+		scope:          func(s *schema.Scope) { s.Approval = schema.ApprovalRequiredForWrite },
+		config:         func(c *Config) { c.Approvals = srv },
+	})
+	c := f.client
+	c.initLegacy(false)
+	target := filepath.Join(f.base, "allowed", "never.txt")
+	ch := c.start("tools/call", map[string]any{"name": "write_file", "arguments": map[string]any{"path": target, "content": "x"}})
+	pendingOp(t, dir, runID)
+	f.proxy.Revoke()
+	m := c.wait(ch)
+	if rpcErrorCode(m) != string(schema.ErrScopeRevoked) || !strings.Contains(m.Error.Message, "SCOPE_REVOKED") {
+		t.Fatalf("call in flight at revocation = %+v %s", m.Error, m.Result)
+	}
+	select {
+	case err := <-f.errc:
+		if !errors.Is(err, ErrScopeRevoked) {
+			t.Fatalf("Mediate = %v, want ErrScopeRevoked", err)
+		}
+		f.errc <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Mediate did not stop after revocation")
+	}
+	if m := c.call("tools/list", map[string]any{}); rpcErrorCode(m) != string(schema.ErrScopeRevoked) {
+		t.Fatalf("tools/list after revocation = %+v %s", m.Error, m.Result)
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Fatal("the write happened")
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.ErrorCode == string(schema.ErrScopeRevoked) && d.Tool == "write_file"
+	})
 }

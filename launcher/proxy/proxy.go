@@ -5,8 +5,10 @@
 // adapts between protocol eras, answers the server's roots/list itself and
 // records a sanitized decision for every call.
 //
-// Lock order: session.mu, then nothing (writers have their own locks and
-// are never called with session.mu held).
+// Every message passes through one table (methods.go: deny by default) and
+// every forwarded request through one admission gate (gate.go). The
+// session's state is split into parts with their own locks; state.go
+// documents the lock order.
 package proxy
 
 import (
@@ -86,6 +88,7 @@ type Config struct {
 type Proxy struct {
 	cfg     Config
 	policy  *policy.Policy
+	methods *methods
 	revoked atomic.Bool
 	revokeC chan struct{}
 }
@@ -138,7 +141,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy policy: %w", err)
 	}
-	return &Proxy{cfg: cfg, policy: pol, revokeC: make(chan struct{})}, nil
+	return &Proxy{cfg: cfg, policy: pol, methods: newMethods(), revokeC: make(chan struct{})}, nil
 }
 
 // Revoke revokes the scope: every later call is denied and the running

@@ -109,19 +109,19 @@ func (r *recorder) err() error {
 	return r.werr
 }
 
-// recordProtocolDenial records a request refused before it had a tool: a
-// malformed frame, an unsupported version.
+// recordProtocolDenial records a message refused before it had a tool: a
+// malformed frame, an unsupported version, a method the table does not pass.
 func (s *session) recordProtocolDenial(method, era, version string, code schema.ErrorCode) {
 	now := s.cfg.Now()
-	s.mu.Lock()
-	origin := s.serverName
-	s.mu.Unlock()
+	s.upst.mu.Lock()
+	origin := s.upst.serverName
+	s.upst.mu.Unlock()
 	if origin == "" {
 		origin = s.cfg.ServerOrigin
 	}
 	s.rec.add(schema.Decision{
-		OpID: schema.NewID(), Method: truncate(method, 64), ProtocolEra: era, ProtocolVersion: version,
-		ServerOrigin: origin, ActionClass: "none", Decision: "deny", Approval: approvalNotRequired,
+		OpID: schema.NewID(), Method: recordLabel(truncate(method, 64)), ProtocolEra: era, ProtocolVersion: recordLabel(version),
+		ServerOrigin: origin, ActionClass: schema.ActionNone, Decision: schema.OutcomeDeny, Approval: schema.ApprovalNotRequired,
 		ErrorCode: string(code), StartNS: now.UnixNano(), EndNS: now.UnixNano(),
 	})
 }

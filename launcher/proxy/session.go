@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -40,26 +39,13 @@ const (
 
 const initTimeout = 30 * time.Second
 
-// upCall is a request the proxy sent to the server.
-type upCall struct {
-	gen      uint64
-	internal chan *jsonrpc.Message // proxy's own request: the answer goes here
-	req      *request              // a client's request
-}
-
-// cliCall is a request the proxy sent to the client.
-type cliCall struct {
-	rootsGen uint64                // roots/list of this generation
-	answer   chan *jsonrpc.Message // elicitation for an approval
-	relayID  json.RawMessage       // a server request relayed to the client: the server's id
-	relayGen uint64
-}
-
-// session is one Mediate call.
+// session is one Mediate call. Its mutable state lives in the parts below,
+// each with its own lock; state.go documents the lock order.
 type session struct {
 	p   *Proxy
 	cfg *Config
 	pol *policy.Policy
+	tab *methods
 	log *slog.Logger
 	up  launcher.Upstream
 	cw  *jsonrpc.Writer
@@ -67,67 +53,38 @@ type session struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{} // closed by stop
 
-	inFlight atomic.Int64 // requests being handled (see maxInFlight)
+	nextID   atomic.Int64 // every id the proxy sends, upstream and to the client
+	inFlight atomic.Int64 // requests waiting off the client's reader (see maxInFlight)
 
-	restartMu sync.Mutex // serialises restarts; taken before mu, never while holding it
+	restartMu sync.Mutex // serialises restarts; first in the lock order
 
-	mu         sync.Mutex
-	changed    chan struct{} // closed and replaced whenever readiness may have changed
-	stopErr    error
-	stopped    bool
-	nextID     int64
-	upw        *jsonrpc.Writer
-	upStdin    io.Writer
-	upGen      uint64
-	upEra      string
-	upReady    bool
-	initState  int // 0 not started, 1 running, 2 done
-	initErr    error
-	initParams map[string]json.RawMessage // legacy initialize params sent upstream, replayed on restart
-	upInfo     map[string]json.RawMessage // initialize result (legacy) or discover result (modern)
-	serverName string
-	askedRoots chan struct{} // closed when the current server process asks roots/list
-	rootsUser  bool          // the server asks for roots (seen once)
-	rootsKnown bool          // whether the server asks for roots is known
-	upPending  map[int64]*upCall
-	cliPending map[int64]*cliCall
-	awaiting   map[string]chan struct{} // client id → closed when the client cancels a call waiting for approval
-
-	clientCaps    map[string]json.RawMessage
-	clientVersion string
-	clientRoots   bool // the client declared the roots capability
-	clientElicit  bool
-	clientSample  bool
-	tracker       roots.Tracker
-	rootsWanted   bool // ask the client for roots once it is initialized
-	effective     []schema.CanonicalPath
-	effPaths      []string
-	effGen        uint64 // bumped whenever effective changes; starts at 1 (0 means "check again")
-	fence         []schema.CanonicalPath
-	restarting    bool
-	clientGone    bool
+	life    lifecycle
+	changed notifier
+	scope   scopeState
+	upst    upstreamState
+	pend    pendingTables
+	client  clientState
 }
 
 func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.Upstream) *session {
 	s := &session{
-		p: p, cfg: &p.cfg, pol: p.policy, log: p.cfg.Logger, up: up,
-		cw:         jsonrpc.NewWriter(clientOut),
-		done:       make(chan struct{}),
-		changed:    make(chan struct{}),
-		upPending:  map[int64]*upCall{},
-		cliPending: map[int64]*cliCall{},
-		awaiting:   map[string]chan struct{}{},
-		askedRoots: make(chan struct{}),
-		effective:  slices.Clone(p.cfg.Scope.AllowedPaths),
-		fence:      slices.Clone(p.cfg.Scope.AllowedPaths),
-		effGen:     1,
+		p: p, cfg: &p.cfg, pol: p.policy, tab: p.methods, log: p.cfg.Logger, up: up,
+		cw: jsonrpc.NewWriter(clientOut),
 	}
-	s.effPaths = roots.Paths(s.effective)
+	s.life.done = make(chan struct{})
+	s.pend.up = map[int64]*upCall{}
+	s.pend.cli = map[int64]*cliCall{}
+	s.pend.awaiting = map[string]chan struct{}{}
+	s.scope.effective = slices.Clone(p.cfg.Scope.AllowedPaths)
+	s.scope.paths = roots.Paths(s.scope.effective)
+	s.scope.gen = 1
+	s.scope.publishLocked()
+	s.upst.askedRoots = make(chan struct{})
+	s.upst.fence = slices.Clone(p.cfg.Scope.AllowedPaths)
+	s.upst.stdin = up.Stdin()
+	s.upst.w = jsonrpc.NewWriter(s.upst.stdin)
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	s.upStdin = up.Stdin()
-	s.upw = jsonrpc.NewWriter(s.upStdin)
 	s.rec = newRecorder(s)
 	return s
 }
@@ -135,7 +92,7 @@ func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.
 func (s *session) run(clientIn io.Reader) error {
 	defer s.cancel()
 	go s.rec.run()
-	go s.readUpstream(0, s.up.Stdout(), s.upw, s.up.Done())
+	go s.readUpstream(0, s.up.Stdout(), s.upst.w, s.up.Done())
 
 	if d := s.cfg.Scope.NotAfter.Sub(s.cfg.Now()); d <= 0 {
 		s.stop(ErrScopeExpired)
@@ -147,27 +104,21 @@ func (s *session) run(clientIn io.Reader) error {
 		select {
 		case <-s.p.revokeC:
 			s.stop(ErrScopeRevoked)
-		case <-s.done:
-		}
-	}()
-	go func() {
-		select {
 		case <-s.ctx.Done():
 			s.stop(s.ctx.Err())
-		case <-s.done:
+		case <-s.life.done:
 		}
 	}()
 	go s.readClient(clientIn)
 
-	<-s.done
-	s.mu.Lock()
-	err := s.stopErr
-	pending := s.upPending
-	s.upPending = map[int64]*upCall{}
-	s.mu.Unlock()
-	for _, c := range pending {
+	<-s.life.done
+	err := s.stopErr()
+	// Every request still in flight gets an answer that says why.
+	for _, c := range s.pend.takeAllUp() {
 		if c.req != nil {
-			s.finish(c.req, nil, errorFrame(c.req.id, jsonrpc.CodeInternalError, "the server stopped before answering"), schema.ErrorCode(""))
+			s.answerStopped(c.req)
+		} else if c.internal != nil {
+			c.internal <- nil
 		}
 	}
 	s.rec.close()
@@ -180,42 +131,38 @@ func (s *session) run(clientIn io.Reader) error {
 // stop ends the session with err (nil: the server exited or the client
 // left). On a policy stop the server's stdin is closed so it exits.
 func (s *session) stop(err error) {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	s.life.mu.Lock()
+	if s.life.stopped {
+		s.life.mu.Unlock()
 		return
 	}
-	s.stopped = true
-	s.stopErr = err
-	stdin := s.upStdin
-	s.broadcastLocked()
-	s.mu.Unlock()
+	s.life.stopped = true
+	s.life.err = err
+	close(s.life.done)
+	s.life.mu.Unlock()
+	s.changed.broadcast()
 	if err != nil {
 		s.log.Warn("proxy stopping the run", "reason", err.Error())
+		s.upst.mu.Lock()
+		stdin := s.upst.stdin
+		s.upst.mu.Unlock()
 		closeStdin(stdin)
 	}
-	close(s.done)
 }
 
-func (s *session) stopReason() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopErr == nil {
-		return "the server exited"
-	}
-	return s.stopErr.Error()
+func (s *session) stopErr() error {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	return s.life.err
 }
 
-// stopCode is the error class of a policy stop ("" when the server exited).
-func (s *session) stopCode() schema.ErrorCode {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for code, err := range stopErrors {
-		if errors.Is(s.stopErr, err) {
-			return code
-		}
+func (s *session) isStopped() bool {
+	select {
+	case <-s.life.done:
+		return true
+	default:
+		return false
 	}
-	return ""
 }
 
 // stopErrors are the denial codes that end the run, and the error it stops
@@ -226,6 +173,28 @@ var stopErrors = map[schema.ErrorCode]error{
 	schema.ErrAuditSinkFull: ErrAuditSink,
 }
 
+// stopReasons are what the client is told for each of them.
+var stopReasons = map[schema.ErrorCode]string{
+	schema.ErrScopeExpired:  "the scope expired; the server was stopped and every call is denied; issue a new scope and start the run again",
+	schema.ErrScopeRevoked:  "the scope was revoked; the server was stopped and every call is denied",
+	schema.ErrAuditSinkFull: "decision records cannot be written; the server was stopped and every call is denied",
+}
+
+// stopCode is the error class of a policy stop ("" when the session runs
+// or the server exited).
+func (s *session) stopCode() schema.ErrorCode {
+	err := s.stopErr()
+	if err == nil {
+		return ""
+	}
+	for code, e := range stopErrors {
+		if errors.Is(err, e) {
+			return code
+		}
+	}
+	return ""
+}
+
 // stopFor stops the run when code is one that ends it.
 func (s *session) stopFor(code schema.ErrorCode) {
 	if err, ok := stopErrors[code]; ok {
@@ -233,25 +202,7 @@ func (s *session) stopFor(code schema.ErrorCode) {
 	}
 }
 
-func (s *session) isStopped() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// broadcastLocked wakes every goroutine waiting for a state change.
-func (s *session) broadcastLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-func (s *session) newIDLocked() int64 {
-	s.nextID++
-	return s.nextID
-}
+func (s *session) newID() int64 { return s.nextID.Add(1) }
 
 // --- writing ---------------------------------------------------------------
 
@@ -261,7 +212,7 @@ func (s *session) toClient(frame []byte) {
 	}
 }
 
-// toServer writes to the current server process. w was captured under mu.
+// toServer writes to one server process (w was taken from upstreamState).
 func (s *session) toServer(w *jsonrpc.Writer, frame []byte) {
 	if err := w.Write(frame); err != nil && !isClosedPipe(err) {
 		s.log.Warn("write to server failed", "err", err.Error())
@@ -272,11 +223,13 @@ func (s *session) toServer(w *jsonrpc.Writer, frame []byte) {
 // for the answer (nil on timeout or stop).
 func (s *session) internalCall(method string, params any, timeout time.Duration) *jsonrpc.Message {
 	ch := make(chan *jsonrpc.Message, 1)
-	s.mu.Lock()
-	id := s.newIDLocked()
-	s.upPending[id] = &upCall{gen: s.upGen, internal: ch}
-	w := s.upw
-	s.mu.Unlock()
+	id := s.newID()
+	s.upst.mu.Lock()
+	w, gen := s.upst.w, s.upst.gen
+	s.pend.mu.Lock()
+	s.pend.up[id] = &upCall{gen: gen, internal: ch}
+	s.pend.mu.Unlock()
+	s.upst.mu.Unlock()
 	s.toServer(w, jsonrpc.Request(jsonrpc.IntID(id), method, params))
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -284,64 +237,34 @@ func (s *session) internalCall(method string, params any, timeout time.Duration)
 	case m := <-ch:
 		return m
 	case <-t.C:
-	case <-s.done:
+	case <-s.life.done:
 	}
-	s.mu.Lock()
-	delete(s.upPending, id)
-	s.mu.Unlock()
+	s.pend.takeUp(id, gen)
 	return nil
-}
-
-// --- readiness -------------------------------------------------------------
-
-// errNotReady is why a call could not wait for the proxy to be ready.
-var errNotReady = errors.New("not ready")
-
-// waitReadyLocked waits until the upstream is initialised, no roots refresh
-// is pending and no restart is running. A pending roots refresh may hold a
-// call for RootsTimeout, a restart for RestartTimeout. Called and returns
-// with mu held.
-func (s *session) waitReadyLocked(start time.Time) error {
-	rootsDeadline := start.Add(s.cfg.RootsTimeout)
-	restartDeadline := start.Add(s.cfg.RestartTimeout)
-	for {
-		if s.stopped {
-			return errNotReady
-		}
-		if s.upReady && !s.restarting && !s.tracker.Pending() {
-			return nil
-		}
-		deadline := restartDeadline
-		if s.tracker.Pending() {
-			deadline = rootsDeadline
-		}
-		ch := s.changed
-		s.mu.Unlock()
-		d := time.Until(deadline)
-		if d <= 0 {
-			s.mu.Lock()
-			return errNotReady
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ch:
-		case <-t.C:
-		}
-		t.Stop()
-		s.mu.Lock()
-	}
 }
 
 // --- roots -----------------------------------------------------------------
 
 // askClientRoots sends roots/list to the client for a new generation.
 func (s *session) askClientRoots() {
-	s.mu.Lock()
-	declared := s.clientRoots
-	s.mu.Unlock()
-	if declared {
+	if declared, _, _ := s.client.declared(); declared {
 		s.sendRootsRequest()
 	}
+}
+
+// sendRootsRequest begins a roots generation and asks the client for it;
+// requests read after this wait for its answer.
+func (s *session) sendRootsRequest() {
+	if s.isStopped() {
+		return
+	}
+	s.scope.mu.Lock()
+	gen := s.scope.tracker.Begin()
+	s.scope.mu.Unlock()
+	id := s.newID()
+	s.pend.addCli(id, &cliCall{rootsGen: gen})
+	s.changed.broadcast()
+	s.toClient(jsonrpc.Request(jsonrpc.IntID(id), "roots/list", rawEmptyObject))
 }
 
 // applyClientRoots handles the client's answer to roots/list generation gen.
@@ -357,22 +280,26 @@ func (s *session) applyClientRoots(gen uint64, m *jsonrpc.Message) {
 	} else {
 		s.log.Warn("client answered roots/list with an error; no roots in effect", "code", m.Error.Code)
 	}
-	s.mu.Lock()
-	if !s.tracker.Accept(gen) {
-		s.mu.Unlock()
+	s.scope.mu.Lock()
+	if !s.scope.tracker.Accept(gen) {
+		s.scope.mu.Unlock()
 		s.log.Info("stale roots answer ignored", "generation", gen)
 		return
 	}
-	s.effective = roots.Intersect(s.cfg.Scope.AllowedPaths, client)
-	s.effPaths = roots.Paths(s.effective)
-	s.effGen++
-	needRestart := !roots.Equal(s.effective, s.fence)
+	s.scope.effective = roots.Intersect(s.cfg.Scope.AllowedPaths, client)
+	s.scope.paths = roots.Paths(s.scope.effective)
+	s.scope.gen++
+	s.scope.publishLocked()
+	n := len(s.scope.paths)
+	s.upst.mu.Lock()
+	needRestart := !roots.Equal(s.scope.effective, s.upst.fence)
 	if needRestart {
-		s.restarting = true
+		s.upst.restart = true
 	}
-	s.broadcastLocked()
-	s.mu.Unlock()
-	s.log.Info("effective scope changed", "paths", len(s.effPaths), "restart", needRestart)
+	s.upst.mu.Unlock()
+	s.scope.mu.Unlock()
+	s.changed.broadcast()
+	s.log.Info("effective scope changed", "paths", n, "restart", needRestart)
 	if needRestart {
 		go s.restartLoop()
 	}
@@ -384,50 +311,41 @@ func (s *session) restartLoop() {
 	s.restartMu.Lock()
 	defer s.restartMu.Unlock()
 	for {
-		s.mu.Lock()
-		if s.stopped {
-			s.mu.Unlock()
+		if s.isStopped() {
 			return
 		}
 		// Let a process that is still taking its first roots finish that
 		// first (bounded): one killed while its roots/list is unanswered
 		// lingers on the request's timeout instead of exiting on EOF.
-		deadline := time.Now().Add(s.cfg.WarmupTimeout)
-		for !s.upReady && !s.stopped && time.Now().Before(deadline) {
-			ch := s.changed
-			s.mu.Unlock()
-			select {
-			case <-ch:
-			case <-time.After(time.Until(deadline)):
-			}
-			s.mu.Lock()
-		}
-		if s.stopped {
-			s.mu.Unlock()
+		s.waitUpstream(func() bool { return s.upst.ready }, s.cfg.WarmupTimeout)
+		if s.isStopped() {
 			return
 		}
-		if roots.Equal(s.effective, s.fence) && s.upReady {
-			s.restarting = false
-			s.broadcastLocked()
-			s.mu.Unlock()
+		s.scope.mu.Lock()
+		target := slices.Clone(s.scope.effective)
+		s.upst.mu.Lock()
+		if roots.Equal(target, s.upst.fence) && s.upst.ready {
+			s.upst.restart = false
+			s.upst.mu.Unlock()
+			s.scope.mu.Unlock()
+			s.changed.broadcast()
 			return
 		}
-		target := slices.Clone(s.effective)
-		s.restarting = true
-		s.upReady = false
-		s.upGen++
-		gen := s.upGen
-		pending := s.upPending
-		s.upPending = map[int64]*upCall{}
-		s.askedRoots = make(chan struct{})
-		s.broadcastLocked()
-		s.mu.Unlock()
-
-		// Calls in flight on the old process are answered, never retried:
-		// they may not be idempotent.
+		s.upst.restart = true
+		s.upst.ready = false
+		s.upst.gen++
+		gen := s.upst.gen
+		s.upst.askedRoots = make(chan struct{})
+		s.upst.mu.Unlock()
+		s.scope.mu.Unlock()
+		// Every request registered on the old process (each was decided
+		// before gen changed) is answered, never retried: it may not be
+		// idempotent.
+		pending := s.pend.takeAllUp()
+		s.changed.broadcast()
 		for _, c := range pending {
 			if c.req != nil {
-				s.finish(c.req, nil, errorFrame(c.req.id, jsonrpc.CodeInternalError, "the server was restarted to narrow its fence; the call was not retried"), "")
+				s.finish(c.req, errorFrame(c.req.id, jsonrpc.CodeInternalError, "the server was restarted to narrow its fence; the call was not retried"), "")
 			} else if c.internal != nil {
 				c.internal <- nil
 			}
@@ -436,13 +354,15 @@ func (s *session) restartLoop() {
 			s.stop(errors.Join(ErrUpstream, err))
 			return
 		}
-		s.mu.Lock()
-		s.upStdin = s.up.Stdin()
-		s.upw = jsonrpc.NewWriter(s.upStdin)
-		w := s.upw
-		s.fence = target
-		gone := s.clientGone
-		s.mu.Unlock()
+		s.upst.mu.Lock()
+		s.upst.stdin = s.up.Stdin()
+		s.upst.w = jsonrpc.NewWriter(s.upst.stdin)
+		w := s.upst.w
+		s.upst.fence = target
+		s.upst.mu.Unlock()
+		s.client.mu.Lock()
+		gone := s.client.gone
+		s.client.mu.Unlock()
 		if gone {
 			// The client left while the server restarted: nothing more to serve.
 			closeStdin(s.up.Stdin())
@@ -455,5 +375,28 @@ func (s *session) restartLoop() {
 			return
 		}
 		s.log.Info("server restarted under a narrowed fence", "paths", len(target))
+	}
+}
+
+// waitUpstream waits (bounded by d) until cond, evaluated under the
+// upstream lock, holds or the session stops.
+func (s *session) waitUpstream(cond func() bool, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		ch := s.changed.wait()
+		s.upst.mu.Lock()
+		ok := cond()
+		s.upst.mu.Unlock()
+		left := time.Until(deadline)
+		if ok || s.isStopped() || left <= 0 {
+			return
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-s.life.done:
+		}
+		t.Stop()
 	}
 }

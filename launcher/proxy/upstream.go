@@ -14,49 +14,53 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // ensureUpstream probes and initialises the upstream once per session (and
 // the handshake is replayed after each restart). legacyInit is the client's
 // initialize params when a legacy client started the session.
 func (s *session) ensureUpstream(legacyInit map[string]json.RawMessage, modernMeta map[string]json.RawMessage) error {
-	s.mu.Lock()
-	for s.initState == 1 {
-		ch := s.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-s.done:
-			return errNotReady
+	for {
+		ch := s.changed.wait()
+		s.upst.mu.Lock()
+		switch s.upst.initState {
+		case 2:
+			err := s.upst.initErr
+			s.upst.mu.Unlock()
+			return err
+		case 1:
+			s.upst.mu.Unlock()
+			select {
+			case <-ch:
+			case <-s.life.done:
+				return errNotReady
+			}
+			continue
 		}
-		s.mu.Lock()
+		s.upst.initState = 1
+		s.upst.initParams = upstreamInitParams(legacyInit, modernMeta)
+		s.upst.mu.Unlock()
+		break
 	}
-	if s.initState == 2 {
-		err := s.initErr
-		s.mu.Unlock()
-		return err
-	}
-	s.initState = 1
-	s.initParams = upstreamInitParams(legacyInit, modernMeta)
-	s.mu.Unlock()
 
 	era, info, err := s.probe()
 	if err == nil {
-		s.mu.Lock()
-		s.upEra = era
+		s.upst.mu.Lock()
+		s.upst.era = era
 		if era == eraModern {
-			s.upInfo = info
-			s.serverName = serverName(info)
+			s.upst.info = info
+			s.upst.serverName = serverName(info)
 		}
-		s.mu.Unlock()
+		s.upst.mu.Unlock()
 		s.log.Info("upstream era probed", "era", era)
 		err = s.handshake(true)
 	}
-	s.mu.Lock()
-	s.initState = 2
-	s.initErr = err
-	s.broadcastLocked()
-	s.mu.Unlock()
+	s.upst.mu.Lock()
+	s.upst.initState = 2
+	s.upst.initErr = err
+	s.upst.mu.Unlock()
+	s.changed.broadcast()
 	if err != nil {
 		s.stop(errors.Join(ErrUpstream, err))
 	}
@@ -67,10 +71,10 @@ func (s *session) ensureUpstream(legacyInit map[string]json.RawMessage, modernMe
 // means modern, a modern error refusing our version means the server cannot
 // be spoken to without mixing eras, anything else (or silence) means legacy.
 func (s *session) probe() (string, map[string]json.RawMessage, error) {
-	s.mu.Lock()
-	caps := s.initParams["capabilities"]
-	info := s.initParams["clientInfo"]
-	s.mu.Unlock()
+	s.upst.mu.Lock()
+	caps := s.upst.initParams["capabilities"]
+	info := s.upst.initParams["clientInfo"]
+	s.upst.mu.Unlock()
 	params := map[string]any{"_meta": map[string]any{
 		metaVersion:    ModernVersion,
 		metaClientCaps: withoutRoots(caps),
@@ -82,9 +86,9 @@ func (s *session) probe() (string, map[string]json.RawMessage, error) {
 		return eraLegacy, nil, nil
 	case m.Error == nil:
 		var res map[string]json.RawMessage
-		if json.Unmarshal(m.Result, &res) == nil {
+		if strictjson.Unmarshal(m.Result, &res) == nil {
 			var versions []string
-			_ = json.Unmarshal(res["supportedVersions"], &versions)
+			_ = strictjson.Unmarshal(res["supportedVersions"], &versions)
 			if slices.Contains(versions, ModernVersion) {
 				return eraModern, res, nil
 			}
@@ -94,7 +98,9 @@ func (s *session) probe() (string, map[string]json.RawMessage, error) {
 		var data struct {
 			Supported []string `json:"supported"`
 		}
-		_ = json.Unmarshal(m.Error.Data, &data)
+		if m.Error.Data != nil {
+			_ = strictjson.Unmarshal(m.Error.Data, &data, strictjson.AllowUnknownMembers())
+		}
 		if slices.Contains(data.Supported, ModernVersion) {
 			return eraModern, nil, nil
 		}
@@ -109,16 +115,16 @@ func (s *session) probe() (string, map[string]json.RawMessage, error) {
 // is answered at once while calls wait for readiness. Modern upstreams need
 // no handshake.
 func (s *session) handshake(async bool) error {
-	s.mu.Lock()
-	era := s.upEra
-	params := s.initParams
-	asked := s.askedRoots
+	s.upst.mu.Lock()
+	era := s.upst.era
+	params := s.upst.initParams
+	asked := s.upst.askedRoots
 	// Wait for roots when the server asks for them, or when that is not
 	// known yet (a restart may come before the first process ever asked).
-	waitRoots := s.rootsUser || !s.rootsKnown
-	firstTime := s.upInfo == nil
-	gen := s.upGen
-	s.mu.Unlock()
+	waitRoots := s.upst.rootsUser || !s.upst.rootsKnown
+	firstTime := s.upst.info == nil
+	gen := s.upst.gen
+	s.upst.mu.Unlock()
 	if era == eraLegacy {
 		m := s.internalCall("initialize", params, initTimeout)
 		if m == nil {
@@ -128,16 +134,16 @@ func (s *session) handshake(async bool) error {
 			return fmt.Errorf("the server refused initialize: %d %s", m.Error.Code, m.Error.Message)
 		}
 		var res map[string]json.RawMessage
-		if err := json.Unmarshal(m.Result, &res); err != nil {
+		if err := strictjson.Unmarshal(m.Result, &res); err != nil || res == nil {
 			return errors.New("the server's initialize result is not an object")
 		}
-		s.mu.Lock()
+		s.upst.mu.Lock()
 		if firstTime {
-			s.upInfo = res
-			s.serverName = serverName(res)
+			s.upst.info = res
+			s.upst.serverName = serverName(res)
 		}
-		w := s.upw
-		s.mu.Unlock()
+		w := s.upst.w
+		s.upst.mu.Unlock()
 		s.toServer(w, jsonrpc.Request(nil, "notifications/initialized", nil))
 		ready := func() {
 			s.warmup(asked, waitRoots)
@@ -157,17 +163,20 @@ func (s *session) handshake(async bool) error {
 // markReady lets calls through to server process generation gen, unless a
 // restart has replaced it meanwhile.
 func (s *session) markReady(gen uint64) {
-	s.mu.Lock()
-	if gen != s.upGen {
-		s.mu.Unlock()
+	s.scope.mu.Lock()
+	s.upst.mu.Lock()
+	if gen != s.upst.gen {
+		s.upst.mu.Unlock()
+		s.scope.mu.Unlock()
 		return
 	}
-	s.upReady = true
-	if roots.Equal(s.effective, s.fence) {
-		s.restarting = false
+	s.upst.ready = true
+	if roots.Equal(s.scope.effective, s.upst.fence) {
+		s.upst.restart = false
 	}
-	s.broadcastLocked()
-	s.mu.Unlock()
+	s.upst.mu.Unlock()
+	s.scope.mu.Unlock()
+	s.changed.broadcast()
 }
 
 // warmup waits (bounded) for a roots server to ask roots/list and to apply
@@ -183,30 +192,28 @@ func (s *session) warmup(asked chan struct{}, wait bool) {
 	// whose habits are unknown gets AskTimeout: a roots server asks at once
 	// after initialized, and a server that never asks should not hold the
 	// first call for long.
-	s.mu.Lock()
+	s.upst.mu.Lock()
 	askWait := s.cfg.WarmupTimeout
-	if !s.rootsUser {
+	if !s.upst.rootsUser {
 		askWait = min(askWait, s.cfg.AskTimeout)
 	}
-	s.mu.Unlock()
+	s.upst.mu.Unlock()
 	t := time.NewTimer(askWait)
 	defer t.Stop()
 	select {
 	case <-asked:
 	case <-t.C:
-		s.mu.Lock()
-		if asked == s.askedRoots { // still the same process: it does not ask for roots
-			s.rootsKnown = true
+		s.upst.mu.Lock()
+		if asked == s.upst.askedRoots { // still the same process: it does not ask for roots
+			s.upst.rootsKnown = true
 		}
-		s.mu.Unlock()
+		s.upst.mu.Unlock()
 		return
-	case <-s.done:
+	case <-s.life.done:
 		return
 	}
 	for time.Now().Before(deadline) {
-		s.mu.Lock()
-		want := slices.Clone(s.effPaths)
-		s.mu.Unlock()
+		want := s.scope.current().paths
 		m := s.internalCall("tools/call", map[string]any{"name": "list_allowed_directories", "arguments": map[string]any{}}, time.Until(deadline))
 		if m == nil || m.Error != nil {
 			return
@@ -217,7 +224,7 @@ func (s *session) warmup(asked chan struct{}, wait bool) {
 				Text string `json:"text"`
 			} `json:"content"`
 		}
-		if json.Unmarshal(m.Result, &res) != nil || res.IsError || len(res.Content) == 0 {
+		if strictjson.Unmarshal(m.Result, &res, strictjson.AllowUnknownMembers()) != nil || res.IsError || len(res.Content) == 0 {
 			return
 		}
 		lines := strings.Split(res.Content[0].Text, "\n")
@@ -226,7 +233,7 @@ func (s *session) warmup(asked chan struct{}, wait bool) {
 		}
 		select {
 		case <-time.After(5 * time.Millisecond):
-		case <-s.done:
+		case <-s.life.done:
 			return
 		}
 	}
@@ -251,16 +258,18 @@ func upstreamInitParams(legacy, meta map[string]json.RawMessage) map[string]json
 	info := json.RawMessage(`{"name":"mcpwarden","version":"1"}`)
 	version := LegacyVersions[0]
 	if legacy != nil {
-		_ = json.Unmarshal(legacy["capabilities"], &caps)
+		if raw, ok := legacy["capabilities"]; ok {
+			_ = strictjson.Unmarshal(raw, &caps)
+		}
 		if legacy["clientInfo"] != nil {
 			info = legacy["clientInfo"]
 		}
 		var v string
-		if json.Unmarshal(legacy["protocolVersion"], &v) == nil && slices.Contains(LegacyVersions, v) {
+		if strictjson.Unmarshal(legacy["protocolVersion"], &v) == nil && slices.Contains(LegacyVersions, v) {
 			version = v
 		}
 	} else if meta != nil {
-		_ = json.Unmarshal(meta[metaClientCaps], &caps)
+		_ = strictjson.Unmarshal(meta[metaClientCaps], &caps)
 		if meta[metaClientInfo] != nil {
 			info = meta[metaClientInfo]
 		}
@@ -283,7 +292,9 @@ func upstreamInitParams(legacy, meta map[string]json.RawMessage) map[string]json
 // withoutRoots drops the roots capability: client roots never reach a server.
 func withoutRoots(caps json.RawMessage) map[string]json.RawMessage {
 	m := map[string]json.RawMessage{}
-	_ = json.Unmarshal(caps, &m)
+	if len(caps) > 0 {
+		_ = strictjson.Unmarshal(caps, &m)
+	}
 	if m == nil {
 		m = map[string]json.RawMessage{}
 	}
@@ -296,13 +307,7 @@ func serverName(info map[string]json.RawMessage) string {
 		Name    string `json:"name"`
 		Version string `json:"version"`
 	}
-	raw := info["serverInfo"]
-	if raw == nil {
-		var meta map[string]json.RawMessage
-		_ = json.Unmarshal(info["_meta"], &meta)
-		raw = meta[metaServerInfo]
-	}
-	if json.Unmarshal(raw, &si) != nil || si.Name == "" {
+	if strictjson.Unmarshal(serverInfoOf(info), &si, strictjson.AllowUnknownMembers()) != nil || si.Name == "" || si.Name == "unknown" && si.Version == "0" {
 		return ""
 	}
 	name := si.Name
@@ -360,12 +365,12 @@ func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer, don
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-	case <-s.done:
+	case <-s.life.done:
 		return
 	}
-	s.mu.Lock()
-	current := gen == s.upGen && !s.restarting
-	s.mu.Unlock()
+	s.upst.mu.Lock()
+	current := gen == s.upst.gen && !s.upst.restart
+	s.upst.mu.Unlock()
 	if current {
 		s.stop(nil)
 	}
@@ -385,13 +390,8 @@ func (s *session) onOversizedUpstream(gen uint64, head, tail []byte) {
 			}
 		}
 	}
-	s.mu.Lock()
-	c, ok := s.upPending[id]
-	if ok && c.gen == gen {
-		delete(s.upPending, id)
-	}
-	s.mu.Unlock()
-	if !ok || c.gen != gen {
+	c, ok := s.pend.takeUp(id, gen)
+	if !ok {
 		s.log.Warn("oversized message from the server dropped", "limit", s.cfg.MaxMessageBytes)
 		return
 	}
@@ -404,14 +404,11 @@ func (s *session) onOversizedUpstream(gen uint64, head, tail []byte) {
 
 func (s *session) onUpstreamResponse(gen uint64, m *jsonrpc.Message, size int) {
 	id, err := strconv.ParseInt(string(bytes.TrimSpace(m.ID)), 10, 64)
-	s.mu.Lock()
-	c, ok := s.upPending[id]
-	if ok && c.gen == gen && err == nil {
-		delete(s.upPending, id)
-	} else {
-		ok = false
+	var c *upCall
+	ok := false
+	if err == nil {
+		c, ok = s.pend.takeUp(id, gen)
 	}
-	s.mu.Unlock()
 	if !ok {
 		// A forged, duplicated or stale id: it never reaches the client.
 		s.log.Warn("server response with an unknown id dropped")
@@ -428,62 +425,55 @@ func (s *session) onUpstreamResponse(gen uint64, m *jsonrpc.Message, size int) {
 // writes to that process (an old one may still ask while it is replaced,
 // and must get an answer, or it lingers on its request timeout).
 func (s *session) onUpstreamRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Message) {
-	s.mu.Lock()
-	current := gen == s.upGen
-	s.mu.Unlock()
+	s.upst.mu.Lock()
+	current := gen == s.upst.gen
+	s.upst.mu.Unlock()
 	if !current && m.Method != "roots/list" {
 		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInternalError, "the server is being replaced", nil))
 		return
 	}
-	switch m.Method {
-	case "roots/list":
-		s.mu.Lock()
-		res := roots.ListResult(s.effective)
-		s.rootsUser = true
-		s.rootsKnown = true
-		if current {
-			select {
-			case <-s.askedRoots:
-			default:
-				close(s.askedRoots)
-			}
-		}
-		s.mu.Unlock()
-		s.toServer(w, jsonrpc.Result(m.ID, res))
-	case "ping":
-		s.toServer(w, jsonrpc.Result(m.ID, json.RawMessage(`{}`)))
-	case "elicitation/create", "sampling/createMessage":
-		s.mu.Lock()
-		allowed := (m.Method == "elicitation/create" && s.clientElicit) || (m.Method == "sampling/createMessage" && s.clientSample)
-		var id int64
-		if allowed {
-			id = s.newIDLocked()
-			s.cliPending[id] = &cliCall{relayID: m.ID, relayGen: gen}
-		}
-		s.mu.Unlock()
-		if !allowed {
-			s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "the client did not declare this capability", nil))
-			return
-		}
-		s.toClient(jsonrpc.Forward(m, jsonrpc.IntID(id)))
-	default:
-		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "method not available through mcpwarden", nil))
+	if h := s.tab.serverRequests[m.Method]; h != nil {
+		h(s, gen, w, m)
+		return
 	}
+	s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "method not available through mcpwarden", nil))
+	s.recordRefusedMethod(m.Method, "", "")
 }
 
-// serverNotifications may pass to the client; anything else (including a
-// "notification" named like a request) is dropped.
-var serverNotifications = map[string]bool{
-	"notifications/message":                true,
-	"notifications/progress":               true,
-	"notifications/tools/list_changed":     true,
-	"notifications/resources/list_changed": true,
-	"notifications/resources/updated":      true,
-	"notifications/prompts/list_changed":   true,
+// answerServerRoots answers the server's roots/list from the effective
+// scope: client roots never reach the server.
+func (s *session) answerServerRoots(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Message) {
+	res := s.scope.current().rootsList
+	s.upst.mu.Lock()
+	s.upst.rootsUser = true
+	s.upst.rootsKnown = true
+	if gen == s.upst.gen {
+		select {
+		case <-s.upst.askedRoots:
+		default:
+			close(s.upst.askedRoots)
+		}
+	}
+	s.upst.mu.Unlock()
+	s.toServer(w, jsonrpc.Result(m.ID, res))
+}
+
+// relayServerRequest passes elicitation/create and sampling/createMessage
+// to the client when it declared the capability; else -32601.
+func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Message) {
+	_, elicit, sample := s.client.declared()
+	allowed := (m.Method == "elicitation/create" && elicit) || (m.Method == "sampling/createMessage" && sample)
+	if !allowed {
+		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "the client did not declare this capability", nil))
+		return
+	}
+	id := s.newID()
+	s.pend.addCli(id, &cliCall{relayID: m.ID, relayGen: gen})
+	s.toClient(jsonrpc.Forward(m, jsonrpc.IntID(id)))
 }
 
 func (s *session) onUpstreamNotification(m *jsonrpc.Message) {
-	if !serverNotifications[m.Method] {
+	if !s.tab.serverNotifications[m.Method] {
 		s.log.Info("server notification dropped", "method", truncate(m.Method, 64))
 		return
 	}

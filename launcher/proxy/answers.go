@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
+)
+
+// upstreamFrame is rq as the upstream must see it: a new id, and for a
+// modern upstream, the modern _meta keys (derived from a legacy client's
+// initialize when the client is legacy) without the roots capability.
+func (s *session) upstreamFrame(rq *request, upEra string, id int64) []byte {
+	if upEra != eraModern {
+		return jsonrpc.Forward(rq.raw, jsonrpc.IntID(id))
+	}
+	params := make(map[string]json.RawMessage, len(rq.params)+1)
+	for k, v := range rq.params {
+		params[k] = v
+	}
+	meta := make(map[string]json.RawMessage, len(rq.meta)+3)
+	for k, v := range rq.meta {
+		meta[k] = v
+	}
+	if rq.era == eraLegacy {
+		s.client.mu.Lock()
+		caps := mustJSON(s.client.caps)
+		s.client.mu.Unlock()
+		s.upst.mu.Lock()
+		info := s.upst.initParams["clientInfo"]
+		s.upst.mu.Unlock()
+		meta[metaVersion] = mustJSON(ModernVersion)
+		meta[metaClientCaps] = caps
+		if info != nil {
+			meta[metaClientInfo] = info
+		}
+	}
+	meta[metaClientCaps] = mustJSON(withoutRoots(meta[metaClientCaps]))
+	params["_meta"] = mustJSON(meta)
+	if ir, ok := params["inputResponses"]; ok {
+		params["inputResponses"] = s.rootsInputResponses(ir)
+	}
+	return jsonrpc.Request(jsonrpc.IntID(id), rq.method, params)
+}
+
+// rootsInputResponses rewrites the answers to modern-era roots/list input
+// requests (MRTR): the client's roots never reach the server; it gets the
+// effective scope narrowed by what the client answered.
+func (s *session) rootsInputResponses(raw json.RawMessage) json.RawMessage {
+	resp := map[string]json.RawMessage{}
+	if strictjson.Unmarshal(raw, &resp) != nil || resp == nil {
+		return raw
+	}
+	eff := s.scope.current().effective
+	for k, v := range resp {
+		var probe struct {
+			Roots *json.RawMessage `json:"roots"`
+		}
+		if strictjson.Unmarshal(v, &probe, strictjson.AllowUnknownMembers()) != nil || probe.Roots == nil {
+			continue
+		}
+		client, err := roots.ParseResult(v)
+		if err != nil {
+			client = nil
+		}
+		resp[k] = roots.ListResult(roots.Intersect(eff, client))
+	}
+	return mustJSON(resp)
+}
+
+// onCallAnswered relays the server's answer to a client request.
+func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
+	if rq.rule.capped && size > s.cfg.MaxResponseBytes {
+		s.answerTooLarge(rq)
+		return
+	}
+	var frame []byte
+	switch {
+	case m.Error != nil:
+		frame = jsonrpc.Forward(m, rq.id)
+	case rq.rule.answer != nil:
+		frame = jsonrpc.Result(rq.id, s.complete(rq, rq.rule.answer(s, rq, m.Result)))
+	case rq.era == eraModern:
+		frame = jsonrpc.Result(rq.id, s.complete(rq, m.Result))
+	default:
+		frame = jsonrpc.Forward(m, rq.id)
+	}
+	s.finish(rq, frame, "")
+}
+
+func (s *session) answerTooLarge(rq *request) {
+	if rq.method == "tools/call" {
+		s.finish(rq, jsonrpc.Result(rq.id, s.denialResult(rq, schema.ErrResponseTooLarge, "the server's response was larger than this run's cap")), schema.ErrResponseTooLarge)
+		return
+	}
+	data := map[string]string{"error_code": string(schema.ErrResponseTooLarge)}
+	if rq.dec != nil {
+		data["op_id"] = rq.dec.OpID
+	}
+	s.finish(rq, jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: RESPONSE_TOO_LARGE: the server's response was larger than this run's cap", data), schema.ErrResponseTooLarge)
+}
+
+// complete fills the modern-era fields a legacy upstream does not send.
+func (s *session) complete(rq *request, result json.RawMessage) json.RawMessage {
+	if rq.era != eraModern {
+		return result
+	}
+	m := map[string]json.RawMessage{}
+	if strictjson.Unmarshal(result, &m) != nil || m == nil {
+		return result
+	}
+	if _, ok := m["resultType"]; !ok {
+		m["resultType"] = json.RawMessage(`"complete"`)
+	}
+	if rq.rule.cacheable {
+		if _, ok := m["ttlMs"]; !ok {
+			m["ttlMs"] = json.RawMessage(`0`)
+		}
+		if rq.rule.answer != nil {
+			m["cacheScope"] = json.RawMessage(`"private"`) // filtered by this run's scope
+		} else if _, ok := m["cacheScope"]; !ok {
+			m["cacheScope"] = json.RawMessage(`"private"`)
+		}
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := m["_meta"]; ok {
+		_ = strictjson.Unmarshal(raw, &meta)
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	if _, ok := meta[metaServerInfo]; !ok {
+		s.upst.mu.Lock()
+		info := s.upst.info["serverInfo"]
+		s.upst.mu.Unlock()
+		if info != nil {
+			meta[metaServerInfo] = info
+			m["_meta"] = mustJSON(meta)
+		}
+	}
+	return mustJSON(m)
+}
+
+// filterTools keeps the allowlisted tools, once each, sorted by name.
+func (s *session) filterTools(_ *request, result json.RawMessage) json.RawMessage {
+	return filterNamed(result, "tools", s.pol.Allowed)
+}
+
+// filterNamed keeps the entries of result[key] whose "name" keep accepts,
+// once each, sorted by name (byte order).
+func filterNamed(result json.RawMessage, key string, keep func(string) bool) json.RawMessage {
+	m := map[string]json.RawMessage{}
+	if strictjson.Unmarshal(result, &m) != nil || m == nil {
+		return mustJSON(map[string][]any{key: {}})
+	}
+	var list []json.RawMessage
+	if raw, ok := m[key]; ok {
+		_ = strictjson.Unmarshal(raw, &list)
+	}
+	type named struct {
+		name string
+		raw  json.RawMessage
+	}
+	var kept []named
+	seen := map[string]bool{}
+	for _, t := range list {
+		var n struct {
+			Name string `json:"name"`
+		}
+		if strictjson.Unmarshal(t, &n, strictjson.AllowUnknownMembers()) != nil || !keep(n.Name) || seen[n.Name] {
+			continue
+		}
+		seen[n.Name] = true
+		kept = append(kept, named{n.Name, t})
+	}
+	slices.SortFunc(kept, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	out := make([]json.RawMessage, len(kept))
+	for i, k := range kept {
+		out[i] = k.raw
+	}
+	m[key] = mustJSON(out)
+	return mustJSON(m)
+}
+
+// filterResources keeps resource_refs and file:// URIs inside the
+// effective scope.
+func (s *session) filterResources(_ *request, result json.RawMessage) json.RawMessage {
+	m := map[string]json.RawMessage{}
+	if strictjson.Unmarshal(result, &m) != nil || m == nil {
+		return json.RawMessage(`{"resources":[]}`)
+	}
+	var list []json.RawMessage
+	if raw, ok := m["resources"]; ok {
+		_ = strictjson.Unmarshal(raw, &list)
+	}
+	eff := s.scope.current().paths
+	out := []json.RawMessage{}
+	for _, r := range list {
+		var u struct {
+			URI string `json:"uri"`
+		}
+		if strictjson.Unmarshal(r, &u, strictjson.AllowUnknownMembers()) != nil {
+			continue
+		}
+		if _, d := s.pol.CheckURI(u.URI, eff); d == nil {
+			out = append(out, r)
+		}
+	}
+	m["resources"] = mustJSON(out)
+	return mustJSON(m)
+}

@@ -1,0 +1,244 @@
+package proxy
+
+import (
+	"errors"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// admission is what the gate still has to decide for one request once its
+// method's decide step passed it.
+type admission struct {
+	// check decides the request against one generation of the effective
+	// scope (paths, URIs); nil when the method touches no path. It may
+	// touch the filesystem and runs without locks. It returns the resolved
+	// paths it checked, for the record's keyed hashes.
+	check func(eff *scopeView) ([]string, *policy.Denial)
+	// approval: wait for an approval after the first passing check, then
+	// check again (the filesystem may have changed during the wait).
+	approval bool
+	tool     string // for the approval request
+	class    policy.Class
+}
+
+// admit is the one admission gate every forwarded client request passes:
+//
+//	scope state (expired, revoked, audit sink) → upstream ready (initialised,
+//	no restart, no roots refresh pending) → check → approval → re-check if
+//	the effective scope changed meanwhile → forward.
+//
+// The last step registers and forwards the request only if the effective
+// scope's generation is still the one it was checked against, decided under
+// the scope and upstream locks; otherwise it goes round again. A fix to the
+// check-then-forward race therefore lives here and nowhere else.
+//
+// With inline, admit runs on the client's reader and must not wait: a
+// request that would (the upstream is not ready, a roots refresh or restart
+// is pending, an approval is needed) continues on a goroutine of its own.
+func (s *session) admit(rq *request, a admission, inline bool) {
+	var checked uint64 // the scope generation the request was last checked against; 0: not yet
+	approved := !a.approval
+	for {
+		if code, reason := s.scopeStop(); code != "" {
+			s.deny(rq, code, reason)
+			return
+		}
+		if !s.readyNow() {
+			if inline {
+				s.continueAsync(rq, a)
+				return
+			}
+			if err := s.waitReady(rq); err != nil {
+				if code, reason := s.scopeStop(); code != "" {
+					s.deny(rq, code, reason)
+					return
+				}
+				s.deny(rq, schema.ErrRootsPending, err.Error())
+				return
+			}
+		}
+		view := s.scope.current()
+		if checked != view.gen {
+			if a.check != nil {
+				paths, d := a.check(view)
+				rq.dec.PathHashes = rq.dec.PathHashes[:0]
+				s.hashPaths(rq, paths)
+				if d != nil {
+					s.deny(rq, d.Code, d.Reason)
+					return
+				}
+			}
+			checked = view.gen
+		}
+		if !approved {
+			if inline {
+				s.continueAsync(rq, a)
+				return
+			}
+			if code := s.approve(rq, a); code != "" {
+				if stop, reason := s.scopeStop(); stop != "" {
+					s.deny(rq, stop, reason) // the run stopped during the wait: say why
+					return
+				}
+				s.deny(rq, code, "the call needs an approval and did not get one")
+				return
+			}
+			approved = true
+			checked = 0 // check the paths again: the wait may have been long
+			continue
+		}
+		if s.forwardIfCurrent(rq, checked) {
+			return
+		}
+		// The scope changed or the upstream stopped being ready between
+		// the check and now: go round again.
+	}
+}
+
+// continueAsync moves a request that must wait off the client's reader,
+// so the client's other messages keep flowing. At most maxInFlight wait at
+// once; beyond that requests are refused.
+func (s *session) continueAsync(rq *request, a admission) {
+	if s.inFlight.Add(1) > maxInFlight {
+		s.inFlight.Add(-1)
+		s.toClient(jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: too many requests waiting; wait for answers before sending more", nil))
+		s.record(rq, schema.ErrMalformedRequest)
+		return
+	}
+	go func() {
+		defer s.inFlight.Add(-1)
+		s.admit(rq, a, false)
+	}()
+}
+
+// maxInFlight bounds the requests waiting at once (each may wait for an
+// approval, a roots refresh or a restart).
+const maxInFlight = 1024
+
+// readyNow reports, without waiting, whether a request could be forwarded:
+// the upstream is initialised and ready, no restart and no roots refresh
+// is pending, and the session runs.
+func (s *session) readyNow() bool {
+	if s.isStopped() {
+		return false
+	}
+	s.scope.mu.Lock()
+	pending := s.scope.tracker.Pending()
+	s.scope.mu.Unlock()
+	if pending {
+		return false
+	}
+	s.upst.mu.Lock()
+	defer s.upst.mu.Unlock()
+	return s.upst.initState == 2 && s.upst.initErr == nil && s.upst.ready && !s.upst.restart
+}
+
+// errNotReady is why a request could not wait for the proxy to be ready.
+var errNotReady = errors.New("the client's roots refresh or the server's restart did not finish in time")
+
+// waitReady initialises the upstream on first use and waits until a request
+// can be forwarded. A pending roots refresh may hold a request for
+// RootsTimeout, a restart or the first handshake for RestartTimeout.
+func (s *session) waitReady(rq *request) error {
+	if err := s.ensureUpstream(nil, rq.meta); err != nil {
+		return errors.New("the upstream server could not be started")
+	}
+	start := time.Now()
+	rootsDeadline := start.Add(s.cfg.RootsTimeout)
+	restartDeadline := start.Add(s.cfg.RestartTimeout)
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		ch := s.changed.wait()
+		if s.isStopped() {
+			return errNotReady
+		}
+		if s.readyNow() {
+			return nil
+		}
+		s.scope.mu.Lock()
+		rootsPending := s.scope.tracker.Pending()
+		s.scope.mu.Unlock()
+		deadline := restartDeadline
+		if rootsPending {
+			deadline = rootsDeadline
+		}
+		d := time.Until(deadline)
+		if d <= 0 {
+			return errNotReady
+		}
+		if t == nil {
+			t = time.NewTimer(d)
+		} else {
+			t.Reset(d)
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-s.life.done:
+		}
+	}
+}
+
+// forwardIfCurrent registers rq and writes it upstream if the effective
+// scope is still generation checked and the upstream is ready; it reports
+// whether it did. The decision is taken under the scope and upstream locks
+// (in that order); the write happens after they are released, to the
+// process that was current then. A restart that begins after the decision
+// answers the request with an error (it is registered with its process's
+// generation), so a request is never silently served by a process that was
+// replaced.
+func (s *session) forwardIfCurrent(rq *request, checked uint64) bool {
+	s.scope.mu.Lock()
+	if s.scope.gen != checked || s.scope.tracker.Pending() || s.isStopped() {
+		s.scope.mu.Unlock()
+		return false
+	}
+	s.upst.mu.Lock()
+	if !s.upst.ready || s.upst.restart {
+		s.upst.mu.Unlock()
+		s.scope.mu.Unlock()
+		return false
+	}
+	id := s.newID()
+	rq.upID = id
+	s.pend.mu.Lock()
+	s.pend.up[id] = &upCall{gen: s.upst.gen, req: rq}
+	s.pend.mu.Unlock()
+	w, era := s.upst.w, s.upst.era
+	s.upst.mu.Unlock()
+	s.scope.mu.Unlock()
+	rq.dec.Decision = schema.OutcomeAllow
+	s.toServer(w, s.upstreamFrame(rq, era, id))
+	return true
+}
+
+// scopeStop reports an expired or revoked scope, a failed audit sink, or a
+// run that stopped for one of them.
+func (s *session) scopeStop() (schema.ErrorCode, string) {
+	if code := s.stopCode(); code != "" {
+		return code, stopReasons[code]
+	}
+	switch {
+	case s.p.revoked.Load():
+		return schema.ErrScopeRevoked, stopReasons[schema.ErrScopeRevoked]
+	case s.cfg.Scope.Expired(s.cfg.Now()):
+		return schema.ErrScopeExpired, stopReasons[schema.ErrScopeExpired]
+	case s.rec.failed():
+		return schema.ErrAuditSinkFull, stopReasons[schema.ErrAuditSinkFull]
+	}
+	return "", ""
+}
+
+func (s *session) hashPaths(rq *request, paths []string) {
+	for _, p := range paths {
+		rq.dec.PathHashes = append(rq.dec.PathHashes, s.cfg.Hasher.Hash(p))
+	}
+}

@@ -1,0 +1,119 @@
+package proxy
+
+import (
+	"encoding/json"
+
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// The proxy passes only what these tables name; everything else is refused
+// and recorded. Each row says who may send it (which protocol era), how it
+// is decided and what is recorded. docs/proxy.md ("Methods") is this table
+// in prose; TestMethodTableIsDenyByDefault holds the two together.
+
+// eraSet is the set of client eras a method is passed in.
+type eraSet uint8
+
+const (
+	inLegacy eraSet = 1 << iota
+	inModern
+	inBoth = inLegacy | inModern
+)
+
+func (e eraSet) has(era string) bool {
+	if era == eraModern {
+		return e&inModern != 0
+	}
+	return e&inLegacy != 0
+}
+
+// clientMethod is how a client→server request is handled.
+type clientMethod struct {
+	eras eraSet
+	// serve answers the request in the proxy itself (the handshake, ping);
+	// such requests never reach the server and are not recorded.
+	serve func(s *session, rq *request)
+	// decide checks what can be checked without the scope view (names,
+	// allowlists, classes, attribution) and returns how the admission gate
+	// decides the rest, or a denial. Every request it passes goes through
+	// the gate (gate.go) and leaves one decision record.
+	decide func(s *session, rq *request) (admission, *policy.Denial)
+	// answer builds the client's answer from the server's result (filters,
+	// modern-era completion); nil forwards it (completed for modern clients).
+	answer func(s *session, rq *request, result json.RawMessage) json.RawMessage
+	// capped: the answer counts against MaxResponseBytes.
+	capped bool
+	// cacheable: a modern-era result carries ttlMs and cacheScope.
+	cacheable bool
+}
+
+// methods is the proxy's table: every message it passes, in both
+// directions.
+type methods struct {
+	// requests is every client→server request the proxy passes.
+	requests map[string]*clientMethod
+	// notifications is every client→server notification the proxy acts on;
+	// all others are dropped and recorded.
+	notifications map[string]func(s *session, m *jsonrpc.Message)
+	// serverRequests is every server→client request the proxy answers or
+	// relays; all others get -32601 and are recorded.
+	serverRequests map[string]func(s *session, gen uint64, w *jsonrpc.Writer, m *jsonrpc.Message)
+	// serverNotifications may pass to the client; anything else (including
+	// a "notification" named like a request) is dropped.
+	serverNotifications map[string]bool
+}
+
+// newMethods builds the table (once per Proxy: its rows refer to session
+// methods, which a package-level variable could not without an
+// initialisation cycle).
+func newMethods() *methods {
+	noCheck := func(*session, *request) (admission, *policy.Denial) { return admission{}, nil }
+	return &methods{
+		requests: map[string]*clientMethod{
+			"initialize":      {eras: inBoth, serve: (*session).onInitialize},
+			"ping":            {eras: inBoth, serve: (*session).onPing},
+			"server/discover": {eras: inBoth, serve: (*session).onDiscover},
+
+			"tools/list":               {eras: inBoth, decide: noCheck, answer: (*session).filterTools, cacheable: true},
+			"tools/call":               {eras: inBoth, decide: (*session).decideToolCall, capped: true},
+			"resources/list":           {eras: inBoth, decide: noCheck, answer: (*session).filterResources, cacheable: true},
+			"resources/templates/list": {eras: inBoth, decide: noCheck, cacheable: true},
+			"resources/read":           {eras: inBoth, decide: (*session).decideResource, capped: true, cacheable: true},
+			"resources/subscribe":      {eras: inBoth, decide: (*session).decideResource},
+			"resources/unsubscribe":    {eras: inBoth, decide: (*session).decideResource},
+			"prompts/list":             {eras: inBoth, decide: noCheck, cacheable: true},
+			"prompts/get":              {eras: inBoth, decide: noCheck},
+			"completion/complete":      {eras: inBoth, decide: noCheck},
+			"logging/setLevel":         {eras: inBoth, decide: noCheck},
+		},
+		notifications: map[string]func(*session, *jsonrpc.Message){
+			"notifications/initialized":        (*session).onClientInitialized,
+			"notifications/roots/list_changed": func(s *session, _ *jsonrpc.Message) { s.askClientRoots() },
+			"notifications/cancelled":          (*session).forwardCancel,
+		},
+		serverRequests: map[string]func(*session, uint64, *jsonrpc.Writer, *jsonrpc.Message){
+			"roots/list": (*session).answerServerRoots,
+			"ping": func(s *session, _ uint64, w *jsonrpc.Writer, m *jsonrpc.Message) {
+				s.toServer(w, jsonrpc.Result(m.ID, json.RawMessage(`{}`)))
+			},
+			"elicitation/create":     (*session).relayServerRequest,
+			"sampling/createMessage": (*session).relayServerRequest,
+		},
+		serverNotifications: map[string]bool{
+			"notifications/message":                true,
+			"notifications/progress":               true,
+			"notifications/tools/list_changed":     true,
+			"notifications/resources/list_changed": true,
+			"notifications/resources/updated":      true,
+			"notifications/prompts/list_changed":   true,
+		},
+	}
+}
+
+// recordRefusedMethod records a request or notification of a method the
+// tables do not pass (or not in this era).
+func (s *session) recordRefusedMethod(method, era, version string) {
+	s.recordProtocolDenial(method, era, version, schema.ErrMethodNotAllowed)
+}

@@ -1,0 +1,192 @@
+package proxy
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// The session's state is split into parts, each behind its own lock. A
+// goroutine that needs more than one takes them in this order:
+//
+//	session.restartMu → scopeState.mu → upstreamState.mu → pendingTables.mu → clientState.mu
+//
+// Leaves, never held while another lock is taken: lifecycle.mu,
+// notifier.mu, the jsonrpc.Writer locks, the recorder's lock. No lock of
+// the parts is held while writing to the client or the server, or while
+// waiting: the admission gate (gate.go) decides and registers a request
+// under scopeState.mu and upstreamState.mu, then writes after releasing
+// them. The upstream reader takes none of scopeState.mu: it reads the
+// effective scope through scopeState.view.
+
+// scopeState is what the current call may touch: the effective scope
+// (scope ∩ client roots) and the client's roots refresh generations.
+type scopeState struct {
+	mu        sync.Mutex
+	tracker   roots.Tracker
+	effective []schema.CanonicalPath
+	paths     []string // effective as plain paths, for the policy
+	gen       uint64   // bumped whenever effective changes; starts at 1 (0 means "check again")
+	// view is effective as one immutable value, for readers that must not
+	// take mu (the upstream reader answers roots/list and filters lists
+	// with it while a forward may be waiting on the server's stdin).
+	view atomic.Pointer[scopeView]
+}
+
+// scopeView is one generation of the effective scope.
+type scopeView struct {
+	gen       uint64
+	effective []schema.CanonicalPath
+	paths     []string
+	rootsList json.RawMessage // the roots/list result the server gets
+}
+
+func (sc *scopeState) publishLocked() {
+	sc.view.Store(&scopeView{gen: sc.gen, effective: sc.effective, paths: sc.paths, rootsList: roots.ListResult(sc.effective)})
+}
+
+// current is the newest published effective scope (lock-free).
+func (sc *scopeState) current() *scopeView { return sc.view.Load() }
+
+// upstreamState is the server process the proxy talks to and what its
+// handshake established.
+type upstreamState struct {
+	mu        sync.Mutex
+	w         *jsonrpc.Writer
+	stdin     io.Writer
+	gen       uint64 // server process generation (0 = the first process)
+	era       string
+	ready     bool // initialised and, for a roots server, its roots applied
+	restart   bool // a narrowing restart is pending or running
+	initState int  // 0 not started, 1 running, 2 done
+	initErr   error
+	// initParams are the legacy initialize params sent upstream, replayed
+	// on every restart.
+	initParams map[string]json.RawMessage
+	info       map[string]json.RawMessage // initialize result (legacy) or discover result (modern)
+	serverName string                     // serverInfo name@version, for records
+	askedRoots chan struct{}              // closed when the current process asks roots/list
+	rootsUser  bool                       // the server asks for roots (seen once)
+	rootsKnown bool                       // whether the server asks for roots is known
+	fence      []schema.CanonicalPath     // the paths the running process was started with
+}
+
+// upCall is a request the proxy sent to the server.
+type upCall struct {
+	gen      uint64
+	internal chan *jsonrpc.Message // the proxy's own request: the answer goes here
+	req      *request              // a client's request
+}
+
+// cliCall is a request the proxy sent to the client.
+type cliCall struct {
+	rootsGen uint64                // roots/list of this generation
+	answer   chan *jsonrpc.Message // elicitation for an approval
+	relayID  json.RawMessage       // a server request relayed to the client: the server's id
+	relayGen uint64
+}
+
+// pendingTables are the requests in flight in both directions, and the
+// client requests waiting for an approval (which a cancellation withdraws).
+type pendingTables struct {
+	mu       sync.Mutex
+	up       map[int64]*upCall
+	cli      map[int64]*cliCall
+	awaiting map[string]chan struct{} // client id → closed when the client cancels
+}
+
+// take removes and returns the upstream call id of process generation gen.
+func (pt *pendingTables) takeUp(id int64, gen uint64) (*upCall, bool) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	c, ok := pt.up[id]
+	if !ok || c.gen != gen {
+		return nil, false
+	}
+	delete(pt.up, id)
+	return c, true
+}
+
+// takeAllUp empties the upstream table, for a restart or a stop.
+func (pt *pendingTables) takeAllUp() map[int64]*upCall {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	all := pt.up
+	pt.up = map[int64]*upCall{}
+	return all
+}
+
+func (pt *pendingTables) addCli(id int64, c *cliCall) {
+	pt.mu.Lock()
+	pt.cli[id] = c
+	pt.mu.Unlock()
+}
+
+func (pt *pendingTables) takeCli(id int64) (*cliCall, bool) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	c, ok := pt.cli[id]
+	if ok {
+		delete(pt.cli, id)
+	}
+	return c, ok
+}
+
+// clientState is what the client declared in its handshake.
+type clientState struct {
+	mu      sync.Mutex
+	caps    map[string]json.RawMessage
+	version string
+	roots   bool // declared the roots capability
+	elicit  bool
+	sample  bool
+	// rootsWanted: ask the client for roots once it is initialized.
+	rootsWanted bool
+	gone        bool // the client's stdin ended
+}
+
+func (cs *clientState) declared() (roots, elicit, sample bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.roots, cs.elicit, cs.sample
+}
+
+// lifecycle is whether and why the session stopped.
+type lifecycle struct {
+	mu      sync.Mutex
+	stopped bool
+	err     error
+	done    chan struct{} // closed by stop
+}
+
+// notifier wakes every goroutine waiting for a change of readiness (the
+// upstream becoming ready, a roots answer, a restart finishing, a stop).
+// A waiter takes the channel before it checks the state, so it cannot miss
+// a change made after its check.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (n *notifier) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) broadcast() {
+	n.mu.Lock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+	n.mu.Unlock()
+}
