@@ -1,0 +1,312 @@
+package launcher_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"golang.org/x/sys/unix"
+)
+
+// These tests attack what Landlock ABI 7 does not decide and the seccomp
+// layer closes. Each case was an escape before the seccomp allowlist.
+
+// countingListener accepts TCP connections and counts them.
+type countingListener struct {
+	net.Listener
+	accepted chan struct{}
+}
+
+func listenCounting(t *testing.T) *countingListener {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &countingListener{Listener: l, accepted: make(chan struct{}, 64)}
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.accepted <- struct{}{}
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close() })
+	return c
+}
+
+// TestFenceTCPWithoutConnect: without a network grant, no TCP connection
+// leaves and no socket listens, whatever call makes them, and no datagram
+// reaches a pathname unix socket outside the scope.
+func TestFenceTCPWithoutConnect(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	l := listenCounting(t)
+
+	// A system logger's socket stand-in, outside the scope.
+	logPath := filepath.Join(w.outside, "log.sock")
+	logSock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: logPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logSock.Close()
+
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	addr := l.Addr().String()
+	runCases(t, s, []fenceCase{
+		{name: "fast open sendto", req: map[string]any{"op": "tcp_fastopen_sendto", "addr": addr, "data": "TFO"}, errno: denied},
+		{name: "fast open sendmsg", req: map[string]any{"op": "tcp_fastopen_sendmsg", "addr": addr, "data": "TFO"}, errno: denied},
+		{name: "fast open sendmmsg", req: map[string]any{"op": "tcp_fastopen_sendmmsg", "addr": addr, "data": "TFO"}, errno: denied},
+		{name: "TCP_FASTOPEN_CONNECT", req: map[string]any{"op": "tcp_fastopen_connect_opt"}, errno: denied},
+		{name: "listen without bind", req: map[string]any{"op": "listen_autobind"}, errno: denied},
+		{name: "unix datagram to a pathname socket", req: map[string]any{"op": "unix_dgram_sendto", "path": logPath, "data": "LOG-INJECTED"}, errno: denied},
+		// A seqpacket pair ignores the destination: allowed, and harmless.
+		{name: "seqpacket pair ignores the address", req: map[string]any{"op": "unix_seqpacket_sendto", "path": logPath, "data": "LOG-INJECTED"}, wantOK: true},
+	})
+	select {
+	case <-l.accepted:
+		t.Error("a TCP connection reached the listener without a grant")
+	default:
+	}
+	if err := logSock.SetReadDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, _, err := logSock.ReadFrom(buf); err == nil {
+		t.Errorf("a datagram reached the socket outside the scope: %q", buf[:n])
+	}
+}
+
+// TestFenceMetadataReadScope: a read scope changes no metadata at all, and
+// nothing outside the scope by path.
+func TestFenceMetadataReadScope(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	requireUserXattr(t, w.secret)
+	before := snapshot(t, w.secret, w.deep1)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	inside := w.deep1
+	runCases(t, s, []fenceCase{
+		{name: "times by path outside", req: map[string]any{"op": "utimes_path", "path": w.secret}, errno: denied},
+		{name: "times by path inside", req: map[string]any{"op": "utimes_path", "path": inside}, errno: denied},
+		{name: "times through a read-only descriptor", req: map[string]any{"op": "futimens", "path": inside}, errno: denied},
+		{name: "xattr by path outside", req: map[string]any{"op": "setxattr", "path": w.secret, "value": "x"}, errno: denied},
+		{name: "xattr by path inside", req: map[string]any{"op": "setxattr", "path": inside, "value": "x"}, errno: denied},
+		{name: "xattr through a descriptor", req: map[string]any{"op": "fsetxattr", "path": inside, "value": "x"}, errno: denied},
+		{name: "xattr removed outside", req: map[string]any{"op": "removexattr", "path": w.secret}, errno: denied},
+		{name: "xattr read outside", req: map[string]any{"op": "getxattr", "path": w.secret}, errno: []string{"ENOTSUP", "EOPNOTSUPP", "EACCES", "EPERM"}},
+		{name: "ACL outside (a chmod)", req: map[string]any{"op": "setacl", "path": w.secret, "mode": 0o777}, errno: append([]string{"ENOTSUP", "EOPNOTSUPP"}, denied...)},
+		{name: "fchmod inside", req: map[string]any{"op": "fchmod", "path": inside, "mode": 0o777}, errno: denied},
+		{name: "fchmodat2 on an O_PATH descriptor", req: map[string]any{"op": "fchmodat2_empty_path", "path": w.secret, "mode": 0o777}, errno: denied},
+		{name: "fchown inside", req: map[string]any{"op": "fchown", "path": inside}, errno: denied},
+		{name: "chown by path outside", req: map[string]any{"op": "chown_path", "path": w.secret}, errno: denied},
+		{name: "chattr inside", req: map[string]any{"op": "chattr", "path": inside, "flags": 0x80 /* FS_NOATIME_FL */}, errno: denied},
+	})
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	if after := snapshot(t, w.secret, w.deep1); after != before {
+		t.Errorf("metadata changed:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestFenceMetadataWriteScope: a write scope creates files, but no set-id
+// file, and still changes no metadata by path or (without a dedicated uid)
+// by descriptor.
+func TestFenceMetadataWriteScope(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	requireUserXattr(t, w.secret)
+	before := snapshot(t, w.secret)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	in := func(n string) string { return filepath.Join(w.allowed, n) }
+	runCases(t, s, []fenceCase{
+		{name: "create plain", req: map[string]any{"op": "create_mode", "path": in("plain"), "mode": 0o644}, wantOK: true, data: "644"},
+		{name: "create set-uid", req: map[string]any{"op": "create_mode", "path": in("suid"), "mode": 0o4755}, errno: denied},
+		{name: "create set-gid", req: map[string]any{"op": "create_mode", "path": in("sgid"), "mode": 0o2755}, errno: denied},
+		{name: "mknod set-uid", req: map[string]any{"op": "mknod_mode", "path": in("suid-mknod"), "mode": 0o4755}, errno: denied},
+		{name: "O_TMPFILE set-uid", req: map[string]any{"op": "tmpfile_mode", "path": w.allowed, "mode": 0o4700}, errno: denied},
+		{name: "fchmod set-uid", req: map[string]any{"op": "fchmod", "path": in("plain"), "mode": 0o4755}, errno: denied},
+		// Landlock checked the open (read-only), not the fchmod: a server
+		// running as the owner of its runtime could make it world-writable.
+		{name: "fchmod of the runtime's executable, read-only descriptor", req: map[string]any{"op": "fchmod", "path": b.Naive, "mode": 0o755}, errno: denied},
+		{name: "ACL inside", req: map[string]any{"op": "setacl", "path": in("plain"), "mode": 0o777}, errno: append([]string{"ENOTSUP", "EOPNOTSUPP"}, denied...)},
+		{name: "xattr inside", req: map[string]any{"op": "setxattr", "path": in("plain"), "value": "x"}, errno: denied},
+		{name: "times by path outside", req: map[string]any{"op": "utimes_path", "path": w.secret}, errno: denied},
+		{name: "xattr by path outside", req: map[string]any{"op": "setxattr", "path": w.secret, "value": "x"}, errno: denied},
+		{name: "ACL outside", req: map[string]any{"op": "setacl", "path": w.secret, "mode": 0o777}, errno: append([]string{"ENOTSUP", "EOPNOTSUPP"}, denied...)},
+	})
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	for _, n := range []string{"suid", "sgid", "suid-mknod"} {
+		if st, err := os.Stat(in(n)); err == nil && st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("%s exists with mode %v", n, st.Mode())
+		}
+	}
+	if after := snapshot(t, w.secret); after != before {
+		t.Errorf("metadata outside changed:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestFenceExecOutsideTheRuntime: no bytes the server wrote run through a
+// memfd, and no child gains capabilities in a new user namespace.
+func TestFenceExecOutsideTheRuntime(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	runCases(t, s, []fenceCase{
+		{name: "a spawned child of the runtime still runs", req: map[string]any{"op": "spawn"}, wantOK: true},
+		{name: "exec of a plain memfd", req: map[string]any{"op": "memfd_exec", "flags": 0}, errno: denied},
+		{name: "exec of a memfd with MFD_EXEC", req: map[string]any{"op": "memfd_exec", "flags": unix.MFD_EXEC}, errno: denied},
+		{name: "exec of a sealed memfd", req: map[string]any{"op": "memfd_exec", "flags": unix.MFD_NOEXEC_SEAL}, errno: denied},
+		{name: "execveat of a memfd", req: map[string]any{"op": "execveat_memfd"}, errno: denied},
+		{name: "child in a new user namespace", req: map[string]any{"op": "userns_child"}, errno: denied},
+		{name: "child in new user and mount namespaces", req: map[string]any{"op": "userns_child", "flags": unix.CLONE_NEWNS | unix.CLONE_NEWNET}, errno: denied},
+	})
+}
+
+// TestFenceOtherProcesses: a process outside the run with the same uid
+// keeps its limits, priority and CPUs; IPC objects and watches outside the
+// run are out of reach.
+func TestFenceOtherProcesses(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	// The victim has no capabilities, like the server: the capability LSM
+	// already refuses a process with fewer capabilities changing the
+	// priority of one with more, so a root victim would prove nothing.
+	testenv.RequireCommand(t, "setpriv")
+	victim := exec.Command("setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", "sleep", "300")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = victim.Process.Kill(); _ = victim.Wait() }()
+	pid := victim.Process.Pid
+	beforeLimits, beforeNice := limitsOf(t, pid)
+
+	key := os.Getpid()<<8 | 0x5c
+	shmID, err := unix.SysvShmGet(key, 4096, unix.IPC_CREAT|unix.IPC_EXCL|0o600)
+	if err != nil {
+		t.Fatalf("shmget: %v", err)
+	}
+	defer func() { _, _ = unix.SysvShmCtl(shmID, unix.IPC_RMID, nil) }()
+	seg, err := unix.SysvShmAttach(shmID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(seg, "SHM-SECRET-42")
+	defer func() { _ = unix.SysvShmDetach(seg) }()
+	msgID, _, e := unix.Syscall(unix.SYS_MSGGET, uintptr(key), unix.IPC_CREAT|unix.IPC_EXCL|0o600, 0)
+	if e != 0 {
+		t.Fatalf("msgget: %v", e)
+	}
+	defer func() { _, _, _ = unix.Syscall(unix.SYS_MSGCTL, msgID, unix.IPC_RMID, 0) }()
+	mq := fmt.Sprintf("/mcpwarden-test-%d", os.Getpid())
+	mqName := append([]byte(mq[1:]), 0)
+	mqFD, _, e := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(&mqName[0])), unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC, 0o600, 0, 0, 0)
+	if e != 0 {
+		t.Fatalf("mq_open: %v", e)
+	}
+	defer func() {
+		unix.Close(int(mqFD))
+		_, _, _ = unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(&mqName[0])), 0, 0)
+	}()
+
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	gone := append([]string{"ENOENT", "ESRCH"}, denied...) // another ipc, mount or pid namespace also answers
+	runCases(t, s, []fenceCase{
+		{name: "prlimit of another process", req: map[string]any{"op": "prlimit_other", "pid": pid}, errno: gone},
+		{name: "setpriority of another process", req: map[string]any{"op": "setpriority_other", "pid": pid}, errno: gone},
+		{name: "sched_setaffinity of another process", req: map[string]any{"op": "sched_setaffinity_other", "pid": pid}, errno: gone},
+		{name: "sched_setscheduler of another process", req: map[string]any{"op": "sched_setscheduler_other", "pid": pid}, errno: gone},
+		{name: "ioprio_set of another process", req: map[string]any{"op": "ioprio_set_other", "pid": pid}, errno: gone},
+		{name: "SysV shared memory outside the run", req: map[string]any{"op": "shm_read", "n": key}, errno: gone},
+		{name: "SysV message queue outside the run", req: map[string]any{"op": "msgget", "n": key}, errno: gone},
+		// Landlock already refuses this one (mqueue files have a path).
+		{name: "POSIX message queue outside the run", req: map[string]any{"op": "mq_open", "name": mq[1:]}, errno: gone},
+		{name: "inotify on a directory outside the scope", req: map[string]any{"op": "inotify_watch", "path": w.outside}, errno: gone},
+	})
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	if afterLimits, afterNice := limitsOf(t, pid); afterLimits != beforeLimits || afterNice != beforeNice {
+		t.Errorf("the process outside the run changed: limits %q → %q, nice %s → %s", beforeLimits, afterLimits, beforeNice, afterNice)
+	}
+}
+
+// limitsOf returns pid's open-files limit line and nice value.
+func limitsOf(t *testing.T, pid int) (string, string) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Max open files") {
+			files = strings.Join(strings.Fields(l), " ")
+		}
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+	return files, f[16] // field 19 (nice), counted after the command name
+}
+
+// requireUserXattr sets user.mcpwarden on path (the file system must take
+// user xattrs for the xattr cases to mean anything).
+func requireUserXattr(t *testing.T, path string) {
+	t.Helper()
+	if err := unix.Setxattr(path, "user.mcpwarden", []byte("XATTR-SECRET-42"), 0); err != nil {
+		t.Fatalf("the test file system takes no user xattrs (%v): run the tests on ext4, xfs or tmpfs", err)
+	}
+}
+
+// snapshot describes the metadata of paths: mode, owner, times, xattrs.
+func snapshot(t *testing.T, paths ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, p := range paths {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s mode=%o uid=%d gid=%d mtime=%d.%d atime=%d.%d", filepath.Base(p), st.Mode, st.Uid, st.Gid, st.Mtim.Sec, st.Mtim.Nsec, st.Atim.Sec, st.Atim.Nsec)
+		buf := make([]byte, 1024)
+		if n, err := unix.Llistxattr(p, buf); err == nil {
+			for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+				v := make([]byte, 256)
+				m, _ := unix.Lgetxattr(p, name, v)
+				if m < 0 {
+					m = 0
+				}
+				fmt.Fprintf(&b, " %s=%q", name, v[:m])
+			}
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
+}
