@@ -130,6 +130,19 @@ func (l *Launcher) publish(ctx context.Context, ev schema.Event) error {
 	return nil
 }
 
+// SeccompOptions are the seccomp filter's options that follow from the
+// scope and its ruleset. The fields saying which other layers are in force
+// (namespaces, identity) stay false here: the layers that create them set
+// them.
+func SeccompOptions(scope *schema.CanonicalScope, rs *ruleset.Ruleset) seccomp.Options {
+	return seccomp.Options{
+		WriteScope:   scope.AccessMode == schema.AccessWrite,
+		AllowIOUring: !rs.BlockIOUring,
+		AllowUDP:     len(rs.ConnectTCP) > 0 || len(rs.BindTCP) > 0,
+		AllowListen:  len(rs.BindTCP) > 0,
+	}
+}
+
 // spec turns a ruleset into what the helper applies.
 func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
 	s := &sandbox.Spec{
@@ -143,12 +156,7 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
 	s.Enforce = true
 	s.DropCaps = true
 	s.Seccomp = true
-	s.Filter = seccomp.Options{
-		WriteScope:   l.cfg.Scope.AccessMode == schema.AccessWrite,
-		AllowIOUring: !rs.BlockIOUring,
-		AllowUDP:     len(rs.ConnectTCP) > 0 || len(rs.BindTCP) > 0,
-		AllowListen:  len(rs.BindTCP) > 0,
-	}
+	s.Filter = SeccompOptions(l.cfg.Scope, rs)
 	s.ABI = l.decision.ABI
 	fs, net, scoped := ruleset.Handled(s.ABI)
 	s.HandledFS, s.HandledNet, s.Scoped = uint64(fs), uint64(net), uint64(scoped)

@@ -14,6 +14,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
 	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -89,6 +90,14 @@ type scopeReport struct {
 	NotAfter  time.Time              `json:"not_after"`
 	Kernel    kernelReport           `json:"kernel"`
 	Ruleset   rulesetReport          `json:"ruleset"`
+	Seccomp   seccompReport          `json:"seccomp"`
+}
+
+// seccompReport is the seccomp layer as a run of this scope would get it,
+// before the namespace layers lift what they make redundant.
+type seccompReport struct {
+	seccomp.Summary
+	Error string `json:"error,omitempty"`
 }
 
 type kernelReport struct {
@@ -165,6 +174,12 @@ func buildScopeReport(scope *schema.CanonicalScope, command, allowRuntime []stri
 	r.Ruleset.ConnectTCP = nonNil(rs.ConnectTCP)
 	r.Ruleset.BindTCP = nonNil(rs.BindTCP)
 	r.Ruleset.BlockIOUring = rs.BlockIOUring
+	if f, err := seccomp.Build(seccomp.Native, launcher.SeccompOptions(scope, rs)); err != nil {
+		r.Seccomp.Error = err.Error()
+		code = exitKernel
+	} else {
+		r.Seccomp.Summary = f.Summary()
+	}
 	if prof != nil {
 		r.Ruleset.Exe = prof.Exe
 	} else {
@@ -235,6 +250,21 @@ func (r *scopeReport) writeText(w io.Writer) {
 	for _, p := range r.Ruleset.PerRun {
 		fmt.Fprintf(w, "  per run:       %s\n", p)
 	}
+	sc := r.Seccomp
+	if sc.Error != "" {
+		fmt.Fprintf(w, "\nSeccomp filter: CANNOT BUILD: %s\n", sc.Error)
+		return
+	}
+	fmt.Fprintf(w, "\nSeccomp filter (%s, %d BPF instructions):\n", sc.Arch, sc.Instructions)
+	fmt.Fprintf(w, "  allowlist:     %d syscalls, %d of them with argument checks; everything else %s\n", sc.Allowed, sc.Checked, sc.Default)
+	fmt.Fprintf(w, "  checks:        %s\n", strings.Join(sc.Checks, ", "))
+	if len(sc.Relaxed) == 0 {
+		fmt.Fprintf(w, "  relaxed:       none\n")
+	}
+	for _, rl := range sc.Relaxed {
+		fmt.Fprintf(w, "  relaxed:       %s\n", rl)
+	}
+	fmt.Fprintf(w, "  per run:       the namespace layers in force lift sysv-ipc (ipc namespace) and inotify (mount namespace)\n")
 }
 
 func ports(p []uint16) string {
