@@ -114,3 +114,42 @@ const (
 
 // Severities lists every severity, lowest first.
 var Severities = []Severity{SeverityLow, SeverityMedium, SeverityHigh, SeverityCritical}
+
+// LayerName names one layer of the fence (docs/launcher.md).
+type LayerName string
+
+const (
+	LayerLandlock LayerName = "landlock" // file and TCP access by path and port
+	LayerSeccomp  LayerName = "seccomp"  // the syscall allowlist
+	LayerUserNS   LayerName = "userns"   // a user namespace (unprivileged launchers)
+	LayerMountNS  LayerName = "mountns"  // the minimal root: runtime and scope only
+	LayerPIDNS    LayerName = "pidns"    // its own pid namespace and /proc
+	LayerIPCNS    LayerName = "ipcns"    // its own SysV IPC and POSIX queues
+	LayerUTSNS    LayerName = "utsns"    // its own host name
+	LayerNetNS    LayerName = "netns"    // loopback only (no network granted)
+	LayerIdentity LayerName = "identity" // not host root; who owns the files it creates
+	LayerCgroup   LayerName = "cgroup"   // per-run process and memory limits
+)
+
+// LayerNames lists every layer, in the order records carry them.
+var LayerNames = []LayerName{LayerLandlock, LayerSeccomp, LayerUserNS, LayerMountNS, LayerPIDNS, LayerIPCNS, LayerUTSNS, LayerNetNS, LayerIdentity, LayerCgroup}
+
+// LayerState says whether a layer was in force.
+type LayerState string
+
+const (
+	LayerOn       LayerState = "on"       // in force as designed
+	LayerDegraded LayerState = "degraded" // in force, weaker than designed (the reason says how)
+	LayerOff      LayerState = "off"      // not in force (the reason says why)
+)
+
+// LayerStates lists every layer state.
+var LayerStates = []LayerState{LayerOn, LayerDegraded, LayerOff}
+
+// Layer is one layer's state in a launch record, with a reason token
+// (never a path).
+type Layer struct {
+	Name   LayerName  `json:"name"`
+	State  LayerState `json:"state"`
+	Reason string     `json:"reason,omitempty"`
+}

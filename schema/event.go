@@ -87,6 +87,13 @@ type Launch struct {
 	ExitStatus     int         `json:"exit_status"`
 	ExitReason     ExitReason  `json:"exit_reason,omitempty"`
 	DurationMS     int64       `json:"duration_ms"`
+	// Layers are the fence's layers and whether each was in force.
+	Layers []Layer `json:"layers,omitempty"`
+	// ServerUID is the host uid the server ran as (-1: not started).
+	ServerUID int `json:"server_uid"`
+	// FileOwner is "uid:gid", the owner of the files the server creates in
+	// a write scope, when the identity layer chose one.
+	FileOwner string `json:"file_owner,omitempty"`
 }
 
 // Decision is the sanitized record of one proxied request.

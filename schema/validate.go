@@ -250,9 +250,31 @@ func (l *Launch) validate() error {
 	for f, v := range map[string]string{
 		"launch.degraded_reason": l.DegradedReason, "launch.server_exe": l.ServerExe,
 		"launch.server_name": l.ServerName, "launch.server_version": l.ServerVersion,
-		"launch.protocol_era": l.ProtocolEra,
+		"launch.protocol_era": l.ProtocolEra, "launch.file_owner": l.FileOwner,
 	} {
 		if err := optToken(f, v); err != nil {
+			return err
+		}
+	}
+	if l.ServerUID < -1 {
+		return invalid("launch.server_uid", "must be -1 or a uid")
+	}
+	if len(l.Layers) > len(LayerNames) {
+		return invalid("launch.layers", "more than %d layers", len(LayerNames))
+	}
+	seen := map[LayerName]bool{}
+	for _, ly := range l.Layers {
+		if err := oneOf("launch.layers.name", ly.Name, false, LayerNames...); err != nil {
+			return err
+		}
+		if seen[ly.Name] {
+			return invalid("launch.layers", "layer %s listed twice", ly.Name)
+		}
+		seen[ly.Name] = true
+		if err := oneOf("launch.layers.state", ly.State, false, LayerStates...); err != nil {
+			return err
+		}
+		if err := optToken("launch.layers.reason", ly.Reason); err != nil {
 			return err
 		}
 	}

@@ -21,6 +21,7 @@ var columns = []string{
 	"domain", "blockers",
 	"finding_type", "severity", "evidence_ids", "reason",
 	"component", "hooks", "audit_stream", "drops_bpf_reserve", "drops_queue_full", "drops_publish_fail", "spool_depth",
+	"layers", "server_uid", "file_owner",
 }
 
 // InsertSQL is the INSERT the collector prepares: it names every column.
@@ -71,6 +72,10 @@ type row struct {
 	component, auditStream                    string
 	hooks                                     []string
 	dropsBPF, dropsQueue, dropsPublish, spool uint64
+
+	layers    []string // "name=state" or "name=state:reason"
+	serverUID int64
+	fileOwner string
 }
 
 func b2u(b bool) uint8 {
@@ -85,6 +90,7 @@ func flatten(e *schema.Event) row {
 		eventID: e.EventID, schemaVersion: uint8(e.SchemaVersion), host: e.Host, bootID: e.BootID,
 		runID: e.RunID, scopeID: e.ScopeID, scopeHash: e.ScopeHash, kind: string(e.Kind), timeNS: e.TimeNS,
 		pathHashes: []string{}, blockers: []string{}, evidenceIDs: []string{}, hooks: []string{},
+		layers: []string{}, serverUID: -1,
 	}
 	switch {
 	case e.Launch != nil:
@@ -92,6 +98,10 @@ func flatten(e *schema.Event) row {
 		r.phase, r.mode, r.landlockABI, r.degraded = string(l.Phase), string(l.Mode), uint8(l.LandlockABI), b2u(l.Degraded)
 		r.degradedReason, r.serverExe, r.serverName, r.serverVersion = l.DegradedReason, l.ServerExe, l.ServerName, l.ServerVersion
 		r.protoEra, r.rootPID, r.exitStatus, r.exitReason, r.durationMS = l.ProtocolEra, uint32(l.RootPID), int32(l.ExitStatus), string(l.ExitReason), l.DurationMS
+		r.serverUID, r.fileOwner = int64(l.ServerUID), l.FileOwner
+		for _, ly := range l.Layers {
+			r.layers = append(r.layers, encodeLayer(ly))
+		}
 	case e.Decision != nil:
 		d := e.Decision
 		r.opID, r.method, r.protoEra, r.protocolVersion, r.serverOrigin = d.OpID, d.Method, d.ProtocolEra, d.ProtocolVersion, d.ServerOrigin
@@ -134,7 +144,27 @@ func (r *row) pointers() []any {
 		&r.domain, &r.blockers,
 		&r.findingType, &r.severity, &r.evidenceIDs, &r.reason,
 		&r.component, &r.hooks, &r.auditStream, &r.dropsBPF, &r.dropsQueue, &r.dropsPublish, &r.spool,
+		&r.layers, &r.serverUID, &r.fileOwner,
 	}
+}
+
+// encodeLayer is a layer as the layers column stores it.
+func encodeLayer(l schema.Layer) string {
+	s := string(l.Name) + "=" + string(l.State)
+	if l.Reason != "" {
+		s += ":" + l.Reason
+	}
+	return s
+}
+
+func decodeLayers(in []string) []schema.Layer {
+	var out []schema.Layer
+	for _, s := range in {
+		name, rest, _ := strings.Cut(s, "=")
+		state, reason, _ := strings.Cut(rest, ":")
+		out = append(out, schema.Layer{Name: schema.LayerName(name), State: schema.LayerState(state), Reason: reason})
+	}
+	return out
 }
 
 func hashes(in []string) []schema.PathHash {
@@ -165,7 +195,8 @@ func (r *row) event() schema.Event {
 	case schema.KindLaunch:
 		e.Launch = &schema.Launch{Phase: schema.LaunchPhase(r.phase), Mode: schema.RunMode(r.mode), LandlockABI: int(r.landlockABI), Degraded: r.degraded != 0,
 			DegradedReason: r.degradedReason, ServerExe: r.serverExe, ServerName: r.serverName, ServerVersion: r.serverVersion,
-			ProtocolEra: r.protoEra, RootPID: int(r.rootPID), ExitStatus: int(r.exitStatus), ExitReason: schema.ExitReason(r.exitReason), DurationMS: r.durationMS}
+			ProtocolEra: r.protoEra, RootPID: int(r.rootPID), ExitStatus: int(r.exitStatus), ExitReason: schema.ExitReason(r.exitReason), DurationMS: r.durationMS,
+			Layers: decodeLayers(r.layers), ServerUID: int(r.serverUID), FileOwner: r.fileOwner}
 	case schema.KindDecision:
 		e.Decision = &schema.Decision{OpID: r.opID, Method: r.method, ProtocolEra: r.protoEra, ProtocolVersion: r.protocolVersion,
 			ServerOrigin: r.serverOrigin, Tool: r.tool, ActionClass: schema.ActionClass(r.actionClass), Decision: schema.Outcome(r.decision), Approval: schema.ApprovalState(r.approval),

@@ -131,7 +131,7 @@ ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
 			continue
 		}
 		for _, stmt := range m.Statements {
-			if err := s.conn.Exec(ctx, stmt); err != nil {
+			if err := s.conn.Exec(ctx, stmt); err != nil && !columnExists(stmt, err) {
 				return applied, fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
 			}
 		}
@@ -163,4 +163,18 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("ClickHouse database %s has no events table: run 'mcpwarden collect --migrate' once", s.db)
 	}
 	return nil
+}
+
+// columnExists reports whether err says that the column stmt adds exists
+// already: ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS, so a column
+// migration run twice (two collectors at once, a crash before its record)
+// fails that way, and that is success. 18.16 reports it as code 44
+// (ILLEGAL_COLUMN), current releases as 15 (DUPLICATE_COLUMN).
+func columnExists(stmt string, err error) bool {
+	var ex *clickhouse.Exception
+	if !errors.As(err, &ex) || (ex.Code != 15 && ex.Code != 44) {
+		return false
+	}
+	up := strings.ToUpper(stmt)
+	return strings.HasPrefix(strings.TrimSpace(up), "ALTER TABLE") && strings.Contains(up, "ADD COLUMN") && strings.Contains(ex.Message, "already exists")
 }

@@ -41,6 +41,14 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	if err := s.CheckSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// A crash between a migration and its record, or two collectors at
+	// once: every migration runs again, and must succeed.
+	if err := s.conn.Exec(context.Background(), "DROP TABLE schema_migrations"); err != nil {
+		t.Fatal(err)
+	}
+	if again, err = s.Migrate(context.Background()); err != nil || len(again) == 0 {
+		t.Fatalf("migrations run again: applied %v, err %v", again, err)
+	}
 }
 
 func TestOpenRefusesHTTPAndBadNames(t *testing.T) {
@@ -68,7 +76,9 @@ func TestInsertRoundTripAndDuplicatesCollapse(t *testing.T) {
 	h := o.NewEvent(schema.KindHealth, g.RunID, "", "", now.Add(2*time.Second))
 	h.Health = &schema.Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on", DropsQueueFull: 3}
 	ex := o.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, now.Add(3*time.Second))
-	ex.Launch = &schema.Launch{Phase: "exit", Mode: schema.ModeAudit, LandlockABI: 7, Degraded: true, DegradedReason: "net_tcp", ExitStatus: 1, ExitReason: "exited", DurationMS: 1234}
+	ex.Launch = &schema.Launch{Phase: "exit", Mode: schema.ModeAudit, LandlockABI: 7, Degraded: true, DegradedReason: "net_tcp", ExitStatus: 1, ExitReason: "exited", DurationMS: 1234,
+		Layers:    []schema.Layer{{Name: schema.LayerLandlock, State: schema.LayerOn}, {Name: schema.LayerNetNS, State: schema.LayerOff, Reason: "scope_grants_network"}},
+		ServerUID: 1879048193, FileOwner: "1000:1000"}
 	evs = append(evs, d, f, h, ex)
 	for i := range evs {
 		if err := evs[i].Validate(); err != nil {
