@@ -54,9 +54,17 @@ type Config struct {
 	Mode         schema.RunMode // enforce (default) or audit
 	BestEffort   bool           // run degraded when the kernel lacks a Landlock feature
 	AllowRuntime []string       // operator-chosen extra read-only runtime paths
+	// AllowExec names helper programs the server spawns (--allow-exec):
+	// each is granted with what it needs to run, inside the same fence.
+	AllowExec []string
 	// Env names extra variables for the server: "NAME" copies it from the
-	// launcher's environment, "NAME=VALUE" sets it.
+	// launcher's environment even when it looks like a credential,
+	// "NAME=VALUE" sets it. See env.go for what the server gets by default.
 	Env []string
+	// CleanEnv gives the server only PATH, the locale, TZ and TERM, plus Env
+	// (an allowlist), instead of the launcher's environment minus
+	// credentials and runtime variables.
+	CleanEnv bool
 
 	RunID string // default: a new schema.NewID()
 	// AuditLog is the local JSONL log; required. Launch records go there and to Sink.
@@ -92,7 +100,14 @@ type Launcher struct {
 	decision ruleset.Decision
 	base     *ruleset.Ruleset // without the tmpdir rule, for display
 	env      []string
+	// droppedEnv are the launcher's variables held back from the server
+	// (credentials, runtime variables), by name.
+	droppedEnv []string
 }
+
+// DroppedEnv names the launcher's environment variables the server does
+// not get (they look like credentials or change what a runtime loads).
+func (l *Launcher) DroppedEnv() []string { return l.droppedEnv }
 
 // Errors returned by New and Run; cmd maps them to exit codes.
 var (
@@ -195,12 +210,17 @@ func New(cfg Config) (*Launcher, error) {
 		}
 		cfg.Dir = wd
 	}
-	env, err := serverEnv(cfg.Env, os.Getenv)
+	env, dropped, err := serverEnv(EnvPolicy{Extra: cfg.Env, Clean: cfg.CleanEnv}, os.Environ())
 	if err != nil {
 		return nil, err
 	}
-	l := &Launcher{cfg: cfg, env: env}
-	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{PATH: envValue(env, "PATH"), Dir: cfg.Dir})
+	l := &Launcher{cfg: cfg, env: env, droppedEnv: dropped}
+	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{
+		PATH:    envValue(env, "PATH"),
+		Dir:     cfg.Dir,
+		Network: len(cfg.Scope.Network.ConnectTCP) > 0 || len(cfg.Scope.Network.BindTCP) > 0,
+		Exec:    cfg.AllowExec,
+	})
 	if err != nil {
 		return nil, &StartError{Err: fmt.Errorf("runtime profile: %w", err)}
 	}

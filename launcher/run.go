@@ -37,6 +37,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	// them (and they cannot escape to init).
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	srv := &server{l: l}
+	defer srv.unpin()
 	// The helper boots while the rest of this function runs; it execs
 	// nothing before launch sends it a spec.
 	h, err := srv.spawn()
@@ -70,6 +71,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	}
 	if cfg.Mode == schema.ModeAudit {
 		fmt.Fprintln(cfg.Stderr, "mcpwarden: WARNING: --mode audit: the server runs WITHOUT the fence")
+	}
+	if len(l.droppedEnv) > 0 {
+		fmt.Fprintf(cfg.Stderr, "mcpwarden: not passing %s to the server (credentials or variables that change what its runtime loads); pass one with --env NAME\n", strings.Join(l.droppedEnv, ", "))
 	}
 
 	srv.tmp = tmp
@@ -145,9 +149,13 @@ func SeccompOptions(scope *schema.CanonicalScope, rs *ruleset.Ruleset) seccomp.O
 
 // spec turns a ruleset into what the helper applies.
 func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
+	argv := l.cfg.Command
+	if l.profile.Argv != nil {
+		argv = l.profile.Argv // npx/uvx: the installed package they would run
+	}
 	s := &sandbox.Spec{
 		Exe:  l.profile.Exe,
-		Argv: l.cfg.Command,
+		Argv: argv,
 		Env:  env,
 	}
 	if l.cfg.Mode != schema.ModeEnforce {
@@ -190,6 +198,17 @@ type server struct {
 	cur        *proc
 	restarting bool
 	firstPID   int
+	pins       []*os.File // /proc/PID of each server process, held for the run
+}
+
+// unpin closes the /proc/PID descriptors held for the run.
+func (s *server) unpin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.pins {
+		f.Close()
+	}
+	s.pins = nil
 }
 
 type proc struct {
@@ -391,6 +410,11 @@ func spawnHelper(helperPath, dir string, stderr io.Writer) (_ *pending, err erro
 func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*proc, error) {
 	cfg := &s.l.cfg
 	env := append(append([]string(nil), s.l.env...), "HOME="+s.tmp, "TMPDIR="+s.tmp)
+	for _, e := range s.l.profile.Env {
+		if name, _, _ := strings.Cut(e, "="); envValue(env, name) == "" {
+			env = append(env, e)
+		}
+	}
 	spec, err := json.Marshal(s.l.spec(rs, env))
 	if err != nil {
 		h.kill()
@@ -401,6 +425,17 @@ func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*
 			h.kill()
 			return nil, fmt.Errorf("before exec: %w", err)
 		}
+	}
+	// Pin the helper's /proc/PID entry for the run: the fence's rule on the
+	// server's own /proc entry binds to the inode of that directory, and
+	// procfs makes a new inode when an unused /proc/PID dentry has been
+	// evicted (memory pressure, drop_caches) and is looked up again. An
+	// open descriptor here, outside the fence, keeps the dentry and so the
+	// inode the rule names.
+	if pin, err := os.OpenFile("/proc/"+strconv.Itoa(h.p.cmd.Process.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		s.mu.Lock()
+		s.pins = append(s.pins, pin)
+		s.mu.Unlock()
 	}
 	_, werr := h.specW.Write(spec)
 	h.specW.Close()

@@ -18,7 +18,8 @@ import (
 )
 
 const runUsage = `usage: mcpwarden run --scope FILE [--base DIR] [--mode enforce|audit] [--best-effort]
-                     [--audit-log FILE] [--state-dir DIR] [--allow-runtime PATH]... [--env NAME[=VALUE]]...
+                     [--audit-log FILE] [--state-dir DIR] [--allow-runtime PATH]... [--allow-exec PROGRAM]...
+                     [--env NAME[=VALUE]]... [--clean-env]
                      -- CMD [ARGS...]
 
 Runs the MCP server CMD inside the Landlock fence derived from the scope
@@ -61,9 +62,11 @@ func cmdRun(ctx context.Context, args []string) int {
 	bestEffort := fs.Bool("best-effort", false, "run degraded (loudly) when the kernel lacks a Landlock feature, instead of refusing")
 	auditLog := fs.String("audit-log", "", "local JSONL audit log (default STATE_DIR/audit.jsonl)")
 	stateDir := fs.String("state-dir", "", "state directory (default /var/lib/mcpwarden as root, else $XDG_STATE_HOME/mcpwarden)")
-	var allowRuntime, env stringList
+	var allowRuntime, allowExec, env stringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH` the server needs (operator-chosen; repeatable)")
-	fs.Var(&env, "env", "pass `NAME` (from this environment) or NAME=VALUE to the server (repeatable)")
+	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns (e.g. git), found on PATH and granted with what it needs to run, inside the same fence (repeatable)")
+	fs.Var(&env, "env", "pass `NAME` (from this environment, even one that looks like a credential) or NAME=VALUE to the server (repeatable)")
+	cleanEnv := fs.Bool("clean-env", false, "give the server only PATH, the locale, TZ and TERM plus --env, instead of this environment minus credentials")
 	for _, ext := range runExtensions {
 		ext.Flags(fs)
 	}
@@ -117,7 +120,9 @@ func cmdRun(ctx context.Context, args []string) int {
 		Mode:         runMode,
 		BestEffort:   *bestEffort,
 		AllowRuntime: allowRuntime,
+		AllowExec:    allowExec,
 		Env:          env,
+		CleanEnv:     *cleanEnv,
 		RunID:        schema.NewID(),
 		AuditLog:     alog,
 		Signals:      sigs,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -13,6 +14,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
 )
 
 // daemonExtension adds --daemon-socket to `run`: the run is registered with
@@ -49,7 +51,7 @@ func (e *daemonExtension) Configure(ctx context.Context, rc *runContext) error {
 			Mode:        rc.Config.Mode,
 			Scope:       rc.Scope,
 			ScopeHash:   rc.Scope.Hash,
-			Runtime:     runtimePaths(launcher.FenceOf(ctx)),
+			Runtime:     runtimePaths(launcher.FenceOf(ctx), rootPID),
 			LandlockABI: abi,
 			ExecPending: true, // BeforeExec: the helper has not exec'd the server yet
 		})
@@ -67,7 +69,7 @@ const writeRights = ll.AccessFSWriteFile | ll.AccessFSTruncate | ll.AccessFSMake
 
 // runtimePaths is the non-scope part of the fence: what the daemon counts
 // as the run's runtime profile.
-func runtimePaths(rs *ruleset.Ruleset) []classify.RuntimePath {
+func runtimePaths(rs *ruleset.Ruleset, rootPID int) []classify.RuntimePath {
 	if rs == nil {
 		return nil
 	}
@@ -76,7 +78,14 @@ func runtimePaths(rs *ruleset.Ruleset) []classify.RuntimePath {
 		if r.Origin == ruleset.OriginScope {
 			continue
 		}
-		out = append(out, classify.RuntimePath{Path: r.Path, Write: r.Access&landlock.AccessFSSet(writeRights) != 0})
+		w := r.Access&landlock.AccessFSSet(writeRights) != 0
+		out = append(out, classify.RuntimePath{Path: r.Path, Write: w})
+		if r.Path == runtimeprofile.ProcSelf {
+			// The fence's rule is on the server's own /proc/PID (the helper's
+			// pid, kept at exec): that is the path the kernel's views name.
+			out = append(out, classify.RuntimePath{Path: "/proc/" + strconv.Itoa(rootPID), Write: w},
+				classify.RuntimePath{Path: "/proc/thread-self", Write: w})
+		}
 	}
 	return out
 }

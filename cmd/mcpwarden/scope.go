@@ -45,8 +45,9 @@ func cmdScope(ctx context.Context, args []string) int {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, scopeUsage) }
 	base := fs.String("base", ".", "approved base directory the scope's paths are relative to")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	var allowRuntime stringList
+	var allowRuntime, allowExec stringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime path, as for run (repeatable)")
+	fs.Var(&allowExec, "allow-exec", "a helper program the server spawns, as for run (repeatable)")
 	pos, command, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		return flagExit(err)
@@ -59,7 +60,7 @@ func cmdScope(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(exitBadScope, err)
 	}
-	report, code, err := buildScopeReport(scope, command, allowRuntime)
+	report, code, err := buildScopeReport(scope, command, allowRuntime, allowExec)
 	if err != nil {
 		return fail(code, err)
 	}
@@ -128,11 +129,15 @@ type rulesetReport struct {
 	PerRun       []string     `json:"per_run"`
 }
 
-func buildScopeReport(scope *schema.CanonicalScope, command, allowRuntime []string) (*scopeReport, int, error) {
+func buildScopeReport(scope *schema.CanonicalScope, command, allowRuntime, allowExec []string) (*scopeReport, int, error) {
 	var prof *runtimeprofile.Profile
 	if len(command) > 0 {
 		env := []string{"PATH=" + os.Getenv("PATH")}
-		p, err := runtimeprofile.Resolve(command, runtimeprofile.Options{PATH: envOr(env, "/usr/local/bin:/usr/bin:/bin")})
+		p, err := runtimeprofile.Resolve(command, runtimeprofile.Options{
+			PATH:    envOr(env, "/usr/local/bin:/usr/bin:/bin"),
+			Network: len(scope.Network.ConnectTCP) > 0 || len(scope.Network.BindTCP) > 0,
+			Exec:    allowExec,
+		})
 		if err != nil {
 			return nil, exitServerStart, fmt.Errorf("runtime profile of the server command: %w", err)
 		}

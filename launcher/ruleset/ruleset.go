@@ -122,6 +122,8 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 				a = runtimeExec
 			case runtimeprofile.ClassReadTree:
 				a = runtimeReadTree
+			case runtimeprofile.ClassExecTree:
+				a = runtimeReadTree | ll.AccessFSExecute
 			case runtimeprofile.ClassDevice:
 				a = runtimeDevice
 			default:

@@ -1,12 +1,15 @@
-// Package runtimeprofile works out the few host files an unmodified server
-// needs to start under the fence: its executable and interpreters (following
-// "#!" lines and "/usr/bin/env node"), the ELF program interpreter and the
-// shared libraries the loader will map, a node script's installed packages,
-// and a short fixed list of host files runtimes read at start-up.
+// Package runtimeprofile works out what an unmodified server needs to start
+// and run under the fence, read-only: its executable and interpreters
+// (following "#!" lines and "/usr/bin/env node"), the ELF program
+// interpreter and the shared libraries the loader will map, a node script's
+// installed packages, a CPython's standard library and virtual environment,
+// the run's own /proc entry, and the host files the C library and the Node,
+// Python and Go runtimes read at start-up and during calls (docs/launcher.md
+// lists them, with what each runtime was measured to read).
 //
-// It never grants /, /etc, a home directory or any directory that contains
-// the approved base: every entry is a single file, except a node package's
-// code directories.
+// It never grants /, /etc, /proc, /sys, a home directory or any directory
+// that contains the approved base: every entry is a single file, or a
+// directory of runtime code or public host data.
 package runtimeprofile
 
 import (
@@ -25,7 +28,8 @@ type Class string
 const (
 	ClassExec     Class = "exec"      // a file that is execve'd (executable, interpreter, ELF loader)
 	ClassRead     Class = "read"      // a file that is only read (library, host config file)
-	ClassReadTree Class = "read-tree" // a directory tree of code that is read (node packages)
+	ClassReadTree Class = "read-tree" // a directory tree of code or data that is read (node packages, locales)
+	ClassExecTree Class = "exec-tree" // a directory tree of programs a helper runs (git's git-core)
 	ClassDevice   Class = "device"    // a character device read and written (/dev/null)
 )
 
@@ -40,8 +44,20 @@ type Entry struct {
 type Profile struct {
 	// Exe is the absolute path the helper execs (argv[0] resolved on PATH,
 	// symlinks resolved).
-	Exe     string  `json:"exe"`
-	Entries []Entry `json:"entries"`
+	Exe string `json:"exe"`
+	// Argv, when set, replaces the command line the server is exec'd with:
+	// a launcher (npx, uvx) that would download or resolve its package at
+	// start-up is replaced by the installed package it would run.
+	Argv    []string `json:"argv,omitempty"`
+	Entries []Entry  `json:"entries"`
+	// Env are variables the runtime needs under the fence (NAME=VALUE),
+	// set unless the operator sets them: CPython's
+	// PYTHONDONTWRITEBYTECODE=1, since its bytecode caches beside the
+	// read-only packages would be denied writes.
+	Env []string `json:"env,omitempty"`
+	// Kind names how the server is launched (node, npx, python, venv, uv,
+	// elf, shell), for messages and the compatibility table.
+	Kind string `json:"kind"`
 }
 
 // Options are the inputs besides the command line.
@@ -49,30 +65,22 @@ type Options struct {
 	PATH   string    // the PATH the server gets; used to find argv[0] and "env" targets
 	Dir    string    // working directory for relative paths in argv
 	Search LibSearch // loader search path; DefaultLibSearch() when empty
-	// HostFiles are optional host files granted read-only when they exist;
-	// DefaultHostFiles when nil.
-	HostFiles []string
-	// Devices are character devices granted read-write; DefaultDevices when nil.
-	Devices []string
+	// Network is true when the scope grants TCP ports: name resolution
+	// (resolv.conf, hosts, nsswitch.conf, the NSS modules, gai.conf) and
+	// the CA certificates are added.
+	Network bool
+	// Exec names helper programs the server spawns (--allow-exec): each is
+	// looked up on PATH and granted with what it needs to run.
+	Exec []string
+	// Home is the home directory of the user the launcher runs as, where
+	// npm and uv keep the packages npx and uvx run; default os.UserHomeDir.
+	Home string
+	// Getenv reads the launcher's environment (npm_config_cache, UV_TOOL_DIR,
+	// XDG_DATA_HOME); default os.Getenv.
+	Getenv func(string) string
+	// Host is where the host's files are read from; DefaultHost when zero.
+	Host Host
 }
-
-// DefaultHostFiles are read at start-up by the C library and by node
-// (OpenSSL's configuration and CA bundle, the time zone). They hold no
-// secrets. Anything else a runtime needs is granted by the operator with
-// --allow-runtime.
-var DefaultHostFiles = []string{
-	"/etc/ld.so.cache",
-	"/etc/localtime",
-	"/etc/ssl/openssl.cnf",
-	"/usr/lib/ssl/openssl.cnf",
-	"/etc/ssl/certs/ca-certificates.crt",
-	"/dev/urandom",
-	"/dev/random",
-}
-
-// DefaultDevices are the character devices runtimes open and write
-// (/dev/null, /dev/zero); the random devices are in DefaultHostFiles.
-var DefaultDevices = []string{"/dev/null", "/dev/zero"}
 
 // maxInterpDepth matches the kernel's limit on nested "#!" interpreters.
 const maxInterpDepth = 4
@@ -85,11 +93,14 @@ func Resolve(argv []string, opt Options) (*Profile, error) {
 	if len(opt.Search.Dirs) == 0 {
 		opt.Search = DefaultLibSearch()
 	}
-	if opt.HostFiles == nil {
-		opt.HostFiles = DefaultHostFiles
+	if opt.Getenv == nil {
+		opt.Getenv = os.Getenv
 	}
-	if opt.Devices == nil {
-		opt.Devices = DefaultDevices
+	if opt.Home == "" {
+		opt.Home, _ = os.UserHomeDir()
+	}
+	if opt.Host.Cgroup == "" {
+		opt.Host = DefaultHost
 	}
 	if opt.Dir == "" {
 		wd, err := os.Getwd()
@@ -102,26 +113,37 @@ func Resolve(argv []string, opt Options) (*Profile, error) {
 		opt.Dir = dir
 	}
 	b := &builder{opt: opt, seen: map[string]int{}}
-	exe, err := b.lookPath(argv[0])
-	if err != nil {
+	invoked, exe, err := b.lookPath(argv[0])
+	if err != nil && !isPackageLauncher(argv[0]) {
 		return nil, err
 	}
 	p := &Profile{Exe: exe}
-	if err := b.addProgram(exe, argv[1:], 0); err != nil {
+	// npx and uvx fetch their package at start-up; run the installed one.
+	if rewritten, kind, err := b.launcherPackage(argv, exe); err != nil {
+		return nil, err
+	} else if rewritten != nil {
+		p.Argv, p.Kind = rewritten, kind
+		if invoked, exe, err = b.lookPath(rewritten[0]); err != nil {
+			return nil, err
+		}
+		p.Exe = exe
+		argv = rewritten
+	}
+	if err := b.addProgram(invoked, exe, argv[1:], 0); err != nil {
 		return nil, err
 	}
-	for _, f := range opt.HostFiles {
-		if real, err := filepath.EvalSymlinks(f); err == nil {
-			if st, err := os.Stat(real); err == nil && (st.Mode().IsRegular() || st.Mode()&os.ModeCharDevice != 0) {
-				b.add(real, ClassRead, "host file runtimes read at start-up")
-			}
+	for _, name := range opt.Exec {
+		if err := b.addHelper(name); err != nil {
+			return nil, err
 		}
 	}
-	for _, d := range opt.Devices {
-		if st, err := os.Stat(d); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			b.add(d, ClassDevice, "character device")
-		}
+	if err := b.addHost(); err != nil {
+		return nil, err
 	}
+	if p.Kind == "" {
+		p.Kind = b.kind
+	}
+	p.Env = b.env
 	p.Entries = b.entries
 	return p, nil
 }
@@ -129,7 +151,31 @@ func Resolve(argv []string, opt Options) (*Profile, error) {
 type builder struct {
 	opt     Options
 	entries []Entry
-	seen    map[string]int // path → index in entries
+	seen    map[string]int  // path → index in entries
+	kind    string          // how the server is launched (Kind*)
+	helpers map[string]bool // helper programs granted
+	env     []string        // Profile.Env
+}
+
+// Launcher kinds, from the most specific.
+const (
+	KindNPX    = "npx"    // npx PKG, run from the npm cache or a global install
+	KindUV     = "uv"     // uvx / uv tool run PKG, run from its uv tool environment
+	KindVenv   = "venv"   // a Python virtual environment's interpreter or console script
+	KindPython = "python" // a CPython
+	KindNode   = "node"   // node and a script
+	KindShell  = "shell"  // a "#!" script of another interpreter
+	KindELF    = "elf"    // an ELF executable (Go, C, Rust, ...)
+)
+
+var kindRank = map[string]int{KindELF: 1, KindShell: 2, KindNode: 3, KindPython: 3, KindVenv: 4, KindUV: 5, KindNPX: 5}
+
+// setKind records how the server is launched, keeping the most specific
+// kind seen along the exec chain (a venv beats the python it points to).
+func (b *builder) setKind(k string) {
+	if kindRank[k] > kindRank[b.kind] {
+		b.kind = k
+	}
 }
 
 // add records path, keeping the strongest class when a path repeats.
@@ -147,7 +193,7 @@ func (b *builder) add(path string, c Class, reason string) {
 
 func rank(c Class) int {
 	switch c {
-	case ClassExec:
+	case ClassExec, ClassExecTree:
 		return 3
 	case ClassReadTree:
 		return 2
@@ -158,15 +204,18 @@ func rank(c Class) int {
 	}
 }
 
-// lookPath finds name like execvp does on the server's PATH and resolves symlinks.
-func (b *builder) lookPath(name string) (string, error) {
+// lookPath finds name like execvp does on the server's PATH. It returns the
+// path as found (what the program sees as its own name: a venv's
+// bin/python is a symlink to the base interpreter, and CPython finds its
+// pyvenv.cfg from that name) and the path with every symlink resolved.
+func (b *builder) lookPath(name string) (invoked, real string, err error) {
 	var cand []string
 	if strings.Contains(name, "/") {
 		p := name
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(b.opt.Dir, p)
 		}
-		cand = []string{p}
+		cand = []string{filepath.Clean(p)}
 	} else {
 		for _, d := range filepath.SplitList(b.opt.PATH) {
 			if d == "" || !filepath.IsAbs(d) {
@@ -184,16 +233,17 @@ func (b *builder) lookPath(name string) (string, error) {
 		if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
 			continue
 		}
-		return real, nil
+		return c, real, nil
 	}
 	if strings.Contains(name, "/") {
-		return "", fmt.Errorf("server executable %s does not exist or is not executable", name)
+		return "", "", fmt.Errorf("server executable %s does not exist or is not executable", name)
 	}
-	return "", fmt.Errorf("server executable %q not found on PATH (%s); give an absolute path", name, b.opt.PATH)
+	return "", "", fmt.Errorf("server executable %q not found on PATH (%s); give an absolute path", name, b.opt.PATH)
 }
 
-// addProgram adds exe (already resolved) and what it needs to run args.
-func (b *builder) addProgram(exe string, args []string, depth int) error {
+// addProgram adds exe (found as invoked, resolved to exe) and what it needs
+// to run args.
+func (b *builder) addProgram(invoked, exe string, args []string, depth int) error {
 	if depth > maxInterpDepth {
 		return fmt.Errorf("%s: more than %d nested '#!' interpreters", filepath.Base(exe), maxInterpDepth)
 	}
@@ -204,7 +254,7 @@ func (b *builder) addProgram(exe string, args []string, depth int) error {
 	}
 	if isScript {
 		// The kernel runs "interp [iarg] exe args..."; the script itself is read.
-		ip, err := b.lookPath(interp)
+		iInvoked, ip, err := b.lookPath(interp)
 		if err != nil {
 			return fmt.Errorf("%s: interpreter: %w", filepath.Base(exe), err)
 		}
@@ -222,61 +272,51 @@ func (b *builder) addProgram(exe string, args []string, depth int) error {
 			if err := b.addELF(ip); err != nil {
 				return err
 			}
-			prog, err := b.lookPath(words[0])
+			pInvoked, prog, err := b.lookPath(words[0])
 			if err != nil {
 				return fmt.Errorf("%s: '#!%s %s': %w", filepath.Base(exe), interp, words[0], err)
 			}
+			if err := b.scriptKind(exe, prog); err != nil {
+				return err
+			}
 			rest = append(append(rest, words[1:]...), exe)
-			return b.addProgram(prog, append(rest, args...), depth+1)
+			return b.addProgram(pInvoked, prog, append(rest, args...), depth+1)
+		}
+		if err := b.scriptKind(exe, ip); err != nil {
+			return err
 		}
 		rest = append(append(rest, iargs...), exe)
-		return b.addProgram(ip, append(rest, args...), depth+1)
+		return b.addProgram(iInvoked, ip, append(rest, args...), depth+1)
 	}
 	if err := b.addELF(exe); err != nil {
 		return err
 	}
+	b.setKind(KindELF)
 	if isNode(exe) {
+		b.setKind(KindNode)
 		if script := firstScriptArg(args, b.opt.Dir); script != "" {
 			return b.addNodeScript(script)
 		}
 	}
 	if ver, ok := pythonVersion(exe); ok {
-		b.addPython(exe, ver)
-		if script := firstScriptArg(args, b.opt.Dir); script != "" {
-			b.add(filepath.Dir(script), ClassReadTree, "directory of the server script (python's sys.path[0])")
-		}
+		return b.addPython(invoked, exe, ver, args)
 	}
 	return nil
 }
 
-// pythonVersion recognises a CPython executable named pythonX.Y.
-func pythonVersion(exe string) (string, bool) {
-	v, ok := strings.CutPrefix(filepath.Base(exe), "python")
-	if !ok || v == "" || strings.Trim(v, "0123456789.") != "" || !strings.Contains(v, ".") {
-		return "", false
+// scriptKind marks a "#!" script run by an interpreter that is neither
+// node nor CPython as a shell script, and grants the helper programs it
+// names (see addScriptHelpers).
+func (b *builder) scriptKind(script, interp string) error {
+	if isNode(interp) {
+		return nil
 	}
-	return v, true
-}
-
-// addPython grants CPython's standard library and site packages, found the
-// way CPython finds them: PREFIX/lib/pythonX.Y with PREFIX the parent of
-// the executable's directory, plus Debian's dist-packages directories.
-func (b *builder) addPython(exe, ver string) {
-	prefix := filepath.Dir(filepath.Dir(exe))
-	for _, d := range []string{
-		filepath.Join(prefix, "lib", "python"+ver),
-		filepath.Join(prefix, "lib", "python3", "dist-packages"),
-		filepath.Join(prefix, "local", "lib", "python"+ver, "dist-packages"),
-		filepath.Join("/usr/local/lib", "python"+ver, "dist-packages"),
-	} {
-		if real, err := filepath.EvalSymlinks(d); err == nil {
-			if st, err := os.Stat(real); err == nil && st.IsDir() {
-				b.add(real, ClassReadTree, "python standard library and site packages")
-			}
-		}
+	if _, ok := pythonVersion(interp); ok {
+		return nil
 	}
+	b.setKind(KindShell)
+	return b.addScriptHelpers(script)
 }
-
 func (b *builder) addELF(exe string) error {
 	deps, err := ResolveELF(exe, b.opt.Search)
 	if errors.Is(err, ErrNotELF) {

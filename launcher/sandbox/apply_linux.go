@@ -135,7 +135,11 @@ func restrictLandlock(s *Spec) *Status {
 		if access == 0 {
 			continue
 		}
-		pfd, err := unix.Openat2(unix.AT_FDCWD, p.Path, &unix.OpenHow{
+		path, err := ownProc(p.Path)
+		if err != nil {
+			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: err.Error()}
+		}
+		pfd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 		})
@@ -163,6 +167,32 @@ func restrictLandlock(s *Spec) *Status {
 		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: "landlock_restrict_self: " + err.Error()}
 	}
 	return nil
+}
+
+// procSelf is how a rule names the server's own /proc entry
+// (runtimeprofile.ProcSelf).
+const procSelf = "/proc/self"
+
+// ownProc turns a rule path under /proc/self into the same path under this
+// process's own /proc/PID: Landlock binds a rule to the inode it is given,
+// and /proc/self is a symlink each process resolves to its own entry. The
+// pid is read from the /proc/self link itself, so it is the one the /proc
+// mounted here knows (in a pid namespace with its own /proc, the
+// namespace's). This process becomes the server at exec and keeps the pid,
+// so the rule covers the server's /proc entry and no other process's.
+func ownProc(path string) (string, error) {
+	rest, ok := strings.CutPrefix(path, procSelf)
+	if !ok || rest != "" && rest[0] != '/' {
+		return path, nil
+	}
+	pid, err := os.Readlink(procSelf)
+	if err != nil {
+		return "", fmt.Errorf("read %s for the rule on the server's own /proc entry: %w", procSelf, err)
+	}
+	if n, err := strconv.Atoi(pid); err != nil || n <= 0 {
+		return "", fmt.Errorf("%s points to %q, not a process id", procSelf, pid)
+	}
+	return "/proc/" + pid + rest, nil
 }
 
 // dropBoundingSet empties the capability bounding set and the ambient set,

@@ -1,0 +1,1 @@
+"""A small MCP server built with the Python standard library only."""
