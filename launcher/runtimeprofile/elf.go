@@ -17,6 +17,11 @@ const maxLibs = 512
 type ELFDeps struct {
 	Interp string   // PT_INTERP, symlinks resolved; empty for static binaries
 	Libs   []string // DT_NEEDED closure, symlinks resolved, in discovery order
+	// Names are the paths the kernel and the loader open literally
+	// (PT_INTERP as written, each library as found in its search directory)
+	// where they differ from the resolved ones: a minimal root must
+	// reproduce their symlinks.
+	Names []string
 }
 
 // LibSearch is the loader's search path: dirs from ld.so.conf and the
@@ -143,6 +148,9 @@ func ResolveELF(exe string, search LibSearch) (ELFDeps, error) {
 			return ELFDeps{}, fmt.Errorf("%s: program interpreter %s: %w", filepath.Base(exe), interp, err)
 		}
 		deps.Interp = real
+		if interp != real {
+			deps.Names = append(deps.Names, interp)
+		}
 	}
 	seen := map[string]bool{}
 	queue := []*elfFile{{f: f, path: exe}}
@@ -162,9 +170,12 @@ func ResolveELF(exe string, search LibSearch) (ELFDeps, error) {
 		runpaths, _ := cur.f.DynString(elf.DT_RUNPATH)
 		rpath, runpath := strings.Join(rpaths, ":"), strings.Join(runpaths, ":")
 		for _, name := range needed {
-			lib, lf, err := findLib(name, cur.path, rpath, runpath, search, class, machine)
+			lib, literal, lf, err := findLib(name, cur.path, rpath, runpath, search, class, machine)
 			if err != nil {
 				return ELFDeps{}, fmt.Errorf("%s needs %s: %w", filepath.Base(cur.path), name, err)
+			}
+			if literal != lib {
+				deps.Names = append(deps.Names, literal)
 			}
 			if seen[lib] {
 				lf.Close()
@@ -187,13 +198,16 @@ type elfFile struct {
 	path string
 }
 
-func findLib(name, from, rpath, runpath string, search LibSearch, class elf.Class, machine elf.Machine) (string, *elf.File, error) {
+// findLib returns the library's resolved path, the path it was found
+// under, and the open file.
+func findLib(name, from, rpath, runpath string, search LibSearch, class elf.Class, machine elf.Machine) (string, string, *elf.File, error) {
 	if strings.Contains(name, "/") {
 		p := name
 		if !filepath.IsAbs(p) {
-			return "", nil, errors.New("relative library path with '/' depends on the working directory; refusing")
+			return "", "", nil, errors.New("relative library path with '/' depends on the working directory; refusing")
 		}
-		return openLib(p, class, machine)
+		real, f, err := openLib(p, class, machine)
+		return real, p, f, err
 	}
 	var dirs []string
 	if runpath == "" {
@@ -202,11 +216,12 @@ func findLib(name, from, rpath, runpath string, search LibSearch, class elf.Clas
 	dirs = append(dirs, expandPathList(runpath, from)...)
 	dirs = append(dirs, search.Dirs...)
 	for _, d := range dirs {
-		if p, f, err := openLib(filepath.Join(d, name), class, machine); err == nil {
-			return p, f, nil
+		literal := filepath.Join(d, name)
+		if p, f, err := openLib(literal, class, machine); err == nil {
+			return p, literal, f, nil
 		}
 	}
-	return "", nil, errors.New("not found in the loader's search path; install it or grant it with --allow-runtime")
+	return "", "", nil, errors.New("not found in the loader's search path; install it or grant it with --allow-runtime")
 }
 
 // expandPathList splits a DT_RPATH/DT_RUNPATH value and expands $ORIGIN.

@@ -135,18 +135,24 @@ func (b *builder) addHost() error {
 	// list the host's accounts; --allow-runtime /etc/passwd grants them.
 	nss, _ := os.ReadFile("/etc/nsswitch.conf")
 	for _, svc := range nssServices(string(nss), []string{"hosts"}) {
-		lib, f, err := findLib("libnss_"+svc+".so.2", "/", "", "", b.opt.Search, nativeClass(), nativeMachine())
+		lib, literal, f, err := findLib("libnss_"+svc+".so.2", "/", "", "", b.opt.Search, nativeClass(), nativeMachine())
 		if err != nil {
 			continue // a module that is not installed is skipped by the C library too
 		}
 		f.Close()
 		b.add(lib, ClassRead, "name service module ("+svc+")")
+		if literal != lib {
+			b.name(literal)
+		}
 		deps, err := ResolveELF(lib, b.opt.Search)
 		if err != nil {
 			continue
 		}
 		for _, l := range deps.Libs {
 			b.add(l, ClassRead, "shared library of a name service module")
+		}
+		for _, n := range deps.Names {
+			b.name(n)
 		}
 	}
 	return nil

@@ -58,6 +58,12 @@ type Profile struct {
 	// Kind names how the server is launched (node, npx, python, venv, uv,
 	// elf, shell), for messages and the compatibility table.
 	Kind string `json:"kind"`
+	// Names are paths the server's start-up opens literally (argv[0] and
+	// interpreters as found on PATH or in '#!' lines, PT_INTERP, libraries
+	// in their search directories) that differ from the resolved entries: a
+	// minimal root (the launcher's mount namespace) reproduces the symlinks
+	// along them. They grant nothing by themselves.
+	Names []string `json:"names,omitempty"`
 }
 
 // Options are the inputs besides the command line.
@@ -145,6 +151,7 @@ func Resolve(argv []string, opt Options) (*Profile, error) {
 	}
 	p.Env = b.env
 	p.Entries = b.entries
+	p.Names = b.names
 	return p, nil
 }
 
@@ -155,6 +162,14 @@ type builder struct {
 	kind    string          // how the server is launched (Kind*)
 	helpers map[string]bool // helper programs granted
 	env     []string        // Profile.Env
+	names   []string        // Profile.Names
+}
+
+// name records a literal path that resolved to another.
+func (b *builder) name(literal string) {
+	if !slices.Contains(b.names, literal) {
+		b.names = append(b.names, literal)
+	}
 }
 
 // Launcher kinds, from the most specific.
@@ -232,6 +247,9 @@ func (b *builder) lookPath(name string) (invoked, real string, err error) {
 		st, err := os.Stat(real)
 		if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
 			continue
+		}
+		if c != real {
+			b.name(c)
 		}
 		return c, real, nil
 	}
@@ -327,6 +345,9 @@ func (b *builder) addELF(exe string) error {
 	}
 	if deps.Interp != "" {
 		b.add(deps.Interp, ClassExec, "ELF program interpreter")
+	}
+	for _, n := range deps.Names {
+		b.name(n)
 	}
 	for _, l := range deps.Libs {
 		b.add(l, ClassRead, "shared library (DT_NEEDED)")

@@ -1,9 +1,11 @@
 package runtimeprofile
 
 import (
+	"debug/elf"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,6 +111,37 @@ func TestResolveRealBinary(t *testing.T) {
 	if !libc || !interp {
 		t.Errorf("missing libc (%v) or ELF interpreter (%v): %v", libc, interp, m)
 	}
+	// The literal paths that go through symlinks are listed for the
+	// minimal root; resolved ones are not.
+	for _, n := range p.Names {
+		if real, _ := filepath.EvalSymlinks(n); real == n || m[real] == "" {
+			t.Errorf("name %s resolves to %s, which is not a distinct entry", n, real)
+		}
+	}
+	if shInterp := elfInterp(t, sh); shInterp != "" {
+		if real, _ := filepath.EvalSymlinks(shInterp); real != shInterp && !slices.Contains(p.Names, shInterp) {
+			t.Errorf("PT_INTERP %s goes through a symlink but is not in names %v", shInterp, p.Names)
+		}
+	}
+}
+
+func elfInterp(t *testing.T, exe string) string {
+	t.Helper()
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimRight(string(b), "\x00")
+		}
+	}
+	return ""
 }
 
 // hostTree reports whether dir is one of the host data directories every
