@@ -235,9 +235,30 @@ func (s *Session) Wait() int {
 // FilesystemServer is the pinned npm filesystem server's entry point.
 func FilesystemServer(tb testing.TB) string {
 	tb.Helper()
-	p := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	return PinnedServer(tb, "server-filesystem")
+}
+
+// PinnedServer is the entry point (dist/index.js) of one of the npm MCP
+// servers pinned in deploy/mcp-servers ("server-filesystem",
+// "server-everything", "server-memory").
+func PinnedServer(tb testing.TB, name string) string {
+	tb.Helper()
+	p := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", name, "dist", "index.js")
 	testenv.RequireFile(tb, p, "run scripts/test-env.sh install-npm")
 	testenv.RequireCommand(tb, "node")
+	return p
+}
+
+// GoSDKEverythingServer is go-sdk's conformance everything-server,
+// installed into $(go env GOPATH)/bin by scripts/test-env.sh install.
+func GoSDKEverythingServer(tb testing.TB) string {
+	tb.Helper()
+	out, err := exec.Command("go", "env", "GOPATH").Output()
+	if err != nil {
+		tb.Fatalf("go env GOPATH: %v", err)
+	}
+	p := filepath.Join(strings.TrimSpace(string(out)), "bin", "everything-server")
+	testenv.RequireFile(tb, p, "run scripts/test-env.sh install")
 	return p
 }
 

@@ -140,6 +140,7 @@ const (
 	fsIocSetversion   = 0x40087602 // FS_IOC_SETVERSION
 	fsIoc32Setversion = 0x40047602 // FS_IOC32_SETVERSION
 	fsIocFssetxattr   = 0x401c5820 // FS_IOC_FSSETXATTR (project id, flags)
+	fsIocEnableVerity = 0x40806685 // FS_IOC_ENABLE_VERITY (makes the file immutable)
 )
 
 const (
@@ -325,7 +326,7 @@ func rules(o Options) map[string]Rule {
 	// Requests on descriptors.
 	set(CheckIoctl, []string{"ioctl"}, Rule{Clauses: oneOfThen(eperm, 1,
 		unix.TIOCSTI, unix.TIOCLINUX, fsIocSetflags, fsIoc32Setflags, fsIocSetversion, fsIoc32Setversion,
-		fsIocFssetxattr), Else: Allow})
+		fsIocFssetxattr, fsIocEnableVerity), Else: Allow})
 	set(CheckFcntl, []string{"fcntl"}, Rule{Clauses: []Clause{when(eperm, lowEq(1, unix.F_SETLEASE))}, Else: Allow})
 	// Linux personalities only (as Docker): no READ_IMPLIES_EXEC, no
 	// ADDR_NO_RANDOMIZE. 0xffffffff queries.

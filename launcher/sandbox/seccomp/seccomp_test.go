@@ -270,6 +270,7 @@ func TestFilterDecisions(t *testing.T) {
 		{"ioctl FS_IOC_SETFLAGS", writeOwn, sys("ioctl", 3, fsIocSetflags, ptr), eperm},
 		{"ioctl FS_IOC32_SETFLAGS", writeOwn, sys("ioctl", 3, fsIoc32Setflags, ptr), eperm},
 		{"ioctl FS_IOC_FSSETXATTR", writeOwn, sys("ioctl", 3, fsIocFssetxattr, ptr), eperm},
+		{"ioctl FS_IOC_ENABLE_VERITY", writeOwn, sys("ioctl", 3, fsIocEnableVerity, ptr), eperm},
 		{"ioctl TIOCSTI", strict, sys("ioctl", 0, unix.TIOCSTI, ptr), eperm},
 		{"ioctl TIOCSTI, high bits", strict, sys("ioctl", 0, hi|unix.TIOCSTI, ptr), eperm},
 		{"ioctl TIOCLINUX", strict, sys("ioctl", 0, unix.TIOCLINUX, ptr), eperm},
@@ -676,7 +677,7 @@ func FuzzFilter(f *testing.F) {
 			}
 		case "ioctl":
 			switch lo(a1) {
-			case unix.TIOCSTI, unix.TIOCLINUX, fsIocSetflags, fsIoc32Setflags, fsIocFssetxattr:
+			case unix.TIOCSTI, unix.TIOCLINUX, fsIocSetflags, fsIoc32Setflags, fsIocFssetxattr, fsIocEnableVerity, fsIocSetversion, fsIoc32Setversion:
 				t.Fatalf("ioctl %#x allowed", lo(a1))
 			}
 		}
