@@ -59,19 +59,23 @@ func TestRealServersUnderTheFilter(t *testing.T) {
 			},
 		},
 		{
-			name:    "server-everything",
-			mode:    "read",
-			command: func(w workspace) []string { return []string{"node", fencetest.PinnedServer(t, "server-everything"), "stdio"} },
-			tool:    "echo",
-			args:    func(workspace) map[string]any { return map[string]any{"message": "hello fence"} },
-			want:    "Echo: hello fence",
+			name: "server-everything",
+			mode: "read",
+			command: func(w workspace) []string {
+				return []string{"node", fencetest.PinnedServer(t, "server-everything"), "stdio"}
+			},
+			tool: "echo",
+			args: func(workspace) map[string]any { return map[string]any{"message": "hello fence"} },
+			want: "Echo: hello fence",
 		},
 		{
 			name:    "server-memory",
 			mode:    "write",
 			command: func(w workspace) []string { return []string{"node", fencetest.PinnedServer(t, "server-memory")} },
-			env:     func(w workspace) []string { return []string{"MEMORY_FILE_PATH=" + filepath.Join(w.allowed, "memory.jsonl")} },
-			tool:    "create_entities",
+			env: func(w workspace) []string {
+				return []string{"MEMORY_FILE_PATH=" + filepath.Join(w.allowed, "memory.jsonl")}
+			},
+			tool: "create_entities",
 			args: func(workspace) map[string]any {
 				return map[string]any{"entities": []map[string]any{{"name": "fence", "entityType": "layer", "observations": []string{"holds"}}}}
 			},
