@@ -112,11 +112,20 @@ func (l *Launcher) record(phase schema.LaunchPhase, start time.Time, pid, code i
 		RootPID:        pid,
 		ExitStatus:     code,
 		ExitReason:     reason,
+		Layers:         l.layers(),
 	}
 	if phase == schema.PhaseExit {
 		ev.Launch.DurationMS = now.Sub(start).Milliseconds()
 	}
 	return ev
+}
+
+// layers are the fence's layers as this run gets them.
+func (l *Launcher) layers() []schema.Layer {
+	if l.base == nil {
+		return nil // refused before a ruleset existed
+	}
+	return []schema.Layer{SeccompLayer(l.cfg.Mode, SeccompOptions(l.cfg.Scope, l.base))}
 }
 
 // publish writes events to the audit log, then to the sink; either failing
@@ -145,6 +154,19 @@ func SeccompOptions(scope *schema.CanonicalScope, rs *ruleset.Ruleset) seccomp.O
 		AllowUDP:     len(rs.ConnectTCP) > 0 || len(rs.BindTCP) > 0,
 		AllowListen:  len(rs.BindTCP) > 0,
 	}
+}
+
+// SeccompLayer is the seccomp layer's entry in a launch record: on; or
+// degraded when the scope lets io_uring, whose operations bypass the
+// filter's argument checks, through; off when the run is not enforced.
+func SeccompLayer(mode schema.RunMode, o seccomp.Options) schema.Layer {
+	switch {
+	case mode != schema.ModeEnforce:
+		return schema.Layer{Name: schema.LayerSeccomp, State: schema.LayerOff, Reason: "audit_mode"}
+	case o.AllowIOUring:
+		return schema.Layer{Name: schema.LayerSeccomp, State: schema.LayerDegraded, Reason: "io_uring_allowed"}
+	}
+	return schema.Layer{Name: schema.LayerSeccomp, State: schema.LayerOn}
 }
 
 // spec turns a ruleset into what the helper applies.

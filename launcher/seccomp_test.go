@@ -1,6 +1,7 @@
 package launcher_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -309,4 +310,59 @@ func snapshot(t *testing.T, paths ...string) string {
 		b.WriteString("; ")
 	}
 	return b.String()
+}
+
+// TestLaunchRecordsReportTheSeccompLayer: both launch records name the
+// seccomp layer: on, or degraded when the scope lets io_uring through.
+func TestLaunchRecordsReportTheSeccompLayer(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	for _, tt := range []struct {
+		name   string
+		scope  map[string]any
+		extra  []string
+		state  string
+		reason string
+	}{
+		{"strict", map[string]any{"allowed_paths": []string{"allowed"}}, nil, "on", ""},
+		{"io_uring granted", map[string]any{"allowed_paths": []string{"allowed"}, "allow_io_uring": true}, nil, "degraded", "io_uring_allowed"},
+		{"audit mode", map[string]any{"allowed_paths": []string{"allowed"}}, []string{"--mode", "audit"}, "off", "audit_mode"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorkspace(t)
+			log := filepath.Join(t.TempDir(), "audit.jsonl")
+			scope := fencetest.WriteScope(t, t.TempDir(), tt.scope)
+			s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: log, ExtraArgs: tt.extra})
+			if r := s.Do(map[string]any{"op": "ping"}); !r.OK {
+				t.Fatalf("ping: %+v (stderr %s)", r, s.Stderr())
+			}
+			s.Close()
+			recs := readRecords(t, log)
+			if len(recs) != 2 {
+				t.Fatalf("%d records", len(recs))
+			}
+			for _, rec := range recs {
+				var ev struct {
+					Launch struct {
+						Layers []struct{ Name, State, Reason string } `json:"layers"`
+					} `json:"launch"`
+				}
+				if err := json.Unmarshal([]byte(rec.raw), &ev); err != nil {
+					t.Fatal(err)
+				}
+				found := false
+				for _, l := range ev.Launch.Layers {
+					if l.Name == "seccomp" {
+						found = true
+						if l.State != tt.state || l.Reason != tt.reason {
+							t.Errorf("seccomp layer %+v, want %s/%q", l, tt.state, tt.reason)
+						}
+					}
+				}
+				if !found {
+					t.Errorf("no seccomp layer in %s", rec.raw)
+				}
+			}
+		})
+	}
 }
