@@ -108,6 +108,7 @@ func TestFenceMetadataReadScope(t *testing.T) {
 		{name: "times through a read-only descriptor", req: map[string]any{"op": "futimens", "path": inside}, errno: denied},
 		{name: "xattr by path outside", req: map[string]any{"op": "setxattr", "path": w.secret, "value": "x"}, errno: denied},
 		{name: "xattr by path inside", req: map[string]any{"op": "setxattr", "path": inside, "value": "x"}, errno: denied},
+		{name: "setxattrat outside", req: map[string]any{"op": "setxattrat", "path": w.secret, "value": "x"}, errno: denied},
 		{name: "xattr through a descriptor", req: map[string]any{"op": "fsetxattr", "path": inside, "value": "x"}, errno: denied},
 		{name: "xattr removed outside", req: map[string]any{"op": "removexattr", "path": w.secret}, errno: denied},
 		{name: "xattr read outside", req: map[string]any{"op": "getxattr", "path": w.secret}, errno: []string{"ENOTSUP", "EOPNOTSUPP", "EACCES", "EPERM"}},

@@ -12,13 +12,13 @@ for tool in clang llvm-strip; do
 	fi
 done
 go generate ./...
-if ! git diff --quiet --exit-code -- bpf/ schema/ 2>/dev/null; then
+if ! git diff --quiet --exit-code -- bpf/ schema/ launcher/sandbox/seccomp/ 2>/dev/null; then
 	echo "generated code is stale: run 'make generate' and commit the result" >&2
-	git diff --stat -- bpf/ schema/ >&2
+	git diff --stat -- bpf/ schema/ launcher/sandbox/seccomp/ >&2
 	exit 1
 fi
-if [ -n "$(git ls-files --others --exclude-standard -- bpf/)" ]; then
+if [ -n "$(git ls-files --others --exclude-standard -- bpf/ launcher/sandbox/seccomp/)" ]; then
 	echo "generate produced files that are not committed: commit them with the sources" >&2
-	git ls-files --others --exclude-standard -- bpf/ >&2
+	git ls-files --others --exclude-standard -- bpf/ launcher/sandbox/seccomp/ >&2
 	exit 1
 fi

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"runtime"
 	"strconv"
 	"unsafe"
 
@@ -30,6 +31,21 @@ var metaOps = map[string]op{
 		return "", withFD(r.Path, unix.O_RDONLY, func(fd int) error {
 			return unix.Fsetxattr(fd, xattrName(r), []byte(r.Value), 0)
 		})
+	},
+	// setxattrat (Linux 6.13): the same by (dirfd, path).
+	"setxattrat": func(r Request) (string, error) {
+		path := append([]byte(r.Path), 0)
+		name := append([]byte(xattrName(r)), 0)
+		value := []byte(r.Value + "\x00")
+		args := struct {
+			value       uint64
+			size, flags uint32
+		}{uint64(uintptr(unsafe.Pointer(&value[0]))), uint32(len(r.Value)), 0}
+		cwd := unix.AT_FDCWD
+		_, _, e := unix.Syscall6(unix.SYS_SETXATTRAT, uintptr(cwd), uintptr(unsafe.Pointer(&path[0])), 0,
+			uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
+		runtime.KeepAlive(value)
+		return "", errnoErr(e)
 	},
 	"removexattr": func(r Request) (string, error) {
 		return "", unix.Removexattr(r.Path, xattrName(r))

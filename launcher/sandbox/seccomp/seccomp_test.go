@@ -460,6 +460,23 @@ func TestDefaultDenies(t *testing.T) {
 	}
 }
 
+// TestNativeTableMatchesXSys: the generated table of this build's ABI says
+// what golang.org/x/sys says (regenerate with make generate after an
+// x/sys upgrade).
+func TestNativeTableMatchesXSys(t *testing.T) {
+	for name, nr := range map[string]uint32{
+		"read": unix.SYS_READ, "openat": unix.SYS_OPENAT, "clone": unix.SYS_CLONE, "clone3": unix.SYS_CLONE3,
+		"unshare": unix.SYS_UNSHARE, "socket": unix.SYS_SOCKET, "sendmmsg": unix.SYS_SENDMMSG,
+		"memfd_create": unix.SYS_MEMFD_CREATE, "execveat": unix.SYS_EXECVEAT, "fchmodat2": unix.SYS_FCHMODAT2,
+		"setxattrat": unix.SYS_SETXATTRAT, "file_setattr": unix.SYS_FILE_SETATTR, "io_uring_setup": unix.SYS_IO_URING_SETUP,
+		"prlimit64": unix.SYS_PRLIMIT64, "mknodat": unix.SYS_MKNODAT,
+	} {
+		if got, ok := Native.Nr(name); !ok || got != nr {
+			t.Errorf("%s: table %d (%v), x/sys %d", name, got, ok, nr)
+		}
+	}
+}
+
 func TestSummary(t *testing.T) {
 	f := build(t, X86_64, Options{})
 	s := f.Summary()
