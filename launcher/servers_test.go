@@ -98,7 +98,6 @@ func TestRealServersUnderTheFilter(t *testing.T) {
 			name:    "python stdlib server in a venv",
 			mode:    "read",
 			command: func(workspace) []string { return []string{python.exe, python.script} },
-			extra:   func(workspace) []string { return []string{"--allow-runtime", python.venv} },
 			tool:    "read_file",
 			args:    func(w workspace) map[string]any { return map[string]any{"path": w.deep1} },
 			want:    "inside",
