@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"slices"
-	"strings"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
@@ -104,13 +102,25 @@ func (s *session) answerTooLarge(rq *request) {
 	s.finish(rq, jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: RESPONSE_TOO_LARGE: the server's response was larger than this run's cap", data), schema.ErrResponseTooLarge)
 }
 
-// complete fills the modern-era fields a legacy upstream does not send.
+// complete fills the modern-era fields a legacy upstream does not send to
+// a modern client. A modern upstream's result is passed unchanged, except
+// that a list filtered by this run's scope is private.
 func (s *session) complete(rq *request, result json.RawMessage) json.RawMessage {
 	if rq.era != eraModern {
 		return result
 	}
 	m := map[string]json.RawMessage{}
 	if strictjson.Unmarshal(result, &m) != nil || m == nil {
+		return result
+	}
+	s.upst.mu.Lock()
+	upModern := s.upst.era == eraModern
+	s.upst.mu.Unlock()
+	if upModern {
+		if rq.rule.cacheable && rq.rule.answer != nil {
+			m["cacheScope"] = json.RawMessage(`"private"`) // filtered by this run's scope
+			return mustJSON(m)
+		}
 		return result
 	}
 	if _, ok := m["resultType"]; !ok {
@@ -145,13 +155,14 @@ func (s *session) complete(rq *request, result json.RawMessage) json.RawMessage 
 	return mustJSON(m)
 }
 
-// filterTools keeps the allowlisted tools, once each, sorted by name.
+// filterTools keeps the allowlisted tools, once each, in the server's order.
 func (s *session) filterTools(_ *request, result json.RawMessage) json.RawMessage {
 	return filterNamed(result, "tools", s.pol.Allowed)
 }
 
 // filterNamed keeps the entries of result[key] whose "name" keep accepts,
-// once each, sorted by name (byte order).
+// once each (the first), in the server's order: a client sees the list the
+// server sent, less what the scope does not allow.
 func filterNamed(result json.RawMessage, key string, keep func(string) bool) json.RawMessage {
 	m := map[string]json.RawMessage{}
 	if strictjson.Unmarshal(result, &m) != nil || m == nil {
@@ -177,7 +188,6 @@ func filterNamed(result json.RawMessage, key string, keep func(string) bool) jso
 		seen[n.Name] = true
 		kept = append(kept, named{n.Name, t})
 	}
-	slices.SortFunc(kept, func(a, b named) int { return strings.Compare(a.name, b.name) })
 	out := make([]json.RawMessage, len(kept))
 	for i, k := range kept {
 		out[i] = k.raw

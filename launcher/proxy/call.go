@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,6 +113,53 @@ func (s *session) decideResource(rq *request) (admission, *policy.Denial) {
 			return nil, d
 		}
 		return []string{p}, d
+	}}, nil
+}
+
+// decideListen decides a modern subscriptions/listen: every URI it asks
+// notifications/resources/updated for is decided as a resource read would
+// be; one outside the scope denies the whole request.
+func (s *session) decideListen(rq *request) (admission, *policy.Denial) {
+	var notes map[string]json.RawMessage
+	if err := strictjson.Unmarshal(rq.params["notifications"], &notes); err != nil || notes == nil {
+		return admission{}, &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "subscriptions/listen needs notifications (an object)"}
+	}
+	for k := range notes {
+		// A server whose decoder folds case would read "ResourceSubscriptions"
+		// as the list this check never saw.
+		if k != "resourceSubscriptions" && strings.EqualFold(k, "resourceSubscriptions") {
+			return admission{}, &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "notifications names resourceSubscriptions in another case"}
+		}
+	}
+	var p struct {
+		Notifications *struct {
+			ResourceSubscriptions []string `json:"resourceSubscriptions"`
+		} `json:"notifications"`
+	}
+	if err := strictjson.Unmarshal(rq.params["notifications"], &p.Notifications, strictjson.AllowUnknownMembers()); err != nil || p.Notifications == nil {
+		return admission{}, &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "subscriptions/listen: notifications.resourceSubscriptions must be a list of URIs"}
+	}
+	uris := p.Notifications.ResourceSubscriptions
+	for _, u := range uris {
+		if u == "" {
+			return admission{}, &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "an empty resource URI"}
+		}
+	}
+	if len(uris) == 0 {
+		return admission{}, nil
+	}
+	return admission{check: func(eff *scopeView) ([]string, *policy.Denial) {
+		var paths []string
+		for _, uri := range uris {
+			p, d := s.pol.CheckURI(uri, eff.paths)
+			if p != "" {
+				paths = append(paths, p)
+			}
+			if d != nil {
+				return paths, d
+			}
+		}
+		return paths, nil
 	}}, nil
 }
 

@@ -235,7 +235,7 @@ func (s *session) onInitialize(rq *request) {
 		s.scope.mu.Unlock()
 		s.changed.broadcast()
 	}
-	if err := s.ensureUpstream(rq.params, nil); err != nil {
+	if err := s.ensureUpstream(eraLegacy, rq.params, nil); err != nil {
 		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be initialised"))
 		return
 	}
@@ -245,7 +245,7 @@ func (s *session) onInitialize(rq *request) {
 func (s *session) onPing(rq *request) { s.toClient(jsonrpc.Result(rq.id, rawEmptyObject)) }
 
 func (s *session) onDiscover(rq *request) {
-	if err := s.ensureUpstream(nil, rq.meta); err != nil {
+	if err := s.ensureUpstream(rq.era, nil, rq.meta); err != nil {
 		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be started"))
 		return
 	}
@@ -285,7 +285,11 @@ func (s *session) initializeResult(requested string) json.RawMessage {
 	if caps == nil {
 		caps = rawEmptyObject
 	}
-	return mustJSON(map[string]json.RawMessage{"protocolVersion": mustJSON(version), "capabilities": caps, "serverInfo": info})
+	res := map[string]json.RawMessage{"protocolVersion": mustJSON(version), "capabilities": caps, "serverInfo": info}
+	if in, ok := s.upst.info["instructions"]; ok {
+		res["instructions"] = in
+	}
+	return mustJSON(res)
 }
 
 // discoverResult answers a modern client's server/discover. The proxy
@@ -299,14 +303,19 @@ func (s *session) discoverResult() json.RawMessage {
 	if caps == nil {
 		caps = rawEmptyObject
 	}
-	return mustJSON(map[string]any{
+	res := map[string]any{
 		"supportedVersions": []string{ModernVersion},
 		"capabilities":      caps,
 		"resultType":        "complete",
 		"ttlMs":             0,
 		"cacheScope":        "private",
 		"_meta":             map[string]json.RawMessage{metaServerInfo: serverInfoOf(s.upst.info)},
-	})
+	}
+	// The server's instructions for the model, from either era's handshake.
+	if in, ok := s.upst.info["instructions"]; ok {
+		res["instructions"] = in
+	}
+	return mustJSON(res)
 }
 
 // serverInfoOf is the serverInfo of an initialize or discover result.

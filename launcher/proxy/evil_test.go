@@ -91,8 +91,8 @@ func TestMaliciousServer(t *testing.T) {
 	})
 	c := f.client
 	c.initLegacy(true, f.base) // the client offers its roots: they must never reach the server
-	if names := toolNames(t, c.call("tools/list", map[string]any{})); strings.Join(names, ",") != "alpha,zeta" {
-		t.Fatalf("tools/list = %v: want the allowlist only, deduplicated, sorted, exact case", names)
+	if names := toolNames(t, c.call("tools/list", map[string]any{})); strings.Join(names, ",") != "zeta,alpha" {
+		t.Fatalf("tools/list = %v: want the allowlist only, deduplicated, in the server's order, exact case", names)
 	}
 	for i := 0; i < 3; i++ {
 		r := c.tool("alpha", map[string]any{})

@@ -72,8 +72,12 @@ func newMethods() *methods {
 	noCheck := func(*session, *request) (admission, *policy.Denial) { return admission{}, nil }
 	return &methods{
 		requests: map[string]*clientMethod{
-			"initialize":      {eras: inBoth, serve: (*session).onInitialize},
-			"ping":            {eras: inBoth, serve: (*session).onPing},
+			// 2026-07-28 removed initialize, ping, logging/setLevel and
+			// resources/(un)subscribe (SEP-2575, SEP-2567): sent with modern
+			// _meta they are unknown methods (-32601), as a modern server
+			// answers them.
+			"initialize":      {eras: inLegacy, serve: (*session).onInitialize},
+			"ping":            {eras: inLegacy, serve: (*session).onPing},
 			"server/discover": {eras: inBoth, serve: (*session).onDiscover},
 
 			"tools/list":               {eras: inBoth, decide: noCheck, answer: (*session).filterTools, cacheable: true},
@@ -81,12 +85,15 @@ func newMethods() *methods {
 			"resources/list":           {eras: inBoth, decide: noCheck, answer: (*session).filterResources, cacheable: true},
 			"resources/templates/list": {eras: inBoth, decide: noCheck, cacheable: true},
 			"resources/read":           {eras: inBoth, decide: (*session).decideResource, capped: true, cacheable: true},
-			"resources/subscribe":      {eras: inBoth, decide: (*session).decideResource},
-			"resources/unsubscribe":    {eras: inBoth, decide: (*session).decideResource},
-			"prompts/list":             {eras: inBoth, decide: noCheck, cacheable: true},
-			"prompts/get":              {eras: inBoth, decide: noCheck},
-			"completion/complete":      {eras: inBoth, decide: noCheck},
-			"logging/setLevel":         {eras: inBoth, decide: noCheck},
+			"resources/subscribe":      {eras: inLegacy, decide: (*session).decideResource},
+			"resources/unsubscribe":    {eras: inLegacy, decide: (*session).decideResource},
+			// subscriptions/listen replaces them: every URI it subscribes to
+			// is decided as a resource read.
+			"subscriptions/listen": {eras: inModern, decide: (*session).decideListen},
+			"prompts/list":         {eras: inBoth, decide: noCheck, cacheable: true},
+			"prompts/get":          {eras: inBoth, decide: noCheck},
+			"completion/complete":  {eras: inBoth, decide: noCheck},
+			"logging/setLevel":     {eras: inLegacy, decide: noCheck},
 		},
 		notifications: map[string]func(*session, *jsonrpc.Message){
 			"notifications/initialized":        (*session).onClientInitialized,
@@ -108,6 +115,10 @@ func newMethods() *methods {
 			"notifications/resources/list_changed": true,
 			"notifications/resources/updated":      true,
 			"notifications/prompts/list_changed":   true,
+			// URL elicitation finished (2025-11-25).
+			"notifications/elicitation/complete": true,
+			// first message on a subscriptions/listen stream (2026-07-28).
+			"notifications/subscriptions/acknowledged": true,
 		},
 	}
 }

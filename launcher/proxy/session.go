@@ -268,14 +268,23 @@ func (s *session) sendRootsRequest() {
 }
 
 // applyClientRoots handles the client's answer to roots/list generation gen.
+//
+// A client that declares roots but has none (go-sdk's and the Inspector's
+// default) answers an empty list: while no answer of the client ever named
+// a root, an empty answer narrows nothing. Once one did, an empty answer
+// revokes every path (seed 001). An error or malformed answer always means
+// no roots.
 func (s *session) applyClientRoots(gen uint64, m *jsonrpc.Message) {
 	var client []string
+	valid := false
 	if m.Error == nil {
 		var err error
 		client, err = roots.ParseResult(m.Result)
 		if err != nil {
 			s.log.Warn("client roots answer refused; no roots in effect", "err", err.Error())
 			client = nil
+		} else {
+			valid = true
 		}
 	} else {
 		s.log.Warn("client answered roots/list with an error; no roots in effect", "code", m.Error.Code)
@@ -286,7 +295,15 @@ func (s *session) applyClientRoots(gen uint64, m *jsonrpc.Message) {
 		s.log.Info("stale roots answer ignored", "generation", gen)
 		return
 	}
-	s.scope.effective = roots.Intersect(s.cfg.Scope.AllowedPaths, client)
+	if valid && len(client) > 0 {
+		s.scope.clientNamedRoots = true
+	}
+	if valid && len(client) == 0 && !s.scope.clientNamedRoots {
+		s.scope.effective = slices.Clone(s.cfg.Scope.AllowedPaths)
+		s.log.Warn("the client declares roots but has none: the scope is not narrowed until it names one")
+	} else {
+		s.scope.effective = roots.Intersect(s.cfg.Scope.AllowedPaths, client)
+	}
 	s.scope.paths = roots.Paths(s.scope.effective)
 	s.scope.gen++
 	s.scope.publishLocked()

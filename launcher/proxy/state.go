@@ -32,6 +32,9 @@ type scopeState struct {
 	effective []schema.CanonicalPath
 	paths     []string // effective as plain paths, for the policy
 	gen       uint64   // bumped whenever effective changes; starts at 1 (0 means "check again")
+	// clientNamedRoots: an accepted roots answer of the client named at
+	// least one root; from then on an empty answer revokes every path.
+	clientNamedRoots bool
 	// view is effective as one immutable value, for readers that must not
 	// take mu (the upstream reader answers roots/list and filters lists
 	// with it while a forward may be waiting on the server's stdin).
@@ -98,6 +101,18 @@ type pendingTables struct {
 	up       map[int64]*upCall
 	cli      map[int64]*cliCall
 	awaiting map[string]chan struct{} // client id → closed when the client cancels
+}
+
+// listenRequest is the client's subscriptions/listen request that
+// upstream id names on process generation gen, or nil.
+func (pt *pendingTables) listenRequest(id int64, gen uint64) *request {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	c, ok := pt.up[id]
+	if !ok || c.gen != gen || c.req == nil || c.req.method != "subscriptions/listen" {
+		return nil
+	}
+	return c.req
 }
 
 // take removes and returns the upstream call id of process generation gen.

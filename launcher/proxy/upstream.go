@@ -17,10 +17,16 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
-// ensureUpstream probes and initialises the upstream once per session (and
-// the handshake is replayed after each restart). legacyInit is the client's
-// initialize params when a legacy client started the session.
-func (s *session) ensureUpstream(legacyInit map[string]json.RawMessage, modernMeta map[string]json.RawMessage) error {
+// ensureUpstream initialises the upstream once per session (and the
+// handshake is replayed after each restart). The upstream's era follows the
+// era of the client's first request (clientEra): a legacy client gets a
+// legacy upstream (initialize, never a server/discover probe: a server that
+// saw a modern request may refuse a later initialize, and legacy-only
+// methods such as logging/setLevel or resources/subscribe would be lost); a
+// modern client gets a modern upstream where the server has one (probed
+// with server/discover), else a legacy one it is translated to. legacyInit
+// is the client's initialize params when a legacy client started the session.
+func (s *session) ensureUpstream(clientEra string, legacyInit map[string]json.RawMessage, modernMeta map[string]json.RawMessage) error {
 	for {
 		ch := s.changed.wait()
 		s.upst.mu.Lock()
@@ -44,7 +50,10 @@ func (s *session) ensureUpstream(legacyInit map[string]json.RawMessage, modernMe
 		break
 	}
 
-	era, info, err := s.probe()
+	era, info, err := eraLegacy, map[string]json.RawMessage(nil), error(nil)
+	if clientEra == eraModern {
+		era, info, err = s.probe()
+	}
 	if err == nil {
 		s.upst.mu.Lock()
 		s.upst.era = era
@@ -358,7 +367,7 @@ func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer, don
 		case jsonrpc.KindRequest:
 			s.onUpstreamRequest(gen, w, m)
 		case jsonrpc.KindNotification:
-			s.onUpstreamNotification(m)
+			s.onUpstreamNotification(gen, m)
 		}
 	}
 	// The process's stdout ended. Unless it is being replaced, the run is over.
@@ -472,12 +481,51 @@ func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.M
 	s.toClient(jsonrpc.Forward(m, jsonrpc.IntID(id)))
 }
 
-func (s *session) onUpstreamNotification(m *jsonrpc.Message) {
+// metaSubscriptionID tags a modern notification with the id of the
+// subscriptions/listen request it belongs to.
+const metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
+
+func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 	if !s.tab.serverNotifications[m.Method] {
 		s.log.Info("server notification dropped", "method", truncate(m.Method, 64))
 		return
 	}
-	s.toClient(jsonrpc.Forward(m, nil))
+	frame, ok := s.clientNotification(gen, m)
+	if !ok {
+		s.log.Info("server notification for an unknown subscription dropped", "method", truncate(m.Method, 64))
+		return
+	}
+	s.toClient(frame)
+}
+
+// clientNotification is m as the client must see it: a notification that
+// names the subscriptions/listen request it belongs to names the client's
+// id of that request, never the proxy's; one naming no listen request of
+// this server process is dropped (false).
+func (s *session) clientNotification(gen uint64, m *jsonrpc.Message) ([]byte, bool) {
+	if !bytes.Contains(m.Params, []byte(metaSubscriptionID)) {
+		return jsonrpc.Forward(m, nil), true
+	}
+	var params map[string]json.RawMessage
+	var meta map[string]json.RawMessage
+	if strictjson.Unmarshal(m.Params, &params) != nil || strictjson.Unmarshal(params["_meta"], &meta) != nil {
+		return nil, false
+	}
+	raw, ok := meta[metaSubscriptionID]
+	if !ok {
+		return jsonrpc.Forward(m, nil), true
+	}
+	id, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	rq := s.pend.listenRequest(id, gen)
+	if rq == nil {
+		return nil, false
+	}
+	meta[metaSubscriptionID] = rq.id
+	params["_meta"] = mustJSON(meta)
+	return jsonrpc.Request(nil, m.Method, params), true
 }
 
 func truncate(s string, n int) string {

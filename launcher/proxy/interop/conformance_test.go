@@ -12,6 +12,12 @@ import (
 	"testing"
 )
 
+// checkResult is how one conformance check ended.
+type checkResult struct {
+	Status string `json:"status"` // SUCCESS, FAILURE, WARNING, …
+	Error  string `json:"errorMessage"`
+}
+
 // scenarioDir is "server-<scenario>-<timestamp>", as the suite names its
 // output directories.
 var scenarioDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$`)
@@ -19,8 +25,8 @@ var scenarioDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}
 // runConformance runs the conformance suite's server scenarios of one spec
 // revision (every scenario the revision requires, plus the suite's pending
 // and extension scenarios for it) against a stdio server behind
-// supergateway, and returns each check's status by "scenario/check-id".
-func runConformance(t *testing.T, argv []string, revision string) map[string]string {
+// supergateway, and returns each check's outcome by "scenario/check-id".
+func runConformance(t *testing.T, argv []string, revision string) map[string]checkResult {
 	t.Helper()
 	b := startBridge(t, argv)
 	out := t.TempDir()
@@ -31,7 +37,7 @@ func runConformance(t *testing.T, argv []string, revision string) map[string]str
 	if err != nil {
 		t.Fatal(err)
 	}
-	results := map[string]string{}
+	results := map[string]checkResult{}
 	for _, e := range entries {
 		m := scenarioDir.FindStringSubmatch(e.Name())
 		if m == nil || !e.IsDir() {
@@ -42,8 +48,8 @@ func runConformance(t *testing.T, argv []string, revision string) map[string]str
 			t.Fatalf("scenario %s left no checks.json: %v", m[1], err)
 		}
 		var checks []struct {
-			ID     string `json:"id"`
-			Status string `json:"status"`
+			ID string `json:"id"`
+			checkResult
 		}
 		if err := json.Unmarshal(raw, &checks); err != nil {
 			t.Fatalf("scenario %s: checks.json: %v", m[1], err)
@@ -54,7 +60,7 @@ func runConformance(t *testing.T, argv []string, revision string) map[string]str
 			if seen[c.ID]++; seen[c.ID] > 1 {
 				key += "#" + strings.Repeat("'", seen[c.ID]-1)
 			}
-			results[key] = c.Status
+			results[key] = c.checkResult
 		}
 	}
 	if len(results) == 0 {
@@ -63,51 +69,30 @@ func runConformance(t *testing.T, argv []string, revision string) map[string]str
 	return results
 }
 
-// Differences the next changes of issue 10 remove; each entry fails the
-// test once the check ends the same direct and wrapped.
+// Why a check may end differently wrapped than direct.
 const (
-	todoEra           = "issue 10: a legacy client gets a 2026-07-28 upstream"
-	todoSubscribe     = "issue 10: resources/subscribe is decided as a read of a URI outside resource_refs"
-	todoRemoved       = "issue 10: methods 2026-07-28 removed must get -32601 in the modern era"
-	todoListen        = "issue 10: subscriptions/listen is refused"
-	todoModernResults = "issue 10: the proxy rewrites a modern upstream's results"
+	notAllowlisted = "the scenario calls a tool the server does not have, so not in the scope's tool_allowlist: " +
+		"the proxy denies it with an isError result (TOOL_NOT_ALLOWED), where the server answers -32602"
 )
 
-// conformanceDiffs are the checks that pass or fail wrapped differently from
-// direct, by "server/revision/scenario/check", and why.
+// conformanceDiffs are the checks that end differently wrapped than direct
+// on purpose, by "server/revision/scenario/check", and why. An entry whose
+// check ends the same both ways fails the test: the list stays true.
 var conformanceDiffs = map[string]string{
-	"go-sdk-everything/2025-11-25/elicitation-sep1034-defaults/elicitation-sep1034-boolean-default":                 todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1034-defaults/elicitation-sep1034-enum-default":                    todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1034-defaults/elicitation-sep1034-general":                         todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1034-defaults/elicitation-sep1034-integer-default":                 todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1034-defaults/elicitation-sep1034-number-default":                  todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1034-defaults/elicitation-sep1034-string-default":                  todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1330-enums/elicitation-sep1330-general":                            todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1330-enums/elicitation-sep1330-legacy-enumnames":                   todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1330-enums/elicitation-sep1330-titled-multi":                       todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1330-enums/elicitation-sep1330-titled-single":                      todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1330-enums/elicitation-sep1330-untitled-multi":                     todoEra,
-	"go-sdk-everything/2025-11-25/elicitation-sep1330-enums/elicitation-sep1330-untitled-single":                    todoEra,
-	"go-sdk-everything/2025-11-25/logging-set-level/logging-set-level":                                              todoEra,
-	"go-sdk-everything/2025-11-25/resources-subscribe/resources-subscribe":                                          todoEra,
-	"go-sdk-everything/2025-11-25/resources-unsubscribe/resources-unsubscribe":                                      todoEra,
-	"go-sdk-everything/2025-11-25/tools-call-elicitation/tools-call-elicitation":                                    todoEra,
-	"go-sdk-everything/2025-11-25/tools-call-sampling/tools-call-sampling":                                          todoEra,
-	"go-sdk-everything/2025-11-25/tools-call-with-logging/tools-call-with-logging":                                  todoEra,
-	"server-everything/2025-11-25/resources-subscribe/resources-subscribe":                                          todoSubscribe,
-	"server-everything/2025-11-25/resources-unsubscribe/resources-unsubscribe":                                      todoSubscribe,
-	"go-sdk-everything/2026-07-28/server-stateless/sep-2575-http-server-method-not-found-404-initialize":            todoRemoved,
-	"go-sdk-everything/2026-07-28/server-stateless/sep-2575-http-server-method-not-found-404-ping":                  todoRemoved,
-	"go-sdk-everything/2026-07-28/server-stateless/sep-2575-http-server-method-not-found-404-resources-subscribe":   todoRemoved,
-	"go-sdk-everything/2026-07-28/server-stateless/sep-2575-http-server-method-not-found-404-resources-unsubscribe": todoRemoved,
-	"go-sdk-everything/2026-07-28/server-stateless/sep-2575-server-honors-notification-filter":                      todoListen,
-	"go-sdk-everything/2026-07-28/server-stateless/sep-2575-server-sends-subscription-ack":                          todoListen,
-	"go-sdk-everything/2026-07-28/server-stateless/sep-2575-server-tags-subscription-id":                            todoListen,
-	"go-sdk-everything/2026-07-28/tasks-capability-negotiation/sep-2663-server-rejects-undeclared-client":           todoModernResults,
-	"go-sdk-everything/2026-07-28/tasks-dispatch-and-envelope/sep-2663-legacy-task-param-ignored":                   todoModernResults,
-	"go-sdk-everything/2026-07-28/tasks-dispatch-and-envelope/tasks-immediate-result-shortcut":                      todoModernResults,
-	"go-sdk-everything/2026-07-28/tasks-dispatch-and-envelope/tasks-result-type-complete-on-non-task-responses":     todoModernResults,
-	"go-sdk-everything/2026-07-28/tasks-lifecycle/tasks-sync-tool-call":                                             todoModernResults,
+	"go-sdk-everything/2026-07-28/tasks-capability-negotiation/sep-2663-server-rejects-undeclared-client":       notAllowlisted,
+	"go-sdk-everything/2026-07-28/tasks-dispatch-and-envelope/sep-2663-legacy-task-param-ignored":               notAllowlisted,
+	"go-sdk-everything/2026-07-28/tasks-dispatch-and-envelope/tasks-immediate-result-shortcut":                  notAllowlisted,
+	"go-sdk-everything/2026-07-28/tasks-dispatch-and-envelope/tasks-result-type-complete-on-non-task-responses": notAllowlisted,
+	"go-sdk-everything/2026-07-28/tasks-lifecycle/tasks-sync-tool-call":                                         notAllowlisted,
+}
+
+// timeBound are checks that wait a fixed time for the server's first
+// frames (the suite's own windows, 500 and 600 ms): a wrapped server starts a fence
+// and a proxy first, so under load the window can close before the answer.
+// Such a check may fail wrapped only with the suite's "no frames" message.
+var timeBound = map[string]string{
+	"server-stateless/sep-2575-server-no-log-without-loglevel":                "failed to yield frame",
+	"server-stateless/sep-2575-http-server-no-independent-requests-on-stream": "Failed to receive progressive stream chunk",
 }
 
 // TestConformance runs @modelcontextprotocol/conformance against real
@@ -136,7 +121,7 @@ func TestConformance(t *testing.T) {
 		for _, tg := range targets {
 			t.Run(tg.srv.name+"/"+tg.revision, func(t *testing.T) {
 				t.Parallel()
-				var direct, wrapped map[string]string
+				var direct, wrapped map[string]checkResult
 				var wg sync.WaitGroup
 				wg.Go(func() { direct = runConformance(t, tg.srv.argv, tg.revision) })
 				wg.Go(func() { wrapped = runConformance(t, w.wrap(tg.srv), tg.revision) })
@@ -157,7 +142,7 @@ func TestConformance(t *testing.T) {
 
 // compareChecks reports every check that ends differently direct and
 // wrapped (unless listed in conformanceDiffs) and returns matched, total.
-func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]string) (int, int) {
+func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]checkResult) (int, int) {
 	t.Helper()
 	keys := map[string]bool{}
 	for k := range direct {
@@ -173,20 +158,24 @@ func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]strin
 	slices.Sort(sorted)
 	matched, passed := 0, 0
 	for _, k := range sorted {
-		d, wr := direct[k], wrapped[k]
+		d, wr := direct[k].Status, wrapped[k].Status
 		if d == "SUCCESS" {
 			passed++
 		}
 		why, expected := conformanceDiffs[prefix+"/"+k]
 		switch {
 		case d == wr && expected:
+			matched++
 			t.Errorf("%s: now ends the same direct and wrapped (%s); remove it from conformanceDiffs (%s)", k, d, why)
 		case d == wr:
 			matched++
 		case expected:
 			t.Logf("%s: direct %q, wrapped %q — on purpose: %s", k, d, wr, why)
+		case timeBound[k] != "" && d == "SUCCESS" && strings.Contains(wrapped[k].Error, timeBound[k]):
+			matched++
+			t.Logf("%s: failed wrapped only because the suite's fixed wait ended first (%s); counted as matched", k, wrapped[k].Error)
 		default:
-			t.Errorf("%s: direct %q, wrapped %q", k, orNone(d), orNone(wr))
+			t.Errorf("%s: direct %q, wrapped %q (%s)", k, orNone(d), orNone(wr), wrapped[k].Error)
 		}
 	}
 	t.Logf("%s: %d of %d checks end the same (%d pass direct)", prefix, matched, len(sorted), passed)

@@ -21,7 +21,13 @@ const (
 	CodeUnsupportedVersion = -32022
 	// CodeDenied is mcpwarden's code for a request the policy refused that is
 	// not a tool call (tool calls are denied with an isError result instead).
-	CodeDenied = -32003
+	//
+	// It lies outside JSON-RPC's reserved block (-32768…-32000), where the
+	// SDKs put codes of their own: go-sdk reads -32003 and -32004 as its
+	// connection closing, the TypeScript and Python SDKs -32000 as
+	// "connection closed" and -32001 as a timeout; MCP uses -32002,
+	// -32020…-32022 and -32042. A denial must read as a denial everywhere.
+	CodeDenied = -31403
 )
 
 // maxDepth bounds nesting so a hostile frame cannot exhaust the stack of
