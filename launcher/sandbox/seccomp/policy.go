@@ -63,6 +63,9 @@ var (
 // Default is what a syscall outside the allowlist gets.
 var Default = eperm
 
+// Unknown is what a syscall number past the newest one in the table gets.
+var Unknown = enosys
+
 // Foreign is what a syscall of another ABI (i386 int 0x80, x32, AArch32)
 // gets.
 var Foreign = enosys

@@ -186,7 +186,19 @@ func compile(arch *Arch, table map[uint32]decision) ([]unix.SockFilter, error) {
 		push(nr, leafOf(table[nr].rule))
 		next = nr + 1
 	}
-	push(next, def)
+	// Numbers past the newest syscall the table knows get ENOSYS, as the
+	// kernel itself answers for a syscall it does not have: a libc probing
+	// a syscall newer than this filter then falls back as it would on an
+	// older kernel.
+	var newest uint32
+	for _, nr := range arch.Syscalls {
+		newest = max(newest, nr)
+	}
+	if next <= newest {
+		push(next, def)
+		next = newest + 1
+	}
+	push(next, leaf{ret: Unknown})
 
 	t := tree{a: &a}
 	t.emit(ranges)
