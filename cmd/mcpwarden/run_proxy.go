@@ -89,7 +89,13 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 	if err != nil {
 		return err
 	}
-	rc.Config.Mediator = &withApprovals{p: p, late: late, stateDir: rc.StateDir, runID: rc.RunID, log: rc.Logger}
+	m := &withApprovals{p: p, late: late, stateDir: rc.StateDir, runID: rc.RunID, log: rc.Logger, restore: func() {}}
+	if rc.Config.Stdin == nil {
+		// The client's messages are read through Go's poller (see
+		// proxy.PollableInput); blocking mode is restored when the proxy ends.
+		rc.Config.Stdin, m.restore = proxy.PollableInput(os.Stdin)
+	}
+	rc.Config.Mediator = m
 	return nil
 }
 
@@ -130,9 +136,11 @@ type withApprovals struct {
 	late            *lateApprovals
 	stateDir, runID string
 	log             *slog.Logger
+	restore         func() // the client's stdin back to blocking mode
 }
 
 func (w *withApprovals) Mediate(ctx context.Context, in io.Reader, out io.Writer, up launcher.Upstream) error {
+	defer w.restore()
 	srv, err := approval.Listen(w.stateDir, w.runID, w.log, w.p.Revoke)
 	if err != nil {
 		// Fail closed: without the socket no call could be approved or the

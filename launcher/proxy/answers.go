@@ -16,14 +16,8 @@ func (s *session) upstreamFrame(rq *request, upEra string, id int64) []byte {
 	if upEra != eraModern {
 		return jsonrpc.Forward(rq.raw, jsonrpc.IntID(id))
 	}
-	params := make(map[string]json.RawMessage, len(rq.params)+1)
-	for k, v := range rq.params {
-		params[k] = v
-	}
-	meta := make(map[string]json.RawMessage, len(rq.meta)+3)
-	for k, v := range rq.meta {
-		meta[k] = v
-	}
+	params := membersMap(rq.raw.ParamMembers)
+	meta := membersMap(rq.raw.MetaMembers)
 	if rq.era == eraLegacy {
 		s.client.mu.Lock()
 		caps := mustJSON(s.client.caps)

@@ -53,8 +53,8 @@ func recordLabel(s string) string {
 // decideToolCall checks a tools/call's name, class and attribution; its
 // path arguments are the gate's to check.
 func (s *session) decideToolCall(rq *request) (admission, *policy.Denial) {
-	var name string
-	if err := strictjson.Unmarshal(rq.params["name"], &name); err != nil || name == "" {
+	name, ok := jsonrpc.String(rq.param("name"))
+	if !ok || name == "" {
 		rq.dec.ActionClass = policy.ClassNone
 		return admission{}, &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "tools/call needs a tool name (a string)"}
 	}
@@ -77,19 +77,19 @@ func (s *session) decideToolCall(rq *request) (admission, *policy.Denial) {
 		return admission{}, &policy.Denial{Code: schema.ErrToolNotAllowed, Reason: "this run's scope is read-only and the tool writes"}
 	}
 	if a := s.cfg.Scope.Attribution; a != nil && a.Required {
-		var cid string
-		if err := strictjson.Unmarshal(rq.meta[a.MetaKey], &cid); err != nil || cid == "" || len(cid) > 256 ||
+		raw, _ := rq.meta(a.MetaKey)
+		cid, ok := jsonrpc.String(raw)
+		if !ok || cid == "" || len(cid) > 256 ||
 			(a.MetaKey == "traceparent" && !traceparent().MatchString(cid)) {
 			return admission{}, &policy.Denial{Code: schema.ErrUnattributed, Reason: "the call carries no correlation id in _meta." + a.MetaKey}
 		}
 		rq.dec.CorrelationID = cid
-	} else if v, ok := rq.meta["traceparent"]; ok {
-		var cid string
-		if strictjson.Unmarshal(v, &cid) == nil && traceparent().MatchString(cid) {
+	} else if v, ok := rq.meta("traceparent"); ok {
+		if cid, ok := jsonrpc.String(v); ok && traceparent().MatchString(cid) {
 			rq.dec.CorrelationID = cid
 		}
 	}
-	args := rq.params["arguments"]
+	args := rq.param("arguments")
 	return admission{
 		check: func(eff *scopeView) ([]string, *policy.Denial) {
 			return s.pol.CheckArguments(name, args, eff.paths)
@@ -103,8 +103,8 @@ func (s *session) decideToolCall(rq *request) (admission, *policy.Denial) {
 // decideResource checks that resources/read, subscribe and unsubscribe name
 // a URI; the gate checks it against the effective scope.
 func (s *session) decideResource(rq *request) (admission, *policy.Denial) {
-	var uri string
-	if err := strictjson.Unmarshal(rq.params["uri"], &uri); err != nil || uri == "" {
+	uri, ok := jsonrpc.String(rq.param("uri"))
+	if !ok || uri == "" {
 		return admission{}, &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "the request needs a uri (a string)"}
 	}
 	return admission{check: func(eff *scopeView) ([]string, *policy.Denial) {
@@ -121,7 +121,7 @@ func (s *session) decideResource(rq *request) (admission, *policy.Denial) {
 // be; one outside the scope denies the whole request.
 func (s *session) decideListen(rq *request) (admission, *policy.Denial) {
 	var notes map[string]json.RawMessage
-	if err := strictjson.Unmarshal(rq.params["notifications"], &notes); err != nil || notes == nil {
+	if err := strictjson.Unmarshal(rq.param("notifications"), &notes); err != nil || notes == nil {
 		return admission{}, &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "subscriptions/listen needs notifications (an object)"}
 	}
 	for k := range notes {
@@ -136,7 +136,7 @@ func (s *session) decideListen(rq *request) (admission, *policy.Denial) {
 			ResourceSubscriptions []string `json:"resourceSubscriptions"`
 		} `json:"notifications"`
 	}
-	if err := strictjson.Unmarshal(rq.params["notifications"], &p.Notifications, strictjson.AllowUnknownMembers()); err != nil || p.Notifications == nil {
+	if err := strictjson.Unmarshal(rq.param("notifications"), &p.Notifications, strictjson.AllowUnknownMembers()); err != nil || p.Notifications == nil {
 		return admission{}, &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "subscriptions/listen: notifications.resourceSubscriptions must be a list of URIs"}
 	}
 	uris := p.Notifications.ResourceSubscriptions
@@ -257,12 +257,16 @@ func (s *session) awaitApproval(rq *request, tool string, class policy.Class) sc
 	}
 }
 
-// finish writes the client's answer and the request's decision record.
+// finish writes the client's answer, then queues the request's decision
+// record (its end time is taken before the write).
 func (s *session) finish(rq *request, frame []byte, code schema.ErrorCode) {
-	if rq.dec != nil {
-		s.record(rq, code)
+	if rq.dec == nil {
+		s.toClient(frame)
+		return
 	}
+	s.endRecord(rq, code)
 	s.toClient(frame)
+	s.rec.add(*rq.dec)
 }
 
 // record queues rq's decision record with code (if any).
@@ -270,13 +274,17 @@ func (s *session) record(rq *request, code schema.ErrorCode) {
 	if rq.dec == nil {
 		return
 	}
+	s.endRecord(rq, code)
+	s.rec.add(*rq.dec)
+}
+
+func (s *session) endRecord(rq *request, code schema.ErrorCode) {
 	end := s.cfg.Now()
 	rq.dec.EndNS = end.UnixNano()
 	rq.dec.LatencyMS = float64(end.Sub(rq.start).Microseconds()) / 1000
 	if code != "" {
 		rq.dec.ErrorCode = string(code)
 	}
-	s.rec.add(*rq.dec)
 }
 
 // deny answers a refused request. A tool call's policy denial is a tool

@@ -21,9 +21,7 @@ type request struct {
 	id      json.RawMessage // the client's id, byte for byte
 	method  string
 	rule    *clientMethod
-	params  map[string]json.RawMessage
-	meta    map[string]json.RawMessage
-	raw     *jsonrpc.Message
+	raw     *jsonrpc.Message // params and params._meta are read through it
 	era     string
 	version string
 	start   time.Time
@@ -129,23 +127,24 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 	s.admit(rq, a, true)
 }
 
-// readEnvelope decodes params and _meta and checks the era's rules. It
-// answers and returns false when the request is refused.
+// param and meta read a member of params and of params._meta (as the
+// frame scanner collected them: nothing is parsed again).
+func (rq *request) param(key string) json.RawMessage {
+	v, _ := rq.raw.Param(key)
+	return v
+}
+
+func (rq *request) meta(key string) (json.RawMessage, bool) { return rq.raw.Meta(key) }
+
+// readEnvelope checks _meta and the era's rules. It answers and returns
+// false when the request is refused.
 func (s *session) readEnvelope(rq *request) bool {
 	m := rq.raw
-	if m.Params != nil {
-		if err := strictjson.Unmarshal(m.Params, &rq.params); err != nil {
-			s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "params must be an object", nil))
-			return false
-		}
+	if raw, ok := m.Param("_meta"); ok && firstByte(raw) != '{' {
+		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "_meta must be an object", nil))
+		return false
 	}
-	if raw, ok := rq.params["_meta"]; ok {
-		if err := strictjson.Unmarshal(raw, &rq.meta); err != nil || rq.meta == nil {
-			s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "_meta must be an object", nil))
-			return false
-		}
-	}
-	v, ok := rq.meta[metaVersion]
+	v, ok := rq.meta(metaVersion)
 	if !ok {
 		s.client.mu.Lock()
 		rq.version = s.client.version
@@ -153,7 +152,7 @@ func (s *session) readEnvelope(rq *request) bool {
 		return true
 	}
 	rq.era = eraModern
-	if err := strictjson.Unmarshal(v, &rq.version); err != nil {
+	if rq.version, ok = jsonrpc.String(v); !ok {
 		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "_meta "+metaVersion+" must be a string", nil))
 		s.recordProtocolDenial(m.Method, eraModern, "", schema.ErrMalformedRequest)
 		return false
@@ -164,7 +163,7 @@ func (s *session) readEnvelope(rq *request) bool {
 		s.recordProtocolDenial(m.Method, eraModern, truncate(rq.version, 32), schema.ErrUnsupportedVersion)
 		return false
 	}
-	if caps, ok := rq.meta[metaClientCaps]; !ok || firstByte(caps) != '{' {
+	if caps, ok := rq.meta(metaClientCaps); !ok || firstByte(caps) != '{' {
 		s.toClient(jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInvalidParams, "missing _meta key "+metaClientCaps+" (an object)", nil))
 		s.recordProtocolDenial(m.Method, eraModern, rq.version, schema.ErrMalformedRequest)
 		return false
@@ -175,15 +174,10 @@ func (s *session) readEnvelope(rq *request) bool {
 // readEra finds a request's era and version for the answer of a stopped
 // run (best effort: the request is refused whatever it holds).
 func (s *session) readEra(rq *request) {
-	var params struct {
-		Meta map[string]json.RawMessage `json:"_meta"`
-	}
-	if rq.raw.Params != nil && strictjson.Unmarshal(rq.raw.Params, &params, strictjson.AllowUnknownMembers()) == nil {
-		if v, ok := params.Meta[metaVersion]; ok {
-			rq.era = eraModern
-			_ = strictjson.Unmarshal(v, &rq.version)
-			rq.version = truncate(rq.version, 32)
-		}
+	if v, ok := rq.meta(metaVersion); ok {
+		rq.era = eraModern
+		rq.version, _ = jsonrpc.String(v)
+		rq.version = truncate(rq.version, 32)
 	}
 }
 
@@ -199,11 +193,8 @@ func (s *session) answerStopped(rq *request) {
 		return
 	}
 	if rq.dec == nil && rq.method == "tools/call" {
-		var params struct {
-			Name string `json:"name"`
-		}
-		_ = strictjson.Unmarshal(rq.raw.Params, &params, strictjson.AllowUnknownMembers())
-		rq.dec = s.newDecision(rq, params.Name, policy.ClassNone)
+		name, _ := jsonrpc.String(rq.param("name"))
+		rq.dec = s.newDecision(rq, name, policy.ClassNone)
 	}
 	s.deny(rq, code, stopReasons[code])
 }
@@ -211,10 +202,9 @@ func (s *session) answerStopped(rq *request) {
 // onInitialize answers a legacy client's initialize from the upstream's own
 // handshake, which the proxy owns.
 func (s *session) onInitialize(rq *request) {
-	var v string
-	_ = strictjson.Unmarshal(rq.params["protocolVersion"], &v)
+	v, _ := jsonrpc.String(rq.param("protocolVersion"))
 	caps := map[string]json.RawMessage{}
-	if raw, ok := rq.params["capabilities"]; ok {
+	if raw := rq.param("capabilities"); raw != nil {
 		_ = strictjson.Unmarshal(raw, &caps)
 	}
 	s.client.mu.Lock()
@@ -235,7 +225,7 @@ func (s *session) onInitialize(rq *request) {
 		s.scope.mu.Unlock()
 		s.changed.broadcast()
 	}
-	if err := s.ensureUpstream(eraLegacy, rq.params, nil); err != nil {
+	if err := s.ensureUpstream(eraLegacy, membersMap(rq.raw.ParamMembers), nil); err != nil {
 		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be initialised"))
 		return
 	}
@@ -245,7 +235,7 @@ func (s *session) onInitialize(rq *request) {
 func (s *session) onPing(rq *request) { s.toClient(jsonrpc.Result(rq.id, rawEmptyObject)) }
 
 func (s *session) onDiscover(rq *request) {
-	if err := s.ensureUpstream(rq.era, nil, rq.meta); err != nil {
+	if err := s.ensureUpstream(rq.era, nil, rq.raw.MetaMembers); err != nil {
 		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be started"))
 		return
 	}
@@ -426,4 +416,14 @@ func containsStr(list []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// membersMap is members as a map (for the few places that rewrite or keep
+// a whole object).
+func membersMap(members []jsonrpc.Member) map[string]json.RawMessage {
+	m := make(map[string]json.RawMessage, len(members))
+	for _, mb := range members {
+		m[string(mb.Key)] = mb.Value
+	}
+	return m
 }

@@ -143,7 +143,7 @@ var errNotReady = errors.New("the client's roots refresh or the server's restart
 // can be forwarded. A pending roots refresh may hold a request for
 // RootsTimeout, a restart or the first handshake for RestartTimeout.
 func (s *session) waitReady(rq *request) error {
-	if err := s.ensureUpstream(rq.era, nil, rq.meta); err != nil {
+	if err := s.ensureUpstream(rq.era, nil, rq.raw.MetaMembers); err != nil {
 		return errors.New("the upstream server could not be started")
 	}
 	start := time.Now()

@@ -81,7 +81,11 @@ type Config struct {
 	ProbeTimeout    time.Duration // server/discover probe of the upstream
 	WarmupTimeout   time.Duration // wait for a roots server to take its roots after (re)start
 	AskTimeout      time.Duration // wait for a server of unknown habits to ask roots/list
-	Now             func() time.Time
+	// FlushDelay is how long a decision record may wait to be batched with
+	// the next ones (default DefaultFlushDelay; negative: write each batch
+	// at once).
+	FlushDelay time.Duration
+	Now        func() time.Time
 }
 
 // Proxy is the protocol-aware launcher.Mediator.
@@ -133,6 +137,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.AskTimeout <= 0 {
 		cfg.AskTimeout = DefaultAskTimeout
+	}
+	if cfg.FlushDelay == 0 {
+		cfg.FlushDelay = DefaultFlushDelay
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

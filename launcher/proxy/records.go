@@ -11,8 +11,11 @@ import (
 
 // recorder writes decision records off the call path, in batches, so a
 // durable audit log (fsync per batch) does not add its latency to every
-// call. A failed write is sticky: from then on every call is denied and the
-// run stops (fail closed); records already queued are still attempted.
+// call. A batch is written FlushDelay after its first record was queued
+// (or at once when the queue is full or the run stops): one wake-up, one
+// write and one fsync per batch instead of per call. A failed write is
+// sticky: from then on every call is denied and the run stops (fail
+// closed); records already queued are still attempted.
 type recorder struct {
 	s *session
 
@@ -20,6 +23,7 @@ type recorder struct {
 	cond    *sync.Cond
 	queue   []schema.Event
 	closing bool
+	closeC  chan struct{} // closed by close: a batch waiting for its delay goes at once
 	done    chan struct{}
 	werr    error
 }
@@ -28,8 +32,12 @@ type recorder struct {
 // rather than losing records).
 const maxQueued = 4096
 
+// DefaultFlushDelay is how long a decision record may wait to be batched
+// with the next ones before it is written (and fsync'd).
+const DefaultFlushDelay = 10 * time.Millisecond
+
 func newRecorder(s *session) *recorder {
-	r := &recorder{s: s, done: make(chan struct{})}
+	r := &recorder{s: s, done: make(chan struct{}), closeC: make(chan struct{})}
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -53,12 +61,17 @@ func (r *recorder) add(d schema.Decision) {
 		r.cond.Wait()
 	}
 	r.queue = append(r.queue, ev)
-	r.cond.Broadcast()
+	if len(r.queue) == 1 || len(r.queue) >= maxQueued {
+		// The writer waits for a first record (or for a full queue while
+		// it delays); later records of the same batch wake nobody.
+		r.cond.Broadcast()
+	}
 	r.mu.Unlock()
 }
 
 func (r *recorder) run() {
 	defer close(r.done)
+	delay := r.s.cfg.FlushDelay
 	for {
 		r.mu.Lock()
 		for len(r.queue) == 0 && !r.closing {
@@ -67,6 +80,17 @@ func (r *recorder) run() {
 		if len(r.queue) == 0 && r.closing {
 			r.mu.Unlock()
 			return
+		}
+		if !r.closing && len(r.queue) < maxQueued && delay > 0 {
+			// Let the batch fill for a moment: one timer per batch.
+			r.mu.Unlock()
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-r.closeC:
+			}
+			t.Stop()
+			r.mu.Lock()
 		}
 		batch := r.queue
 		r.queue = nil
@@ -91,7 +115,10 @@ func (r *recorder) run() {
 // close flushes what is queued and stops the writer.
 func (r *recorder) close() {
 	r.mu.Lock()
-	r.closing = true
+	if !r.closing {
+		r.closing = true
+		close(r.closeC)
+	}
 	r.cond.Broadcast()
 	r.mu.Unlock()
 	<-r.done

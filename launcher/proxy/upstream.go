@@ -26,7 +26,7 @@ import (
 // modern client gets a modern upstream where the server has one (probed
 // with server/discover), else a legacy one it is translated to. legacyInit
 // is the client's initialize params when a legacy client started the session.
-func (s *session) ensureUpstream(clientEra string, legacyInit map[string]json.RawMessage, modernMeta map[string]json.RawMessage) error {
+func (s *session) ensureUpstream(clientEra string, legacyInit map[string]json.RawMessage, modernMeta []jsonrpc.Member) error {
 	for {
 		ch := s.changed.wait()
 		s.upst.mu.Lock()
@@ -45,7 +45,11 @@ func (s *session) ensureUpstream(clientEra string, legacyInit map[string]json.Ra
 			continue
 		}
 		s.upst.initState = 1
-		s.upst.initParams = upstreamInitParams(legacyInit, modernMeta)
+		var meta map[string]json.RawMessage
+		if legacyInit == nil {
+			meta = membersMap(modernMeta)
+		}
+		s.upst.initParams = upstreamInitParams(legacyInit, meta)
 		s.upst.mu.Unlock()
 		break
 	}

@@ -8,23 +8,29 @@ import (
 )
 
 // Writer writes whole frames; it is safe for concurrent use, and frames from
-// different goroutines never interleave.
+// different goroutines never interleave. Each frame and its newline go out
+// in one write(2).
 type Writer struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
 }
 
 // NewWriter wraps w.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
+// maxKept bounds the buffer a Writer keeps between frames.
+const maxKept = 64 << 10
+
 // Write writes frame followed by a newline.
 func (w *Writer) Write(frame []byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	buf := make([]byte, 0, len(frame)+1)
-	buf = append(buf, frame...)
-	buf = append(buf, '\n')
-	_, err := w.w.Write(buf)
+	w.buf = append(append(w.buf[:0], frame...), '\n')
+	_, err := w.w.Write(w.buf)
+	if cap(w.buf) > maxKept {
+		w.buf = nil // a large frame's buffer is not kept
+	}
 	return err
 }
 
@@ -107,8 +113,15 @@ func idOrNull(id json.RawMessage) json.RawMessage {
 }
 
 func appendJSON(b []byte, v any) []byte {
-	if raw, ok := v.(json.RawMessage); ok {
-		return append(b, raw...)
+	switch v := v.(type) {
+	case json.RawMessage:
+		return append(b, v...)
+	case string:
+		if plain(v) {
+			b = append(b, '"')
+			b = append(b, v...)
+			return append(b, '"')
+		}
 	}
 	enc, err := json.Marshal(v)
 	if err != nil {
@@ -116,4 +129,17 @@ func appendJSON(b []byte, v any) []byte {
 		panic("jsonrpc: cannot encode " + err.Error())
 	}
 	return append(b, enc...)
+}
+
+// plain reports whether s needs no escaping in JSON (printable ASCII other
+// than the quote, the backslash and the characters encoding/json escapes
+// for HTML), so it can be written as is.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

@@ -164,6 +164,15 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
+		// The members the scanner collected are what a strict decoder reads.
+		if m.Params != nil {
+			checkMembers(t, m.Params, m.ParamMembers)
+			if raw, ok := m.Param("_meta"); ok && firstNonSpace(raw) == '{' {
+				checkMembers(t, raw, m.MetaMembers)
+			} else if len(m.MetaMembers) != 0 {
+				t.Fatalf("meta members without an _meta object: %q", data)
+			}
+		}
 		// Anything accepted must re-encode to a frame that parses the same way.
 		out := Forward(m, IntID(1))
 		m2, err := Parse(out)
@@ -238,5 +247,45 @@ func TestParseDoesNotAliasFrame(t *testing.T) {
 	}
 	if string(m.ID) != "12" || string(m.Params) != `{"a":1}` {
 		t.Fatalf("message changed with the frame: id %s params %s", m.ID, m.Params)
+	}
+}
+
+// checkMembers compares members with the strict decoder's reading of obj.
+func checkMembers(t *testing.T, obj json.RawMessage, members []Member) {
+	t.Helper()
+	var want map[string]json.RawMessage
+	if err := strictjson.Unmarshal(obj, &want); err != nil {
+		t.Fatalf("accepted object %q refused by the strict decoder: %v", obj, err)
+	}
+	if len(want) != len(members) {
+		t.Fatalf("%d members, the strict decoder reads %d, in %q", len(members), len(want), obj)
+	}
+	for _, mb := range members {
+		v, ok := want[string(mb.Key)]
+		if !ok || !bytes.Equal(bytes.TrimSpace(v), mb.Value) {
+			t.Fatalf("member %q = %q, the strict decoder reads %q", mb.Key, mb.Value, v)
+		}
+	}
+}
+
+func TestMembers(t *testing.T) {
+	m, err := Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"r\u0065ad","arguments":{"_meta":{"x":1}},"\u005fmeta":{"traceparent":"t","k":{"a":[1]}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := m.Param("name"); !ok || string(v) != `"r\u0065ad"` {
+		t.Fatalf("name = %s", v)
+	}
+	if s, ok := String(m.ParamMembers[0].Value); !ok || s != "read" {
+		t.Fatalf("String(name) = %q %v", s, ok)
+	}
+	if v, ok := m.Meta("traceparent"); !ok || string(v) != `"t"` {
+		t.Fatalf("escaped _meta not collected: %s", v)
+	}
+	if _, ok := m.Meta("x"); ok {
+		t.Fatal("arguments._meta was taken for params._meta")
+	}
+	if len(m.MetaMembers) != 2 {
+		t.Fatalf("meta members = %d", len(m.MetaMembers))
 	}
 }

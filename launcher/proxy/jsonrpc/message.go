@@ -61,6 +61,42 @@ type Message struct {
 	Params json.RawMessage
 	Result json.RawMessage
 	Error  *Error
+	// ParamMembers are the members of Params, MetaMembers those of
+	// params._meta when it is an object, as the frame scanner found them
+	// (keys unescaped, values raw): reading them parses nothing again.
+	ParamMembers, MetaMembers []Member
+}
+
+// Param returns the raw value of params member key.
+func (m *Message) Param(key string) (json.RawMessage, bool) { return lookup(m.ParamMembers, key) }
+
+// Meta returns the raw value of params._meta member key.
+func (m *Message) Meta(key string) (json.RawMessage, bool) { return lookup(m.MetaMembers, key) }
+
+func lookup(members []Member, key string) (json.RawMessage, bool) {
+	for _, mb := range members {
+		if string(mb.Key) == key {
+			return mb.Value, true
+		}
+	}
+	return nil, false
+}
+
+// String decodes a raw JSON string value of a frame that Parse accepted
+// (so it is valid JSON without lone surrogates); ok is false for anything
+// but a string.
+func String(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	if strictjson.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // ParseError says why a frame was refused. ID is the request id when it could
@@ -89,7 +125,7 @@ func Parse(frame []byte) (*Message, error) {
 	if first == '[' {
 		return nil, perr(CodeInvalidRequest, nil, "batch requests are not supported")
 	}
-	members, err := scanFrame(frame)
+	sc, err := scanFrame(frame)
 	if err != nil {
 		if errors.Is(err, errSyntax) {
 			return nil, perr(CodeParseError, nil, "%v", err)
@@ -104,9 +140,9 @@ func Parse(frame []byte) (*Message, error) {
 	}
 	// Members by exact key (never case-folded: "Method" is not "method").
 	var env envelope
-	for _, mb := range members {
-		v := json.RawMessage(mb.value)
-		switch mb.key {
+	for _, mb := range sc.top {
+		v := mb.Value
+		switch string(mb.Key) {
 		case "jsonrpc":
 			env.JSONRPC = v
 		case "id":
@@ -120,7 +156,7 @@ func Parse(frame []byte) (*Message, error) {
 		case "error":
 			env.Error = v
 		default:
-			return nil, perr(CodeInvalidRequest, nil, "unknown member %q", truncate(mb.key, 64))
+			return nil, perr(CodeInvalidRequest, nil, "unknown member %q", truncate(string(mb.Key), 64))
 		}
 	}
 	var id json.RawMessage
@@ -139,14 +175,16 @@ func Parse(frame []byte) (*Message, error) {
 			return nil, perr(CodeInvalidRequest, id, "params must be an object")
 		}
 		m.Params = env.Params
+		m.ParamMembers = sc.params
+		m.MetaMembers = sc.meta
 	}
 	switch {
 	case env.Method != nil:
 		if env.Result != nil || env.Error != nil {
 			return nil, perr(CodeInvalidRequest, id, "a request cannot carry result or error")
 		}
-		var method string
-		if firstNonSpace(env.Method) != '"' || strictjson.Unmarshal(env.Method, &method) != nil {
+		method, ok := String(env.Method)
+		if !ok {
 			return nil, perr(CodeInvalidRequest, id, "method must be a string")
 		}
 		if method == "" {

@@ -1,9 +1,11 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
@@ -12,11 +14,11 @@ import (
 // JSON that the proxy refuses (duplicate keys, depth, surrogates).
 var errSyntax = errors.New("invalid JSON")
 
-// member is one top-level member of an object: its key and the raw bytes
+// Member is one member of an object: its key (unescaped) and the raw bytes
 // of its value.
-type member struct {
-	key   string
-	value []byte
+type Member struct {
+	Key   []byte
+	Value json.RawMessage
 }
 
 // scanner validates a frame in one pass: JSON syntax, no duplicate keys at
@@ -24,29 +26,58 @@ type member struct {
 // surrogate escapes, no control characters inside strings, bounded depth.
 // It accepts exactly what schema/strictjson.Check accepts (on valid UTF-8;
 // FuzzScanAgreesWithStrictDecoder holds the two together), in one pass
-// that also collects the envelope: it is on every message's path.
-// It collects the top-level members, so the envelope needs no second parse.
+// that also collects the members of the envelope, of its params and of
+// params._meta, so nothing on a message's path parses the frame twice.
 // UTF-8 validity is checked by the caller.
 type scanner struct {
 	b     []byte
 	i     int
 	depth int
-	top   []member
+	top   []Member
+	// params and meta are the members of the top-level "params" object and
+	// of its "_meta" object, when they are objects.
+	params, meta []Member
+	store        [24]Member // backing for the three lists in the common case
 }
 
-// scanFrame validates b and returns its top-level members when it is an
-// object.
-func scanFrame(b []byte) ([]member, error) {
-	s := scanner{b: b}
+// scanFrame validates b and returns its scanner, holding the members of
+// the envelope, params and params._meta when b is an object.
+func scanFrame(b []byte) (*scanner, error) {
+	s := &scanner{b: b}
+	s.top = s.store[:0:8]
+	s.params = s.store[8:8:16]
+	s.meta = s.store[16:16:24]
 	s.ws()
-	if err := s.value(); err != nil {
+	if err := s.value(collectTop); err != nil {
 		return nil, err
 	}
 	s.ws()
 	if s.i != len(s.b) {
 		return nil, fmt.Errorf("%w: data after the value", errSyntax)
 	}
-	return s.top, nil
+	return s, nil
+}
+
+// What an object's members are collected into.
+type collect int
+
+const (
+	collectNone collect = iota
+	collectTop
+	collectParams
+	collectMeta
+)
+
+func (s *scanner) list(c collect) *[]Member {
+	switch c {
+	case collectTop:
+		return &s.top
+	case collectParams:
+		return &s.params
+	case collectMeta:
+		return &s.meta
+	}
+	return nil
 }
 
 func (s *scanner) ws() {
@@ -64,25 +95,25 @@ func (s *scanner) syntax(what string) error {
 	return fmt.Errorf("%w: %s at byte %d", errSyntax, what, s.i)
 }
 
-func (s *scanner) value() error {
+func (s *scanner) value(c collect) error {
 	if s.i >= len(s.b) {
 		return s.syntax("unexpected end")
 	}
-	switch c := s.b[s.i]; {
-	case c == '{':
-		return s.object()
-	case c == '[':
+	switch c2 := s.b[s.i]; {
+	case c2 == '{':
+		return s.object(c)
+	case c2 == '[':
 		return s.array()
-	case c == '"':
+	case c2 == '"':
 		_, _, err := s.str()
 		return err
-	case c == 't':
+	case c2 == 't':
 		return s.lit("true")
-	case c == 'f':
+	case c2 == 'f':
 		return s.lit("false")
-	case c == 'n':
+	case c2 == 'n':
 		return s.lit("null")
-	case c == '-' || (c >= '0' && c <= '9'):
+	case c2 == '-' || (c2 >= '0' && c2 <= '9'):
 		return s.number()
 	}
 	return s.syntax("unexpected character")
@@ -207,7 +238,7 @@ func (s *scanner) array() error {
 	}
 	for {
 		s.ws()
-		if err := s.value(); err != nil {
+		if err := s.value(collectNone); err != nil {
 			return err
 		}
 		s.ws()
@@ -227,11 +258,11 @@ func (s *scanner) array() error {
 	}
 }
 
-func (s *scanner) object() error {
+func (s *scanner) object(c collect) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	isTop := s.depth == 1
+	into := s.list(c)
 	s.i++
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
@@ -239,7 +270,10 @@ func (s *scanner) object() error {
 		s.depth--
 		return nil
 	}
-	var small [8]string
+	// Folded keys seen so far: slices of the frame in the common case
+	// (unescaped keys without upper case or non-ASCII bytes), so checking
+	// a frame allocates nothing; a map once an object grows large.
+	var small [8][]byte
 	keys := small[:0]
 	var many map[string]struct{}
 	for {
@@ -251,21 +285,23 @@ func (s *scanner) object() error {
 		if err != nil {
 			return err
 		}
-		key := string(raw[1 : len(raw)-1])
+		key := raw[1 : len(raw)-1]
 		if escaped {
-			if err := json.Unmarshal(raw, &key); err != nil {
+			var k string
+			if err := json.Unmarshal(raw, &k); err != nil {
 				return s.syntax("invalid key")
 			}
+			key = []byte(k)
 		}
-		folded := strictjson.FoldName(key)
+		folded := foldBytes(key)
 		if many != nil {
-			if _, dup := many[folded]; dup {
+			if _, dup := many[string(folded)]; dup {
 				return dupKey(key)
 			}
-			many[folded] = struct{}{}
+			many[string(folded)] = struct{}{}
 		} else {
 			for _, k := range keys {
-				if k == folded {
+				if bytes.Equal(k, folded) {
 					return dupKey(key)
 				}
 			}
@@ -273,7 +309,7 @@ func (s *scanner) object() error {
 			if len(keys) == cap(small) {
 				many = make(map[string]struct{}, 16)
 				for _, k := range keys {
-					many[k] = struct{}{}
+					many[string(k)] = struct{}{}
 				}
 			}
 		}
@@ -284,11 +320,18 @@ func (s *scanner) object() error {
 		s.i++
 		s.ws()
 		vstart := s.i
-		if err := s.value(); err != nil {
+		next := collectNone
+		switch {
+		case c == collectTop && string(key) == "params":
+			next = collectParams
+		case c == collectParams && string(key) == "_meta":
+			next = collectMeta
+		}
+		if err := s.value(next); err != nil {
 			return err
 		}
-		if isTop {
-			s.top = append(s.top, member{key: key, value: s.b[vstart:s.i]})
+		if into != nil {
+			*into = append(*into, Member{Key: key, Value: s.b[vstart:s.i]})
 		}
 		s.ws()
 		if s.i >= len(s.b) {
@@ -307,6 +350,17 @@ func (s *scanner) object() error {
 	}
 }
 
-func dupKey(key string) error {
-	return fmt.Errorf("duplicate key %q (keys are compared ignoring case, as Go's decoder matches them)", truncate(key, 64))
+// foldBytes is strictjson.FoldName on bytes, without allocating for keys
+// that fold to themselves.
+func foldBytes(k []byte) []byte {
+	for _, c := range k {
+		if c >= utf8.RuneSelf || (c >= 'A' && c <= 'Z') {
+			return []byte(strictjson.FoldName(string(k)))
+		}
+	}
+	return k
+}
+
+func dupKey(key []byte) error {
+	return fmt.Errorf("duplicate key %q (keys are compared ignoring case, as Go's decoder matches them)", truncate(string(key), 64))
 }
