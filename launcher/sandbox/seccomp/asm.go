@@ -6,19 +6,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// asm is a small classic-BPF assembler with symbolic jump targets. An empty
-// target means "the next instruction". Conditional jumps reach at most 255
-// instructions ahead; assemble inserts `ja` trampolines for the ones that
-// must go further, so the program's layout never has to care.
+// asm is a small classic-BPF assembler with symbolic jump targets. Labels
+// are small integers; next (0) means "the next instruction". Conditional
+// jumps reach at most 255 instructions ahead; assemble inserts `ja`
+// trampolines for the ones that must go further, so the program's layout
+// never has to care.
 type asm struct {
 	ins    []insn
-	labels map[string]int
-	fresh  int
+	labels []int // label -> instruction index; -1 while unbound
 }
+
+// label names a jump target.
+type label int
+
+// next is the fall-through target.
+const next label = 0
 
 type insn struct {
 	f      unix.SockFilter
-	jt, jf string // conditional jumps; for BPF_JA, jt is the target
+	jt, jf label // conditional jumps; for BPF_JA, jt is the target
 }
 
 const (
@@ -32,35 +38,42 @@ const (
 	opRet   = unix.BPF_RET | unix.BPF_K
 )
 
-func (a *asm) label(name string) {
-	if a.labels == nil {
-		a.labels = map[string]int{}
+// newLabel returns an unbound label.
+func (a *asm) newLabel() label {
+	if len(a.labels) == 0 {
+		a.labels = append(a.labels, -1) // next
 	}
-	if _, dup := a.labels[name]; dup {
-		panic("seccomp: label " + name + " defined twice")
-	}
-	a.labels[name] = len(a.ins)
+	a.labels = append(a.labels, -1)
+	return label(len(a.labels) - 1)
 }
 
-func (a *asm) emit(code uint16, k uint32, jt, jf string) {
+// bind places l at the next instruction emitted.
+func (a *asm) bind(l label) {
+	if a.labels[l] >= 0 {
+		panic(fmt.Sprintf("seccomp: label %d bound twice", l))
+	}
+	a.labels[l] = len(a.ins)
+}
+
+func (a *asm) emit(code uint16, k uint32, jt, jf label) {
 	a.ins = append(a.ins, insn{f: unix.SockFilter{Code: code, K: k}, jt: jt, jf: jf})
 }
 
-func (a *asm) ld(off uint32)                { a.emit(opLdAbs, off, "", "") }
-func (a *asm) and(k uint32)                 { a.emit(opAnd, k, "", "") }
-func (a *asm) ja(to string)                 { a.emit(opJa, 0, to, "") }
-func (a *asm) jeq(k uint32, jt, jf string)  { a.emit(opJeq, k, jt, jf) }
-func (a *asm) jge(k uint32, jt, jf string)  { a.emit(opJge, k, jt, jf) }
-func (a *asm) jset(k uint32, jt, jf string) { a.emit(opJset, k, jt, jf) }
-func (a *asm) ret(k uint32)                 { a.emit(opRet, k, "", "") }
+func (a *asm) ld(off uint32)               { a.emit(opLdAbs, off, next, next) }
+func (a *asm) and(k uint32)                { a.emit(opAnd, k, next, next) }
+func (a *asm) ja(to label)                 { a.emit(opJa, 0, to, next) }
+func (a *asm) jeq(k uint32, jt, jf label)  { a.emit(opJeq, k, jt, jf) }
+func (a *asm) jge(k uint32, jt, jf label)  { a.emit(opJge, k, jt, jf) }
+func (a *asm) jset(k uint32, jt, jf label) { a.emit(opJset, k, jt, jf) }
+func (a *asm) ret(k uint32)                { a.emit(opRet, k, next, next) }
 
 func isCond(code uint16) bool { return code&0x07 == unix.BPF_JMP && code != opJa }
 
 // assemble resolves the labels into the kernel's instruction format.
 func (a *asm) assemble() ([]unix.SockFilter, error) {
-	for name, at := range a.labels {
-		if at >= len(a.ins) {
-			return nil, fmt.Errorf("seccomp filter: label %q points past the end", name)
+	for l, at := range a.labels {
+		if l != int(next) && (at < 0 || at >= len(a.ins)) {
+			return nil, fmt.Errorf("seccomp filter: label %d is unbound or points past the end", l)
 		}
 	}
 	for a.relax() {
@@ -97,18 +110,14 @@ func (a *asm) assemble() ([]unix.SockFilter, error) {
 	return out, nil
 }
 
-// dist is how many instructions a jump at from skips to reach label.
-func (a *asm) dist(from int, label string) (int, error) {
-	if label == "" {
+// dist is how many instructions a jump at from skips to reach l.
+func (a *asm) dist(from int, l label) (int, error) {
+	if l == next {
 		return 0, nil
 	}
-	to, ok := a.labels[label]
-	if !ok {
-		return 0, fmt.Errorf("seccomp filter: unknown label %q", label)
-	}
-	d := to - from - 1
+	d := a.labels[l] - from - 1
 	if d < 0 {
-		return 0, fmt.Errorf("seccomp filter: backward jump to %q", label)
+		return 0, fmt.Errorf("seccomp filter: backward jump at %d", from)
 	}
 	return d, nil
 }
@@ -121,7 +130,7 @@ func (a *asm) relax() bool {
 		if !isCond(in.f.Code) {
 			continue
 		}
-		far := func(l string) bool {
+		far := func(l label) bool {
 			d, err := a.dist(i, l)
 			return err == nil && d > 255
 		}
@@ -131,23 +140,24 @@ func (a *asm) relax() bool {
 		}
 		// The fall-through target must stay the instruction that follows
 		// now, not the trampoline about to be inserted.
-		next := a.newLabelAt(i + 1)
+		after := a.newLabel()
+		a.labels[after] = i + 1
 		jt, jf := in.jt, in.jf
-		if jt == "" {
-			jt = next
+		if jt == next {
+			jt = after
 		}
-		if jf == "" {
-			jf = next
+		if jf == next {
+			jf = after
 		}
 		var tramp []insn
-		var names []string
+		var names []label
 		if farT {
-			names = append(names, a.freshName())
+			names = append(names, a.newLabel())
 			tramp = append(tramp, insn{f: unix.SockFilter{Code: opJa}, jt: jt})
 			jt = names[len(names)-1]
 		}
 		if farF {
-			names = append(names, a.freshName())
+			names = append(names, a.newLabel())
 			tramp = append(tramp, insn{f: unix.SockFilter{Code: opJa}, jt: jf})
 			jf = names[len(names)-1]
 		}
@@ -161,23 +171,12 @@ func (a *asm) relax() bool {
 	return false
 }
 
-func (a *asm) freshName() string {
-	a.fresh++
-	return fmt.Sprintf(".t%d", a.fresh)
-}
-
-func (a *asm) newLabelAt(at int) string {
-	n := a.freshName()
-	a.labels[n] = at
-	return n
-}
-
 // insert puts ins before position at; labels at or after it move with the
 // instructions they name.
 func (a *asm) insert(at int, ins []insn) {
-	for name, l := range a.labels {
-		if l >= at {
-			a.labels[name] = l + len(ins)
+	for l, idx := range a.labels {
+		if l != int(next) && idx >= at {
+			a.labels[l] = idx + len(ins)
 		}
 	}
 	a.ins = append(a.ins[:at], append(append([]insn{}, ins...), a.ins[at:]...)...)

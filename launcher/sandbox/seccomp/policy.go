@@ -52,27 +52,32 @@ func Errno(e unix.Errno) Action {
 	return Action(unix.SECCOMP_RET_ERRNO | uint32(e)&unix.SECCOMP_RET_DATA)
 }
 
-// Errno values the filter returns.
-var (
-	eperm      = Errno(unix.EPERM)
-	eacces     = Errno(unix.EACCES)
-	enosys     = Errno(unix.ENOSYS)
-	eopnotsupp = Errno(unix.EOPNOTSUPP)
+// Errno values the filter returns (constants, so that the policy tables
+// below are static data: nothing is built at start-up).
+const (
+	eperm      = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
+	eacces     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES))
+	enosys     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
+	eopnotsupp = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EOPNOTSUPP))
 )
 
 // Default is what a syscall outside the allowlist gets.
-var Default = eperm
+const Default = eperm
 
 // Unknown is what a syscall number past the newest one in the table gets.
-var Unknown = enosys
+const Unknown = enosys
 
 // Foreign is what a syscall of another ABI (i386 int 0x80, x32, AArch32)
 // gets.
-var Foreign = enosys
+const Foreign = enosys
 
 // Cond is one comparison on a syscall argument:
 // (32-bit half of Args[Arg] & Mask) == Value, or != Value when Not.
 // Mask 0 means all 32 bits.
+//
+// Syscall arguments typed int, unsigned int, umode_t or pid_t are
+// truncated by the kernel to their low 32 (or 16) bits, so only the low
+// half is compared; pointers compare both halves.
 type Cond struct {
 	Arg   int
 	High  bool // the upper half of the 64-bit argument
@@ -92,27 +97,8 @@ type Rule struct {
 	Clauses []Clause
 	Else    Action
 	// Check names the argument check this rule belongs to (empty for a
-	// plain allow or deny).
+	// plain allow).
 	Check string
-}
-
-// Argument helpers. Syscall arguments typed int, unsigned int, umode_t or
-// pid_t are truncated by the kernel to their low 32 (or 16) bits, so only
-// the low half is compared; pointers compare both halves.
-
-func lowEq(arg int, v uint32) Cond         { return Cond{Arg: arg, Value: v} }
-func anyBits(arg int, mask uint32) Cond    { return Cond{Arg: arg, Mask: mask, Value: 0, Not: true} }
-func maskedEq(arg int, m, v uint32) Cond   { return Cond{Arg: arg, Mask: m, Value: v} }
-func nullPtr(arg int) []Cond               { return []Cond{{Arg: arg}, {Arg: arg, High: true}} }
-func when(a Action, c ...Cond) Clause      { return Clause{When: c, Then: a} }
-func oneOf(arg int, vs ...uint32) []Clause { return oneOfThen(Allow, arg, vs...) }
-
-func oneOfThen(a Action, arg int, vs ...uint32) []Clause {
-	out := make([]Clause, len(vs))
-	for i, v := range vs {
-		out[i] = when(a, lowEq(arg, v))
-	}
-	return out
 }
 
 // Names of the argument checks, as reported in the filter's summary.
@@ -208,131 +194,157 @@ var allowed = []string{
 	"uname", "sysinfo", "getrandom",
 }
 
-// rules returns the decision for every syscall the filter does not simply
-// allow or refuse with the default errno.
-func rules(o Options) map[string]Rule {
-	r := map[string]Rule{}
-	set := func(check string, names []string, rule Rule) {
-		rule.Check = check
-		for _, n := range names {
-			if _, dup := r[n]; dup {
-				panic("seccomp: two rules for " + n)
-			}
-			r[n] = rule
-		}
-	}
-	deny := func(check string, a Action, names ...string) { set(check, names, Rule{Else: a}) }
-	allowIf := func(check string, ok bool, a Action, names ...string) {
-		if ok {
-			set(check, names, Rule{Else: Allow})
-		} else {
-			deny(check, a, names...)
-		}
-	}
+// group is one rule for a set of syscalls.
+type group struct {
+	names []string
+	rule  Rule
+}
 
+// fixed are the rules that hold whatever the options.
+var fixed = []group{
 	// Privilege: new namespaces are where a process regains capabilities.
-	set(CheckNamespaces, []string{"clone"}, Rule{Clauses: []Clause{when(eperm, anyBits(0, cloneNS))}, Else: Allow})
-	set(CheckNamespaces, []string{"unshare"}, Rule{Clauses: []Clause{when(eperm, anyBits(0, unshareNS))}, Else: Allow})
-	deny(CheckNamespaces, eperm, "setns")
+	{[]string{"clone"}, Rule{Check: CheckNamespaces, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Mask: cloneNS, Not: true}}, eperm}}}},
+	{[]string{"unshare"}, Rule{Check: CheckNamespaces, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Mask: unshareNS, Not: true}}, eperm}}}},
+	{[]string{"setns"}, Rule{Check: CheckNamespaces, Else: eperm}},
 	// clone3 and openat2 pass their flags in memory the filter cannot read:
 	// ENOSYS makes glibc fall back to clone and openat, which it can.
-	deny(CheckFallbackCalls, enosys, "clone3", "openat2")
+	{[]string{"clone3", "openat2"}, Rule{Check: CheckFallbackCalls, Else: enosys}},
 
 	// Network.
-	inet := []Clause{}
-	for _, dom := range []uint32{unix.AF_INET, unix.AF_INET6} {
-		for _, proto := range []uint32{0, unix.IPPROTO_TCP} {
-			inet = append(inet, when(Allow, lowEq(0, dom), maskedEq(1, 0xf, unix.SOCK_STREAM), lowEq(2, proto)))
-		}
-		if o.AllowUDP {
-			for _, proto := range []uint32{0, unix.IPPROTO_UDP} {
-				inet = append(inet, when(Allow, lowEq(0, dom), maskedEq(1, 0xf, unix.SOCK_DGRAM), lowEq(2, proto)))
-			}
-		}
-	}
-	inet = append(inet,
-		when(Allow, lowEq(0, unix.AF_NETLINK), lowEq(2, unix.NETLINK_ROUTE)),
-		when(eperm, lowEq(0, unix.AF_UNIX)))
-	set(CheckSockets, []string{"socket"}, Rule{Clauses: inet, Else: eacces})
-	set(CheckSocketpair, []string{"socketpair"}, Rule{Clauses: []Clause{
-		when(Allow, lowEq(0, unix.AF_UNIX), maskedEq(1, 0xf, unix.SOCK_STREAM)),
-		when(Allow, lowEq(0, unix.AF_UNIX), maskedEq(1, 0xf, unix.SOCK_SEQPACKET)),
-	}, Else: eperm})
-	fastOpen := func(flagsArg int) Rule {
-		return Rule{Clauses: []Clause{when(eacces, anyBits(flagsArg, unix.MSG_FASTOPEN))}, Else: Allow}
-	}
-	set(CheckFastOpen, []string{"sendto"}, fastOpen(3))
-	set(CheckFastOpen, []string{"sendmsg"}, fastOpen(2))
-	set(CheckFastOpen, []string{"sendmmsg"}, fastOpen(3))
-	set(CheckFastOpen, []string{"setsockopt"}, Rule{Clauses: []Clause{
-		when(eacces, lowEq(1, unix.IPPROTO_TCP), lowEq(2, unix.TCP_FASTOPEN_CONNECT)),
-		when(eacces, lowEq(1, unix.IPPROTO_TCP), lowEq(2, unix.TCP_FASTOPEN)),
-	}, Else: Allow})
-	allowIf(CheckListen, o.AllowListen, eacces, "listen")
-	allowIf(CheckIOUring, o.AllowIOUring, eperm, "io_uring_setup", "io_uring_enter", "io_uring_register")
+	{[]string{"socketpair"}, Rule{Check: CheckSocketpair, Else: eperm, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Value: unix.AF_UNIX}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_UNIX}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_SEQPACKET}}, Allow}}}},
+	{[]string{"sendto", "sendmmsg"}, Rule{Check: CheckFastOpen, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 3, Mask: unix.MSG_FASTOPEN, Not: true}}, eacces}}}},
+	{[]string{"sendmsg"}, Rule{Check: CheckFastOpen, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 2, Mask: unix.MSG_FASTOPEN, Not: true}}, eacces}}}},
+	{[]string{"setsockopt"}, Rule{Check: CheckFastOpen, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 1, Value: unix.IPPROTO_TCP}, {Arg: 2, Value: unix.TCP_FASTOPEN_CONNECT}}, eacces},
+		{[]Cond{{Arg: 1, Value: unix.IPPROTO_TCP}, {Arg: 2, Value: unix.TCP_FASTOPEN}}, eacces}}}},
 
 	// Set-id bits on files the server creates.
-	noSetID := func(modeArg int) Rule {
-		return Rule{Clauses: []Clause{when(eperm, anyBits(modeArg, setIDBits))}, Else: Allow}
-	}
-	set(CheckSetID, []string{"open"}, noSetID(2))
-	set(CheckSetID, []string{"openat"}, noSetID(3))
-	set(CheckSetID, []string{"creat"}, noSetID(1))
-	set(CheckSetID, []string{"mknod"}, noSetID(1))
-	set(CheckSetID, []string{"mknodat"}, noSetID(2))
+	{[]string{"creat", "mknod"}, Rule{Check: CheckSetID, Else: Allow, Clauses: []Clause{{[]Cond{{Arg: 1, Mask: setIDBits, Not: true}}, eperm}}}},
+	{[]string{"open", "mknodat"}, Rule{Check: CheckSetID, Else: Allow, Clauses: []Clause{{[]Cond{{Arg: 2, Mask: setIDBits, Not: true}}, eperm}}}},
+	{[]string{"openat"}, Rule{Check: CheckSetID, Else: Allow, Clauses: []Clause{{[]Cond{{Arg: 3, Mask: setIDBits, Not: true}}, eperm}}}},
 
 	// Metadata. By path never: Landlock does not check it, so a path
 	// reaches files outside the scope. By descriptor only in a write scope
-	// and only where the server owns no host file.
-	deny(CheckMetadata, eperm, "chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "fchown",
+	// and only where the server owns no host file (see rules).
+	{[]string{"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "fchown",
 		"utime", "utimes", "futimesat",
 		"setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
-		"setxattrat", "removexattrat", "file_setattr")
+		"setxattrat", "removexattrat", "file_setattr"}, Rule{Check: CheckMetadata, Else: eperm}},
 	// Extended attributes read by path are file contents outside the
 	// scope (user.* attributes); "not supported" lets tools go on.
-	deny(CheckMetadata, eopnotsupp, "getxattr", "lgetxattr", "listxattr", "llistxattr", "getxattrat",
-		"listxattrat", "file_getattr")
-	if o.WriteScope && o.DedicatedUID {
-		set(CheckSetID, []string{"fchmod"}, noSetID(1))
-		set(CheckMetadata, []string{"utimensat"}, Rule{Clauses: []Clause{when(Allow, nullPtr(1)...)}, Else: eperm})
-	} else {
-		deny(CheckMetadata, eperm, "fchmod", "utimensat")
-	}
+	{[]string{"getxattr", "lgetxattr", "listxattr", "llistxattr", "getxattrat", "listxattrat", "file_getattr"},
+		Rule{Check: CheckMetadata, Else: eopnotsupp}},
 
 	// Code that is not in the runtime.
-	set(CheckMemfd, []string{"memfd_create"}, Rule{Clauses: []Clause{
-		when(eperm, anyBits(1, unix.MFD_EXEC)),
-		when(Allow, anyBits(1, unix.MFD_NOEXEC_SEAL)),
-	}, Else: eperm})
-	set(CheckExecFD, []string{"execveat"}, Rule{Clauses: []Clause{when(eacces, anyBits(4, unix.AT_EMPTY_PATH))}, Else: Allow})
+	{[]string{"memfd_create"}, Rule{Check: CheckMemfd, Else: eperm, Clauses: []Clause{
+		{[]Cond{{Arg: 1, Mask: unix.MFD_EXEC, Not: true}}, eperm},
+		{[]Cond{{Arg: 1, Mask: unix.MFD_NOEXEC_SEAL, Not: true}}, Allow}}}},
+	{[]string{"execveat"}, Rule{Check: CheckExecFD, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 4, Mask: unix.AT_EMPTY_PATH, Not: true}}, eacces}}}},
 
 	// Processes outside the run: only the caller itself (pid 0).
-	self := func(pidArg int) Rule {
-		return Rule{Clauses: []Clause{when(Allow, lowEq(pidArg, 0))}, Else: eperm}
-	}
-	set(CheckOtherProcs, []string{"prlimit64", "sched_setscheduler", "sched_setparam", "sched_setaffinity", "sched_setattr"}, self(0))
-	set(CheckOtherProcs, []string{"setpriority"}, Rule{Clauses: []Clause{
-		when(Allow, lowEq(0, prioProcess), lowEq(1, 0)),
-		when(Allow, lowEq(0, prioPgrp), lowEq(1, 0)),
-	}, Else: eperm})
-	set(CheckOtherProcs, []string{"ioprio_set"}, Rule{Clauses: []Clause{
-		when(Allow, lowEq(0, ioprioWhoProcess), lowEq(1, 0)),
-		when(Allow, lowEq(0, ioprioWhoPgrp), lowEq(1, 0)),
-	}, Else: eperm})
-	deny(CheckOtherProcs, eperm, "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-		"process_madvise", "process_mrelease", "migrate_pages", "move_pages")
-	allowIf(CheckIPC, o.IPCNamespace, eperm, "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
-		"semtimedop", "semctl", "shmget", "shmat", "shmdt", "shmctl", "mq_open", "mq_unlink", "mq_timedsend",
-		"mq_timedreceive", "mq_notify", "mq_getsetattr")
-	allowIf(CheckWatches, o.MountNamespace, eperm, "inotify_add_watch")
+	{[]string{"prlimit64", "sched_setscheduler", "sched_setparam", "sched_setaffinity", "sched_setattr"},
+		Rule{Check: CheckOtherProcs, Else: eperm, Clauses: []Clause{{[]Cond{{Arg: 0, Value: 0}}, Allow}}}},
+	{[]string{"setpriority"}, Rule{Check: CheckOtherProcs, Else: eperm, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Value: prioProcess}, {Arg: 1, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: prioPgrp}, {Arg: 1, Value: 0}}, Allow}}}},
+	{[]string{"ioprio_set"}, Rule{Check: CheckOtherProcs, Else: eperm, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Value: ioprioWhoProcess}, {Arg: 1, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: ioprioWhoPgrp}, {Arg: 1, Value: 0}}, Allow}}}},
+	{[]string{"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+		"process_madvise", "process_mrelease", "migrate_pages", "move_pages"}, Rule{Check: CheckOtherProcs, Else: eperm}},
 
 	// Requests on descriptors.
-	set(CheckIoctl, []string{"ioctl"}, Rule{Clauses: oneOfThen(eperm, 1,
-		unix.TIOCSTI, unix.TIOCLINUX, fsIocSetflags, fsIoc32Setflags, fsIocSetversion, fsIoc32Setversion,
-		fsIocFssetxattr, fsIocEnableVerity), Else: Allow})
-	set(CheckFcntl, []string{"fcntl"}, Rule{Clauses: []Clause{when(eperm, lowEq(1, unix.F_SETLEASE))}, Else: Allow})
+	{[]string{"ioctl"}, Rule{Check: CheckIoctl, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 1, Value: unix.TIOCSTI}}, eperm},
+		{[]Cond{{Arg: 1, Value: unix.TIOCLINUX}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocSetflags}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIoc32Setflags}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocSetversion}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIoc32Setversion}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocFssetxattr}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm}}}},
+	{[]string{"fcntl"}, Rule{Check: CheckFcntl, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 1, Value: unix.F_SETLEASE}}, eperm}}}},
 	// Linux personalities only (as Docker): no READ_IMPLIES_EXEC, no
 	// ADDR_NO_RANDOMIZE. 0xffffffff queries.
-	set(CheckPersonality, []string{"personality"}, Rule{Clauses: oneOf(0, 0, 0x0008, 0x20000, 0x20008, 0xffffffff), Else: eperm})
+	{[]string{"personality"}, Rule{Check: CheckPersonality, Else: eperm, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: 0x0008}}, Allow},
+		{[]Cond{{Arg: 0, Value: 0x20000}}, Allow},
+		{[]Cond{{Arg: 0, Value: 0x20008}}, Allow},
+		{[]Cond{{Arg: 0, Value: 0xffffffff}}, Allow}}}},
+}
+
+// noSetID refuses a mode argument with S_ISUID or S_ISGID.
+func noSetID(modeArg int) Rule {
+	return Rule{Check: CheckSetID, Else: Allow, Clauses: []Clause{{[]Cond{{Arg: modeArg, Mask: setIDBits, Not: true}}, eperm}}}
+}
+
+// Rules the options choose between.
+var (
+	// socket(): TCP, UDP when the scope grants ports, NETLINK_ROUTE;
+	// AF_UNIX gets the errno of Landlock's own abstract-socket scope.
+	socketTCP = Rule{Check: CheckSockets, Else: eacces, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Value: unix.AF_INET}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}, {Arg: 2, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}, {Arg: 2, Value: unix.IPPROTO_TCP}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET6}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}, {Arg: 2, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET6}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}, {Arg: 2, Value: unix.IPPROTO_TCP}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_NETLINK}, {Arg: 2, Value: unix.NETLINK_ROUTE}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_UNIX}}, eperm},
+	}}
+	socketTCPUDP = Rule{Check: CheckSockets, Else: eacces, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Value: unix.AF_INET}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}, {Arg: 2, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}, {Arg: 2, Value: unix.IPPROTO_TCP}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET6}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}, {Arg: 2, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET6}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_STREAM}, {Arg: 2, Value: unix.IPPROTO_TCP}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_DGRAM}, {Arg: 2, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_DGRAM}, {Arg: 2, Value: unix.IPPROTO_UDP}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET6}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_DGRAM}, {Arg: 2, Value: 0}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_INET6}, {Arg: 1, Mask: 0xf, Value: unix.SOCK_DGRAM}, {Arg: 2, Value: unix.IPPROTO_UDP}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_NETLINK}, {Arg: 2, Value: unix.NETLINK_ROUTE}}, Allow},
+		{[]Cond{{Arg: 0, Value: unix.AF_UNIX}}, eperm},
+	}}
+
+	ipcNames = []string{"msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop", "semctl",
+		"shmget", "shmat", "shmdt", "shmctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
+		"mq_notify", "mq_getsetattr"}
+)
+
+// rules returns the decision for every syscall the filter does not simply
+// allow or refuse with the default errno. (A syscall named twice, here or
+// here and in allowed, makes Build fail.)
+func rules(o Options) []group {
+	r := make([]group, 0, len(fixed)+8)
+	r = append(r, fixed...)
+	allowIf := func(check string, ok bool, a Action, names ...string) {
+		if ok {
+			r = append(r, group{names, Rule{Check: check, Else: Allow}})
+		} else {
+			r = append(r, group{names, Rule{Check: check, Else: a}})
+		}
+	}
+	if o.AllowUDP {
+		r = append(r, group{[]string{"socket"}, socketTCPUDP})
+	} else {
+		r = append(r, group{[]string{"socket"}, socketTCP})
+	}
+	allowIf(CheckListen, o.AllowListen, eacces, "listen")
+	allowIf(CheckIOUring, o.AllowIOUring, eperm, "io_uring_setup", "io_uring_enter", "io_uring_register")
+	allowIf(CheckIPC, o.IPCNamespace, eperm, ipcNames...)
+	allowIf(CheckWatches, o.MountNamespace, eperm, "inotify_add_watch")
+	if o.WriteScope && o.DedicatedUID {
+		r = append(r, group{[]string{"fchmod"}, noSetID(1)},
+			group{[]string{"utimensat"}, Rule{Check: CheckMetadata, Else: eperm, Clauses: []Clause{
+				{[]Cond{{Arg: 1}, {Arg: 1, High: true}}, Allow}}}})
+	} else {
+		r = append(r, group{[]string{"fchmod", "utimensat"}, Rule{Check: CheckMetadata, Else: eperm}})
+	}
 	return r
 }

@@ -26,42 +26,46 @@ type Filter struct {
 	Options Options
 	Program []unix.SockFilter
 
-	allowed []string // syscalls with at least one way to be allowed
-	checked []string // syscalls decided by their arguments
+	allowed int      // syscalls with at least one way to be allowed
+	checked int      // syscalls decided by their arguments
 	checks  []string // names of the argument checks in force
 }
 
-// Build assembles the filter for arch.
+// Build assembles the filter for arch. It runs in the fence helper for
+// every run, once, with cold caches: it allocates little and builds no
+// maps (the policy and the syscall tables are static data).
 func Build(arch *Arch, o Options) (*Filter, error) {
 	if arch == nil {
 		return nil, errors.New("seccomp: no syscall table for this architecture; the fence cannot run here")
 	}
-	table, err := decisions(arch, o)
+	groups := rules(o)
+	table, err := decisions(arch, groups)
 	if err != nil {
 		return nil, err
 	}
 	f := &Filter{Arch: arch, Options: o}
-	checks := map[string]bool{}
-	for nr, d := range table {
-		name := d.name
-		if d.rule.Check != "" && (len(d.rule.Clauses) > 0 || d.rule.Else != Allow) {
-			checks[d.rule.Check] = true
+	used := make([]bool, len(groups)+2)
+	for _, g := range table {
+		if g == 0 {
+			continue
 		}
-		if len(d.rule.Clauses) > 0 {
-			f.checked = append(f.checked, name)
+		used[g] = true
+		r := ruleOf(groups, g)
+		if len(r.Clauses) > 0 {
+			f.checked++
 		}
-		if d.rule.Else == Allow || hasAllow(d.rule) {
-			f.allowed = append(f.allowed, name)
+		if r.Else == Allow || hasAllow(r) {
+			f.allowed++
 		}
-		_ = nr
 	}
-	for c := range checks {
-		f.checks = append(f.checks, c)
+	for i, g := range groups {
+		r := g.rule
+		if used[i+2] && r.Check != "" && (len(r.Clauses) > 0 || r.Else != Allow) && !contains(f.checks, r.Check) {
+			f.checks = append(f.checks, r.Check)
+		}
 	}
-	sort.Strings(f.allowed)
-	sort.Strings(f.checked)
 	sort.Strings(f.checks)
-	f.Program, err = compile(arch, table)
+	f.Program, err = compile(arch, groups, table)
 	if err != nil {
 		return nil, err
 	}
@@ -77,42 +81,60 @@ func hasAllow(r Rule) bool {
 	return false
 }
 
-type decision struct {
-	name string
-	rule Rule
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
-// decisions maps every syscall number the filter treats other than with
-// Default to its rule. A rule naming a syscall this ABI lacks is skipped
+// Group numbers in a decision table: 0 is Default, 1 the allowlist, i+2
+// the rule groups[i].
+const (
+	noGroup      = 0
+	allowedGroup = 1
+)
+
+var allowRule = Rule{Else: Allow}
+
+func ruleOf(groups []group, g uint16) Rule {
+	if g == allowedGroup {
+		return allowRule
+	}
+	return groups[g-2].rule
+}
+
+// decisions is indexed by syscall number, up to the newest syscall of the
+// table, and holds each number's group. A name this ABI lacks is skipped
 // (arm64 has no open, chmod, fork, ...).
-func decisions(arch *Arch, o Options) (map[uint32]decision, error) {
-	out := map[uint32]decision{}
-	add := func(name string, r Rule) error {
+func decisions(arch *Arch, groups []group) ([]uint16, error) {
+	out := make([]uint16, arch.newest()+1)
+	add := func(name string, g uint16) error {
 		nr, ok := arch.Nr(name)
 		if !ok {
 			return nil
 		}
-		if prev, dup := out[nr]; dup {
-			return fmt.Errorf("seccomp: %s and %s share number %d on %s", prev.name, name, nr, arch.Name)
-		}
 		if arch.ForeignNr != 0 && nr >= arch.ForeignNr {
 			return fmt.Errorf("seccomp: %s has number %#x, in the foreign range on %s", name, nr, arch.Name)
 		}
-		out[nr] = decision{name: name, rule: r}
+		if out[nr] != noGroup {
+			return fmt.Errorf("seccomp: %s has two rules (number %d on %s)", name, nr, arch.Name)
+		}
+		out[nr] = g
 		return nil
 	}
-	rs := rules(o)
 	for _, n := range allowed {
-		if _, dup := rs[n]; dup {
-			return nil, fmt.Errorf("seccomp: %s is both allowed and checked", n)
-		}
-		if err := add(n, Rule{Else: Allow}); err != nil {
+		if err := add(n, allowedGroup); err != nil {
 			return nil, err
 		}
 	}
-	for n, r := range rs {
-		if err := add(n, r); err != nil {
-			return nil, err
+	for i, g := range groups {
+		for _, n := range g.names {
+			if err := add(n, uint16(i+2)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
@@ -138,39 +160,40 @@ func argOffset(c Cond) uint32 {
 //	arch check → foreign ABI range → binary search on the syscall number
 //	over ranges of equal decision → a return, or a jump to the argument
 //	block of a checked syscall (one block per distinct rule).
-func compile(arch *Arch, table map[uint32]decision) ([]unix.SockFilter, error) {
-	var a asm
+//
+// The foreign-ABI returns sit right after their checks, so no jump in the
+// program is longer than the comparison tree.
+func compile(arch *Arch, groups []group, table []uint16) ([]unix.SockFilter, error) {
+	a := asm{ins: make([]insn, 0, 512), labels: make([]int, 0, 256)}
+	native := a.newLabel()
 	a.ld(offArch)
-	a.jeq(arch.AuditArch, "", "foreign")
+	a.jeq(arch.AuditArch, native, next)
+	a.ret(uint32(Foreign))
+	a.bind(native)
 	a.ld(offNr)
 	if arch.ForeignNr != 0 {
-		a.jge(arch.ForeignNr, "foreign", "")
+		ours := a.newLabel()
+		a.jge(arch.ForeignNr, next, ours)
+		a.ret(uint32(Foreign))
+		a.bind(ours)
 	}
 
-	// Leaves: a return, or a block shared by syscalls with the same rule.
-	blocks := map[string]string{} // rule key -> label
-	var blockOrder []string
-	blockRule := map[string]Rule{}
-	leafOf := func(r Rule) leaf {
+	// Leaves: a return, or the argument block of the syscall's group
+	// (one block per group, shared by its syscalls).
+	blockOf := make([]label, len(groups)+2)
+	var blocks []uint16
+	leafOf := func(g uint16) leaf {
+		r := ruleOf(groups, g)
 		if len(r.Clauses) == 0 {
 			return leaf{ret: r.Else}
 		}
-		k := ruleKey(r)
-		l, ok := blocks[k]
-		if !ok {
-			l = fmt.Sprintf("b%d", len(blocks))
-			blocks[k] = l
-			blockOrder = append(blockOrder, k)
-			blockRule[k] = r
+		if blockOf[g] == next {
+			blockOf[g] = a.newLabel()
+			blocks = append(blocks, g)
 		}
-		return leaf{block: l}
+		return leaf{block: blockOf[g]}
 	}
-	nrs := make([]uint32, 0, len(table))
-	for nr := range table {
-		nrs = append(nrs, nr)
-	}
-	sort.Slice(nrs, func(i, j int) bool { return nrs[i] < nrs[j] })
-	var ranges []span
+	ranges := make([]span, 0, 256)
 	push := func(lo uint32, l leaf) {
 		if n := len(ranges); n > 0 && ranges[n-1].leaf == l {
 			return
@@ -178,43 +201,30 @@ func compile(arch *Arch, table map[uint32]decision) ([]unix.SockFilter, error) {
 		ranges = append(ranges, span{lo: lo, leaf: l})
 	}
 	def := leaf{ret: Default}
-	next := uint32(0)
-	for _, nr := range nrs {
-		if nr > next {
-			push(next, def)
+	for nr, g := range table {
+		if g != noGroup {
+			push(uint32(nr), leafOf(g))
+		} else {
+			push(uint32(nr), def)
 		}
-		push(nr, leafOf(table[nr].rule))
-		next = nr + 1
 	}
 	// Numbers past the newest syscall the table knows get ENOSYS, as the
 	// kernel itself answers for a syscall it does not have: a libc probing
 	// a syscall newer than this filter then falls back as it would on an
 	// older kernel.
-	var newest uint32
-	for _, nr := range arch.Syscalls {
-		newest = max(newest, nr)
-	}
-	if next <= newest {
-		push(next, def)
-		next = newest + 1
-	}
-	push(next, leaf{ret: Unknown})
+	push(uint32(len(table)), leaf{ret: Unknown})
 
-	t := tree{a: &a}
-	t.emit(ranges)
-
-	for _, k := range blockOrder {
-		a.label(blocks[k])
-		emitRule(&a, blocks[k], blockRule[k])
+	emitTree(&a, ranges)
+	for _, g := range blocks {
+		a.bind(blockOf[g])
+		emitRule(&a, ruleOf(groups, g))
 	}
-	a.label("foreign")
-	a.ret(uint32(Foreign))
 	return a.assemble()
 }
 
 type leaf struct {
 	ret   Action
-	block string
+	block label
 }
 
 // span is a range of syscall numbers starting at lo and ending where the
@@ -224,64 +234,46 @@ type span struct {
 	leaf leaf
 }
 
-type tree struct {
-	a *asm
-	n int
-}
-
-// emit writes a balanced comparison tree over ranges (sorted, contiguous,
-// the first starting at 0 or at whatever lower bound the caller proved).
-func (t *tree) emit(ranges []span) {
+// emitTree writes a balanced comparison tree over ranges (sorted and
+// contiguous; the caller proved the number is at least ranges[0].lo).
+func emitTree(a *asm, ranges []span) {
 	if len(ranges) == 1 {
 		l := ranges[0].leaf
-		if l.block != "" {
-			t.a.ja(l.block)
+		if l.block != next {
+			a.ja(l.block)
 		} else {
-			t.a.ret(uint32(l.ret))
+			a.ret(uint32(l.ret))
 		}
 		return
 	}
 	mid := len(ranges) / 2
-	t.n++
-	right := fmt.Sprintf("n%d", t.n)
-	t.a.jge(ranges[mid].lo, right, "")
-	t.emit(ranges[:mid])
-	t.a.label(right)
-	t.emit(ranges[mid:])
+	right := a.newLabel()
+	a.jge(ranges[mid].lo, right, next)
+	emitTree(a, ranges[:mid])
+	a.bind(right)
+	emitTree(a, ranges[mid:])
 }
 
 // emitRule writes a decision list: each clause's conditions in turn, a
 // failing one skipping to the next clause.
-func emitRule(a *asm, prefix string, r Rule) {
-	for i, c := range r.Clauses {
-		next := fmt.Sprintf("%s.c%d", prefix, i+1)
+func emitRule(a *asm, r Rule) {
+	for _, c := range r.Clauses {
+		skip := a.newLabel()
 		for _, cond := range c.When {
 			a.ld(argOffset(cond))
 			if cond.Mask != 0 && cond.Mask != 0xffffffff {
 				a.and(cond.Mask)
 			}
 			if cond.Not {
-				a.jeq(cond.Value, next, "")
+				a.jeq(cond.Value, skip, next)
 			} else {
-				a.jeq(cond.Value, "", next)
+				a.jeq(cond.Value, next, skip)
 			}
 		}
 		a.ret(uint32(c.Then))
-		a.label(next)
+		a.bind(skip)
 	}
 	a.ret(uint32(r.Else))
-}
-
-func ruleKey(r Rule) string {
-	var b strings.Builder
-	for _, c := range r.Clauses {
-		for _, k := range c.When {
-			fmt.Fprintf(&b, "%d/%t/%x/%x/%t,", k.Arg, k.High, k.Mask, k.Value, k.Not)
-		}
-		fmt.Fprintf(&b, "->%x;", uint32(c.Then))
-	}
-	fmt.Fprintf(&b, "else %x", uint32(r.Else))
-	return b.String()
 }
 
 // Summary is what the launch record and `scope check` say about the
@@ -301,8 +293,8 @@ func (f *Filter) Summary() Summary {
 	s := Summary{
 		Arch:         f.Arch.Name,
 		Default:      unix.ErrnoName(unix.Errno(uint32(Default) & unix.SECCOMP_RET_DATA)),
-		Allowed:      len(f.allowed),
-		Checked:      len(f.checked),
+		Allowed:      f.allowed,
+		Checked:      f.checked,
 		Instructions: len(f.Program),
 		Checks:       append([]string(nil), f.checks...),
 	}

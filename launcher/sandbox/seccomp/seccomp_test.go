@@ -340,19 +340,13 @@ func TestFilterDecisions(t *testing.T) {
 	}
 }
 
-func maxNr(a *Arch) uint32 {
-	var m uint32
-	for _, nr := range a.Syscalls {
-		m = max(m, nr)
-	}
-	return m
-}
+func maxNr(a *Arch) uint32 { return a.newest() }
 
 // unusedNr is a syscall number inside the ABI's range that has no name.
 func unusedNr(a *Arch) uint32 {
 	used := map[uint32]bool{}
-	for _, nr := range a.Syscalls {
-		used[nr] = true
+	for _, sc := range a.Syscalls {
+		used[sc.Nr] = true
 	}
 	for nr := uint32(1); ; nr++ {
 		if !used[nr] {
@@ -409,11 +403,10 @@ func otherArch(a *Arch) uint32 {
 // must exist on at least one supported ABI, and the core ones on all.
 func TestEveryNameExists(t *testing.T) {
 	names := append([]string(nil), allowed...)
-	for n := range rules(Options{}) {
-		names = append(names, n)
-	}
-	for n := range rules(Options{WriteScope: true, DedicatedUID: true}) {
-		names = append(names, n)
+	for _, o := range []Options{{}, {WriteScope: true, DedicatedUID: true}} {
+		for _, g := range rules(o) {
+			names = append(names, g.names...)
+		}
 	}
 	for _, n := range names {
 		found := false
@@ -445,15 +438,17 @@ func TestDefaultDenies(t *testing.T) {
 		for _, n := range allowed {
 			named[n] = true
 		}
-		for n := range rules(Options{}) {
-			named[n] = true
+		for _, g := range rules(Options{}) {
+			for _, n := range g.names {
+				named[n] = true
+			}
 		}
-		for name, nr := range a.Syscalls {
-			if named[name] {
+		for _, sc := range a.Syscalls {
+			if named[sc.Name] {
 				continue
 			}
-			if got := decide(t, f, Data{Nr: nr, Arch: a.AuditArch}); got != Default {
-				t.Errorf("%s %s (%d): %s, want the default", a.Name, name, nr, actionName(got))
+			if got := decide(t, f, Data{Nr: sc.Nr, Arch: a.AuditArch}); got != Default {
+				t.Errorf("%s %s (%d): %s, want the default", a.Name, sc.Name, sc.Nr, actionName(got))
 			}
 		}
 		for _, nr := range []uint32{maxNr(a) + 1, 1000, 0x3fffffff, 0x7fffffff, 0xffffffff} {
@@ -510,15 +505,6 @@ func TestSummary(t *testing.T) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func TestBuildWithoutTable(t *testing.T) {
 	if _, err := Build(nil, Options{}); err == nil {
 		t.Fatal("built a filter for an unknown architecture")
@@ -531,25 +517,26 @@ func TestAssemblerTrampolines(t *testing.T) {
 	e7 := Errno(7)
 	progs := []struct {
 		name  string
-		build func(a *asm)
+		build func(a *asm, far, far2 label)
 		want  map[uint32]Action
 	}{
-		{"far true, fall through false", func(a *asm) { a.jeq(1, "far", ""); a.ret(uint32(e7)) }, map[uint32]Action{1: Allow, 2: e7}},
-		{"fall through true, far false", func(a *asm) { a.jeq(2, "", "far"); a.ret(uint32(e7)) }, map[uint32]Action{2: e7, 3: Allow}},
-		{"both far", func(a *asm) { a.jeq(3, "far", "far2") }, map[uint32]Action{3: Allow, 4: eacces}},
-		{"chain of far jumps", func(a *asm) { a.jge(10, "far2", ""); a.jeq(5, "far", ""); a.jset(1, "far2", "") }, map[uint32]Action{5: Allow, 11: eacces, 3: eacces, 2: Errno(1)}},
+		{"far true, fall through false", func(a *asm, far, _ label) { a.jeq(1, far, next); a.ret(uint32(e7)) }, map[uint32]Action{1: Allow, 2: e7}},
+		{"fall through true, far false", func(a *asm, far, _ label) { a.jeq(2, next, far); a.ret(uint32(e7)) }, map[uint32]Action{2: e7, 3: Allow}},
+		{"both far", func(a *asm, far, far2 label) { a.jeq(3, far, far2) }, map[uint32]Action{3: Allow, 4: eacces}},
+		{"chain of far jumps", func(a *asm, far, far2 label) { a.jge(10, far2, next); a.jeq(5, far, next); a.jset(1, far2, next) }, map[uint32]Action{5: Allow, 11: eacces, 3: eacces, 2: Errno(1)}},
 	}
 	for _, p := range progs {
 		t.Run(p.name, func(t *testing.T) {
 			var a asm
+			far, far2 := a.newLabel(), a.newLabel()
 			a.ld(offNr)
-			p.build(&a)
+			p.build(&a, far, far2)
 			for i := 0; i < 300; i++ {
 				a.ret(uint32(Errno(unix.Errno(i%100 + 1))))
 			}
-			a.label("far")
+			a.bind(far)
 			a.ret(uint32(Allow))
-			a.label("far2")
+			a.bind(far2)
 			a.ret(uint32(eacces))
 			prog, err := a.assemble()
 			if err != nil {
@@ -568,6 +555,21 @@ func TestAssemblerTrampolines(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBuiltProgramsNeedNoTrampolines: the layout keeps every conditional
+// jump within reach, so the relaxation pass is a safety net only.
+func TestBuiltProgramsNeedNoTrampolines(t *testing.T) {
+	for _, a := range Arches {
+		f := build(t, a, Options{WriteScope: true, AllowUDP: true})
+		for i, in := range f.Program {
+			if in.Code == opJa {
+				if j := i + 1 + int(in.K); f.Program[j].Code == opJa {
+					t.Errorf("%s: ja at %d lands on another ja (a trampoline)", a.Name, i)
+				}
+			}
+		}
 	}
 }
 
@@ -727,9 +729,9 @@ func cachedBuild(t testing.TB, a *Arch, o Options) *Filter {
 }
 
 func nameOf(a *Arch, nr uint32) string {
-	for n, x := range a.Syscalls {
-		if x == nr {
-			return n
+	for _, sc := range a.Syscalls {
+		if sc.Nr == nr {
+			return sc.Name
 		}
 	}
 	return ""
