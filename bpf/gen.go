@@ -4,4 +4,4 @@
 // scripts/generate-check.sh proves the committed ones are current.
 package bpf
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -strip llvm-strip -target bpfel -type event -type args -go-package bpf Watch watch.bpf.c -- -O2 -g -Wall -Werror -mcpu=v3
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -strip llvm-strip -target amd64,arm64 -type event -type args -type dstate -go-package bpf Watch watch.bpf.c -- -O2 -g -Wall -Werror -mcpu=v3

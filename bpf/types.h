@@ -37,6 +37,9 @@ enum {
 	BPF_NOEXIST = 1,
 };
 enum {
+	BPF_F_MMAPABLE = 1U << 10,
+};
+enum {
 	BPF_RB_NO_WAKEUP = 1,
 	BPF_RB_FORCE_WAKEUP = 2,
 };
@@ -95,7 +98,19 @@ struct signal_struct {
 	atomic_t live;
 } __pai;
 
+/* x86: thread_info is embedded in task_struct; TS_COMPAT in status marks an
+ * i386 (int 0x80 / sysenter) syscall in progress. */
+#if defined(__TARGET_ARCH_x86)
+struct thread_info {
+	__u32 status;
+} __pai;
+#define TS_COMPAT 0x0002
+#endif
+
 struct task_struct {
+#if defined(__TARGET_ARCH_x86)
+	struct thread_info thread_info;
+#endif
 	int pid;
 	int tgid;
 	int exit_code;
@@ -110,25 +125,28 @@ struct open_how {
 	__u64 resolve;
 };
 
-/* Layout of the syscalls:sys_enter_* and sys_exit_* tracepoint records
- * (see /sys/kernel/tracing/events/syscalls/sys_enter_openat/format). */
-struct syscall_enter_ctx {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__u64 args[6];
-};
-
-struct syscall_exit_ctx {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__s64 ret;
-};
-
-/* Raw tracepoint context: the tracepoint's arguments as u64s. */
-struct bpf_raw_tracepoint_args {
-	__u64 args[0];
-};
+/* The user registers of a task in a syscall, as the sys_enter / sys_exit
+ * tracepoints pass them. */
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	unsigned long bp;
+	unsigned long bx;
+	unsigned long r10;
+	unsigned long r9;
+	unsigned long r8;
+	unsigned long cx;
+	unsigned long dx;
+	unsigned long si;
+	unsigned long di;
+	unsigned long orig_ax;
+} __pai;
+#elif defined(__TARGET_ARCH_arm64)
+struct pt_regs {
+	__u64 regs[31];
+	__s32 syscallno;
+} __pai;
+#else
+#error "watch.bpf.c supports x86 and arm64: build it through bpf2go with -target amd64,arm64"
+#endif
 
 #endif

@@ -2,10 +2,15 @@
 
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 //
-// Kernel side of mcpwarden's observation: syscall tracepoints on the file
-// operations a scope must see, and the scheduler's fork/exec/exit tracepoints
-// to follow each run's process tree. Only processes in the `watched` map (a
-// run's tree) produce events; every other process leaves after one hash lookup.
+// Kernel side of mcpwarden's observation: one BTF tracepoint on the
+// syscall entry and one on the syscall exit of every task (tp_btf/sys_enter,
+// tp_btf/sys_exit) for the file operations a scope must see, and the
+// scheduler's fork/exec/exit tracepoints to follow each run's process tree.
+//
+// The filter comes first and is cheap: a syscall that is not a file
+// operation leaves after a few compares on its number; a file operation of a
+// process outside every run (not in `watched`) after one hash lookup. Only
+// runs' processes do any work.
 
 #include "types.h"
 #include <bpf/bpf_helpers.h>
@@ -53,6 +58,26 @@ struct {
 	__type(value, __u32);
 } watched SEC(".maps");
 
+// watched_flags has one byte per pid: non-zero when the process is in
+// `watched`. It is the filter every hooked syscall of every process goes
+// through, one load instead of a hash lookup. Pids from PIDS_FLAGGED up
+// (kernel.pid_max raised past it) fall back to the hash. User space writes
+// its bytes through a memory mapping, one byte at a time, so it never
+// overwrites the kernel's own updates of neighbouring pids.
+#define FLAG_BLOCK 4096
+#define PIDS_FLAGGED (1 << 22) /* PID_MAX_LIMIT on 64-bit kernels */
+struct flag_block {
+	__u8 b[FLAG_BLOCK];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PIDS_FLAGGED / FLAG_BLOCK);
+	__type(key, __u32);
+	__type(value, struct flag_block);
+} watched_flags SEC(".maps");
+
 // inflight holds a watched thread's syscall arguments from enter to exit.
 //
 // The requested paths of calls that return no descriptor (rename, unlink,
@@ -71,7 +96,7 @@ struct args {
 	__u32 slot;
 	__u16 n1; // bytes of p1 read at entry, NUL included; 0: read at exit
 	__u16 n2;
-	__u32 pad;
+	__u32 nr; // the syscall number, matched again at exit
 	char p1[PRE_MAX];
 	char p2[PRE_MAX];
 };
@@ -112,6 +137,22 @@ struct {
 	__type(value, struct buf);
 } scratch SEC(".maps");
 
+// daemon_state is written by user space only: when the daemon last showed
+// it was alive and whether it stopped cleanly. It is pinned with the maps
+// the programs use, so a restarted daemon knows how long nobody read the
+// ring and the audit stream.
+struct dstate {
+	__u64 alive_ns;   // wall clock, Unix ns
+	__u64 stopped_ns; // set by a clean stop that left the probes attached
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dstate);
+} daemon_state SEC(".maps");
+
 // Force BTF for the record type so bpf2go generates its Go twin.
 const struct event *unused_event __attribute__((unused));
 
@@ -120,6 +161,35 @@ static __always_inline void count(__u32 which)
 	__u64 *v = bpf_map_lookup_elem(&stats, &which);
 	if (v)
 		*v += 1;
+}
+
+// flag_of returns the watched flag byte of tgid, or 0 beyond the flagged pids.
+static __always_inline __u8 *flag_of(__u32 tgid)
+{
+	if (tgid >= PIDS_FLAGGED)
+		return 0;
+	__u32 block = tgid / FLAG_BLOCK;
+	struct flag_block *fb = bpf_map_lookup_elem(&watched_flags, &block);
+	if (!fb)
+		return 0;
+	return &fb->b[tgid & (FLAG_BLOCK - 1)];
+}
+
+// is_watched is the cheap filter: the flag byte, or the hash for pids
+// beyond the flags.
+static __always_inline bool is_watched(__u32 tgid)
+{
+	__u8 *f = flag_of(tgid);
+	if (f)
+		return *f != 0;
+	return bpf_map_lookup_elem(&watched, &tgid) != 0;
+}
+
+static __always_inline void set_flag(__u32 tgid, __u8 v)
+{
+	__u8 *f = flag_of(tgid);
+	if (f)
+		*f = v;
 }
 
 static __always_inline __u32 *watched_slot(void)
@@ -143,11 +213,8 @@ static __always_inline void pre_read(char *dst, __u16 *n, __u64 uptr)
 		*n = r;
 }
 
-static __always_inline int enter(__u32 op, __s32 dfd1, __u64 path1, __s32 dfd2, __u64 path2, __u64 flags)
+static __always_inline int enter(__u32 *slot, __u32 nr, __u32 op, __s32 dfd1, __u64 path1, __s32 dfd2, __u64 path2, __u64 flags)
 {
-	__u32 *slot = watched_slot();
-	if (!slot)
-		return 0;
 	// A thread's entry is reused in place from one syscall to the next:
 	// lookups are lock-free, inserts and deletes take a bucket lock. It is
 	// deleted when the thread exits (sched_exit) or its run is unwatched.
@@ -178,6 +245,7 @@ static __always_inline int enter(__u32 op, __s32 dfd1, __u64 path1, __s32 dfd2, 
 		pre_read(a->p1, &a->n1, path1);
 		pre_read(a->p2, &a->n2, path2);
 	}
+	a->nr = nr;
 	a->op = op; // last: marks the entry as a call in flight
 	return 0;
 }
@@ -357,11 +425,13 @@ static __always_inline void submit(struct buf *b, __u32 len)
 	count(STAT_EVENTS);
 }
 
-static __always_inline int leave(long ret)
+// leave builds the record of the call in flight on this thread, if it is
+// the syscall nr that is ending.
+static __always_inline int leave(long nr, long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct args *a = bpf_map_lookup_elem(&inflight, &id);
-	if (!a || !a->op)
+	if (!a || !a->op || a->nr != (__u32)nr)
 		return 0;
 	__u32 op = a->op;
 
@@ -390,67 +460,175 @@ static __always_inline int leave(long ret)
 	return 0;
 }
 
-#define ENTER(name) SEC("tracepoint/syscalls/sys_enter_" #name) int enter_##name(struct syscall_enter_ctx *ctx)
-#define EXIT(name)                                                              \
-	SEC("tracepoint/syscalls/sys_exit_" #name) int exit_##name(struct syscall_exit_ctx *ctx) \
-	{                                                                       \
-		return leave(ctx->ret);                                         \
-	}
-#define A(i) (ctx->args[i])
-#define FD(i) ((__s32)ctx->args[i])
+// Syscall numbers of the hooked operations, per ABI: sysops[nr] holds the
+// native op in its low byte and, on x86_64, the i386 (compat) op of the same
+// number in its high byte. The numbers differ between architectures and
+// between native and compat syscalls; the op numbering (enum op) does not.
+// A table in .rodata is one bounds check and one load per syscall.
+#define SYSOPS_MAX 512
+#define N(op) (op)
+#define C(op) ((op) << 8)
+#if defined(__TARGET_ARCH_x86)
+static const __u16 sysops[SYSOPS_MAX] = {
+	/* x86_64 */
+	[2] = N(OP_OPEN), [257] = N(OP_OPENAT), [437] = N(OP_OPENAT2) | C(OP_OPENAT2), [85] = N(OP_CREAT),
+	[82] = N(OP_RENAME), [264] = N(OP_RENAMEAT), [316] = N(OP_RENAMEAT2),
+	[87] = N(OP_UNLINK), [263] = N(OP_UNLINKAT), [84] = N(OP_RMDIR), [83] = N(OP_MKDIR) | C(OP_SYMLINK),
+	[258] = N(OP_MKDIRAT), [76] = N(OP_TRUNCATE), [86] = N(OP_LINK), [265] = N(OP_LINKAT),
+	[88] = N(OP_SYMLINK), [266] = N(OP_SYMLINKAT), [304] = N(OP_OPEN_BY_HANDLE_AT) | C(OP_SYMLINKAT),
+	[425] = N(OP_IO_URING_SETUP) | C(OP_IO_URING_SETUP),
+	/* i386 (int 0x80, sysenter) of a 64-bit process or a 32-bit binary */
+	[5] = C(OP_OPEN), [295] = C(OP_OPENAT), [8] = C(OP_CREAT),
+	[38] = C(OP_RENAME), [302] = C(OP_RENAMEAT), [353] = C(OP_RENAMEAT2),
+	[10] = C(OP_UNLINK), [301] = C(OP_UNLINKAT), [40] = C(OP_RMDIR), [39] = C(OP_MKDIR),
+	[296] = C(OP_MKDIRAT), [92] = C(OP_TRUNCATE), [193] = C(OP_TRUNCATE) /* truncate64 */,
+	[9] = C(OP_LINK), [303] = C(OP_LINKAT), [342] = C(OP_OPEN_BY_HANDLE_AT),
+};
 
-ENTER(open) { return enter(OP_OPEN, AT_FDCWD, A(0), 0, 0, A(1)); }
-EXIT(open)
-ENTER(openat) { return enter(OP_OPENAT, FD(0), A(1), 0, 0, A(2)); }
-EXIT(openat)
-ENTER(openat2)
+#define X32_SYSCALL_BIT 0x40000000
+
+// sysop_of returns the table entry of a syscall number (0: not hooked).
+// x32 syscalls use the native numbers with bit 30 set.
+static __always_inline __u16 sysop_of(long nr)
 {
+	__u64 n = (__u64)nr & ~(__u64)X32_SYSCALL_BIT;
+	if (n >= SYSOPS_MAX)
+		return 0;
+	return sysops[n];
+}
+
+// op_of picks the op of the calling task's ABI from a table entry.
+static __always_inline __u32 op_of(__u16 v, bool *compat)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	*compat = (task->thread_info.status & TS_COMPAT) != 0;
+	return *compat ? v >> 8 : v & 0xff;
+}
+
+// arg returns syscall argument i: x86_64 passes them in di, si, dx, r10,
+// r8, r9; i386 in bx, cx, dx, si, di, bp (32 bits each).
+static __always_inline __u64 arg(struct pt_regs *regs, int i, bool compat)
+{
+	if (compat) {
+		switch (i) {
+		case 0: return (__u32)regs->bx;
+		case 1: return (__u32)regs->cx;
+		case 2: return (__u32)regs->dx;
+		case 3: return (__u32)regs->si;
+		case 4: return (__u32)regs->di;
+		}
+		return (__u32)regs->bp;
+	}
+	switch (i) {
+	case 0: return regs->di;
+	case 1: return regs->si;
+	case 2: return regs->dx;
+	case 3: return regs->r10;
+	case 4: return regs->r8;
+	}
+	return regs->r9;
+}
+
+static __always_inline long regs_nr(struct pt_regs *regs) { return regs->orig_ax; }
+
+#elif defined(__TARGET_ARCH_arm64)
+// arm64 has only the *at variants (asm-generic numbering). 32-bit (AArch32)
+// tasks are not decoded (docs/daemon.md, Known limits).
+static const __u16 sysops[SYSOPS_MAX] = {
+	[56] = N(OP_OPENAT), [437] = N(OP_OPENAT2), [38] = N(OP_RENAMEAT), [276] = N(OP_RENAMEAT2),
+	[35] = N(OP_UNLINKAT), [34] = N(OP_MKDIRAT), [45] = N(OP_TRUNCATE), [37] = N(OP_LINKAT),
+	[36] = N(OP_SYMLINKAT), [265] = N(OP_OPEN_BY_HANDLE_AT), [425] = N(OP_IO_URING_SETUP),
+};
+
+static __always_inline __u16 sysop_of(long nr)
+{
+	if ((__u64)nr >= SYSOPS_MAX)
+		return 0;
+	return sysops[nr];
+}
+
+static __always_inline __u32 op_of(__u16 v, bool *compat)
+{
+	*compat = false;
+	return v & 0xff;
+}
+
+static __always_inline __u64 arg(struct pt_regs *regs, int i, bool compat)
+{
+	return regs->regs[i & 7];
+}
+
+static __always_inline long regs_nr(struct pt_regs *regs) { return regs->syscallno; }
+#endif
+
+#define A(i) arg(regs, i, compat)
+#define FD(i) ((__s32)arg(regs, i, compat))
+
+// sys_enter runs on every syscall of every task. The filter comes first:
+// the syscall number (one table load), then the process (one flag load).
+SEC("tp_btf/sys_enter")
+int sys_enter(__u64 *ctx)
+{
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	long nr = (long)ctx[1];
+	__u16 v = sysop_of(nr);
+	if (!v)
+		return 0;
+	if (!is_watched(bpf_get_current_pid_tgid() >> 32))
+		return 0;
 	__u32 *slot = watched_slot();
 	if (!slot)
 		return 0;
-	struct open_how how = {};
-	bpf_probe_read_user(&how, sizeof(how), (void *)A(2));
-	return enter(OP_OPENAT2, FD(0), A(1), 0, 0, how.flags);
+	bool compat;
+	__u32 op = op_of(v, &compat);
+	switch (op) {
+	case OP_OPEN: return enter(slot, nr, op, AT_FDCWD, A(0), 0, 0, A(1));
+	case OP_OPENAT: return enter(slot, nr, op, FD(0), A(1), 0, 0, A(2));
+	case OP_OPENAT2: {
+		struct open_how how = {};
+		bpf_probe_read_user(&how, sizeof(how), (void *)A(2));
+		return enter(slot, nr, op, FD(0), A(1), 0, 0, how.flags);
+	}
+	case OP_CREAT: return enter(slot, nr, op, AT_FDCWD, A(0), 0, 0, O_CREAT | O_WRONLY | O_TRUNC);
+	case OP_RENAME: return enter(slot, nr, op, AT_FDCWD, A(0), AT_FDCWD, A(1), 0);
+	case OP_RENAMEAT: return enter(slot, nr, op, FD(0), A(1), FD(2), A(3), 0);
+	case OP_RENAMEAT2: return enter(slot, nr, op, FD(0), A(1), FD(2), A(3), A(4));
+	case OP_UNLINK: return enter(slot, nr, op, AT_FDCWD, A(0), 0, 0, 0);
+	case OP_UNLINKAT: return enter(slot, nr, op, FD(0), A(1), 0, 0, A(2));
+	case OP_RMDIR: return enter(slot, nr, op, AT_FDCWD, A(0), 0, 0, 0);
+	case OP_MKDIR: return enter(slot, nr, op, AT_FDCWD, A(0), 0, 0, 0);
+	case OP_MKDIRAT: return enter(slot, nr, op, FD(0), A(1), 0, 0, 0);
+	case OP_TRUNCATE: return enter(slot, nr, op, AT_FDCWD, A(0), 0, 0, 0);
+	case OP_LINK: return enter(slot, nr, op, AT_FDCWD, A(0), AT_FDCWD, A(1), 0);
+	case OP_LINKAT: return enter(slot, nr, op, FD(0), A(1), FD(2), A(3), A(4));
+	// symlink's target is only a string stored in the link; what matters to
+	// a scope is where the link is created (following it later is an open).
+	case OP_SYMLINK: return enter(slot, nr, op, AT_FDCWD, A(1), 0, 0, 0);
+	case OP_SYMLINKAT: return enter(slot, nr, op, FD(1), A(2), 0, 0, 0);
+	// open_by_handle_at opens by file handle, not by path: only the
+	// returned descriptor says what was opened.
+	case OP_OPEN_BY_HANDLE_AT: return enter(slot, nr, op, 0, 0, 0, 0, A(2));
+	// io_uring submits file operations no syscall hook sees: setting one up
+	// in a watched tree is itself the finding.
+	case OP_IO_URING_SETUP: return enter(slot, nr, op, 0, 0, 0, 0, A(1));
+	}
+	return 0;
 }
-EXIT(openat2)
-ENTER(creat) { return enter(OP_CREAT, AT_FDCWD, A(0), 0, 0, O_CREAT | O_WRONLY | O_TRUNC); }
-EXIT(creat)
-ENTER(rename) { return enter(OP_RENAME, AT_FDCWD, A(0), AT_FDCWD, A(1), 0); }
-EXIT(rename)
-ENTER(renameat) { return enter(OP_RENAMEAT, FD(0), A(1), FD(2), A(3), 0); }
-EXIT(renameat)
-ENTER(renameat2) { return enter(OP_RENAMEAT2, FD(0), A(1), FD(2), A(3), A(4)); }
-EXIT(renameat2)
-ENTER(unlink) { return enter(OP_UNLINK, AT_FDCWD, A(0), 0, 0, 0); }
-EXIT(unlink)
-ENTER(unlinkat) { return enter(OP_UNLINKAT, FD(0), A(1), 0, 0, A(2)); }
-EXIT(unlinkat)
-ENTER(rmdir) { return enter(OP_RMDIR, AT_FDCWD, A(0), 0, 0, 0); }
-EXIT(rmdir)
-ENTER(mkdir) { return enter(OP_MKDIR, AT_FDCWD, A(0), 0, 0, 0); }
-EXIT(mkdir)
-ENTER(mkdirat) { return enter(OP_MKDIRAT, FD(0), A(1), 0, 0, 0); }
-EXIT(mkdirat)
-ENTER(truncate) { return enter(OP_TRUNCATE, AT_FDCWD, A(0), 0, 0, 0); }
-EXIT(truncate)
-ENTER(link) { return enter(OP_LINK, AT_FDCWD, A(0), AT_FDCWD, A(1), 0); }
-EXIT(link)
-ENTER(linkat) { return enter(OP_LINKAT, FD(0), A(1), FD(2), A(3), A(4)); }
-EXIT(linkat)
-// symlink's target is only a string stored in the link; what matters to a
-// scope is where the link is created (following it later is an open).
-ENTER(symlink) { return enter(OP_SYMLINK, AT_FDCWD, A(1), 0, 0, 0); }
-EXIT(symlink)
-ENTER(symlinkat) { return enter(OP_SYMLINKAT, FD(1), A(2), 0, 0, 0); }
-EXIT(symlinkat)
-// open_by_handle_at opens by file handle, not by path: only the returned
-// descriptor says what was opened.
-ENTER(open_by_handle_at) { return enter(OP_OPEN_BY_HANDLE_AT, 0, 0, 0, 0, A(2)); }
-EXIT(open_by_handle_at)
-// io_uring submits file operations no syscall tracepoint sees: setting one
-// up in a watched tree is itself the finding.
-ENTER(io_uring_setup) { return enter(OP_IO_URING_SETUP, 0, 0, 0, 0, A(1)); }
-EXIT(io_uring_setup)
+
+// sys_exit: the same filter; a watched thread's call in flight is matched
+// by its syscall number.
+SEC("tp_btf/sys_exit")
+int sys_exit(__u64 *ctx)
+{
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	long ret = (long)ctx[1];
+	long nr = regs_nr(regs);
+	if (!sysop_of(nr))
+		return 0;
+	if (!is_watched(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	return leave(nr, ret);
+}
 
 static __always_inline void proc_event(__u32 op, __u32 slot, __s64 ret)
 {
@@ -463,16 +641,16 @@ static __always_inline void proc_event(__u32 op, __u32 slot, __s64 ret)
 
 // A child of a watched process joins its parent's run. Threads share the
 // parent's tgid and need no entry of their own.
-SEC("raw_tracepoint/sched_process_fork")
-int sched_fork(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sched_process_fork")
+int sched_fork(__u64 *ctx)
 {
-	struct task_struct *parent = (void *)ctx->args[0];
-	struct task_struct *child = (void *)ctx->args[1];
-	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	struct task_struct *parent = (struct task_struct *)ctx[0];
+	struct task_struct *child = (struct task_struct *)ctx[1];
+	__u32 ptgid = parent->tgid;
 	__u32 *slot = bpf_map_lookup_elem(&watched, &ptgid);
 	if (!slot)
 		return 0;
-	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	__u32 ctgid = child->tgid;
 	if (ctgid == ptgid)
 		return 0;
 	__u32 s = *slot;
@@ -480,12 +658,13 @@ int sched_fork(struct bpf_raw_tracepoint_args *ctx)
 		count(STAT_WATCH_FULL);
 		return 0;
 	}
+	set_flag(ctgid, 1);
 	proc_event(OP_FORK, s, ctgid);
 	return 0;
 }
 
-SEC("raw_tracepoint/sched_process_exec")
-int sched_exec(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sched_process_exec")
+int sched_exec(__u64 *ctx)
 {
 	__u32 *slot = watched_slot();
 	if (!slot)
@@ -497,8 +676,8 @@ int sched_exec(struct bpf_raw_tracepoint_args *ctx)
 // Every exiting thread of a watched process frees its inflight entry; the
 // process leaves its run when its last thread exits (signal->live has
 // dropped to zero by the time the tracepoint fires).
-SEC("raw_tracepoint/sched_process_exit")
-int sched_exit(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/sched_process_exit")
+int sched_exit(__u64 *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
@@ -506,11 +685,12 @@ int sched_exit(struct bpf_raw_tracepoint_args *ctx)
 	if (!slot)
 		return 0;
 	bpf_map_delete_elem(&inflight, &id); // this thread's argument slot
-	struct task_struct *task = (void *)bpf_get_current_task();
-	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (task->signal->live.counter != 0)
 		return 0;
 	__u32 s = *slot;
+	set_flag(tgid, 0);
 	bpf_map_delete_elem(&watched, &tgid);
-	proc_event(OP_EXIT, s, BPF_CORE_READ(task, exit_code));
+	proc_event(OP_EXIT, s, task->exit_code);
 	return 0;
 }

@@ -37,6 +37,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(openCloseChild); spec != "" {
+		os.Exit(openCloseLoop(spec))
+	}
 	if mode := os.Getenv(childMode); mode != "" {
 		os.Exit(child(mode, os.Getenv(childWS), os.Getenv(childOut)))
 	}
@@ -317,7 +320,7 @@ func TestDaemonObservesRuns(t *testing.T) {
 
 	t.Run("health at start", func(t *testing.T) {
 		e := h.sink.waitFor(t, "health", func(e *schema.Event) bool { return e.Health != nil })
-		if !slices.Contains(e.Health.Hooks, "tracepoint/syscalls/openat") || e.Health.AuditStream != "on" || e.Health.LandlockABI < 1 {
+		if !slices.Contains(e.Health.Hooks, "tp_btf/sys_enter") || e.Health.AuditStream != "on" || e.Health.LandlockABI < 1 {
 			t.Errorf("health %+v", *e.Health)
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ type stack struct {
 	dlog                                  *testenv.LockedBuffer
 }
 
-func newStack(t *testing.T) *stack {
+func newStack(t testing.TB) *stack {
 	t.Helper()
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
@@ -58,30 +59,56 @@ func newStack(t *testing.T) *stack {
 }
 
 // startDaemon runs `mcpwarden daemon` until the test ends.
-func (st *stack) startDaemon(t *testing.T) {
+func (st *stack) startDaemon(t testing.TB) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, st.bin, "daemon", "--socket", st.socket, "--nats", st.nats, "--state-dir", st.state, "--enable-audit", "--crosscheck-window", "1s")
-	st.dlog = &testenv.LockedBuffer{}
-	cmd.Stderr = st.dlog
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stop := st.daemon(t)
 	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
+		if err := stop(os.Interrupt); err != nil {
+			t.Errorf("daemon: %v", err)
+		}
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", st.dlog.String())
 		}
 	})
+}
+
+// daemon starts `mcpwarden daemon`, waits until it serves its socket and
+// returns a function that stops it with sig and waits for it to exit.
+func (st *stack) daemon(t testing.TB) (stop func(sig os.Signal) error) {
+	t.Helper()
+	cmd := exec.Command(st.bin, "daemon", "--socket", st.socket, "--nats", st.nats, "--state-dir", st.state, "--enable-audit", "--crosscheck-window", "1s")
+	st.dlog = &testenv.LockedBuffer{}
+	cmd.Stderr = st.dlog
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var werr error
+	go func() { werr = cmd.Wait(); close(exited) }()
+	var once sync.Once
+	stop = func(sig os.Signal) error {
+		once.Do(func() {
+			_ = cmd.Process.Signal(sig)
+			<-exited
+			if sig == os.Kill {
+				werr = nil // the exit status of a killed daemon says nothing
+			}
+		})
+		return werr
+	}
+	t.Cleanup(func() { _ = stop(os.Kill) })
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(st.dlog.String(), "daemon started") {
+		select {
+		case <-exited:
+			t.Fatalf("daemon exited before it started (%v):\n%s", werr, st.dlog.String())
+		case <-time.After(20 * time.Millisecond):
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("daemon did not start:\n%s", st.dlog.String())
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	return stop
 }
 
 // events reads every stored event with `mcpwarden events --json`.

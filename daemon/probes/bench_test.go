@@ -57,7 +57,7 @@ func BenchmarkOpenClose(b *testing.B) {
 	}
 	defer p.Close()
 	b.Run("probes_unwatched", func(b *testing.B) {
-		done := bpfRunTime(b, p.objs.EnterOpenat, p.objs.ExitOpenat)
+		done := bpfRunTime(b, p.objs.SysEnter, p.objs.SysExit)
 		openClose(b, path)
 		b.StopTimer()
 		done()
@@ -74,7 +74,7 @@ func BenchmarkOpenClose(b *testing.B) {
 		}
 	}()
 	b.Run("probes_watched", func(b *testing.B) {
-		done := bpfRunTime(b, p.objs.EnterOpenat, p.objs.ExitOpenat)
+		done := bpfRunTime(b, p.objs.SysEnter, p.objs.SysExit)
 		before, _ := p.Counters()
 		if err := p.Watch(uint32(os.Getpid()), 1); err != nil {
 			b.Fatal(err)
@@ -261,57 +261,8 @@ func runOnce(ctx context.Context, p *Probes, out chan<- kevent.Record) error {
 	return p.run(ctx, r, out)
 }
 
-// BenchmarkUnwatchedOverhead estimates what the attached probes add to an
-// unwatched open()+close() on a machine other work shares: it alternates
-// rounds with the hooks detached and attached, and reports the median of
-// the per-round differences, which cancels slow drifts of the load.
-func BenchmarkUnwatchedOverhead(b *testing.B) {
-	testenv.RequireRoot(b)
-	path := benchFile(b)
-	p, err := Load(DefaultConfig())
-	if err != nil {
-		b.Fatalf("load probes: %v", err)
-	}
-	defer p.Close()
-	detach := func() {
-		for _, l := range p.links {
-			l.Close()
-		}
-		p.links, p.hooks = nil, nil
-	}
-	detach()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	loop := func(n int) time.Duration {
-		start := time.Now()
-		for range n {
-			fd, err := unix.Openat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			unix.Close(fd)
-		}
-		return time.Since(start)
-	}
-	const rounds, perRound = 11, 50_000
-	var diffs, base []float64
-	for range b.N {
-		for range rounds {
-			off := loop(perRound)
-			if err := p.attach(); err != nil {
-				b.Fatal(err)
-			}
-			on := loop(perRound)
-			detach()
-			diffs = append(diffs, float64(on-off)/perRound)
-			base = append(base, float64(off)/perRound)
-		}
-	}
-	slices.Sort(diffs)
-	slices.Sort(base)
-	b.ReportMetric(diffs[len(diffs)/2], "added_ns/open")
-	b.ReportMetric(base[len(base)/2], "base_ns/open")
-}
+// The unwatched cost is measured out of process, with the real daemon
+// running and not running: BenchmarkProbeCostOutOfProcess in ./daemon.
 
 // BenchmarkWatchedOverhead estimates what being watched adds to an
 // open()+close() (record built, put on the ring, decoded into Go on the

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,17 @@ type Config struct {
 	// RingBytes overrides the ring buffer's size (a power of two, at least a
 	// page); 0 keeps the compiled-in 16 MiB.
 	RingBytes uint32
-	Logger    *slog.Logger
+	// PinDir, when set, is a directory in bpffs where the maps and the
+	// attached hooks are pinned, so they outlive the daemon: a restarted
+	// daemon adopts them (Resumed says what it found) and the runs it
+	// watched were never unobserved by the kernel. Empty: nothing is
+	// pinned and Close detaches everything.
+	PinDir string
+	// LazySyscalls leaves the syscall hooks (sys_enter, sys_exit) detached
+	// until SetSyscallHooks(true): a daemon with no run costs the host's
+	// syscalls nothing.
+	LazySyscalls bool
+	Logger       *slog.Logger
 }
 
 // DefaultConfig batches wake-ups at 64 KiB and flushes every 20 ms.
@@ -68,12 +79,19 @@ const (
 
 // Probes is a loaded and attached set of programs.
 type Probes struct {
-	cfg     Config
-	log     *slog.Logger
-	objs    bpf.WatchObjects
-	links   []link.Link
+	cfg  Config
+	log  *slog.Logger
+	objs bpf.WatchObjects // programs are nil when the probes were adopted
+	// maps the daemon works with; set whether loaded or adopted.
+	watched, flagsMap, inflight, events, stats, state *ebpf.Map
+
+	mu      sync.Mutex
+	links   map[string]link.Link // by hook name
+	dir     string               // pin directory of this object ("" when not pinned)
+	resumed Resumed
+
 	reader  *ringbuf.Reader
-	hooks   []string
+	flags   *ebpf.Memory // watched_flags, one byte per pid
 	missing []string
 
 	queueDrops   atomic.Uint64
@@ -83,34 +101,36 @@ type Probes struct {
 	closeOnce sync.Once
 }
 
-// syscallHooks are the syscalls whose enter and exit tracepoints are attached.
-var syscallHooks = []string{
+// Resumed is what Load found pinned by an earlier daemon.
+type Resumed struct {
+	// Adopted: the probes of an earlier daemon were still attached and are
+	// used as they are; what the kernel recorded meanwhile is in the ring.
+	Adopted bool
+	// Replaced: probes of another mcpwarden version were attached; the
+	// watched processes were carried over to the new ones, but records that
+	// version left unread are lost.
+	Replaced bool
+	// Watched is how many processes the kernel still watched.
+	Watched int
+	// LastAlive is when the earlier daemon last showed it was alive, Stopped
+	// whether it stopped cleanly (zero when it was killed).
+	LastAlive, Stopped time.Time
+}
+
+// Syscalls lists the operations the syscall hooks decode (each with its
+// native and, on x86_64, its i386 syscall number; arm64 has only the *at
+// variants). Every other syscall leaves the hooks on its number.
+var Syscalls = []string{
 	"open", "openat", "openat2", "creat",
 	"rename", "renameat", "renameat2",
 	"unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "truncate",
 	"link", "linkat", "symlink", "symlinkat", "open_by_handle_at", "io_uring_setup",
 }
 
-// ErrTracefs says the tracepoint ids could not be found.
-var ErrTracefs = errors.New("tracefs is not mounted at /sys/kernel/tracing")
-
-// EnsureTracefs mounts tracefs when it is missing: cilium/ebpf finds the
-// ids of syscall tracepoints there.
-func EnsureTracefs() error {
-	if _, err := os.Stat("/sys/kernel/tracing/events"); err == nil {
-		return nil
-	}
-	if _, err := os.Stat("/sys/kernel/debug/tracing/events"); err == nil {
-		return nil
-	}
-	if err := unix.Mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, ""); err != nil {
-		return fmt.Errorf("%w and mounting it failed (%w): run 'mount -t tracefs tracefs /sys/kernel/tracing' as root", ErrTracefs, err)
-	}
-	return nil
-}
-
-// Load loads the programs into the kernel and attaches every hook. Nothing
-// is watched until Watch is called.
+// Load loads the programs into the kernel and attaches the hooks (the
+// syscall hooks only if not LazySyscalls). With PinDir it first adopts the
+// probes an earlier daemon left pinned there. Nothing new is watched until
+// Watch is called.
 func Load(cfg Config) (*Probes, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -120,9 +140,6 @@ func Load(cfg Config) (*Probes, error) {
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
-	}
-	if err := EnsureTracefs(); err != nil {
-		return nil, err
 	}
 	spec, err := bpf.LoadWatch()
 	if err != nil {
@@ -138,86 +155,166 @@ func Load(cfg Config) (*Probes, error) {
 	if err := spec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}
-	p := &Probes{cfg: cfg, log: cfg.Logger}
+	p := &Probes{cfg: cfg, log: cfg.Logger, links: map[string]link.Link{}}
+	if cfg.PinDir != "" {
+		if err := EnsureBPFFS(); err != nil {
+			return nil, err
+		}
+		p.dir = filepath.Join(cfg.PinDir, fmt.Sprintf("%s-%d-%d", bpf.ObjectHash(), ring, cfg.WakeupBytes))
+		ok, err := p.adopt()
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		if ok {
+			if err := p.finish(); err != nil {
+				p.Close()
+				return nil, err
+			}
+			return p, nil
+		}
+	}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load bpf programs (verifier rejected them; Linux 6.2+ with BTF at /sys/kernel/btf/vmlinux is needed: bpf_loop, bpf_rdonly_cast): %w", err)
+			return nil, fmt.Errorf("load bpf programs (verifier rejected them; Linux 6.2+ with BTF at /sys/kernel/btf/vmlinux is needed: bpf_loop, bpf_rdonly_cast, tp_btf): %w", err)
 		}
 		return nil, fmt.Errorf("load bpf programs (run as root with CAP_BPF and CAP_PERFMON): %w", err)
 	}
-	if err := p.attach(); err != nil {
+	m := &p.objs.WatchMaps
+	p.watched, p.flagsMap, p.inflight, p.events, p.stats, p.state = m.Watched, m.WatchedFlags, m.Inflight, m.Events, m.Stats, m.DaemonState
+	if p.flags, err = p.flagsMap.Memory(); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("map the watched flags: %w", err)
+	}
+	if p.dir != "" {
+		if err := p.pinNew(); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	for _, h := range p.hookList() {
+		if cfg.LazySyscalls && isSyscallHook(h.name) {
+			continue
+		}
+		if err := p.attach(h.name, h.prog); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	if p.dir != "" {
+		// Probes of another version still attached: their processes move
+		// over to the new probes (attached by now, so nothing forked in
+		// between is missed), then they are detached.
+		if err := p.replaceOthers(); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	if err := p.finish(); err != nil {
 		p.Close()
 		return nil, err
 	}
-	p.reader, err = ringbuf.NewReader(p.objs.Events)
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("open ring buffer reader: %w", err)
-	}
-	p.missing = probeOptional()
 	return p, nil
 }
 
-func (p *Probes) attach() error {
-	progs := map[string]*ebpf.Program{}
-	for name, prog := range programsByName(&p.objs.WatchPrograms) {
-		progs[name] = prog
+// finish opens the ring reader and probes the optional hooks.
+func (p *Probes) finish() error {
+	var err error
+	p.reader, err = ringbuf.NewReader(p.events)
+	if err != nil {
+		return fmt.Errorf("open ring buffer reader: %w", err)
 	}
-	for _, sc := range syscallHooks {
-		for _, dir := range []string{"enter", "exit"} {
-			prog := progs[dir+"_"+sc]
-			if prog == nil {
-				return fmt.Errorf("bpf object has no program %s_%s: rebuild with 'make generate'", dir, sc)
-			}
-			l, err := link.Tracepoint("syscalls", "sys_"+dir+"_"+sc, prog, nil)
-			if err != nil {
-				return fmt.Errorf("attach tracepoint syscalls/sys_%s_%s: %w", dir, sc, err)
-			}
-			p.links = append(p.links, l)
-		}
-		p.hooks = append(p.hooks, "tracepoint/syscalls/"+sc)
-	}
-	for _, rt := range []struct {
+	p.missing = probeOptional()
+	return nil
+}
+
+func isSyscallHook(name string) bool { return name == "sys_enter" || name == "sys_exit" }
+
+// hookNames are the BTF tracepoints the programs attach to.
+var hookNames = []string{"sys_enter", "sys_exit", "sched_process_fork", "sched_process_exec", "sched_process_exit"}
+
+// hookList pairs each hook with its program (nil when adopted: the pinned
+// link holds the program).
+func (p *Probes) hookList() []struct {
+	name string
+	prog *ebpf.Program
+} {
+	ps := &p.objs.WatchPrograms
+	progs := []*ebpf.Program{ps.SysEnter, ps.SysExit, ps.SchedFork, ps.SchedExec, ps.SchedExit}
+	out := make([]struct {
 		name string
 		prog *ebpf.Program
-	}{
-		{"sched_process_fork", p.objs.SchedFork},
-		{"sched_process_exec", p.objs.SchedExec},
-		{"sched_process_exit", p.objs.SchedExit},
-	} {
-		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: rt.name, Program: rt.prog})
-		if err != nil {
-			return fmt.Errorf("attach raw tracepoint %s: %w", rt.name, err)
+	}, len(hookNames))
+	for i, n := range hookNames {
+		out[i].name, out[i].prog = n, progs[i]
+	}
+	return out
+}
+
+// attach attaches prog to its BTF tracepoint and, when pinned, pins the link.
+func (p *Probes) attach(name string, prog *ebpf.Program) error {
+	if prog == nil {
+		return fmt.Errorf("hook %s cannot be attached: its program was not loaded by this daemon", name)
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+	if err != nil {
+		return fmt.Errorf("attach tp_btf/%s: %w", name, err)
+	}
+	if p.dir != "" {
+		if err := l.Pin(filepath.Join(p.dir, "hook_"+name)); err != nil {
+			l.Close()
+			return fmt.Errorf("pin hook %s: %w", name, err)
 		}
-		p.links = append(p.links, l)
-		p.hooks = append(p.hooks, "raw_tracepoint/"+rt.name)
+	}
+	p.links[name] = l
+	return nil
+}
+
+// detach detaches a hook (and removes its pin).
+func (p *Probes) detach(name string) error {
+	l := p.links[name]
+	if l == nil {
+		return nil
+	}
+	delete(p.links, name)
+	if p.dir != "" {
+		if err := l.Unpin(); err != nil {
+			l.Close()
+			return fmt.Errorf("unpin hook %s: %w", name, err)
+		}
+	}
+	return l.Close()
+}
+
+// SetSyscallHooks attaches (on) or detaches the syscall hooks. A daemon
+// keeps them attached while any run is live.
+func (p *Probes) SetSyscallHooks(on bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, h := range p.hookList() {
+		if !isSyscallHook(h.name) {
+			continue
+		}
+		if on && p.links[h.name] == nil {
+			if err := p.attach(h.name, h.prog); err != nil {
+				return err
+			}
+		}
+		if !on {
+			if err := p.detach(h.name); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-func programsByName(ps *bpf.WatchPrograms) map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
-		"enter_open": ps.EnterOpen, "exit_open": ps.ExitOpen,
-		"enter_openat": ps.EnterOpenat, "exit_openat": ps.ExitOpenat,
-		"enter_openat2": ps.EnterOpenat2, "exit_openat2": ps.ExitOpenat2,
-		"enter_creat": ps.EnterCreat, "exit_creat": ps.ExitCreat,
-		"enter_rename": ps.EnterRename, "exit_rename": ps.ExitRename,
-		"enter_renameat": ps.EnterRenameat, "exit_renameat": ps.ExitRenameat,
-		"enter_renameat2": ps.EnterRenameat2, "exit_renameat2": ps.ExitRenameat2,
-		"enter_unlink": ps.EnterUnlink, "exit_unlink": ps.ExitUnlink,
-		"enter_unlinkat": ps.EnterUnlinkat, "exit_unlinkat": ps.ExitUnlinkat,
-		"enter_rmdir": ps.EnterRmdir, "exit_rmdir": ps.ExitRmdir,
-		"enter_mkdir": ps.EnterMkdir, "exit_mkdir": ps.ExitMkdir,
-		"enter_mkdirat": ps.EnterMkdirat, "exit_mkdirat": ps.ExitMkdirat,
-		"enter_truncate": ps.EnterTruncate, "exit_truncate": ps.ExitTruncate,
-		"enter_link": ps.EnterLink, "exit_link": ps.ExitLink,
-		"enter_linkat": ps.EnterLinkat, "exit_linkat": ps.ExitLinkat,
-		"enter_symlink": ps.EnterSymlink, "exit_symlink": ps.ExitSymlink,
-		"enter_symlinkat": ps.EnterSymlinkat, "exit_symlinkat": ps.ExitSymlinkat,
-		"enter_open_by_handle_at": ps.EnterOpenByHandleAt, "exit_open_by_handle_at": ps.ExitOpenByHandleAt,
-		"enter_io_uring_setup": ps.EnterIoUringSetup, "exit_io_uring_setup": ps.ExitIoUringSetup,
-	}
+// SyscallHooks reports whether the syscall hooks are attached.
+func (p *Probes) SyscallHooks() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.links["sys_enter"] != nil && p.links["sys_exit"] != nil
 }
 
 // probeOptional tries the program types that would observe opens more
@@ -261,19 +358,53 @@ func shortErr(err error) string {
 	return "unavailable (" + s + ")"
 }
 
-// Hooks lists the hooks in use.
-func (p *Probes) Hooks() []string { return append([]string(nil), p.hooks...) }
+// Hooks lists the hooks in use (attached now).
+func (p *Probes) Hooks() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, h := range hookNames {
+		if p.links[h] != nil {
+			out = append(out, "tp_btf/"+h)
+		}
+	}
+	return out
+}
+
+// Resumed says what Load found pinned by an earlier daemon.
+func (p *Probes) Resumed() Resumed { return p.resumed }
 
 // Unavailable lists the optional hooks that were probed and why they are not used.
 func (p *Probes) Unavailable() []string { return append([]string(nil), p.missing...) }
 
+// pidsFlagged is PIDS_FLAGGED in watch.bpf.c: pids below it have a byte in
+// watched_flags.
+const pidsFlagged = 1 << 22
+
+// setFlag writes the watched flag byte of tgid through the memory mapping:
+// one byte, so the kernel's own updates of neighbouring pids (forks,
+// exits) are never overwritten.
+func (p *Probes) setFlag(tgid uint32, on bool) error {
+	if tgid >= pidsFlagged {
+		return nil // the programs fall back to the hash for these
+	}
+	v := []byte{0}
+	if on {
+		v[0] = 1
+	}
+	if _, err := p.flags.WriteAt(v, int64(tgid)); err != nil {
+		return fmt.Errorf("set watched flag of pid %d: %w", tgid, err)
+	}
+	return nil
+}
+
 // Watch makes process tgid (and, from now on, every child it forks) report
 // to run slot.
 func (p *Probes) Watch(tgid, slot uint32) error {
-	if err := p.objs.Watched.Update(tgid, slot, ebpf.UpdateAny); err != nil {
+	if err := p.watched.Update(tgid, slot, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("watch pid %d: %w", tgid, err)
 	}
-	return nil
+	return p.setFlag(tgid, true)
 }
 
 // inflightKeys lists the inflight map's keys (pid<<32 | tid) without
@@ -281,7 +412,7 @@ func (p *Probes) Watch(tgid, slot uint32) error {
 // stops after MaxEntries steps, since concurrent inserts may restart the
 // walk; a key seen twice is harmless to the caller.
 func (p *Probes) inflightKeys() ([]uint64, error) {
-	m := p.objs.Inflight
+	m := p.inflight
 	var keys []uint64
 	var cur uint64
 	var prev any // nil asks for the first key
@@ -305,7 +436,7 @@ func (p *Probes) Unwatch(slot uint32) (int, error) {
 		k, v  uint32
 		stale []uint32
 	)
-	it := p.objs.Watched.Iterate()
+	it := p.watched.Iterate()
 	for it.Next(&k, &v) {
 		if v == slot {
 			stale = append(stale, k)
@@ -316,7 +447,10 @@ func (p *Probes) Unwatch(slot uint32) (int, error) {
 	}
 	gone := make(map[uint32]bool, len(stale))
 	for _, k := range stale {
-		if err := p.objs.Watched.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := p.setFlag(k, false); err != nil {
+			return 0, err
+		}
+		if err := p.watched.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return 0, fmt.Errorf("unwatch pid %d: %w", k, err)
 		}
 		gone[k] = true
@@ -333,7 +467,7 @@ func (p *Probes) Unwatch(slot uint32) (int, error) {
 		}
 	}
 	for _, id := range ids {
-		if err := p.objs.Inflight.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := p.inflight.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return 0, fmt.Errorf("free inflight slot: %w", err)
 		}
 	}
@@ -345,7 +479,7 @@ func (p *Probes) Counters() (Counters, error) {
 	var c Counters
 	var vals []uint64
 	for i := uint32(0); i < statMax; i++ {
-		if err := p.objs.Stats.Lookup(i, &vals); err != nil {
+		if err := p.stats.Lookup(i, &vals); err != nil {
 			return c, fmt.Errorf("read bpf stats: %w", err)
 		}
 		var sum uint64
@@ -416,17 +550,52 @@ func (p *Probes) run(ctx context.Context, reader *ringbuf.Reader, out chan<- kev
 	}
 }
 
-// Close detaches every hook and frees the programs and maps.
-func (p *Probes) Close() error {
+// Close detaches every hook and frees the programs and maps; pinned ones
+// are unpinned.
+func (p *Probes) Close() error { return p.close(false) }
+
+// Keep closes the daemon's handles but leaves the pinned probes attached,
+// for the next daemon to adopt; stopped records that this was a clean stop.
+// Without a pin directory it is Close.
+func (p *Probes) Keep() error {
+	if p.dir == "" {
+		return p.Close()
+	}
+	if err := p.writeState(func(s *bpf.WatchDstate) { s.StoppedNs = uint64(time.Now().UnixNano()) }); err != nil {
+		p.log.Warn("record clean stop", "err", err)
+	}
+	return p.close(true)
+}
+
+func (p *Probes) close(keep bool) error {
 	var errs []error
 	p.closeOnce.Do(func() {
 		if p.reader != nil {
 			errs = append(errs, p.reader.Close())
 		}
-		for _, l := range p.links {
+		p.mu.Lock()
+		for name, l := range p.links {
+			if !keep && p.dir != "" {
+				errs = append(errs, l.Unpin())
+			}
 			errs = append(errs, l.Close())
+			delete(p.links, name)
 		}
-		errs = append(errs, p.objs.Close())
+		p.mu.Unlock()
+		if !keep && p.dir != "" {
+			errs = append(errs, removePins(p.dir))
+		}
+		for _, m := range []*ebpf.Map{p.watched, p.flagsMap, p.inflight, p.events, p.stats, p.state} {
+			if m != nil {
+				errs = append(errs, m.Close())
+			}
+		}
+		errs = append(errs, p.objs.WatchPrograms.Close())
+		for _, m := range []*ebpf.Map{p.objs.Scratch, p.objs.ArgsZero} {
+			if m != nil {
+				errs = append(errs, m.Close())
+			}
+		}
 	})
 	return errors.Join(errs...)
 }
