@@ -1,0 +1,377 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Group is one run's cgroup: a directory in each hierarchy it uses.
+type Group struct {
+	v2     string            // cgroup2 directory, "" when none
+	v2fd   int               // open O_PATH|O_DIRECTORY on v2, for CLONE_INTO_CGROUP; -1 when none
+	v1     map[string]string // controller → directory
+	report Report
+}
+
+// New makes the group described by o. It does not fail when the host
+// cannot give what was asked: the Report says what is in force and why
+// not the rest (the caller decides whether that refuses the run). It fails
+// only on a bad name or parent.
+func (h *Host) New(o Options) (*Group, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	g := &Group{v2fd: -1, v1: map[string]string{}}
+	var reasons []string
+	note := func(format string, args ...any) { reasons = append(reasons, fmt.Sprintf(format, args...)) }
+	plan := h.plan(o)
+	// Which limits cgroup2 must carry: those no v1 hierarchy serves.
+	var v2need []string
+	if o.Limits.Processes > 0 && h.v1["pids"] == nil {
+		v2need = append(v2need, "pids")
+	}
+	if o.Limits.MemoryBytes > 0 && h.v1["memory"] == nil {
+		v2need = append(v2need, "memory")
+	}
+	v2has := map[string]bool{}
+	if dir := plan.V2; dir != "" {
+		parent := filepath.Dir(dir)
+		if err := ensureParent(h.v2.mount, parent); err != nil {
+			note("cgroup2: cannot create the parent cgroup: %s", errText(err))
+		} else {
+			for _, c := range delegate(parent, v2need) {
+				v2has[c] = true
+			}
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				note("cgroup2: cannot create the run's cgroup: %s", errText(err))
+			} else {
+				g.v2 = dir
+				fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+				if err == nil {
+					g.v2fd = fd
+				}
+			}
+		}
+	}
+	for _, c := range v1Controllers {
+		dir := plan.V1[c]
+		if dir == "" {
+			continue
+		}
+		if c == "freezer" && g.v2 != "" {
+			continue // cgroup.kill does the freezer's job
+		}
+		if c == "pids" && o.Limits.Processes == 0 && g.v2 != "" {
+			continue
+		}
+		if err := ensureParent(h.v1[c].mount, filepath.Dir(dir)); err != nil {
+			note("v1 %s: cannot create the parent cgroup: %s", c, errText(err))
+			continue
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			note("v1 %s: cannot create the run's cgroup: %s", c, errText(err))
+			continue
+		}
+		g.v1[c] = dir
+	}
+
+	r := &g.report
+	r.Version = h.Version()
+	if o.NoV2 && r.Version == "hybrid" {
+		r.Version = "v1"
+	}
+	switch {
+	case g.v2 != "":
+		r.Kill = KillCgroupKill
+	case g.v1["freezer"] != "":
+		r.Kill = KillFreezer
+	case len(g.v1) > 0:
+		r.Kill = KillSignals
+	}
+	if o.Limits.Processes > 0 {
+		dir, file := g.limitFile("pids", v2has["pids"], "pids.max", "pids.max")
+		switch {
+		case dir == "":
+			note("no pids controller for the run: the process limit is not enforced")
+		default:
+			if err := writeFile(filepath.Join(dir, file), strconv.FormatInt(o.Limits.Processes, 10)); err != nil {
+				note("cannot set the process limit: %s", errText(err))
+			} else {
+				r.Processes = o.Limits.Processes
+			}
+		}
+	}
+	if o.Limits.MemoryBytes > 0 {
+		if err := g.setMemory(v2has["memory"], o.Limits.MemoryBytes); err != nil {
+			note("%s", err)
+		} else {
+			r.Memory = o.Limits.MemoryBytes
+		}
+	}
+	switch {
+	case g.v2 == "" && len(g.v1) == 0:
+		r.State = Off
+		if h.Version() == "" {
+			note("no cgroup hierarchy is mounted")
+		}
+	case len(reasons) > 0 || r.Kill == KillSignals:
+		r.State = Degraded
+		if r.Kill == KillSignals {
+			note("no cgroup2 and no freezer: the run is killed by signals, member by member")
+		}
+	default:
+		r.State = On
+	}
+	r.Reason = strings.Join(reasons, "; ")
+	return g, nil
+}
+
+// plan is the directories a group made with o would have, before any is
+// made: cgroup2 (unless o.NoV2), v1 pids and freezer, and v1 memory when a
+// memory limit is asked for.
+func (h *Host) plan(o Options) Handle {
+	rel := func(hh *hierarchy) string {
+		if o.Parent != "" {
+			return filepath.Join(strings.TrimPrefix(filepath.Clean(o.Parent), "/"), o.Name)
+		}
+		return filepath.Join(hh.own, o.Name)
+	}
+	var p Handle
+	if h.v2 != nil && !o.NoV2 {
+		p.V2 = h.v2.dir(rel(h.v2))
+	}
+	for _, c := range v1Controllers {
+		hh := h.v1[c]
+		if hh == nil || (c == "memory" && o.Limits.MemoryBytes == 0) {
+			continue
+		}
+		if p.V1 == nil {
+			p.V1 = map[string]string{}
+		}
+		p.V1[c] = hh.dir(rel(hh))
+	}
+	return p
+}
+
+// limitFile is where a limit of controller c goes: cgroup2 when it carries
+// c for this group, else c's v1 hierarchy.
+func (g *Group) limitFile(c string, onV2 bool, v2file, v1file string) (dir, file string) {
+	if onV2 && g.v2 != "" {
+		return g.v2, v2file
+	}
+	if d := g.v1[c]; d != "" {
+		return d, v1file
+	}
+	return "", ""
+}
+
+// setMemory sets the memory limit and caps swap at zero, so that the run
+// cannot exceed the limit by being swapped out.
+func (g *Group) setMemory(onV2 bool, bytes int64) error {
+	v := strconv.FormatInt(bytes, 10)
+	if onV2 && g.v2 != "" {
+		if err := writeFile(filepath.Join(g.v2, "memory.max"), v); err != nil {
+			return fmt.Errorf("cannot set the memory limit: %s", errText(err))
+		}
+		if err := writeFile(filepath.Join(g.v2, "memory.swap.max"), "0"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cannot cap swap: %s", errText(err))
+		}
+		return nil
+	}
+	d := g.v1["memory"]
+	if d == "" {
+		return errors.New("no memory controller for the run: the memory limit is not enforced")
+	}
+	if err := writeFile(filepath.Join(d, "memory.limit_in_bytes"), v); err != nil {
+		return fmt.Errorf("cannot set the memory limit: %s", errText(err))
+	}
+	// memory+swap = memory: no swap beyond the limit (absent without swap accounting).
+	if err := writeFile(filepath.Join(d, "memory.memsw.limit_in_bytes"), v); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("cannot cap swap: %s", errText(err))
+	}
+	return nil
+}
+
+// ensureParent creates parent (below mount) when it is missing.
+func ensureParent(mount, parent string) error {
+	if parent == mount {
+		return nil
+	}
+	if st, err := os.Stat(parent); err == nil && st.IsDir() {
+		return nil
+	}
+	return os.MkdirAll(parent, 0o755)
+}
+
+// delegate makes sure the cgroup2 controllers in need are enabled for the
+// children of parent, and returns those that are. Enabling fails (EBUSY)
+// when parent is not the root and has processes of its own: cgroup v2 lets
+// only cgroups without member processes hand controllers down.
+func delegate(parent string, need []string) []string {
+	if len(need) == 0 {
+		return nil
+	}
+	var ok []string
+	enabled := fields(filepath.Join(parent, "cgroup.subtree_control"))
+	for _, c := range need {
+		if slices.Contains(enabled, c) {
+			ok = append(ok, c)
+			continue
+		}
+		if writeFile(filepath.Join(parent, "cgroup.subtree_control"), "+"+c) == nil {
+			ok = append(ok, c)
+		}
+	}
+	return ok
+}
+
+func fields(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
+}
+
+// writeFile writes one value to a cgroup control file (no create, no truncate
+// semantics beyond what the kernel does).
+func writeFile(path, v string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// errText is an error without its path: reasons end up in records.
+func errText(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case unix.EACCES, unix.EPERM:
+			return errno.Error() + " (run as root, or pass --cgroup-parent a cgroup this user may write)"
+		case unix.EBUSY:
+			return errno.Error()
+		case unix.EROFS:
+			return errno.Error() + " (the cgroup file system is read-only here)"
+		}
+	}
+	return err.Error()
+}
+
+// Report says what the group enforces.
+func (g *Group) Report() Report { return g.report }
+
+// CgroupFD is the group's cgroup2 directory for SysProcAttr.UseCgroupFD
+// (clone3 with CLONE_INTO_CGROUP): the child starts inside the group. ok
+// is false without cgroup2.
+func (g *Group) CgroupFD() (fd int, ok bool) { return g.v2fd, g.v2fd >= 0 }
+
+// Join moves pid into the group in every hierarchy (cgroup2 too unless
+// clonedIntoV2). It must run before pid can run anything of the server's.
+func (g *Group) Join(pid int, clonedIntoV2 bool) error {
+	v := strconv.Itoa(pid)
+	if g.v2 != "" && !clonedIntoV2 {
+		if err := writeFile(filepath.Join(g.v2, "cgroup.procs"), v); err != nil {
+			return fmt.Errorf("place process %d in the run's cgroup2 group: %w", pid, err)
+		}
+	}
+	for _, c := range v1Controllers {
+		if d := g.v1[c]; d != "" {
+			if err := writeFile(filepath.Join(d, "cgroup.procs"), v); err != nil {
+				return fmt.Errorf("place process %d in the run's v1 %s group: %w", pid, c, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Exists reports whether the group has any directory at all.
+func (g *Group) Exists() bool { return g != nil && (g.v2 != "" || len(g.v1) > 0) }
+
+// Procs lists the processes in the group (thread-group ids; zombies are not
+// members).
+func (g *Group) Procs() ([]int, error) {
+	dir := g.v2
+	if dir == "" {
+		for _, c := range v1Controllers {
+			if d := g.v1[c]; d != "" {
+				dir = d
+				break
+			}
+		}
+	}
+	if dir == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids, nil
+}
+
+// Stats are the limit hits seen so far.
+type Stats struct {
+	ProcessLimitHits int64 // forks refused by pids.max
+	OOMKills         int64 // processes killed for exceeding the memory limit
+	MemoryLimitHits  int64 // times usage hit the limit (v1 failcnt, v2 "max" events)
+}
+
+// Stats reads the group's event counters (zero where a hierarchy is absent).
+func (g *Group) Stats() Stats {
+	var s Stats
+	if d := g.v1["pids"]; d != "" {
+		s.ProcessLimitHits = keyed(filepath.Join(d, "pids.events"), "max")
+	} else if g.v2 != "" {
+		s.ProcessLimitHits = keyed(filepath.Join(g.v2, "pids.events"), "max")
+	}
+	if d := g.v1["memory"]; d != "" {
+		s.OOMKills = keyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
+		if b, err := os.ReadFile(filepath.Join(d, "memory.failcnt")); err == nil {
+			s.MemoryLimitHits, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		}
+	} else if g.v2 != "" {
+		s.OOMKills = keyed(filepath.Join(g.v2, "memory.events"), "oom_kill")
+		s.MemoryLimitHits = keyed(filepath.Join(g.v2, "memory.events"), "max")
+	}
+	return s
+}
+
+// keyed reads "key value" lines and returns key's value.
+func keyed(path, key string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
