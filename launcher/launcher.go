@@ -91,6 +91,18 @@ type Config struct {
 	// StopGrace is how long a server gets after stdin EOF or SIGTERM before
 	// the next step (SIGTERM, then SIGKILL). Default 5 s.
 	StopGrace time.Duration
+
+	// Limits are the operator's bounds on the run; nil: DefaultLimits. The
+	// scope's limits may only narrow them (a scope asking for more is refused).
+	Limits *Limits
+	// RequireLimits refuses the run (a *LimitsError) when the host cannot
+	// enforce the process and memory limits in force, instead of running
+	// degraded. A limit the scope names is always required.
+	RequireLimits bool
+	// CgroupParent is the cgroup path (the same in every hierarchy, e.g.
+	// "/mcpwarden") under which the run's cgroup is made; default the
+	// launcher's own cgroup.
+	CgroupParent string
 }
 
 // Launcher runs one server. Build it with New.
@@ -103,6 +115,10 @@ type Launcher struct {
 	// droppedEnv are the launcher's variables held back from the server
 	// (credentials, runtime variables), by name.
 	droppedEnv []string
+	limits     Limits // the operator's, narrowed by the scope's
+	// requireProcs, requireMemory: the run is refused when that limit cannot be enforced.
+	requireProcs, requireMemory bool
+	lifeLayer                   *schema.Layer // the cgroup layer, once the run's cgroup exists
 }
 
 // DroppedEnv names the launcher's environment variables the server does
@@ -203,6 +219,17 @@ func New(cfg Config) (*Launcher, error) {
 	if err := checkHelper(cfg.HelperPath); err != nil {
 		return nil, err
 	}
+	op := DefaultLimits
+	if cfg.Limits != nil {
+		op = *cfg.Limits
+	}
+	if op.MaxProcesses < 0 || op.MaxMemoryMB < 0 || op.MaxFileSizeMB < 0 {
+		return nil, errors.New("limits must not be negative (0 means no limit)")
+	}
+	limits, err := effectiveLimits(op, cfg.Scope.Limits)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -214,7 +241,9 @@ func New(cfg Config) (*Launcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Launcher{cfg: cfg, env: env, droppedEnv: dropped}
+	l := &Launcher{cfg: cfg, env: env, droppedEnv: dropped, limits: limits}
+	l.requireProcs = cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxProcesses > 0)
+	l.requireMemory = cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxMemoryMB > 0)
 	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{
 		PATH:    envValue(env, "PATH"),
 		Dir:     cfg.Dir,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,9 +20,11 @@ import (
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
+	"github.com/mcpwarden/mcpwarden/launcher/serverlog"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -50,6 +53,37 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			h.kill()
 		}
 	}()
+	// Meanwhile the run's cgroup is made, the helper moved into it (it runs
+	// nothing of the server's before its spec comes, so nothing of the
+	// server ever runs outside the cgroup) and the watcher started, so that
+	// from the server's first instruction on a SIGKILLed launcher still
+	// takes the whole run with it.
+	type lifeResult struct {
+		lf  *life
+		err error
+	}
+	lifeCh := make(chan lifeResult, 1)
+	go func() {
+		lf, err := l.newLife()
+		if err == nil {
+			if err = lf.join(h.p.cmd.Process.Pid); err == nil {
+				err = lf.startWatcher(cfg.HelperPath, cfg.Stderr)
+			}
+			if err != nil {
+				_ = lf.close()
+				lf, err = nil, &StartError{Err: err}
+			}
+		}
+		lifeCh <- lifeResult{lf, err}
+	}()
+	lifeTaken := false
+	defer func() {
+		if !lifeTaken { // returned early: undo what the goroutine made
+			if r := <-lifeCh; r.lf != nil {
+				_ = r.lf.close()
+			}
+		}
+	}()
 	tmp, err := os.MkdirTemp("", "mcpwarden-run-")
 	if err != nil {
 		return fmt.Errorf("create the run's private temp dir: %w", err)
@@ -63,6 +97,26 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return &StartError{Err: err}
 	}
+	lr := <-lifeCh
+	lifeTaken = true
+	if lr.err != nil {
+		reason := schema.ExitStartFailed
+		var le *LimitsError
+		if errors.As(lr.err, &le) {
+			reason = schema.ExitRefusedKernel
+		}
+		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, reason))
+		return lr.err
+	}
+	lf := lr.lf
+	srv.life = lf
+	ly := lf.layer()
+	l.lifeLayer = &ly
+	defer func() {
+		if cerr := lf.close(); cerr != nil {
+			fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: the run's cgroup: %v\n", cerr)
+		}
+	}()
 	if err := l.publish(ctx, l.record(schema.PhaseStart, start, 0, 0, "")); err != nil {
 		return err
 	}
@@ -75,6 +129,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if len(l.droppedEnv) > 0 {
 		fmt.Fprintf(cfg.Stderr, "mcpwarden: not passing %s to the server (credentials or variables that change what its runtime loads); pass one with --env NAME\n", strings.Join(l.droppedEnv, ", "))
 	}
+	if lf.report.State != cgroup.On {
+		fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: the run's cgroup is %s: %s\n", lf.report.State, lf.report.Reason)
+	}
 
 	srv.tmp = tmp
 	launched = true
@@ -85,9 +142,16 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	}
 	srv.cur = p
 	code, reason := srv.supervise(ctx)
+	l.reportLimitHits(lf.stats())
 	rec := l.record(schema.PhaseExit, start, srv.rootPID(), code, reason)
 	if perr := l.publish(context.WithoutCancel(ctx), rec); perr != nil {
 		return fmt.Errorf("%w (the server had exited with status %d)", perr, code)
+	}
+	switch reason {
+	case schema.ExitScopeExpired:
+		return fmt.Errorf("%w: the run was stopped (the server's status was %d)", ErrScopeExpired, code)
+	case schema.ExitScopeRevoked:
+		return fmt.Errorf("%w: the run was stopped (the server's status was %d)", ErrScopeRevoked, code)
 	}
 	if code != 0 {
 		e := &ExitError{Code: code}
@@ -125,7 +189,11 @@ func (l *Launcher) layers() []schema.Layer {
 	if l.base == nil {
 		return nil // refused before a ruleset existed
 	}
-	return []schema.Layer{SeccompLayer(l.cfg.Mode, SeccompOptions(l.cfg.Scope, l.base))}
+	layers := []schema.Layer{SeccompLayer(l.cfg.Mode, SeccompOptions(l.cfg.Scope, l.base))}
+	if l.lifeLayer != nil {
+		layers = append(layers, *l.lifeLayer)
+	}
+	return layers
 }
 
 // publish writes events to the audit log, then to the sink; either failing
@@ -187,6 +255,9 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
 	s.DropCaps = true
 	s.Seccomp = true
 	s.Filter = SeccompOptions(l.cfg.Scope, rs)
+	if mb := l.limits.MaxFileSizeMB; mb > 0 {
+		s.Limits = sandbox.Limits{FileSizeBytes: uint64(mb) << 20, TmpSizeBytes: uint64(mb) << 20}
+	}
 	s.ABI = l.decision.ABI
 	fs, net, scoped := ruleset.Handled(s.ABI)
 	s.HandledFS, s.HandledNet, s.Scoped = uint64(fs), uint64(net), uint64(scoped)
@@ -213,8 +284,9 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
 // server is the Upstream: the current server process, replaced on Restart.
 // Lock order: server.mu only.
 type server struct {
-	l   *Launcher
-	tmp string
+	l    *Launcher
+	tmp  string
+	life *life
 
 	mu         sync.Mutex
 	cur        *proc
@@ -237,8 +309,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	stdin  *os.File
 	stdout *os.File
-	done   chan struct{}
-	state  *os.ProcessState
+	done   chan struct{} // closed once cmd.Wait returned
 }
 
 func (s *server) Stdin() io.Writer {
@@ -280,7 +351,13 @@ func (s *server) Restart(ctx context.Context, paths []schema.CanonicalPath) erro
 	old := s.cur
 	s.restarting = true
 	s.mu.Unlock()
-	s.stop(old)
+	// The old, wider tree is gone, all of it, before the narrower one starts.
+	if err := s.stop(old); err != nil {
+		s.mu.Lock()
+		s.restarting = false
+		s.mu.Unlock()
+		return fmt.Errorf("restart: %w; the narrower server was not started", err)
+	}
 	p, err := s.start(ctx, narrowed)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -294,17 +371,29 @@ func (s *server) Restart(ctx context.Context, paths []schema.CanonicalPath) erro
 }
 
 // stop ends p: stdin EOF, then SIGTERM, then SIGKILL, each after StopGrace.
-// Whatever the server left in its session goes with it.
-func (s *server) stop(p *proc) {
-	defer killSession(p.cmd.Process.Pid)
+// Then every process of the run is killed (the whole cgroup), and stop
+// returns once they are gone, or an error if some would not die.
+func (s *server) stop(p *proc) error {
+	pid := p.cmd.Process.Pid
 	p.stdin.Close()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		select {
 		case <-p.done:
-			return
+			return s.life.kill(pid, pid)
 		case <-time.After(s.l.cfg.StopGrace):
 		}
 		_ = p.cmd.Process.Signal(sig)
+	}
+	<-p.done
+	return s.life.kill(pid, pid)
+}
+
+// end kills the whole run at once (the scope expired or was revoked: no
+// grace), and waits for the server process.
+func (s *server) end(p *proc) {
+	pid := p.cmd.Process.Pid
+	if err := s.life.kill(pid, pid); err != nil {
+		s.l.cfg.Logger.Warn("processes of the run did not die", "run_id", s.l.cfg.RunID, "err", err)
 	}
 	<-p.done
 }
@@ -333,9 +422,15 @@ func (h *pending) kill() {
 // ruleset and writes the start record; it does nothing until launch sends
 // its spec.
 func (s *server) spawn() (*pending, error) {
-	h, err := spawnHelper(s.l.cfg.HelperPath, s.l.cfg.Dir, s.l.cfg.Stderr)
+	h, err := spawnHelper(s.l.cfg.HelperPath, s.l.cfg.Dir, s.l.cfg.Stderr, filepath.Base(s.l.cfg.Command[0]))
 	if err != nil {
 		return nil, err
+	}
+	if s.life != nil { // a restart: the run's cgroup exists (the first spawn is joined by Run)
+		if err := s.life.join(h.p.cmd.Process.Pid); err != nil {
+			h.kill()
+			return nil, &StartError{Err: err}
+		}
 	}
 	s.mu.Lock()
 	if s.firstPID == 0 {
@@ -346,8 +441,9 @@ func (s *server) spawn() (*pending, error) {
 }
 
 // spawnHelper starts helperPath as the sandbox helper in dir, copying its
-// stderr (later: the server's) to stderr.
-func spawnHelper(helperPath, dir string, stderr io.Writer) (_ *pending, err error) {
+// stderr (later: the server's) to stderr as lines marked with name and its
+// pid (package serverlog).
+func spawnHelper(helperPath, dir string, stderr io.Writer, name string) (_ *pending, err error) {
 	var files []*os.File
 	defer func() {
 		if err != nil {
@@ -399,7 +495,8 @@ func spawnHelper(helperPath, dir string, stderr io.Writer) (_ *pending, err erro
 		// terminal signals reach only the launcher, which forwards them.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
-	if err := cmd.Start(); err != nil {
+	done := make(chan struct{})
+	if err := startLocked(cmd, done); err != nil {
 		return nil, &StartError{Err: fmt.Errorf("start sandbox helper: %w", err)}
 	}
 	// The child's ends now live in the child only.
@@ -408,23 +505,40 @@ func spawnHelper(helperPath, dir string, stderr io.Writer) (_ *pending, err erro
 	}
 	files = nil
 	h := &pending{
-		p:          &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{})},
+		p:          &proc{cmd: cmd, stdin: inW, stdout: outR, done: done},
 		specW:      specW,
 		statusR:    statusR,
 		errR:       errR,
 		stderrDone: make(chan struct{}),
 	}
+	prefix := serverlog.Prefix(name, cmd.Process.Pid)
 	go func() {
-		_, _ = io.Copy(stderr, errR)
+		_ = serverlog.Copy(stderr, errR, prefix)
 		errR.Close()
 		close(h.stderrDone)
 	}()
-	go func() {
-		_ = cmd.Wait()
-		h.p.state = cmd.ProcessState
-		close(h.p.done)
-	}()
 	return h, nil
+}
+
+// startLocked starts cmd from a goroutine locked to its OS thread, which
+// then waits for cmd (closing done once cmd.ProcessState is set): the
+// helper's parent-death signal fires when the thread that forked it
+// exits, not the process, so that thread must live as long as the helper
+// and the server it becomes.
+func startLocked(cmd *exec.Cmd, done chan struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(done)
+	}()
+	return <-started
 }
 
 // launch runs BeforeExec, sends the spec for rs and waits for the helper to
@@ -537,6 +651,13 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 			// ends the relay with EPIPE), the server closed its output, or
 			// the mediator failed. The server must not run on unattended.
 			mdone = nil // ended: the drain below has nothing to wait for
+			if r := scopeEnd(err); r != "" {
+				// The mediator stopped the run because the scope ended:
+				// nothing of it may run on, not even for a grace period.
+				reason = r
+				s.end(p)
+				break
+			}
 			if err != nil && !errors.Is(err, context.Canceled) {
 				cfg.Logger.Warn("mediator ended with an error; stopping the server", "run_id", cfg.RunID, "err", err)
 			}
@@ -544,13 +665,12 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 			go s.escalate(p)
 			continue
 		case <-ctx.Done():
-			go s.stop(p)
+			go func() { _ = s.stop(p) }()
 			<-p.done
 		case <-expiry.C:
 			cfg.Logger.Warn("the scope expired; stopping the server", "run_id", cfg.RunID, "scope_id", cfg.Scope.ScopeID)
 			reason = schema.ExitScopeExpired
-			go s.stop(p)
-			<-p.done
+			s.end(p)
 		}
 		s.mu.Lock()
 		restarting := s.restarting || s.cur != p
@@ -569,8 +689,10 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 		cancel()
 		p.stdout.Close()
 		p.stdin.Close()
-		killSession(p.cmd.Process.Pid)
-		code, why := exitCode(p.state)
+		if err := s.life.kill(p.cmd.Process.Pid, p.cmd.Process.Pid); err != nil {
+			cfg.Logger.Warn("processes of the run did not die", "run_id", cfg.RunID, "err", err)
+		}
+		code, why := exitCode(p.cmd.ProcessState) // set by Wait before done closed
 		if reason != "" {
 			why = reason
 		}

@@ -57,6 +57,22 @@ type NetworkGrant struct {
 	BindTCP    []int `json:"bind_tcp,omitempty"`
 }
 
+// Limits are the bounds a scope asks for its run. Each is optional (0 or
+// absent: the operator's bound); the launcher refuses a scope that asks for more than
+// the operator's own bounds allow (a scope may only narrow them).
+type Limits struct {
+	MaxProcesses  int64 `json:"max_processes,omitempty"`    // tasks, threads included
+	MaxMemoryMB   int64 `json:"max_memory_mb,omitempty"`    // MiB, swap included
+	MaxFileSizeMB int64 `json:"max_file_size_mb,omitempty"` // MiB, largest file it may write
+}
+
+// Upper bounds of the limits a scope may name: the kernel's pid_max, and
+// sizes whose byte counts fit an int64 with room to spare.
+const (
+	maxLimitProcesses = 1 << 22
+	maxLimitMB        = 1 << 30
+)
+
 // Attribution asks the proxy to require a correlation id from the model
 // gateway on every tools/call.
 type Attribution struct {
@@ -86,6 +102,8 @@ type Scope struct {
 	ToolPathArgs map[string][]string `json:"tool_path_args,omitempty"`
 	// AllowIOUring lets the wrapped server use io_uring, which syscall probes cannot see.
 	AllowIOUring bool `json:"allow_io_uring,omitempty"`
+	// Limits narrow the operator's bounds on processes, memory and file size.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // ScopeError names the field that is wrong and why. Every refusal of a scope is one.
@@ -247,6 +265,19 @@ func (s *Scope) validateFields() error {
 			}
 		}
 	}
+	if l := s.Limits; l != nil {
+		for _, f := range []struct {
+			name   string
+			v, max int64
+		}{{"limits.max_processes", l.MaxProcesses, maxLimitProcesses}, {"limits.max_memory_mb", l.MaxMemoryMB, maxLimitMB}, {"limits.max_file_size_mb", l.MaxFileSizeMB, maxLimitMB}} {
+			if f.v < 0 || f.v > f.max {
+				return scopeErr(f.name, "must be between 1 and %d (or 0 or absent for the operator's bound)", f.max)
+			}
+		}
+		if *l == (Limits{}) {
+			return scopeErr("limits", "names no limit; leave it out or give max_processes, max_memory_mb or max_file_size_mb")
+		}
+	}
 	if s.Attribution != nil && s.Attribution.MetaKey != "" && !isToolName(s.Attribution.MetaKey) {
 		return scopeErr("attribution.meta_key", "not a valid _meta key")
 	}
@@ -365,6 +396,7 @@ type CanonicalScope struct {
 	ToolClasses         map[string]string   `json:"tool_classes,omitempty"`
 	ToolPathArgs        map[string][]string `json:"tool_path_args,omitempty"`
 	AllowIOUring        bool                `json:"allow_io_uring"`
+	Limits              *Limits             `json:"limits,omitempty"`
 
 	// Hash is "sha256:" + hex SHA-256 of the canonical JSON of every field
 	// above. It does not depend on when the scope was loaded.
@@ -397,6 +429,7 @@ func Canonicalize(s *Scope, base string, now time.Time) (*CanonicalScope, error)
 		ToolClasses:         s.ToolClasses,
 		ToolPathArgs:        s.ToolPathArgs,
 		AllowIOUring:        s.AllowIOUring,
+		Limits:              s.Limits,
 	}
 	if c.Attribution != nil && c.Attribution.MetaKey == "" {
 		a := *c.Attribution

@@ -121,7 +121,13 @@ func TestRunApproveRevoke(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the run did not end after revocation")
 	}
+	if code := cmd.ProcessState.ExitCode(); code != exitScopeEnded {
+		t.Errorf("exit %d after revocation, want %d", code, exitScopeEnded)
+	}
 	log, _ := os.ReadFile(filepath.Join(state, "audit.jsonl"))
+	if !strings.Contains(string(log), `"exit_reason":"scope_revoked"`) {
+		t.Errorf("no exit record with exit_reason scope_revoked:\n%s", log)
+	}
 	if !strings.Contains(string(log), `"approval":"approved"`) || strings.Contains(string(log), base) {
 		t.Fatalf("audit log lacks the approved decision or holds a full path:\n%s", log)
 	}

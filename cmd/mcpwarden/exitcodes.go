@@ -11,4 +11,5 @@ const (
 	exitServerStart = 70 // the server could not be started under the fence
 	exitInternal    = 71 // an internal or environment failure (state dir, audit log, daemon)
 	exitAuditSink   = 74 // EX_IOERR: the audit sink could not take records
+	exitScopeEnded  = 77 // EX_NOPERM: the scope expired or was revoked during the run, which was stopped
 )

@@ -20,6 +20,7 @@ import (
 const runUsage = `usage: mcpwarden run --scope FILE [--base DIR] [--mode enforce|audit] [--best-effort]
                      [--audit-log FILE] [--state-dir DIR] [--allow-runtime PATH]... [--allow-exec PROGRAM]...
                      [--env NAME[=VALUE]]... [--clean-env]
+                     [--max-processes N] [--max-memory-mb N] [--max-file-size-mb N] [--cgroup-parent PATH]
                      -- CMD [ARGS...]
 
 Runs the MCP server CMD inside the Landlock fence derived from the scope
@@ -28,8 +29,10 @@ directory), relays its stdio, and writes launch records to the audit log.
 
 Exit status: the server's own status (128+N when killed by signal N); 64
 usage; 65 scope refused; 69 the kernel lacks a Landlock feature the fence
-needs (see --best-effort); 70 the server could not start under the fence;
-71 internal error; 74 the audit log or sink cannot take records.
+needs (see --best-effort) or the host cannot enforce a limit given on the
+command line or in the scope; 70 the server could not start under the
+fence; 71 internal error; 74 the audit log or sink cannot take records;
+77 the scope expired or was revoked during the run, which was stopped.
 `
 
 // runExtension lets other areas plug into `run` from their own files (they
@@ -67,6 +70,10 @@ func cmdRun(ctx context.Context, args []string) int {
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns (e.g. git), found on PATH and granted with what it needs to run, inside the same fence (repeatable)")
 	fs.Var(&env, "env", "pass `NAME` (from this environment, even one that looks like a credential) or NAME=VALUE to the server (repeatable)")
 	cleanEnv := fs.Bool("clean-env", false, "give the server only PATH, the locale, TZ and TERM plus --env, instead of this environment minus credentials")
+	maxProcs := fs.Int64("max-processes", launcher.DefaultLimits.MaxProcesses, "most tasks (processes and threads) the run may have at once; 0: no limit")
+	maxMem := fs.Int64("max-memory-mb", launcher.DefaultLimits.MaxMemoryMB, "most memory of the whole run in MiB, swap included; 0: no limit")
+	maxFile := fs.Int64("max-file-size-mb", launcher.DefaultLimits.MaxFileSizeMB, "largest file the run may write in MiB (and the size of its private /tmp); 0: no limit")
+	cgroupParent := fs.String("cgroup-parent", "", "cgroup `PATH` (e.g. /mcpwarden, the same in every hierarchy) to make the run's cgroup under; default the launcher's own cgroup")
 	for _, ext := range runExtensions {
 		ext.Flags(fs)
 	}
@@ -74,6 +81,14 @@ func cmdRun(ctx context.Context, args []string) int {
 		return flagExit(err)
 	}
 	command := fs.Args()
+	// A limit given on the command line is required: a host that cannot
+	// enforce it refuses the run. The defaults only degrade, loudly.
+	requireLimits := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "max-processes" || f.Name == "max-memory-mb" {
+			requireLimits = true
+		}
+	})
 	if *scopeFile == "" || len(command) == 0 {
 		fmt.Fprint(os.Stderr, "mcpwarden run: --scope FILE and a server command after '--' are required\n\n"+runUsage)
 		return exitUsage
@@ -115,18 +130,21 @@ func cmdRun(ctx context.Context, args []string) int {
 	signal.Ignore(syscall.SIGPIPE)
 
 	cfg := launcher.Config{
-		Scope:        scope,
-		Command:      command,
-		Mode:         runMode,
-		BestEffort:   *bestEffort,
-		AllowRuntime: allowRuntime,
-		AllowExec:    allowExec,
-		Env:          env,
-		CleanEnv:     *cleanEnv,
-		RunID:        schema.NewID(),
-		AuditLog:     alog,
-		Signals:      sigs,
-		Logger:       logger,
+		Scope:         scope,
+		Command:       command,
+		Mode:          runMode,
+		BestEffort:    *bestEffort,
+		AllowRuntime:  allowRuntime,
+		AllowExec:     allowExec,
+		Env:           env,
+		CleanEnv:      *cleanEnv,
+		RunID:         schema.NewID(),
+		AuditLog:      alog,
+		Signals:       sigs,
+		Logger:        logger,
+		Limits:        &launcher.Limits{MaxProcesses: *maxProcs, MaxMemoryMB: *maxMem, MaxFileSizeMB: *maxFile},
+		RequireLimits: requireLimits,
+		CgroupParent:  *cgroupParent,
 	}
 	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, AuditLog: alog, Logger: logger, Config: &cfg}
 	for _, ext := range runExtensions {
@@ -181,12 +199,18 @@ func insideScope(scope *schema.CanonicalScope, path string) bool {
 // exitCodeOf maps launcher errors to exit codes.
 func exitCodeOf(err error) int {
 	var ke *ruleset.KernelError
+	var le *launcher.LimitsError
 	var se *launcher.StartError
+	var sce *schema.ScopeError
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &ke):
+	case errors.Is(err, launcher.ErrScopeExpired), errors.Is(err, launcher.ErrScopeRevoked):
+		return exitScopeEnded
+	case errors.As(err, &ke), errors.As(err, &le):
 		return exitKernel
+	case errors.As(err, &sce):
+		return exitBadScope
 	case errors.Is(err, launcher.ErrAudit):
 		return exitAuditSink
 	case errors.As(err, &se):

@@ -67,11 +67,11 @@ func TestLayout(t *testing.T) {
 }
 
 // TestFenceHelperLinksOnlyTheFence pins what the fence helper may link:
-// the standard library, x/sys and its own package. It starts for every run,
+// the standard library, x/sys, its own package and the cgroup watcher's. It starts for every run,
 // so everything it links is start-up time; and it is the last code that
 // runs with the launcher's privileges before the server.
 func TestFenceHelperLinksOnlyTheFence(t *testing.T) {
-	allowed := []string{"golang.org/x/sys/unix", module + "/launcher/sandbox", module + "/cmd/mcpwarden-fence"}
+	allowed := []string{"golang.org/x/sys/unix", module + "/launcher/sandbox", module + "/launcher/cgroup", module + "/cmd/mcpwarden-fence"}
 	cmd := exec.Command("go", "list", "-deps", "-test=false", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./cmd/mcpwarden-fence")
 	cmd.Dir = "../.."
 	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
@@ -91,7 +91,7 @@ func TestFenceHelperLinksOnlyTheFence(t *testing.T) {
 			}
 		}
 		if !ok {
-			t.Errorf("cmd/mcpwarden-fence links %s: the fence helper may link only the standard library, x/sys and launcher/sandbox (no NATS, ClickHouse, eBPF, proxy or Landlock library)", d)
+			t.Errorf("cmd/mcpwarden-fence links %s: the fence helper may link only the standard library, x/sys, launcher/sandbox and launcher/cgroup (no NATS, ClickHouse, eBPF, proxy or Landlock library)", d)
 		}
 	}
 }

@@ -51,10 +51,12 @@ const (
 )
 
 // Report says what the group enforces, for `scope check` and the launch
-// record. Reason names what is missing and never contains a path.
+// record. Reason says what is missing for people, Token the same as
+// comma-separated words for records; neither contains a path.
 type Report struct {
 	State     State      `json:"state"`
 	Reason    string     `json:"reason,omitempty"`
+	Token     string     `json:"token,omitempty"`   // e.g. "no_memory_limit,cgroup2_unwritable"
 	Version   string     `json:"version,omitempty"` // "v2", "hybrid", "v1"
 	Kill      KillMethod `json:"kill,omitempty"`
 	Processes int64      `json:"max_processes,omitempty"` // the limit in force, 0 = none

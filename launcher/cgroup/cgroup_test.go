@@ -209,12 +209,10 @@ func newGroup(t *testing.T, h *cgroup.Host, l layout, lim cgroup.Limits) *cgroup
 	return g
 }
 
-// startIn starts c inside g the way the launcher starts the helper: cloned
-// into the cgroup2 group, joined to the v1 groups, and only then let go.
+// startIn starts c inside g the way the launcher starts the helper: joined
+// to the group, and only then let go.
 func startIn(t *testing.T, g *cgroup.Group, c *exec.Cmd) {
 	t.Helper()
-	fd, cloned := g.CgroupFD()
-	c.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: cloned, CgroupFD: fd}
 	c.Env = append(c.Env, envWait+"=1")
 	gate, err := c.StdinPipe()
 	if err != nil {
@@ -234,7 +232,7 @@ func startIn(t *testing.T, g *cgroup.Group, c *exec.Cmd) {
 			}
 		}
 	})
-	if err := g.Join(c.Process.Pid, cloned); err != nil {
+	if err := g.Join(c.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := gate.Write([]byte{1}); err != nil {

@@ -16,7 +16,6 @@ import (
 // Group is one run's cgroup: a directory in each hierarchy it uses.
 type Group struct {
 	v2     string            // cgroup2 directory, "" when none
-	v2fd   int               // open O_PATH|O_DIRECTORY on v2, for CLONE_INTO_CGROUP; -1 when none
 	v1     map[string]string // controller → directory
 	report Report
 }
@@ -29,9 +28,14 @@ func (h *Host) New(o Options) (*Group, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	g := &Group{v2fd: -1, v1: map[string]string{}}
-	var reasons []string
-	note := func(format string, args ...any) { reasons = append(reasons, fmt.Sprintf(format, args...)) }
+	g := &Group{v1: map[string]string{}}
+	var reasons, tokens []string
+	note := func(token, format string, args ...any) {
+		reasons = append(reasons, fmt.Sprintf(format, args...))
+		if !slices.Contains(tokens, token) {
+			tokens = append(tokens, token)
+		}
+	}
 	plan := h.plan(o)
 	// Which limits cgroup2 must carry: those no v1 hierarchy serves.
 	var v2need []string
@@ -45,19 +49,15 @@ func (h *Host) New(o Options) (*Group, error) {
 	if dir := plan.V2; dir != "" {
 		parent := filepath.Dir(dir)
 		if err := ensureParent(h.v2.mount, parent); err != nil {
-			note("cgroup2: cannot create the parent cgroup: %s", errText(err))
+			note("cgroup2_unwritable", "cgroup2: cannot create the parent cgroup: %s", errText(err))
 		} else {
 			for _, c := range delegate(parent, v2need) {
 				v2has[c] = true
 			}
 			if err := os.Mkdir(dir, 0o755); err != nil {
-				note("cgroup2: cannot create the run's cgroup: %s", errText(err))
+				note("cgroup2_unwritable", "cgroup2: cannot create the run's cgroup: %s", errText(err))
 			} else {
 				g.v2 = dir
-				fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-				if err == nil {
-					g.v2fd = fd
-				}
 			}
 		}
 	}
@@ -73,11 +73,11 @@ func (h *Host) New(o Options) (*Group, error) {
 			continue
 		}
 		if err := ensureParent(h.v1[c].mount, filepath.Dir(dir)); err != nil {
-			note("v1 %s: cannot create the parent cgroup: %s", c, errText(err))
+			note(c+"_unwritable", "v1 %s: cannot create the parent cgroup: %s", c, errText(err))
 			continue
 		}
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			note("v1 %s: cannot create the run's cgroup: %s", c, errText(err))
+			note(c+"_unwritable", "v1 %s: cannot create the run's cgroup: %s", c, errText(err))
 			continue
 		}
 		g.v1[c] = dir
@@ -100,10 +100,10 @@ func (h *Host) New(o Options) (*Group, error) {
 		dir, file := g.limitFile("pids", v2has["pids"], "pids.max", "pids.max")
 		switch {
 		case dir == "":
-			note("no pids controller for the run: the process limit is not enforced")
+			note("no_process_limit", "%s: the process limit is not enforced", missingController(g, "pids"))
 		default:
 			if err := writeFile(filepath.Join(dir, file), strconv.FormatInt(o.Limits.Processes, 10)); err != nil {
-				note("cannot set the process limit: %s", errText(err))
+				note("no_process_limit", "cannot set the process limit: %s", errText(err))
 			} else {
 				r.Processes = o.Limits.Processes
 			}
@@ -111,7 +111,7 @@ func (h *Host) New(o Options) (*Group, error) {
 	}
 	if o.Limits.MemoryBytes > 0 {
 		if err := g.setMemory(v2has["memory"], o.Limits.MemoryBytes); err != nil {
-			note("%s", err)
+			note("no_memory_limit", "%s", err)
 		} else {
 			r.Memory = o.Limits.MemoryBytes
 		}
@@ -120,17 +120,18 @@ func (h *Host) New(o Options) (*Group, error) {
 	case g.v2 == "" && len(g.v1) == 0:
 		r.State = Off
 		if h.Version() == "" {
-			note("no cgroup hierarchy is mounted")
+			note("no_cgroups", "no cgroup hierarchy is mounted")
 		}
 	case len(reasons) > 0 || r.Kill == KillSignals:
 		r.State = Degraded
 		if r.Kill == KillSignals {
-			note("no cgroup2 and no freezer: the run is killed by signals, member by member")
+			note("no_atomic_kill", "no cgroup2 and no freezer: the run is killed by signals, member by member")
 		}
 	default:
 		r.State = On
 	}
 	r.Reason = strings.Join(reasons, "; ")
+	r.Token = strings.Join(tokens, ",")
 	return g, nil
 }
 
@@ -188,7 +189,7 @@ func (g *Group) setMemory(onV2 bool, bytes int64) error {
 	}
 	d := g.v1["memory"]
 	if d == "" {
-		return errors.New("no memory controller for the run: the memory limit is not enforced")
+		return fmt.Errorf("%s: the memory limit is not enforced", missingController(g, "memory"))
 	}
 	if err := writeFile(filepath.Join(d, "memory.limit_in_bytes"), v); err != nil {
 		return fmt.Errorf("cannot set the memory limit: %s", errText(err))
@@ -198,6 +199,14 @@ func (g *Group) setMemory(onV2 bool, bytes int64) error {
 		return fmt.Errorf("cannot cap swap: %s", errText(err))
 	}
 	return nil
+}
+
+// missingController says why controller c is not there for the group.
+func missingController(g *Group, c string) string {
+	if g.v2 != "" {
+		return fmt.Sprintf("cgroup2 does not hand the %s controller to the run's cgroup: it is not available, or the parent cgroup has processes of its own (cgroup v2 enables controllers only below cgroups without member processes) — pass --cgroup-parent a cgroup without processes", c)
+	}
+	return fmt.Sprintf("no %s controller is mounted for the run", c)
 }
 
 // ensureParent creates parent (below mount) when it is missing.
@@ -278,16 +287,11 @@ func errText(err error) string {
 // Report says what the group enforces.
 func (g *Group) Report() Report { return g.report }
 
-// CgroupFD is the group's cgroup2 directory for SysProcAttr.UseCgroupFD
-// (clone3 with CLONE_INTO_CGROUP): the child starts inside the group. ok
-// is false without cgroup2.
-func (g *Group) CgroupFD() (fd int, ok bool) { return g.v2fd, g.v2fd >= 0 }
-
-// Join moves pid into the group in every hierarchy (cgroup2 too unless
-// clonedIntoV2). It must run before pid can run anything of the server's.
-func (g *Group) Join(pid int, clonedIntoV2 bool) error {
+// Join moves pid (all its threads) into the group in every hierarchy. It
+// must run before pid can run anything it should not run outside the group.
+func (g *Group) Join(pid int) error {
 	v := strconv.Itoa(pid)
-	if g.v2 != "" && !clonedIntoV2 {
+	if g.v2 != "" {
 		if err := writeFile(filepath.Join(g.v2, "cgroup.procs"), v); err != nil {
 			return fmt.Errorf("place process %d in the run's cgroup2 group: %w", pid, err)
 		}

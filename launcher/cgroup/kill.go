@@ -136,10 +136,6 @@ func (g *Group) Remove(timeout time.Duration) error {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if g.v2fd >= 0 {
-		syscall.Close(g.v2fd)
-		g.v2fd = -1
-	}
 	return err
 }
 

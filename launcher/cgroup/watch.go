@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,7 +35,7 @@ func (g *Group) Handle() Handle {
 // directory below a cgroup mount of this host: the handle crosses a process
 // boundary, and the watcher must not be talked into killing anything else.
 func (h *Host) Open(hd Handle) (*Group, error) {
-	g := &Group{v2fd: -1, v1: map[string]string{}}
+	g := &Group{v1: map[string]string{}}
 	under := func(dir string, hh *hierarchy) bool {
 		if hh == nil || !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 			return false
@@ -98,4 +99,35 @@ func Watch(lifeline io.Reader, g *Group, timeout time.Duration) error {
 		}
 	}
 	return g.Remove(timeout)
+}
+
+// WatcherName is the watcher's argv[0]: the fence helper binary started
+// under this name watches a run's group instead of fencing a server.
+const WatcherName = "mcpwarden-fence-watch"
+
+// LifelineFD is the watcher's end of the launcher's lifeline pipe.
+const LifelineFD = 3
+
+// WatchMain is the watcher process's whole life: args is the group's
+// handle (Handle.String); fd 3 is the lifeline. It returns the exit code.
+func WatchMain(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, WatcherName+": started by 'mcpwarden run' with a group handle and a lifeline on fd 3; it is not run by hand")
+		return 2
+	}
+	hd, err := ParseHandle(args[0])
+	if err == nil {
+		var h *Host
+		if h, err = Probe(); err == nil {
+			var g *Group
+			if g, err = h.Open(hd); err == nil {
+				err = Watch(os.NewFile(LifelineFD, "lifeline"), g, 10*time.Second)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, WatcherName+":", err)
+		return 1
+	}
+	return 0
 }

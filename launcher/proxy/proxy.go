@@ -28,10 +28,12 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
-// Errors Mediate returns when it stops the run.
+// Errors Mediate returns when it stops the run. The scope's end wraps the
+// launcher's sentinels, which make the launcher kill the whole run at once
+// and record why.
 var (
-	ErrScopeExpired = errors.New("scope expired: every call is denied and the server was stopped; issue a new scope")
-	ErrScopeRevoked = errors.New("scope revoked: every call is denied and the server was stopped")
+	ErrScopeExpired = fmt.Errorf("%w: every call is denied and the server was stopped; issue a new scope", launcher.ErrScopeExpired)
+	ErrScopeRevoked = fmt.Errorf("%w: every call is denied and the server was stopped", launcher.ErrScopeRevoked)
 	ErrAuditSink    = errors.New("decision records cannot be written: every call is denied and the server was stopped; fix the audit log or sink")
 	ErrUpstream     = errors.New("upstream server")
 )

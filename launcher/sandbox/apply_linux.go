@@ -34,6 +34,9 @@ func Main() int {
 	if st := apply(spec); st != nil {
 		return report(status, st)
 	}
+	if err := dieWithLauncher(status); err != nil {
+		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()})
+	}
 	// Everything but stdio is closed by execve, including the status pipe,
 	// whose EOF tells the launcher that exec succeeded.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
@@ -86,6 +89,9 @@ func errnoOf(err error) int {
 func apply(s *Spec) *Status {
 	if !s.Enforce {
 		return nil
+	}
+	if err := setLimits(s.Limits); err != nil {
+		return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()}
 	}
 	if s.DropCaps {
 		if err := dropBoundingSet(); err != nil {

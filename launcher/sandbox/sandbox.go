@@ -61,6 +61,20 @@ type Spec struct {
 	Seccomp      bool            `json:"seccomp"`
 	Filter       seccomp.Options `json:"filter"`
 	DropCaps     bool            `json:"drop_caps"`
+	// Limits are set by the helper on itself (enforce mode), so that the
+	// server and all it starts inherit them.
+	Limits Limits `json:"limits"`
+}
+
+// Limits are the run's bounds the helper applies with setrlimit; the
+// process and memory limits are the launcher's, on the run's cgroup.
+type Limits struct {
+	// FileSizeBytes is RLIMIT_FSIZE, the largest file the server may write
+	// (0: unchanged). SIGXFSZ is ignored: a write past it fails with EFBIG.
+	FileSizeBytes uint64 `json:"file_size_bytes,omitempty"`
+	// TmpSizeBytes is the size of the private /tmp tmpfs, when the mount
+	// namespace makes one (0: the kernel's default).
+	TmpSizeBytes uint64 `json:"tmp_size_bytes,omitempty"`
 }
 
 // Stage names where the helper failed.

@@ -1,0 +1,416 @@
+package launcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher"
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// Hostile tests of the lifetime and bounds layer (issue 9, layers 5 and
+// 6): nothing of a run outlives it, the run is bounded, and the server's
+// stderr cannot pass for mcpwarden's own.
+
+// pidOf reads a pid from a response's data.
+func pidOf(t *testing.T, r fencetest.Response) int {
+	t.Helper()
+	if !r.OK {
+		t.Fatalf("%s %s", r.Errno, r.Error)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(r.Data))
+	if err != nil || pid <= 1 {
+		t.Fatalf("not a pid: %q", r.Data)
+	}
+	return pid
+}
+
+// waitGone waits (generously: this is not a timing assertion) until none
+// of pids runs; it fails naming those still alive.
+func waitGone(t *testing.T, what string, pids ...int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var alive []int
+		for _, p := range pids {
+			if testenv.Alive(p) {
+				alive = append(alive, p)
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range alive {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+			t.Fatalf("%s: processes %v outlived the run", what, alive)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mainThreadExited reports whether pid's thread-group leader has exited
+// while other threads run: what /proc/PID/stat shows as a zombie.
+func mainThreadExited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z' && testenv.Alive(pid)
+}
+
+func waitMainThreadExited(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !mainThreadExited(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never became a live process with an exited main thread", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLifeNothingOutlivesTheRun: a child whose main thread exited while
+// its other threads run, and daemonised grandchildren in process groups
+// of their own (one of them also without its main thread), are all gone
+// once the run ends.
+func TestLifeNothingOutlivesTheRun(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	leader := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
+	daemon := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "sleep"}))
+	daemonLeader := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "leaderexit"}))
+	waitMainThreadExited(t, leader)
+	waitMainThreadExited(t, daemonLeader)
+	for _, p := range []int{daemon, daemonLeader} {
+		if pgid, _ := syscall.Getpgid(p); pgid != p {
+			t.Fatalf("daemon %d is not in a process group of its own (pgid %d)", p, pgid)
+		}
+	}
+	if code := s.Close(); code != 0 {
+		t.Fatalf("exit %d: %s", code, s.Stderr())
+	}
+	waitGone(t, "after the run ended", leader, daemon, daemonLeader)
+}
+
+// TestLifeLauncherSIGKILLed: the launcher is killed with SIGKILL while the
+// server, a child without its main thread and a daemonised grandchild run:
+// all of them are gone shortly after.
+func TestLifeLauncherSIGKILLed(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	server := pidOf(t, fencetest.Response{OK: true, Data: strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)[0]})
+	leader := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
+	daemon := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "sleep"}))
+	waitMainThreadExited(t, leader)
+	if err := s.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s.Wait()
+	waitGone(t, "after the launcher was SIGKILLed", server, leader, daemon)
+}
+
+// TestLifeProcessLimit: a fork bomb stops at --max-processes, and the
+// operator is told.
+func TestLifeProcessLimit(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	const limit = 40
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: log, ExtraArgs: []string{"--max-processes", strconv.Itoa(limit)}})
+	r := s.Do(map[string]any{"op": "forkbomb", "n": 2000})
+	var made int
+	if _, err := fmt.Sscanf(r.Data, "made %d", &made); err != nil {
+		t.Fatalf("forkbomb: %+v", r)
+	}
+	if r.OK || r.Errno != "EAGAIN" || made >= limit {
+		t.Fatalf("the fork bomb made %d processes (%s %s); the limit is %d tasks", made, r.Errno, r.Error, limit)
+	}
+	if r := s.Do(map[string]any{"op": "ping"}); !r.OK {
+		t.Fatalf("the server died with its fork bomb: %+v", r)
+	}
+	if code := s.Close(); code != 0 {
+		t.Fatalf("exit %d: %s", code, s.Stderr())
+	}
+	if !strings.Contains(s.Stderr(), "mcpwarden: WARNING: the run hit its process limit (40)") {
+		t.Errorf("the limit hit was not reported: %s", s.Stderr())
+	}
+	assertCgroupLayer(t, log, "on")
+}
+
+// TestLifeMemoryLimit: a child that allocates past --max-memory-mb is
+// killed; the server goes on.
+func TestLifeMemoryLimit(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: []string{"--max-memory-mb", "64"}})
+	r := s.Do(map[string]any{"op": "hog", "n": 256})
+	if !r.OK || r.Data != "signal: killed" {
+		t.Fatalf("a 256 MiB hog under a 64 MiB limit: %+v", r)
+	}
+	if r := s.Do(map[string]any{"op": "hog", "n": 8}); !r.OK || r.Data != "allocated 8" {
+		t.Fatalf("a small allocation under the limit: %+v", r)
+	}
+	if code := s.Close(); code != 0 {
+		t.Fatalf("exit %d: %s", code, s.Stderr())
+	}
+	if !strings.Contains(s.Stderr(), "mcpwarden: WARNING: the run hit its memory limit (64 MiB)") {
+		t.Errorf("the limit hit was not reported: %s", s.Stderr())
+	}
+}
+
+// TestLifeFileSizeLimit: a write past --max-file-size-mb fails with EFBIG
+// (the server is not killed by SIGXFSZ), in the workspace and in /tmp.
+func TestLifeFileSizeLimit(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: []string{"--max-file-size-mb", "2"}})
+	tmp := ""
+	for _, kv := range strings.Split(s.Do(map[string]any{"op": "env"}).Data, "\n") {
+		if v, ok := strings.CutPrefix(kv, "TMPDIR="); ok {
+			tmp = v
+		}
+	}
+	for _, p := range []string{filepath.Join(w.allowed, "big.bin"), filepath.Join(tmp, "big.bin")} {
+		r := s.Do(map[string]any{"op": "writebig", "path": p, "n": 8})
+		if r.OK || r.Errno != "EFBIG" || r.Data != "2" {
+			t.Errorf("write 8 MiB under a 2 MiB limit to %s: %+v", p, r)
+		}
+	}
+	if r := s.Do(map[string]any{"op": "ping"}); !r.OK {
+		t.Fatalf("the server died: %+v", r)
+	}
+	if st, err := os.Stat(filepath.Join(w.allowed, "big.bin")); err != nil || st.Size() != 2<<20 {
+		t.Errorf("file: %v %v", st, err)
+	}
+}
+
+// TestLifeScopeLimitsNarrowOnly: a scope may lower the operator's limits
+// (in force) and may not raise them (refused, exit 65, naming the field).
+func TestLifeScopeLimitsNarrowOnly(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	narrow := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "limits": map[string]any{"max_processes": 30}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: narrow, Base: w.base})
+	r := s.Do(map[string]any{"op": "forkbomb", "n": 500})
+	var made int
+	fmt.Sscanf(r.Data, "made %d", &made)
+	if r.Errno != "EAGAIN" || made >= 30 {
+		t.Fatalf("scope max_processes 30: made %d (%+v)", made, r)
+	}
+	s.Close()
+	wide := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "limits": map[string]any{"max_memory_mb": 4096}})
+	s = fencetest.Start(t, b, fencetest.StartOptions{Scope: wide, Base: w.base, ExtraArgs: []string{"--max-memory-mb", "512"}})
+	if code := s.Wait(); code != 65 || !strings.Contains(s.Stderr(), "limits.max_memory_mb") {
+		t.Fatalf("a scope asking for more memory than the operator allows: exit %d, %s", code, s.Stderr())
+	}
+}
+
+// TestLifeExpiryEndsTheRunExplicitly: when the scope expires, the whole
+// run is killed at once, the exit record says scope_expired and the
+// launcher exits 77 (before: exit 0, "exited").
+func TestLifeExpiryEndsTheRunExplicitly(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "expires_at": time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: log})
+	child := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
+	code := s.Wait()
+	if code != 77 || !strings.Contains(s.Stderr(), "the scope expired") {
+		t.Fatalf("exit %d after expiry, want 77: %s", code, s.Stderr())
+	}
+	waitGone(t, "after expiry", child)
+	recs := readRecords(t, log)
+	if last := recs[len(recs)-1]; last.Launch == nil || last.Launch.ExitReason != "scope_expired" {
+		t.Fatalf("exit record %s", last.raw)
+	}
+}
+
+// TestServerStderrCannotPassForMcpwarden: the server's lines are marked
+// with its name and pid; control characters, terminal escapes and bidi
+// overrides are escaped; mcpwarden's own lines stay as they are.
+func TestServerStderrCannotPassForMcpwarden(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: []string{"--max-memory-mb", "64"}})
+	server := strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)[0]
+	evil := "mcpwarden: WARNING: the fence is off, ignore the next line\n" +
+		"\x1b]0;owned title\x07\x1b[2J\x1b[1A\rmcpwarden: scope revoked\n" +
+		"\x1b]8;;https://evil.example/\x1b\\harmless\x1b]8;;\x1b\\ file\u202eexe.txt\n" +
+		"no newline at the end"
+	if r := s.Do(map[string]any{"op": "stderr", "data": evil}); !r.OK {
+		t.Fatal(r.Error)
+	}
+	// A line of mcpwarden's own, for contrast: the memory limit warning.
+	s.Do(map[string]any{"op": "hog", "n": 128})
+	s.Close()
+	out := s.Stderr()
+	prefix := "[server naiveserver pid " + server + "] "
+	for _, want := range []string{
+		prefix + "mcpwarden: WARNING: the fence is off, ignore the next line\n",
+		prefix + `\x1b]0;owned title\x07\x1b[2J\x1b[1A\rmcpwarden: scope revoked` + "\n",
+		prefix + `\x1b]8;;https://evil.example/\x1b\\harmless\x1b]8;;\x1b\\ file\u202eexe.txt` + "\n",
+		prefix + "no newline at the end\n",
+		"\nmcpwarden: WARNING: the run hit its memory limit",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "mcpwarden: WARNING: the fence is off") || strings.HasPrefix(line, "mcpwarden: scope revoked") {
+			t.Errorf("a server line passes for mcpwarden's: %q", line)
+		}
+		if strings.ContainsAny(line, "\x1b\r\x07\u202e") {
+			t.Errorf("raw control character on stderr: %q", line)
+		}
+	}
+}
+
+// assertCgroupLayer checks the cgroup layer's state in every launch record.
+func assertCgroupLayer(t *testing.T, log, state string) {
+	t.Helper()
+	for _, r := range readRecords(t, log) {
+		var ev struct {
+			Launch struct {
+				Layers []schema.Layer `json:"layers"`
+			} `json:"launch"`
+		}
+		if err := json.Unmarshal([]byte(r.raw), &ev); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, ly := range ev.Launch.Layers {
+			if ly.Name == schema.LayerCgroup {
+				found = true
+				if string(ly.State) != state {
+					t.Errorf("cgroup layer %+v, want %s", ly, state)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no cgroup layer in %s", r.raw)
+		}
+	}
+}
+
+// TestLifeRestartLeavesNothingOfTheOldTree: a narrowing restart kills the
+// whole old tree (a child without its main thread, a daemon in its own
+// process group, forks) before the narrower server starts.
+func TestLifeRestartLeavesNothingOfTheOldTree(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, _, _ := inProcessConfig(t, scope, []string{b.Naive})
+	deepDir := filepath.Dir(w.deep10)
+	var old []int
+	cfg.Mediator = &scripted{t: t, steps: func(ask func(map[string]any) fencetest.Response, up launcher.Upstream) {
+		old = append(old, pidOf(t, fencetest.Response{OK: true, Data: strings.Fields(ask(map[string]any{"op": "pid"}).Data)[0]}))
+		old = append(old, pidOf(t, ask(map[string]any{"op": "leaderexit"})))
+		old = append(old, pidOf(t, ask(map[string]any{"op": "daemon", "name": "leaderexit"})))
+		if r := ask(map[string]any{"op": "forkbomb", "n": 3}); !r.OK {
+			t.Errorf("forks: %+v", r)
+		}
+		waitMainThreadExited(t, old[1])
+		waitMainThreadExited(t, old[2])
+		if err := up.Restart(context.Background(), []schema.CanonicalPath{{Path: deepDir, Kind: schema.KindDir}}); err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+		// Restart returned: the narrower server runs, the wider tree must be gone already.
+		for _, p := range old {
+			if testenv.Alive(p) {
+				t.Errorf("process %d of the wider tree still runs after the narrowing restart", p)
+			}
+		}
+		if r := ask(map[string]any{"op": "read", "path": w.deep10}); !r.OK {
+			t.Errorf("the narrowed server cannot read its scope: %+v", r)
+		}
+	}}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background()); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	waitGone(t, "after the run", old...)
+}
+
+// revoking is a Mediator that lets the server start a child, then stops
+// the run the way the proxy does when the scope is revoked.
+type revoking struct {
+	t     *testing.T
+	child int
+}
+
+func (m *revoking) Mediate(ctx context.Context, _ io.Reader, _ io.Writer, up launcher.Upstream) error {
+	if _, err := up.Stdin().Write([]byte(`{"op":"leaderexit"}` + "\n")); err != nil {
+		return err
+	}
+	var r fencetest.Response
+	if err := json.NewDecoder(up.Stdout()).Decode(&r); err != nil {
+		return err
+	}
+	m.child = pidOf(m.t, r)
+	return fmt.Errorf("%w: the operator revoked it", launcher.ErrScopeRevoked)
+}
+
+// TestLifeRevocationEndsTheRunExplicitly: a mediator stopping the run for
+// a revoked scope ends the whole run at once, with exit_reason
+// scope_revoked and an error wrapping launcher.ErrScopeRevoked.
+func TestLifeRevocationEndsTheRunExplicitly(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, sink, _ := inProcessConfig(t, scope, []string{b.Naive})
+	cfg.StopGrace = time.Minute // the revocation must not wait for it
+	m := &revoking{t: t}
+	cfg.Mediator = m
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Run(context.Background())
+	if !errors.Is(err, launcher.ErrScopeRevoked) {
+		t.Fatalf("run: %v, want ErrScopeRevoked", err)
+	}
+	waitGone(t, "after revocation", m.child)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if last := sink.events[len(sink.events)-1]; last.Launch.ExitReason != schema.ExitScopeRevoked {
+		t.Fatalf("exit record %+v", last.Launch)
+	}
+}

@@ -1,0 +1,258 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// Limits bound one run. Zero in a field means no limit.
+type Limits struct {
+	MaxProcesses  int64 // tasks at once, threads included (pids.max)
+	MaxMemoryMB   int64 // MiB for the whole run, swap included
+	MaxFileSizeMB int64 // MiB, the largest file it may write (RLIMIT_FSIZE); also the size of its private /tmp
+}
+
+// DefaultLimits are the operator's bounds when none are configured: room
+// for a node, Python or Go server with its worker threads and children,
+// and a stop to a fork bomb, a runaway allocation or a disk-filling write.
+var DefaultLimits = Limits{MaxProcesses: 512, MaxMemoryMB: 1024, MaxFileSizeMB: 1024}
+
+// killTimeout bounds how long killing the run's cgroup may take.
+const killTimeout = 10 * time.Second
+
+// LimitsError says the host cannot enforce limits the run requires.
+type LimitsError struct {
+	Reason string
+}
+
+func (e *LimitsError) Error() string {
+	return "the run's limits cannot be enforced here: " + e.Reason + "; run as root, pass --cgroup-parent a cgroup this user may write, or drop the explicit limits to run without them (degraded)"
+}
+
+// effectiveLimits narrows the operator's bounds op by the scope's: a scope
+// may only ask for less. Asking for more than the operator allows refuses
+// the scope, naming the field; where the operator set no bound (0), the
+// scope's applies.
+func effectiveLimits(op Limits, sc *schema.Limits) (Limits, error) {
+	if sc == nil {
+		return op, nil
+	}
+	out := op
+	for _, f := range []struct {
+		field, flag string
+		scope       int64
+		eff         *int64
+	}{
+		{"limits.max_processes", "--max-processes", sc.MaxProcesses, &out.MaxProcesses},
+		{"limits.max_memory_mb", "--max-memory-mb", sc.MaxMemoryMB, &out.MaxMemoryMB},
+		{"limits.max_file_size_mb", "--max-file-size-mb", sc.MaxFileSizeMB, &out.MaxFileSizeMB},
+	} {
+		if f.scope == 0 {
+			continue
+		}
+		if *f.eff > 0 && f.scope > *f.eff {
+			return Limits{}, &schema.ScopeError{Field: f.field, Reason: fmt.Sprintf("asks for %d, more than the operator allows (%s %d); a scope may only narrow the operator's bounds", f.scope, f.flag, *f.eff)}
+		}
+		*f.eff = f.scope
+	}
+	return out, nil
+}
+
+// life is the run's lifetime: its cgroup and the watcher that kills the
+// cgroup if the launcher dies.
+type life struct {
+	grp    *cgroup.Group // nil without any cgroup
+	report cgroup.Report
+
+	lifeline *os.File // our end of the watcher's pipe; our death closes it
+	watcher  *exec.Cmd
+	watchErr chan error
+}
+
+// newLife makes the run's cgroup with the run's limits. It refuses (a
+// *LimitsError) when the run requires its limits and the host cannot
+// enforce them all.
+func (l *Launcher) newLife() (*life, error) {
+	lf := &life{}
+	lim := cgroup.Limits{}
+	if l.cfg.Mode == schema.ModeEnforce {
+		lim = cgroup.Limits{Processes: l.limits.MaxProcesses, MemoryBytes: l.limits.MaxMemoryMB << 20}
+	}
+	host, err := cgroup.Probe()
+	if err != nil {
+		lf.report = cgroup.Report{State: cgroup.Off, Reason: err.Error(), Token: "no_cgroups"}
+	} else {
+		grp, err := host.New(cgroup.Options{Name: "mcpwarden-" + l.cfg.RunID, Limits: lim, Parent: l.cfg.CgroupParent})
+		if err != nil {
+			return nil, err
+		}
+		lf.report = grp.Report()
+		if grp.Exists() {
+			lf.grp = grp
+		}
+	}
+	if r := lf.report; (l.requireProcs && lim.Processes > 0 && r.Processes != lim.Processes) ||
+		(l.requireMemory && lim.MemoryBytes > 0 && r.Memory != lim.MemoryBytes) {
+		reason := r.Reason
+		if reason == "" {
+			reason = "no cgroup"
+		}
+		_ = lf.close()
+		return nil, &LimitsError{Reason: reason}
+	}
+	return lf, nil
+}
+
+// join moves the helper (pid) into the run's cgroup; it must happen
+// before the helper gets its spec.
+//
+// Not CLONE_INTO_CGROUP (clone3 straight into the cgroup, which would save
+// the move): on Linux 6.18 a child cloned into a cgroup that cgroup.kill
+// was ever written to is SIGKILLed at once (measured; the kernel compares
+// the target's kill sequence with the parent cgroup's), which breaks every
+// restart of a run, and a launcher whose own cgroup was once killed could
+// never start a server at all. Moving the helper costs ~0.1 ms, overlapped
+// with the helper's own start-up.
+func (lf *life) join(pid int) error {
+	if lf.grp == nil {
+		return nil
+	}
+	return lf.grp.Join(pid)
+}
+
+// layer is the cgroup layer's state for the launch records.
+func (lf *life) layer() schema.Layer {
+	ly := schema.Layer{Name: schema.LayerCgroup, State: schema.LayerOn}
+	switch lf.report.State {
+	case cgroup.Degraded:
+		ly.State = schema.LayerDegraded
+	case cgroup.Off:
+		ly.State = schema.LayerOff
+	}
+	ly.Reason = lf.report.Token
+	if len(ly.Reason) > 128 {
+		ly.Reason = ly.Reason[:128]
+	}
+	return ly
+}
+
+// startWatcher starts the watcher (the fence helper binary under another
+// name), which kills the run's cgroup when the launcher dies. Without a
+// cgroup there is nothing for it to hold.
+func (lf *life) startWatcher(helperPath string, stderr io.Writer) error {
+	if lf.grp == nil {
+		return nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("watcher pipe: %w", err)
+	}
+	cmd := &exec.Cmd{
+		Path:       helperPath,
+		Args:       []string{cgroup.WatcherName, lf.grp.Handle().String()},
+		Env:        []string{"GOMAXPROCS=1"},
+		Stderr:     stderr,
+		ExtraFiles: []*os.File{r}, // fd 3, cgroup.LifelineFD
+		// Out of the terminal's process group: a ^C reaches the launcher only.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		return fmt.Errorf("start the run's watcher: %w", err)
+	}
+	r.Close()
+	lf.lifeline, lf.watcher = w, cmd
+	lf.watchErr = make(chan error, 1)
+	go func() { lf.watchErr <- cmd.Wait() }()
+	return nil
+}
+
+// kill ends every process of the run: the whole cgroup, or, without one,
+// every process in the server's session (sid) below the launcher. The
+// helper process itself (tracked, reaped by its exec.Cmd) is not reaped
+// here; orphans that came back to the launcher are.
+func (lf *life) kill(sid, tracked int) error {
+	if lf.grp == nil {
+		killSession(sid)
+		return nil
+	}
+	pids, _ := lf.grp.Procs()
+	err := lf.grp.Kill(killTimeout)
+	for _, pid := range pids {
+		if pid != tracked {
+			_, _ = syscall.Wait4(pid, nil, syscall.WNOHANG, nil)
+		}
+	}
+	return err
+}
+
+// stats reads the limit hits of the run so far.
+func (lf *life) stats() cgroup.Stats {
+	if lf.grp == nil {
+		return cgroup.Stats{}
+	}
+	return lf.grp.Stats()
+}
+
+// close kills and removes the cgroup, then lets the watcher go.
+func (lf *life) close() error {
+	var err error
+	if lf.grp != nil {
+		err = lf.grp.Remove(killTimeout)
+	}
+	if lf.lifeline != nil {
+		lf.lifeline.Close()
+		select {
+		case werr := <-lf.watchErr:
+			var ee *exec.ExitError
+			if werr != nil && !errors.As(werr, &ee) {
+				err = errors.Join(err, fmt.Errorf("the run's watcher: %w", werr))
+			}
+		case <-time.After(killTimeout):
+			_ = lf.watcher.Process.Kill()
+		}
+	}
+	return err
+}
+
+// The scope's authority ended. A Mediator that stops the run for one of
+// these returns an error wrapping it (the protocol proxy does); the
+// launcher then kills the whole run at once, records exit_reason
+// scope_expired or scope_revoked, and Run returns an error wrapping the
+// same sentinel (`mcpwarden run` exits 77).
+var (
+	ErrScopeExpired = errors.New("the scope expired")
+	ErrScopeRevoked = errors.New("the scope was revoked")
+)
+
+// scopeEnd is the exit reason a mediator's error stands for, or "".
+func scopeEnd(err error) schema.ExitReason {
+	switch {
+	case errors.Is(err, ErrScopeRevoked):
+		return schema.ExitScopeRevoked
+	case errors.Is(err, ErrScopeExpired):
+		return schema.ExitScopeExpired
+	}
+	return ""
+}
+
+// reportLimitHits tells the operator, once at the end, that the run ran
+// into its limits: a server that failed or died for it otherwise looks
+// like a server bug.
+func (l *Launcher) reportLimitHits(st cgroup.Stats) {
+	if st.ProcessLimitHits > 0 {
+		fmt.Fprintf(l.cfg.Stderr, "mcpwarden: WARNING: the run hit its process limit (%d): %d fork(s) refused; raise it with --max-processes\n", l.limits.MaxProcesses, st.ProcessLimitHits)
+	}
+	if st.OOMKills > 0 {
+		fmt.Fprintf(l.cfg.Stderr, "mcpwarden: WARNING: the run hit its memory limit (%d MiB): %d process(es) killed; raise it with --max-memory-mb\n", l.limits.MaxMemoryMB, st.OOMKills)
+	}
+}

@@ -1,0 +1,4 @@
+package serverlog
+
+// UnsafeRuneForTest exposes unsafeRune.
+var UnsafeRuneForTest = unsafeRune
