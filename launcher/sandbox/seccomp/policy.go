@@ -29,8 +29,12 @@ type Options struct {
 	// IPCNamespace: the run has its own ipc namespace, so SysV IPC and
 	// POSIX message queues reach only the run's own objects.
 	IPCNamespace bool `json:"ipc_namespace,omitempty"`
-	// MountNamespace: the run sees only a minimal root (runtime and scope),
-	// so inotify watches cannot learn about the rest of the host.
+	// MountNamespace: the run sees only a minimal root in which nothing
+	// but the scope's write paths and the private /tmp is writable (the
+	// runtime and read paths are read-only mounts) and the rest of the host
+	// is absent. Inotify watches then learn nothing about the host, and
+	// modes and times by path reach only what the mounts let change
+	// (set-id bits, owners and xattrs stay refused).
 	MountNamespace bool `json:"mount_namespace,omitempty"`
 	// DedicatedUID: the server runs as a uid that owns no host file (a
 	// dedicated uid, or uid 0 of its own user namespace). Only then may a
@@ -229,17 +233,14 @@ var fixed = []group{
 	{[]string{"open", "mknodat"}, Rule{Check: CheckSetID, Else: Allow, Clauses: []Clause{{[]Cond{{Arg: 2, Mask: setIDBits, Not: true}}, eperm}}}},
 	{[]string{"openat"}, Rule{Check: CheckSetID, Else: Allow, Clauses: []Clause{{[]Cond{{Arg: 3, Mask: setIDBits, Not: true}}, eperm}}}},
 
-	// Metadata. By path never: Landlock does not check it, so a path
-	// reaches files outside the scope. By descriptor only in a write scope
-	// and only where the server owns no host file (see rules).
-	{[]string{"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "fchown",
-		"utime", "utimes", "futimesat",
+	// Metadata that no layer confines: ownership (without capabilities
+	// only a change of group among the server's own), and every xattr
+	// write (a filter cannot read the attribute's name, and
+	// system.posix_acl_access is in effect a chmod). The rest of the
+	// metadata calls depend on the layers in force (see rules).
+	{[]string{"chown", "lchown", "fchownat", "fchown",
 		"setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
 		"setxattrat", "removexattrat", "file_setattr"}, Rule{Check: CheckMetadata, Else: eperm}},
-	// Extended attributes read by path are file contents outside the
-	// scope (user.* attributes); "not supported" lets tools go on.
-	{[]string{"getxattr", "lgetxattr", "listxattr", "llistxattr", "getxattrat", "listxattrat", "file_getattr"},
-		Rule{Check: CheckMetadata, Else: eopnotsupp}},
 
 	// Code that is not in the runtime.
 	{[]string{"memfd_create"}, Rule{Check: CheckMemfd, Else: eperm, Clauses: []Clause{
@@ -312,6 +313,11 @@ var (
 		{[]Cond{{Arg: 0, Value: unix.AF_UNIX}}, eperm},
 	}}
 
+	// Extended attributes read by path are file contents outside the
+	// scope (user.* attributes) unless a mount namespace hides the rest of
+	// the host; refused, "not supported" lets tools go on.
+	xattrReads = []string{"getxattr", "lgetxattr", "listxattr", "llistxattr", "getxattrat", "listxattrat", "file_getattr"}
+
 	ipcNames = []string{"msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop", "semctl",
 		"shmget", "shmat", "shmdt", "shmctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
 		"mq_notify", "mq_getsetattr"}
@@ -339,12 +345,32 @@ func rules(o Options) []group {
 	allowIf(CheckIOUring, o.AllowIOUring, eperm, "io_uring_setup", "io_uring_enter", "io_uring_register")
 	allowIf(CheckIPC, o.IPCNamespace, eperm, ipcNames...)
 	allowIf(CheckWatches, o.MountNamespace, eperm, "inotify_add_watch")
-	if o.WriteScope && o.DedicatedUID {
-		r = append(r, group{[]string{"fchmod"}, noSetID(1)},
+	// Modes and times. Landlock checks none of them. By path they reach
+	// any file the server can name, so they are refused unless the mount
+	// namespace confines them: in the minimal root everything but the
+	// scope's write paths and the private /tmp is read-only (EROFS), and
+	// the rest of the host is not there. By descriptor, besides that, in a
+	// write scope where the server owns no host file (the kernel lets only
+	// the owner change a mode). Set-id bits never.
+	metaPath := []string{"chmod", "fchmodat", "fchmodat2", "utime", "utimes", "futimesat", "utimensat", "fchmod"}
+	switch {
+	case o.MountNamespace:
+		r = append(r,
+			group{[]string{"chmod", "fchmod"}, noSetID(1)},
+			group{[]string{"fchmodat", "fchmodat2"}, noSetID(2)},
+			group{metaPath[3:7], Rule{Check: CheckMetadata, Else: Allow}},
+			group{xattrReads, Rule{Check: CheckMetadata, Else: Allow}})
+	case o.WriteScope && o.DedicatedUID:
+		r = append(r,
+			group{[]string{"fchmod"}, noSetID(1)},
 			group{[]string{"utimensat"}, Rule{Check: CheckMetadata, Else: eperm, Clauses: []Clause{
-				{[]Cond{{Arg: 1}, {Arg: 1, High: true}}, Allow}}}})
-	} else {
-		r = append(r, group{[]string{"fchmod", "utimensat"}, Rule{Check: CheckMetadata, Else: eperm}})
+				{[]Cond{{Arg: 1}, {Arg: 1, High: true}}, Allow}}}},
+			group{metaPath[:6], Rule{Check: CheckMetadata, Else: eperm}},
+			group{xattrReads, Rule{Check: CheckMetadata, Else: eopnotsupp}})
+	default:
+		r = append(r,
+			group{metaPath, Rule{Check: CheckMetadata, Else: eperm}},
+			group{xattrReads, Rule{Check: CheckMetadata, Else: eopnotsupp}})
 	}
 	return r
 }

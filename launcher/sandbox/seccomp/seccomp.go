@@ -307,8 +307,8 @@ func (f *Filter) Summary() Summary {
 		{o.AllowUDP, "udp sockets (granted network ports)"},
 		{o.AllowListen, "listen (granted bind ports)"},
 		{o.IPCNamespace, "sysv-ipc and mqueues (own ipc namespace)"},
-		{o.MountNamespace, "inotify watches (own mount namespace)"},
-		{o.WriteScope && o.DedicatedUID, "fchmod and futimens on descriptors (write scope, dedicated uid)"},
+		{o.MountNamespace, "inotify watches, modes (no set-id bits), times and xattr reads, confined by the mounts (own mount namespace)"},
+		{o.WriteScope && o.DedicatedUID && !o.MountNamespace, "fchmod (no set-id bits) and futimens on descriptors (write scope, dedicated uid)"},
 	} {
 		if r.on {
 			s.Relaxed = append(s.Relaxed, r.what)
