@@ -212,8 +212,15 @@ func TestFenceOtherProcesses(t *testing.T) {
 	pid := victim.Process.Pid
 	beforeLimits, beforeNice := limitsOf(t, pid)
 
-	key := os.Getpid()<<8 | 0x5c
-	shmID, err := unix.SysvShmGet(key, 4096, unix.IPC_CREAT|unix.IPC_EXCL|0o600)
+	// A key nobody uses (a run that crashed may have left one behind).
+	var key, shmID int
+	var err error
+	for i := 0; i < 64; i++ {
+		key = os.Getpid()<<8 | i
+		if shmID, err = unix.SysvShmGet(key, 4096, unix.IPC_CREAT|unix.IPC_EXCL|0o600); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("shmget: %v", err)
 	}
