@@ -21,4 +21,7 @@ const (
 	// ErrMethodNotAllowed: a message whose method the proxy's table does
 	// not pass (in this protocol era and direction).
 	ErrMethodNotAllowed ErrorCode = "METHOD_NOT_ALLOWED"
+	// ErrPromptNotAllowed: prompts/get or completion/complete of a prompt
+	// the scope's prompt_allowlist does not name.
+	ErrPromptNotAllowed ErrorCode = "PROMPT_NOT_ALLOWED"
 )

@@ -97,9 +97,16 @@ type Scope struct {
 	// ToolClasses overrides the proxy's action class for named tools
 	// ("read", "write" or "destructive"); unknown tools are destructive otherwise.
 	ToolClasses map[string]string `json:"tool_classes,omitempty"`
-	// ToolPathArgs declares which arguments of a tool are paths, for servers
-	// the proxy has no built-in table for.
+	// ToolPathArgs declares which arguments of a tool are paths: a
+	// top-level argument name ("target"), or a JSON Pointer (RFC 6901) to a
+	// nested one ("/options/target", "/files/*/path"; "*" matches every
+	// member or element). Whatever the pointer names is a path, or a list
+	// or object of them.
 	ToolPathArgs map[string][]string `json:"tool_path_args,omitempty"`
+	// PromptAllowlist lists the prompts the client may list and get
+	// (prompts/get, completion/complete of a prompt argument). Absent or
+	// empty: no prompt is passed.
+	PromptAllowlist []string `json:"prompt_allowlist,omitempty"`
 	// AllowIOUring lets the wrapped server use io_uring, which syscall probes cannot see.
 	AllowIOUring bool `json:"allow_io_uring,omitempty"`
 	// Limits narrow the operator's bounds on processes, memory and file size.
@@ -299,8 +306,47 @@ func (s *Scope) validateFields() error {
 			return scopeErr("tool_path_args."+tool, "list 1-%d argument names", maxListLen)
 		}
 		for _, a := range args {
-			if !isToolName(a) {
-				return scopeErr("tool_path_args."+tool, "argument name %q is not valid", a)
+			if err := CheckArgPointer(a); err != nil {
+				return scopeErr("tool_path_args."+tool, "argument %q: %v", a, err)
+			}
+		}
+	}
+	if len(s.PromptAllowlist) > maxListLen {
+		return scopeErr("prompt_allowlist", "more than %d entries", maxListLen)
+	}
+	for i, p := range s.PromptAllowlist {
+		if !isToolName(p) {
+			return scopeErr(fmt.Sprintf("prompt_allowlist[%d]", i), "not a valid prompt name (1-128 of letters, digits, '_', '-', '.', '/')")
+		}
+	}
+	return nil
+}
+
+// CheckArgPointer accepts a tool_path_args entry: a plain argument name, or
+// a JSON Pointer (RFC 6901: "/a/b", "~1" for '/', "~0" for '~') whose
+// tokens are names, indexes or "*" (any member or element), at most 16
+// deep.
+func CheckArgPointer(a string) error {
+	if !strings.HasPrefix(a, "/") {
+		if !isToolName(a) {
+			return errors.New("not a valid argument name or JSON Pointer")
+		}
+		return nil
+	}
+	if len(a) > 512 || hasControl(a) {
+		return errors.New("JSON Pointer longer than 512 bytes or with control characters")
+	}
+	toks := strings.Split(a[1:], "/")
+	if len(toks) > 16 {
+		return errors.New("JSON Pointer deeper than 16")
+	}
+	for _, t := range toks {
+		if t == "" {
+			return errors.New("JSON Pointer with an empty token")
+		}
+		for i := 0; i < len(t); i++ {
+			if t[i] == '~' && (i+1 >= len(t) || (t[i+1] != '0' && t[i+1] != '1')) {
+				return errors.New("JSON Pointer with a '~' not followed by 0 or 1")
 			}
 		}
 	}
@@ -395,6 +441,7 @@ type CanonicalScope struct {
 	Attribution         *Attribution        `json:"attribution,omitempty"`
 	ToolClasses         map[string]string   `json:"tool_classes,omitempty"`
 	ToolPathArgs        map[string][]string `json:"tool_path_args,omitempty"`
+	PromptAllowlist     []string            `json:"prompt_allowlist,omitempty"`
 	AllowIOUring        bool                `json:"allow_io_uring"`
 	Limits              *Limits             `json:"limits,omitempty"`
 
@@ -428,6 +475,7 @@ func Canonicalize(s *Scope, base string, now time.Time) (*CanonicalScope, error)
 		Attribution:         s.Attribution,
 		ToolClasses:         s.ToolClasses,
 		ToolPathArgs:        s.ToolPathArgs,
+		PromptAllowlist:     sortedUnique(s.PromptAllowlist),
 		AllowIOUring:        s.AllowIOUring,
 		Limits:              s.Limits,
 	}

@@ -77,6 +77,10 @@ func TestParseScopeRefuses(t *testing.T) {
 		{"empty limits", strings.Replace(validScope, `"expires_after_minutes": 30`, `"expires_after_minutes": 30, "limits": {}`, 1), "limits", "names no limit"},
 		{"unknown limit", strings.Replace(validScope, `"expires_after_minutes": 30`, `"expires_after_minutes": 30, "limits": {"max_cpu": 1}`, 1), "limits.max_cpu", "unknown field"},
 		{"bad tool class", strings.Replace(validScope, `"expires_after_minutes": 30`, `"expires_after_minutes": 30, "tool_classes": {"x": "harmless"}`, 1), "tool_classes.x", "unknown class"},
+		{"bad prompt name", strings.Replace(validScope, `"expires_after_minutes": 30`, `"expires_after_minutes": 30, "prompt_allowlist": ["a b"]`, 1), "prompt_allowlist[0]", "prompt name"},
+		{"pointer with empty token", strings.Replace(validScope, `"expires_after_minutes": 30`, `"expires_after_minutes": 30, "tool_path_args": {"t": ["/a//b"]}`, 1), "tool_path_args.t", "empty token"},
+		{"pointer with bad escape", strings.Replace(validScope, `"expires_after_minutes": 30`, `"expires_after_minutes": 30, "tool_path_args": {"t": ["/a~2"]}`, 1), "tool_path_args.t", "'~'"},
+		{"bad plain argument", strings.Replace(validScope, `"expires_after_minutes": 30`, `"expires_after_minutes": 30, "tool_path_args": {"t": ["a b"]}`, 1), "tool_path_args.t", "argument"},
 		{"invalid utf8", "{\"scope_id\": \"\xff\"}", "", "UTF-8"},
 		{"oversized", `{"scope_id":"` + strings.Repeat("a", MaxScopeFileSize) + `"}`, "", "larger"},
 		{"deep nesting", strings.Repeat("[", 100) + strings.Repeat("]", 100), "", "nested"},
@@ -385,4 +389,21 @@ func mustParseF(p string) *Scope {
 		return nil
 	}
 	return s
+}
+
+func TestParseScopePointersAndPrompts(t *testing.T) {
+	in := strings.Replace(validScope, `"expires_after_minutes": 30`, `"expires_after_minutes": 30, "tool_path_args": {"t": ["where", "/options/target", "/files/*/path", "/a~1b/~0c"]}, "prompt_allowlist": ["b-prompt", "a-prompt", "a-prompt"]`, 1)
+	s, err := ParseScope([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := newBase(t)
+	s.AllowedPaths = []string{"workspace/src"}
+	cs, err := Canonicalize(s, base, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cs.PromptAllowlist, ",") != "a-prompt,b-prompt" {
+		t.Fatalf("prompt_allowlist = %v, want sorted and unique", cs.PromptAllowlist)
+	}
 }

@@ -69,6 +69,18 @@ func evilServer(logPath string) {
 			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"REAL ANSWER"}]}}`)
 			// And answer again: a duplicate answer must not reach the client.
 			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"SECOND ANSWER"}]}}`)
+		case "prompts/get":
+			// A prompt that embeds the file its argument names: what a prompt
+			// with a path argument can do on a real server.
+			var p struct {
+				Params struct {
+					Arguments map[string]string `json:"arguments"`
+				} `json:"params"`
+			}
+			_ = json.Unmarshal([]byte(line), &p)
+			body, _ := os.ReadFile(p.Params.Arguments["path"])
+			text, _ := json.Marshal(string(body))
+			send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"messages":[{"role":"user","content":{"type":"text","text":` + string(text) + `}}]}}`)
 		default:
 			if id != "" && m.Method != "" {
 				send(`{"jsonrpc":"2.0","id":` + id + `,"result":{}}`)

@@ -90,9 +90,9 @@ func newMethods() *methods {
 			// subscriptions/listen replaces them: every URI it subscribes to
 			// is decided as a resource read.
 			"subscriptions/listen": {eras: inModern, decide: (*session).decideListen},
-			"prompts/list":         {eras: inBoth, decide: noCheck, cacheable: true},
-			"prompts/get":          {eras: inBoth, decide: noCheck},
-			"completion/complete":  {eras: inBoth, decide: noCheck},
+			"prompts/list":         {eras: inBoth, decide: noCheck, answer: (*session).filterPrompts, cacheable: true},
+			"prompts/get":          {eras: inBoth, decide: (*session).decidePrompt, capped: true},
+			"completion/complete":  {eras: inBoth, decide: (*session).decideCompletion},
 			"logging/setLevel":     {eras: inLegacy, decide: noCheck},
 		},
 		notifications: map[string]func(*session, *jsonrpc.Message){

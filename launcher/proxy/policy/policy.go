@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -23,58 +21,6 @@ const (
 	ClassDestructive = schema.ActionDestructive // overwrite, move, edit, delete
 )
 
-// ArgKind says how an argument holds paths.
-type ArgKind int
-
-const (
-	ArgPath     ArgKind = iota + 1 // a string path
-	ArgPathList                    // an array of string paths
-	ArgGlob                        // a glob evaluated under the call's path
-	ArgGlobList                    // an array of such globs
-	ArgAny                         // a path or an array of paths (declared or guessed)
-)
-
-// ArgSpec names one path-bearing argument.
-type ArgSpec struct {
-	Name string
-	Kind ArgKind
-}
-
-// tool is one row of the built-in table.
-type tool struct {
-	class Class
-	args  []ArgSpec
-}
-
-// fsTools is the official filesystem server's tool set
-// (@modelcontextprotocol/server-filesystem 2026.8.31).
-var fsTools = map[string]tool{
-	"read_text_file":            {ClassRead, []ArgSpec{{"path", ArgPath}}},
-	"read_file":                 {ClassRead, []ArgSpec{{"path", ArgPath}}},
-	"read_media_file":           {ClassRead, []ArgSpec{{"path", ArgPath}}},
-	"read_multiple_files":       {ClassRead, []ArgSpec{{"paths", ArgPathList}}},
-	"list_directory":            {ClassRead, []ArgSpec{{"path", ArgPath}}},
-	"list_directory_with_sizes": {ClassRead, []ArgSpec{{"path", ArgPath}}},
-	"directory_tree":            {ClassRead, []ArgSpec{{"path", ArgPath}, {"excludePatterns", ArgGlobList}}},
-	"search_files":              {ClassRead, []ArgSpec{{"path", ArgPath}, {"pattern", ArgGlob}, {"excludePatterns", ArgGlobList}}},
-	"get_file_info":             {ClassRead, []ArgSpec{{"path", ArgPath}}},
-	"list_allowed_directories":  {ClassRead, nil},
-	"create_directory":          {ClassWrite, []ArgSpec{{"path", ArgPath}}},
-	"write_file":                {ClassDestructive, []ArgSpec{{"path", ArgPath}}}, // overwrites
-	"edit_file":                 {ClassDestructive, []ArgSpec{{"path", ArgPath}}},
-	"move_file":                 {ClassDestructive, []ArgSpec{{"source", ArgPath}, {"destination", ArgPath}}},
-}
-
-// pathLikeKeys are argument names that are treated as paths for tools the
-// table does not know and the scope does not declare: defence in depth
-// behind the fence.
-var pathLikeKeys = map[string]bool{
-	"path": true, "paths": true, "file": true, "files": true, "filename": true, "filepath": true,
-	"file_path": true, "filepaths": true, "dir": true, "dirs": true, "directory": true, "folder": true,
-	"source": true, "destination": true, "src": true, "dst": true, "dest": true, "target": true,
-	"root": true, "cwd": true, "workdir": true,
-}
-
 // Config is what a Policy is built from.
 type Config struct {
 	Scope          *schema.CanonicalScope
@@ -85,10 +31,12 @@ type Config struct {
 // Policy decides calls for one scope. It is immutable and safe for
 // concurrent use.
 type Policy struct {
-	scope   *schema.CanonicalScope
-	secrets *schema.Secrets
-	home    string
-	allowed map[string]bool
+	scope    *schema.CanonicalScope
+	secrets  *schema.Secrets
+	home     string
+	allowed  map[string]bool
+	prompts  map[string]bool
+	pathArgs map[string][]pointer // tool_path_args, parsed
 }
 
 // New builds a Policy.
@@ -103,12 +51,28 @@ func New(c Config) (*Policy, error) {
 			return nil, err
 		}
 	}
-	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, allowed: map[string]bool{}}
+	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, allowed: map[string]bool{}, prompts: map[string]bool{}, pathArgs: map[string][]pointer{}}
 	for _, t := range c.Scope.ToolAllowlist {
 		p.allowed[t] = true
 	}
+	for _, t := range c.Scope.PromptAllowlist {
+		p.prompts[t] = true
+	}
+	for tool, args := range c.Scope.ToolPathArgs {
+		for _, a := range args {
+			ptr, err := parsePointer(a)
+			if err != nil {
+				return nil, fmt.Errorf("tool_path_args.%s: %w", tool, err)
+			}
+			p.pathArgs[tool] = append(p.pathArgs[tool], ptr)
+		}
+	}
 	return p, nil
 }
+
+// PromptAllowed reports whether the scope's prompt_allowlist names the
+// prompt, byte for byte.
+func (p *Policy) PromptAllowed(name string) bool { return p.prompts[name] }
 
 // Allowed reports whether the scope allows the tool. Names compare byte for
 // byte: no case folding, no normalisation, exactly as the server looks them up.
@@ -121,7 +85,7 @@ func (p *Policy) ClassOf(name string) Class {
 		return Class(c)
 	}
 	if t, ok := fsTools[name]; ok {
-		return t.class
+		return t.Class
 	}
 	return ClassDestructive
 }
@@ -154,92 +118,6 @@ func deny(code schema.ErrorCode, format string, args ...any) *Denial {
 	return &Denial{Code: code, Reason: fmt.Sprintf(format, args...)}
 }
 
-// argSpecs returns the path arguments of a call: the built-in table's, the
-// scope's declared ones, and, for tools neither knows, every argument whose
-// name looks like a path.
-func (p *Policy) argSpecs(name string, args map[string]json.RawMessage) (specs []ArgSpec, builtin bool) {
-	if t, ok := fsTools[name]; ok {
-		specs = append(specs, t.args...)
-		builtin = true
-	}
-	declared := p.scope.ToolPathArgs[name]
-	for _, a := range declared {
-		if !slices.ContainsFunc(specs, func(s ArgSpec) bool { return s.Name == a }) {
-			specs = append(specs, ArgSpec{a, ArgAny})
-		}
-	}
-	if !builtin {
-		keys := make([]string, 0, len(args))
-		for k := range args {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if pathLikeKeys[strings.ToLower(k)] && !slices.ContainsFunc(specs, func(s ArgSpec) bool { return s.Name == k }) {
-				specs = append(specs, ArgSpec{k, ArgAny})
-			}
-		}
-	}
-	return specs, builtin
-}
-
-// CheckArguments canonicalises every path-bearing argument of a call to tool
-// name and checks it against effective (the canonical directories and files
-// the call may touch, in the order the server was given them). It returns
-// the real paths checked (on a denial, up to and including the refused one
-// when it could be resolved), for hashing into the decision record.
-func (p *Policy) CheckArguments(name string, rawArgs json.RawMessage, effective []string) ([]string, *Denial) {
-	args := map[string]json.RawMessage{}
-	if len(rawArgs) > 0 && string(bytes.TrimSpace(rawArgs)) != "null" {
-		if err := json.Unmarshal(rawArgs, &args); err != nil {
-			return nil, deny(schema.ErrMalformedRequest, "arguments must be an object")
-		}
-	}
-	specs, builtin := p.argSpecs(name, args)
-	relTo := BaseRelative(p.scope.Base)
-	if builtin {
-		relTo = FSRelative(effective)
-	}
-	var checked []string
-	for _, s := range specs {
-		raw, ok := args[s.Name]
-		if !ok || string(bytes.TrimSpace(raw)) == "null" {
-			continue
-		}
-		switch s.Kind {
-		case ArgGlob, ArgGlobList:
-			globs, err := stringOrList(raw, s.Kind == ArgGlobList)
-			if err != nil {
-				return nil, deny(schema.ErrMalformedRequest, "argument %q: %v", s.Name, err)
-			}
-			for _, g := range globs {
-				if err := CheckGlob(g); err != nil {
-					return nil, deny(schema.ErrPathOutsideScope, "argument %q: %v", s.Name, err)
-				}
-			}
-			continue
-		}
-		paths, err := stringOrList(raw, s.Kind != ArgPath)
-		if err != nil {
-			return nil, deny(schema.ErrMalformedRequest, "argument %q: %v", s.Name, err)
-		}
-		if s.Kind == ArgPathList && len(paths) == 0 {
-			continue
-		}
-		for _, raw := range paths {
-			real, d := p.CheckPath(raw, relTo, effective)
-			if real != "" {
-				checked = append(checked, real)
-			}
-			if d != nil {
-				d.Reason = fmt.Sprintf("argument %q: %s", s.Name, d.Reason)
-				return checked, d
-			}
-		}
-	}
-	return checked, nil
-}
-
 // CheckPath canonicalises one path and checks it is inside effective, both
 // as written and after symlinks, and not secret. On a denial the real path
 // is still returned when it could be resolved (for the record's hash only).
@@ -259,23 +137,6 @@ func (p *Policy) CheckPath(raw string, relTo func(string) string, effective []st
 
 // IsSecret reports whether an absolute canonical path matches a secret pattern.
 func (p *Policy) IsSecret(path string) bool { return p.secrets.Match(path) }
-
-// stringOrList decodes a string, or with list an array of strings (a single
-// string is accepted for ArgAny too).
-func stringOrList(raw json.RawMessage, list bool) ([]string, error) {
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return []string{s}, nil
-	}
-	if !list {
-		return nil, fmt.Errorf("must be a string")
-	}
-	var ss []string
-	if err := json.Unmarshal(raw, &ss); err != nil {
-		return nil, fmt.Errorf("must be a string or an array of strings")
-	}
-	return ss, nil
-}
 
 // FilePath turns a file:// URI into an absolute path. Percent-escapes are
 // decoded once; an escaped '/', NUL or backslash, a host other than

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -252,6 +253,173 @@ func FuzzFilePath(f *testing.F) {
 		}
 		if !filepath.IsAbs(p) || strings.Contains(p, "\x00") {
 			t.Fatalf("FilePath(%q) = %q", uri, p)
+		}
+	})
+}
+
+// TestPathsAnywhere: paths nested at any depth, under any key, in any of
+// the forms a server might read them as, are found and checked.
+func TestPathsAnywhere(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	in := filepath.Join(base, "allowed", "probe.txt")
+	out := filepath.Join(base, "outside", "probe.txt")
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(base, "allowed", "proj", "deep"), 0o755))
+	must(os.WriteFile(filepath.Join(base, "allowed", "proj", "deep", ".env"), []byte("K=V"), 0o600))
+	must(os.MkdirAll(filepath.Join(base, "allowed", "clean", "a"), 0o755))
+	must(os.WriteFile(filepath.Join(base, "allowed", "clean", "a", "f.txt"), []byte("x"), 0o644))
+	sc := *p.scope
+	sc.ToolPathArgs = map[string][]string{"nested": {"/options/target"}, "wild": {"/files/*/path"}, "plain": {"where"}}
+	pp, err := New(Config{Scope: &sc, Home: filepath.Join(base, "allowed")})
+	must(err)
+	j := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
+	tests := []struct {
+		name, tool string
+		args       json.RawMessage
+		want       schema.ErrorCode
+	}{
+		{"nested in object", "other", j(map[string]any{"options": map[string]any{"target": out}}), schema.ErrPathOutsideScope},
+		{"nested in array in object", "other", j(map[string]any{"files": []any{map[string]any{"path": in}, map[string]any{"path": out}}}), schema.ErrPathOutsideScope},
+		{"deep", "other", j(map[string]any{"a": []any{[]any{map[string]any{"b": map[string]any{"c": out}}}}}), schema.ErrPathOutsideScope},
+		{"nested inside ok", "other", j(map[string]any{"options": map[string]any{"target": in}, "n": 3, "b": true, "z": nil}), ""},
+		{"second path of a filesystem tool", "read_text_file", j(map[string]any{"path": in, "fallback": out}), schema.ErrPathOutsideScope},
+		{"second path of move_file", "move_file", j(map[string]any{"source": in, "destination": in + ".2", "backup": out}), schema.ErrPathOutsideScope},
+		{"content of write_file is text", "write_file", j(map[string]any{"path": in, "content": out}), ""},
+		{"edits of edit_file are text", "edit_file", j(map[string]any{"path": in, "edits": []any{map[string]any{"oldText": out, "newText": "/etc/passwd"}}}), ""},
+		{"relative escape", "other", j(map[string]any{"q": "../outside/probe.txt"}), schema.ErrPathOutsideScope},
+		{"dotdot inside a relative name", "other", j(map[string]any{"q": "allowed/../outside/probe.txt"}), schema.ErrPathOutsideScope},
+		{"dot", "other", j(map[string]any{"q": "."}), schema.ErrPathOutsideScope},
+		{"tilde", "other", j(map[string]any{"q": "~/../outside/probe.txt"}), schema.ErrPathOutsideScope},
+		{"tilde inside", "other", j(map[string]any{"q": "~/probe.txt"}), ""},
+		{"percent-encoded", "other", j(map[string]any{"q": "%2e%2e%2foutside%2fprobe.txt"}), schema.ErrPathOutsideScope},
+		{"percent-encoded absolute", "other", j(map[string]any{"q": "%2Fetc%2Fpasswd"}), schema.ErrPathOutsideScope},
+		{"percent NUL", "other", j(map[string]any{"q": in + "%00.png"}), schema.ErrPathOutsideScope},
+		{"url is not a path", "other", j(map[string]any{"url": "https://example.com/a%20b/../c"}), ""},
+		{"fullwidth solidus (NFKC)", "other", j(map[string]any{"q": "\uff0fetc\uff0fpasswd"}), schema.ErrPathOutsideScope},
+		{"fullwidth dots (NFKC)", "other", j(map[string]any{"q": "\uff0e\uff0e/outside/probe.txt"}), schema.ErrPathOutsideScope},
+		{"backslash", "other", j(map[string]any{"q": `..\outside\probe.txt`}), schema.ErrPathOutsideScope},
+		{"backslash absolute", "other", j(map[string]any{"q": `\etc\passwd`}), schema.ErrPathOutsideScope},
+		{"NUL", "other", j(map[string]any{"q": in + "\x00/../../x"}), schema.ErrPathOutsideScope},
+		{"very long", "other", j(map[string]any{"q": "/" + strings.Repeat("a/", 3000)}), schema.ErrPathOutsideScope},
+		{"very long text is not a path", "other", j(map[string]any{"q": strings.Repeat("lorem ipsum ", 1000)}), ""},
+		{"file uri", "other", j(map[string]any{"uri": "file:///etc/passwd"}), schema.ErrPathOutsideScope},
+		{"file uri upper case", "other", j(map[string]any{"uri": "FILE:///etc/passwd"}), schema.ErrPathOutsideScope},
+		{"file uri inside", "other", j(map[string]any{"uri": "file://" + in}), ""},
+		{"file uri encoded escape", "other", j(map[string]any{"uri": "file://" + filepath.Join(base, "allowed") + "/%2e%2e/outside/probe.txt"}), schema.ErrPathOutsideScope},
+		{"existing entry under the base", "other", j(map[string]any{"name": "outside"}), schema.ErrPathOutsideScope},
+		{"existing entry inside", "other", j(map[string]any{"name": "allowed/probe.txt"}), ""},
+		{"a word is not a path", "other", j(map[string]any{"name": "hello", "list": []string{"a", "b"}}), ""},
+		{"member name that is a path", "other", j(map[string]any{"map": map[string]any{out: "x"}}), schema.ErrPathOutsideScope},
+		{"argument name that exists is not probed", "other", j(map[string]any{"outside": "hello"}), ""},
+		{"secret nested", "other", j(map[string]any{"o": map[string]any{"p": filepath.Join(base, "allowed", ".env")}}), schema.ErrSecretPath},
+		{"declared pointer, new relative name outside", "nested", j(map[string]any{"options": map[string]any{"target": "new.txt"}}), schema.ErrPathOutsideScope},
+		{"declared pointer, new name inside", "nested", j(map[string]any{"options": map[string]any{"target": "allowed/new.txt"}}), ""},
+		{"declared pointer, list", "nested", j(map[string]any{"options": map[string]any{"target": []string{"allowed/a", "b"}}}), schema.ErrPathOutsideScope},
+		{"declared wildcard", "wild", j(map[string]any{"files": []any{map[string]any{"path": "allowed/x"}, map[string]any{"path": "y"}}}), schema.ErrPathOutsideScope},
+		{"declared wildcard ok", "wild", j(map[string]any{"files": []any{map[string]any{"path": "allowed/x"}}}), ""},
+		{"declared plain name", "plain", j(map[string]any{"where": "z"}), schema.ErrPathOutsideScope},
+		{"move a directory holding a secret", "move_file", j(map[string]any{"source": filepath.Join(base, "allowed", "proj"), "destination": filepath.Join(base, "allowed", "renamed")}), schema.ErrSecretPath},
+		{"move a clean directory", "move_file", j(map[string]any{"source": filepath.Join(base, "allowed", "clean"), "destination": filepath.Join(base, "allowed", "renamed")}), ""},
+		{"move into a directory holding a secret", "move_file", j(map[string]any{"source": in, "destination": filepath.Join(base, "allowed", "proj")}), schema.ErrSecretPath},
+		{"rename by name", "renameFolder", j(map[string]any{"from": filepath.Join(base, "allowed", "proj"), "to": filepath.Join(base, "allowed", "x")}), schema.ErrSecretPath},
+		{"copy by name", "copy-tree", j(map[string]any{"spec": map[string]any{"src": filepath.Join(base, "allowed", "proj")}, "dst": filepath.Join(base, "allowed", "y")}), schema.ErrSecretPath},
+		{"mv", "mv", j(map[string]any{"args": []string{filepath.Join(base, "allowed", "proj"), filepath.Join(base, "allowed", "z")}}), schema.ErrSecretPath},
+		{"move the parent of a secret by relative name", "move_file", j(map[string]any{"source": "proj", "destination": "other"}), schema.ErrSecretPath},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, d := pp.CheckArguments(tt.tool, tt.args, eff)
+			if tt.want == "" {
+				if d != nil {
+					t.Fatalf("denied: %v", d)
+				}
+				return
+			}
+			if d == nil || d.Code != tt.want {
+				t.Fatalf("got %v, want %s", d, tt.want)
+			}
+		})
+	}
+}
+
+func TestMoveSubtreeBounds(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	big := filepath.Join(base, "allowed", "big")
+	if err := os.MkdirAll(big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i <= maxSubtree; i++ {
+		if err := os.WriteFile(filepath.Join(big, "f"+strconv.Itoa(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args, _ := json.Marshal(map[string]any{"source": big, "destination": big + "2"})
+	if _, d := p.CheckArguments("move_file", args, eff); d == nil || d.Code != schema.ErrPathOutsideScope || !strings.Contains(d.Reason, "too large") {
+		t.Fatalf("a subtree beyond the bound = %v, want a refusal", d)
+	}
+}
+
+func TestProbeBound(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	words := make([]string, maxProbes+1)
+	for i := range words {
+		words[i] = "w" + strconv.Itoa(i)
+	}
+	args, _ := json.Marshal(map[string]any{"words": words})
+	if _, d := p.CheckArguments("other", args, eff); d == nil || d.Code != schema.ErrMalformedRequest {
+		t.Fatalf("more strings than the probe bound = %v, want a refusal", d)
+	}
+}
+
+func TestMovesByName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"move_file": true, "renameFolder": true, "copy-tree": true, "mv": true, "fs.cp": true, "duplicateNote": true,
+		"remove_file": false, "movie_search": false, "copyright_notice": false, "read_text_file": false, "scp": false,
+	} {
+		if got := MovesByName(name); got != want {
+			t.Errorf("MovesByName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// FuzzCheckArguments puts a fuzzed string at several depths of an unknown
+// tool's arguments: when the call is allowed, every form of the string that
+// looks like a path resolves inside the scope and is not secret.
+func FuzzCheckArguments(f *testing.F) {
+	for _, s := range []string{"/etc/passwd", "../outside/probe.txt", "%2e%2e/x", "\uff0fetc", `..\x`, "file:///etc", "outside", "probe.txt", "~/x", "a\x00b"} {
+		f.Add(s)
+	}
+	p, base := fixture(f)
+	eff := []string{filepath.Join(base, "allowed")}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, args := range []any{
+			map[string]any{"q": s},
+			map[string]any{"a": map[string]any{"b": []any{s}}},
+			map[string]any{"m": map[string]any{s: 1}},
+		} {
+			raw, err := json.Marshal(args)
+			if err != nil {
+				return
+			}
+			if _, d := p.CheckArguments("other_tool", raw, eff); d != nil {
+				continue
+			}
+			for _, form := range []string{s, strings.ReplaceAll(s, `\`, "/")} {
+				if !looksLikePath(form) || hasFileScheme(form) {
+					continue
+				}
+				real, d := p.CheckPath(form, BaseRelative(base), eff)
+				if d != nil || !Within(eff, real) {
+					t.Fatalf("args %s allowed, but %q is %v (%q)", raw, form, d, real)
+				}
+			}
 		}
 	})
 }

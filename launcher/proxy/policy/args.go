@@ -1,0 +1,467 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"golang.org/x/text/unicode/norm"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// Bounds of the argument checks. Beyond them a call is refused: a check
+// that cannot finish must not pass.
+const (
+	// maxProbes bounds the strings of one call that are looked up under
+	// the base to see whether they name an existing entry.
+	maxProbes = 1024
+	// maxSubtree and maxSubtreeDepth bound the walk of a moved or copied
+	// directory looking for secrets.
+	maxSubtree      = 10000
+	maxSubtreeDepth = 64
+)
+
+// pointer is a parsed tool_path_args entry: JSON Pointer tokens, where "*"
+// matches any one token.
+type pointer []string
+
+// parsePointer reads a plain argument name ("target": the top-level
+// argument) or a JSON Pointer (RFC 6901: "/options/target", "~1" is '/',
+// "~0" is '~').
+func parsePointer(a string) (pointer, error) {
+	if err := schema.CheckArgPointer(a); err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(a, "/") {
+		return pointer{a}, nil
+	}
+	var p pointer
+	for _, t := range strings.Split(a[1:], "/") {
+		p = append(p, strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~"))
+	}
+	return p, nil
+}
+
+// covers reports whether p names the value at ptr or one of its ancestors
+// (a pointer to a list or an object covers everything inside it).
+func (p pointer) covers(ptr []string) bool {
+	if len(ptr) < len(p) {
+		return false
+	}
+	for i, t := range p {
+		if t != "*" && t != ptr[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Token kinds the walker reports besides jsontext's: an object member name.
+const kindName = 'k'
+
+// walk calls visit for every value in raw (an object or array at the top)
+// and for every object member name, with the JSON Pointer tokens leading
+// to it. Containers are reported when they open. The first denial stops
+// the walk.
+func walk(raw []byte, visit func(ptr []string, kind byte, s string) *Denial) (*Denial, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	type frame struct {
+		object   bool
+		index    int
+		wantName bool
+	}
+	var stack []frame
+	var ptr []string
+	// begin and end bracket one value inside its container.
+	begin := func() {
+		if n := len(stack); n > 0 && !stack[n-1].object {
+			ptr = append(ptr, strconv.Itoa(stack[n-1].index))
+			stack[n-1].index++
+		}
+	}
+	end := func() {
+		if n := len(stack); n > 0 {
+			ptr = ptr[:len(ptr)-1]
+			if stack[n-1].object {
+				stack[n-1].wantName = true
+			}
+		}
+	}
+	for {
+		tok, err := dec.ReadToken()
+		if err == io.EOF {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		kind := byte(tok.Kind())
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].wantName && kind == '"' {
+			name := tok.String()
+			ptr = append(ptr, name)
+			stack[n-1].wantName = false
+			if d := visit(ptr, kindName, name); d != nil {
+				return d, nil
+			}
+			continue
+		}
+		switch kind {
+		case '{', '[':
+			begin()
+			if d := visit(ptr, kind, ""); d != nil {
+				return d, nil
+			}
+			stack = append(stack, frame{object: kind == '{', wantName: kind == '{'})
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+			end()
+		default:
+			begin()
+			s := ""
+			if kind == '"' {
+				s = tok.String()
+			}
+			if d := visit(ptr, kind, s); d != nil {
+				return d, nil
+			}
+			end()
+		}
+	}
+}
+
+// argChecker checks the paths of one call.
+type argChecker struct {
+	p       *Policy
+	relTo   func(string) string
+	eff     []string
+	moves   bool
+	checked []string
+	probes  int
+}
+
+// CheckArguments finds every path in a call's arguments, at any depth and
+// under any key, and checks it against effective (the canonical
+// directories and files the call may touch, in the order the server was
+// given them):
+//
+//   - arguments the built-in table names are read as it says (paths, lists
+//     of paths, globs, or text that is never a path);
+//   - arguments the scope's tool_path_args names (a name or a JSON
+//     Pointer) are paths, whatever they look like;
+//   - every other string and object member name, at any depth, is checked
+//     as a path when it looks like one: absolute, starting with '~', "./"
+//     or "../", holding a ".." component, a file:// URI, or naming an
+//     entry that exists under the base; also when the server could read it
+//     as one after percent-decoding, Unicode NFKC normalisation or turning
+//     '\' into '/'.
+//
+// A tool that moves, renames or copies (by the table, or by its name) has
+// the subtree of each of its paths walked for secrets. It returns the real
+// paths checked (on a denial, up to and including the refused one when it
+// could be resolved), for hashing into the decision record.
+func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []string) ([]string, *Denial) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	if raw[0] != '{' {
+		return nil, deny(schema.ErrMalformedRequest, "arguments must be an object")
+	}
+	t, builtin := fsTools[name]
+	c := &argChecker{p: p, eff: effective, relTo: BaseRelative(p.scope.Base), moves: t.Moves || MovesByName(name)}
+	if builtin {
+		c.relTo = FSRelative(effective)
+	}
+	declared := p.pathArgs[name]
+	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
+		if len(ptr) == 0 {
+			return nil // the arguments object itself
+		}
+		if builtin {
+			for _, spec := range t.Args {
+				if spec.Name == ptr[0] {
+					if kind == kindName {
+						return nil // the argument's own name
+					}
+					return c.table(spec, ptr, kind, s)
+				}
+			}
+		}
+		for _, dp := range declared {
+			if dp.covers(ptr) {
+				switch {
+				case kind == '"':
+					return c.path(ptr, s)
+				case kind == kindName && len(ptr) > len(dp):
+					return c.loose(ptr, s, false)
+				}
+				return nil
+			}
+		}
+		switch kind {
+		case '"':
+			return c.loose(ptr, s, true)
+		case kindName:
+			return c.loose(ptr, s, false)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, deny(schema.ErrMalformedRequest, "arguments are not valid JSON")
+	}
+	return c.checked, d
+}
+
+// CheckLooseArguments checks the strings of prompts/get and
+// completion/complete arguments: each that looks like a path (see
+// CheckArguments) must be inside effective and not secret. Relative names
+// resolve against the base.
+func (p *Policy) CheckLooseArguments(raw json.RawMessage, effective []string) ([]string, *Denial) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	c := &argChecker{p: p, eff: effective, relTo: BaseRelative(p.scope.Base)}
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return nil, deny(schema.ErrMalformedRequest, "argument is not valid JSON")
+		}
+		return c.checked, c.loose([]string{"value"}, s, true)
+	}
+	if raw[0] != '{' && raw[0] != '[' {
+		return nil, nil
+	}
+	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
+		if len(ptr) > 0 && (kind == '"' || kind == kindName) {
+			return c.loose(ptr, s, kind == '"')
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, deny(schema.ErrMalformedRequest, "arguments are not valid JSON")
+	}
+	return c.checked, d
+}
+
+// table reads an argument the built-in table names.
+func (c *argChecker) table(spec ArgSpec, ptr []string, kind byte, s string) *Denial {
+	if spec.Kind == ArgText || kind == 'n' {
+		return nil
+	}
+	list := spec.Kind == ArgPathList || spec.Kind == ArgGlobList
+	switch {
+	case len(ptr) == 1 && kind == '"', len(ptr) == 2 && list && kind == '"':
+	case len(ptr) == 1 && list && kind == '[':
+		return nil
+	case list:
+		return deny(schema.ErrMalformedRequest, "argument %q: must be a string or an array of strings", label(ptr[:1]))
+	default:
+		return deny(schema.ErrMalformedRequest, "argument %q: must be a string", label(ptr[:1]))
+	}
+	if spec.Kind == ArgGlob || spec.Kind == ArgGlobList {
+		if err := CheckGlob(s); err != nil {
+			return deny(schema.ErrPathOutsideScope, "argument %q: %v", label(ptr[:1]), err)
+		}
+		return nil
+	}
+	return c.path(ptr, s)
+}
+
+// path checks s as a path (a file:// URI is read as its path).
+func (c *argChecker) path(ptr []string, s string) *Denial {
+	if hasFileScheme(s) {
+		p, err := FilePath(s)
+		if err != nil {
+			return deny(schema.ErrPathOutsideScope, "argument %q: %v", label(ptr), err)
+		}
+		s = p
+	}
+	real, d := c.p.CheckPath(s, c.relTo, c.eff)
+	if real != "" {
+		c.checked = append(c.checked, real)
+	}
+	if d == nil && c.moves {
+		d = c.p.checkSubtree(real)
+	}
+	if d != nil {
+		d.Reason = fmt.Sprintf("argument %q: %s", label(ptr), d.Reason)
+	}
+	return d
+}
+
+// loose checks s when it looks like a path, in each form a server might
+// read it as. With probe, a string that does not look like one is still
+// checked when it names an entry that exists (member names are not probed:
+// they are mostly the names of arguments).
+func (c *argChecker) loose(ptr []string, s string, probe bool) *Denial {
+	forms, err := c.pathForms(s, probe)
+	if err != nil {
+		return deny(schema.ErrMalformedRequest, "argument %q: %v", label(ptr), err)
+	}
+	for _, f := range forms {
+		if d := c.path(ptr, f); d != nil {
+			return d
+		}
+	}
+	return nil
+}
+
+// pathForms returns the forms of s to check as paths: none when s does not
+// look like a path in any form a server might make of it.
+func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []string
+	add := func(f string) {
+		for _, o := range out {
+			if o == f {
+				return
+			}
+		}
+		out = append(out, f)
+	}
+	if looksLikePath(s) {
+		add(s)
+	}
+	// A server that turns '\' into '/' (or runs on another OS's path
+	// rules) reads "..\x" as "../x": the original, with its backslash, is
+	// checked and refused.
+	if strings.ContainsRune(s, '\\') && looksLikePath(strings.ReplaceAll(s, `\`, "/")) {
+		add(s)
+	}
+	if strings.ContainsRune(s, '%') {
+		if d, err := url.PathUnescape(s); err == nil && d != s && looksLikePath(d) {
+			add(s)
+			add(d)
+		}
+	}
+	if len(s) <= MaxPathLen && !norm.NFKC.IsNormalString(s) {
+		if n := norm.NFKC.String(s); looksLikePath(n) {
+			add(s)
+			add(n)
+		}
+	}
+	if len(out) == 0 && probe && probeable(s) {
+		if c.probes++; c.probes > maxProbes {
+			return nil, fmt.Errorf("more than %d strings that could name files; declare the tool's path arguments in tool_path_args", maxProbes)
+		}
+		if _, err := os.Lstat(c.relTo(s)); err == nil {
+			add(s) // it names an existing entry
+		}
+	}
+	return out, nil
+}
+
+// looksLikePath: absolute, '~', "./", "../", "." or "..", a ".."
+// component, or a file: URI.
+func looksLikePath(s string) bool {
+	switch {
+	case s == "." || s == "..":
+		return true
+	case strings.HasPrefix(s, "/"), strings.HasPrefix(s, "~"), strings.HasPrefix(s, "./"), strings.HasPrefix(s, "../"):
+		return true
+	case hasFileScheme(s):
+		return true
+	case strings.Contains(s, "/../") || strings.HasSuffix(s, "/.."):
+		// A URL of another scheme ("https://h/a/../b") is not a path.
+		return !hasURLScheme(s)
+	}
+	return false
+}
+
+// hasURLScheme: s starts with scheme "://" (RFC 3986 scheme characters).
+func hasURLScheme(s string) bool {
+	i := strings.Index(s, "://")
+	if i <= 0 {
+		return false
+	}
+	for j := 0; j < i; j++ {
+		c := s[j]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || j > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasFileScheme(s string) bool { return len(s) >= 5 && strings.EqualFold(s[:5], "file:") }
+
+// probeable: a string that could be the name of an entry (short enough, no
+// NUL, no line breaks) and so is worth a look under the base.
+func probeable(s string) bool {
+	return len(s) <= MaxPathLen && !strings.ContainsAny(s, "\x00\n\r")
+}
+
+// checkSubtree refuses a move, rename or copy of a directory whose subtree
+// holds a secret: the secret would be readable under its new name. The
+// walk does not follow symlinks, is bounded, and a subtree that cannot be
+// walked is refused.
+func (p *Policy) checkSubtree(real string) *Denial {
+	st, err := os.Lstat(real)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // a new destination: its own name was checked
+	}
+	if err != nil {
+		return deny(schema.ErrPathOutsideScope, "cannot be inspected (%v)", errors.Unwrap(err))
+	}
+	if !st.IsDir() {
+		return nil
+	}
+	n := 0
+	errSecret := errors.New("secret")
+	errBound := errors.New("bound")
+	werr := filepath.WalkDir(real, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		n++
+		if n > maxSubtree || strings.Count(path[len(real):], "/") > maxSubtreeDepth {
+			return errBound
+		}
+		if p.secrets.Match(path) {
+			return errSecret
+		}
+		return nil
+	})
+	switch {
+	case werr == nil:
+		return nil
+	case errors.Is(werr, errSecret):
+		return deny(schema.ErrSecretPath, "the directory holds a secret (credentials, keys, .env, .git, .ssh); moving or copying it would serve the secret under another name")
+	case errors.Is(werr, errBound):
+		return deny(schema.ErrPathOutsideScope, "the directory is too large to check for secrets (more than %d entries or %d levels)", maxSubtree, maxSubtreeDepth)
+	}
+	return deny(schema.ErrPathOutsideScope, "the directory cannot be checked for secrets (%v)", errors.Unwrap(werr))
+}
+
+// label is a pointer for a message: "path", "/options/target".
+func label(ptr []string) string {
+	if len(ptr) == 1 {
+		return truncateName(ptr[0])
+	}
+	var b strings.Builder
+	for _, t := range ptr {
+		b.WriteByte('/')
+		b.WriteString(truncateName(strings.ReplaceAll(strings.ReplaceAll(t, "~", "~0"), "/", "~1")))
+	}
+	return b.String()
+}
+
+func truncateName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,0 +1,108 @@
+package policy
+
+import (
+	"strings"
+	"unicode"
+)
+
+// ArgKind says how a tool's argument is read.
+type ArgKind int
+
+const (
+	ArgPath     ArgKind = iota + 1 // a string path
+	ArgPathList                    // an array of string paths (a single string is accepted)
+	ArgGlob                        // a glob evaluated under the call's path
+	ArgGlobList                    // an array of such globs
+	ArgText                        // not a path: content, counts, flags (never checked)
+)
+
+// ArgSpec names one argument of a table tool.
+type ArgSpec struct {
+	Name string
+	Kind ArgKind
+}
+
+// Tool is one row of the built-in table: the class of the tool and every
+// argument it takes. An argument the row does not name (a server with a
+// tool of the same name may take more) is checked like any argument of an
+// unknown tool.
+type Tool struct {
+	Class Class
+	Args  []ArgSpec
+	// Moves: the tool moves, renames or copies its path arguments, so the
+	// subtree under each must hold no secret (see checkSubtree).
+	Moves bool
+}
+
+// fsTools is the official filesystem server's tool set
+// (@modelcontextprotocol/server-filesystem 2026.8.31), matched by name
+// whatever the server: a tool of the same name is read the same way.
+var fsTools = map[string]Tool{
+	"read_text_file":            {ClassRead, []ArgSpec{{"path", ArgPath}, {"head", ArgText}, {"tail", ArgText}}, false},
+	"read_file":                 {ClassRead, []ArgSpec{{"path", ArgPath}, {"head", ArgText}, {"tail", ArgText}}, false},
+	"read_media_file":           {ClassRead, []ArgSpec{{"path", ArgPath}}, false},
+	"read_multiple_files":       {ClassRead, []ArgSpec{{"paths", ArgPathList}}, false},
+	"list_directory":            {ClassRead, []ArgSpec{{"path", ArgPath}}, false},
+	"list_directory_with_sizes": {ClassRead, []ArgSpec{{"path", ArgPath}, {"sortBy", ArgText}}, false},
+	"directory_tree":            {ClassRead, []ArgSpec{{"path", ArgPath}, {"excludePatterns", ArgGlobList}}, false},
+	"search_files":              {ClassRead, []ArgSpec{{"path", ArgPath}, {"pattern", ArgGlob}, {"excludePatterns", ArgGlobList}}, false},
+	"get_file_info":             {ClassRead, []ArgSpec{{"path", ArgPath}}, false},
+	"list_allowed_directories":  {ClassRead, nil, false},
+	"create_directory":          {ClassWrite, []ArgSpec{{"path", ArgPath}}, false},
+	"write_file":                {ClassDestructive, []ArgSpec{{"path", ArgPath}, {"content", ArgText}}, false}, // overwrites
+	"edit_file":                 {ClassDestructive, []ArgSpec{{"path", ArgPath}, {"edits", ArgText}, {"dryRun", ArgText}}, false},
+	"move_file":                 {ClassDestructive, []ArgSpec{{"source", ArgPath}, {"destination", ArgPath}}, true},
+}
+
+// BuiltinTool returns the built-in table's row for a tool name, for tools
+// (mcpwarden profile learn, wrap) that propose a scope's tool_classes.
+func BuiltinTool(name string) (Tool, bool) {
+	t, ok := fsTools[name]
+	return t, ok
+}
+
+// moveWords are the name parts of tools that move, rename or copy.
+var moveWords = map[string]bool{
+	"move": true, "mv": true, "rename": true, "copy": true, "cp": true, "duplicate": true, "relocate": true, "clone": true,
+}
+
+// MovesByName reports whether a tool's name says it moves, renames or
+// copies ("move_file", "renameFolder", "copy-tree", "mv"): its path
+// arguments' subtrees are checked for secrets even when the table does
+// not know the tool.
+func MovesByName(name string) bool {
+	for _, w := range nameWords(name) {
+		if moveWords[w] {
+			return true
+		}
+	}
+	return false
+}
+
+// nameWords splits a tool name at '_', '-', '.', '/' and lower→upper case
+// changes, lower-cased.
+func nameWords(name string) []string {
+	var words []string
+	var cur []rune
+	flush := func() {
+		if len(cur) > 0 {
+			words = append(words, strings.ToLower(string(cur)))
+			cur = cur[:0]
+		}
+	}
+	prevLower := false
+	for _, r := range name {
+		switch {
+		case r == '_' || r == '-' || r == '.' || r == '/' || r == ' ':
+			flush()
+			prevLower = false
+			continue
+		case unicode.IsUpper(r) && prevLower:
+			flush()
+		}
+		cur = append(cur, r)
+		prevLower = unicode.IsLower(r) || unicode.IsDigit(r)
+	}
+	flush()
+	return words
+}
