@@ -13,7 +13,11 @@ import (
 	"unsafe"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
+	"github.com/mcpwarden/mcpwarden/schema"
 	"golang.org/x/sys/unix"
 )
 
@@ -378,5 +382,45 @@ func TestLaunchRecordsReportTheSeccompLayer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSeccompOptionsFollowTheScope: the filter's options come from the
+// scope's mode and grants only; the layer fields are left to the layers.
+func TestSeccompOptionsFollowTheScope(t *testing.T) {
+	read := &schema.CanonicalScope{AccessMode: schema.AccessRead}
+	write := &schema.CanonicalScope{AccessMode: schema.AccessWrite}
+	tests := []struct {
+		name  string
+		scope *schema.CanonicalScope
+		rs    ruleset.Ruleset
+		want  seccomp.Options
+	}{
+		{"read, nothing granted", read, ruleset.Ruleset{BlockIOUring: true}, seccomp.Options{}},
+		{"write", write, ruleset.Ruleset{BlockIOUring: true}, seccomp.Options{WriteScope: true}},
+		{"connect grant", read, ruleset.Ruleset{BlockIOUring: true, ConnectTCP: []uint16{443}}, seccomp.Options{AllowUDP: true}},
+		{"bind grant", read, ruleset.Ruleset{BlockIOUring: true, BindTCP: []uint16{8080}}, seccomp.Options{AllowUDP: true, AllowListen: true}},
+		{"io_uring", read, ruleset.Ruleset{}, seccomp.Options{AllowIOUring: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := launcher.SeccompOptions(tt.scope, &tt.rs); got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		mode  schema.RunMode
+		o     seccomp.Options
+		state schema.LayerState
+	}{
+		{schema.ModeEnforce, seccomp.Options{}, schema.LayerOn},
+		{schema.ModeEnforce, seccomp.Options{AllowUDP: true, WriteScope: true}, schema.LayerOn},
+		{schema.ModeEnforce, seccomp.Options{AllowIOUring: true}, schema.LayerDegraded},
+		{schema.ModeAudit, seccomp.Options{}, schema.LayerOff},
+	} {
+		if l := launcher.SeccompLayer(tt.mode, tt.o); l.Name != schema.LayerSeccomp || l.State != tt.state {
+			t.Errorf("SeccompLayer(%s, %+v) = %+v, want %s", tt.mode, tt.o, l, tt.state)
+		}
 	}
 }
