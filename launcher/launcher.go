@@ -134,12 +134,19 @@ var (
 // StartError says the server could not be started under the fence.
 type StartError struct {
 	Path string // the file the fence or file system refused, when known
+	// Hint says which flag or scope field grants Path; default
+	// --allow-runtime Path.
+	Hint string
 	Err  error
 }
 
 func (e *StartError) Error() string {
 	if e.Path != "" {
-		return fmt.Sprintf("the server could not start under the fence: %v. Denied or missing: %s — if the server needs it, grant it read-only with --allow-runtime %s (or install the server's runtime where the profile finds it)", e.Err, e.Path, e.Path)
+		hint := e.Hint
+		if hint == "" {
+			hint = fmt.Sprintf("if the server needs it, grant it read-only with --allow-runtime %s (or install the server's runtime where the profile finds it)", e.Path)
+		}
+		return fmt.Sprintf("the server could not start under the fence: %v. Denied or missing: %s — %s", e.Err, e.Path, hint)
 	}
 	return fmt.Sprintf("the server could not start under the fence: %v", e.Err)
 }

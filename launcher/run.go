@@ -39,7 +39,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	// Orphans of the server become our children, so that killSession finds
 	// them (and they cannot escape to init).
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	srv := &server{l: l}
+	srv := &server{l: l, out: &watchWriter{w: cfg.Stdout}}
 	defer srv.unpin()
 	// The helper boots while the rest of this function runs; it execs
 	// nothing before launch sends it a spec.
@@ -143,9 +143,29 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	srv.cur = p
 	code, reason := srv.supervise(ctx)
 	l.reportLimitHits(lf.stats())
+	// A server that exited with an error before it answered anything, after
+	// the fence denied it a path it names on stderr, could not start under
+	// the fence: say which path and what grants it, and exit 70.
+	var startErr *StartError
+	if code != 0 && (reason == schema.ExitExited || reason == schema.ExitSignaled) && !srv.out.wrote.Load() {
+		srv.mu.Lock()
+		last := srv.cur
+		srv.mu.Unlock()
+		select {
+		case <-last.stderrDone:
+		case <-time.After(2 * time.Second):
+		}
+		if d, ok := diagnoseStart(last.stderrTail.String(), rs, cfg.Scope, envValue(l.env, "PATH")); ok {
+			startErr = &StartError{Path: d.Path, Hint: d.Hint, Err: fmt.Errorf("the server exited with status %d before it answered: %s", code, d.What)}
+			reason = schema.ExitStartFailed
+		}
+	}
 	rec := l.record(schema.PhaseExit, start, srv.rootPID(), code, reason)
 	if perr := l.publish(context.WithoutCancel(ctx), rec); perr != nil {
 		return fmt.Errorf("%w (the server had exited with status %d)", perr, code)
+	}
+	if startErr != nil {
+		return startErr
 	}
 	switch reason {
 	case schema.ExitScopeExpired:
@@ -292,7 +312,8 @@ type server struct {
 	cur        *proc
 	restarting bool
 	firstPID   int
-	pins       []*os.File // /proc/PID of each server process, held for the run
+	pins       []*os.File   // /proc/PID of each server process, held for the run
+	out        *watchWriter // the client's stdout; says whether the server answered
 }
 
 // unpin closes the /proc/PID descriptors held for the run.
@@ -306,10 +327,13 @@ func (s *server) unpin() {
 }
 
 type proc struct {
-	cmd    *exec.Cmd
-	stdin  *os.File
-	stdout *os.File
-	done   chan struct{} // closed once cmd.Wait returned
+	cmd        *exec.Cmd
+	stdin      *os.File
+	stdout     *os.File
+	done       chan struct{} // closed once cmd.Wait returned
+	state      *os.ProcessState
+	stderrTail *tailBuffer   // the last lines of the server's stderr, to explain a failed start
+	stderrDone chan struct{} // closed when the server's stderr is drained
 }
 
 func (s *server) Stdin() io.Writer {
@@ -504,16 +528,19 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string) (_ *pend
 		f.Close()
 	}
 	files = nil
+	tail := &tailBuffer{max: stderrTailSize}
 	h := &pending{
-		p:          &proc{cmd: cmd, stdin: inW, stdout: outR, done: done},
+		p:          &proc{cmd: cmd, stdin: inW, stdout: outR, done: done, stderrTail: tail},
 		specW:      specW,
 		statusR:    statusR,
 		errR:       errR,
 		stderrDone: make(chan struct{}),
 	}
+	h.p.stderrDone = h.stderrDone
 	prefix := serverlog.Prefix(name, cmd.Process.Pid)
+	tail.prefix = prefix
 	go func() {
-		_ = serverlog.Copy(stderr, errR, prefix)
+		_ = serverlog.Copy(io.MultiWriter(stderr, tail), errR, prefix)
 		errR.Close()
 		close(h.stderrDone)
 	}()
@@ -625,7 +652,7 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 	clientEOF := make(chan struct{})
 	in := &eofReader{r: cfg.Stdin, eof: clientEOF}
 	mdone := make(chan error, 1)
-	go func() { mdone <- cfg.Mediator.Mediate(mctx, in, cfg.Stdout, s) }()
+	go func() { mdone <- cfg.Mediator.Mediate(mctx, in, s.out, s) }()
 	// The scope's validity ends the run: the server is stopped at NotAfter.
 	expiry := time.NewTimer(time.Until(cfg.Scope.NotAfter))
 	defer expiry.Stop()
