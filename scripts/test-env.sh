@@ -19,7 +19,7 @@ STATE="$ROOT/build/test-env"
 mkdir -p "$STATE"
 GOBIN_DIR="$(go env GOPATH)/bin"
 
-APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client docker-compose python3 python3-venv util-linux)
+APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client docker-compose python3 python3-venv util-linux git)
 STATICCHECK_VERSION=v0.8.2
 GOSDK_VERSION=v1.8.0
 

@@ -45,6 +45,7 @@ type hostEntry struct {
 // (time zones, locales, CA certificates) and system-wide counters.
 var hostEntries = []hostEntry{
 	{path: "/etc/ld.so.cache", reason: "the dynamic loader's cache"},
+	{path: "/usr/bin/ldd", reason: "native-module loaders (napi-rs, node-gyp-build) read it to tell glibc from musl"},
 	{path: "/etc/localtime", reason: "the time zone (libc, node, python, Go)"},
 	{path: "/usr/share/zoneinfo", tree: true, reason: "time zone data (TZ=Area/City, python's zoneinfo, Go's time)"},
 	{path: "/usr/lib/locale", tree: true, reason: "locale data (setlocale with LANG/LC_*)"},

@@ -452,7 +452,7 @@ func (b *builder) addNodeScript(script string) error {
 	if i := slices.Index(parts, "node_modules"); i > 0 {
 		nm := strings.Join(parts[:i+1], "/")
 		b.add(nm, ClassReadTree, "node_modules tree of the server script")
-		return nil
+		return b.addNativeCode(nm)
 	}
 	dir := filepath.Dir(script)
 	b.add(dir, ClassReadTree, "directory of the server script")
@@ -462,6 +462,7 @@ func (b *builder) addNodeScript(script string) error {
 			b.add(filepath.Join(d, "package.json"), ClassRead, "package.json of the server script")
 			if st, err := os.Stat(filepath.Join(d, "node_modules")); err == nil && st.IsDir() {
 				b.add(filepath.Join(d, "node_modules"), ClassReadTree, "node_modules of the server package")
+				return b.addNativeCode(filepath.Join(d, "node_modules"))
 			}
 			break
 		}

@@ -4,11 +4,13 @@ Tools:
   echo            returns its text argument
   read_text_file  returns the contents of a file (the fence decides)
   now             the current time in a time zone (zoneinfo)
+  fetch           the body of an http:// URL (name resolution, TCP)
 """
 import datetime
 import json
 import os
 import sys
+import urllib.request
 import zoneinfo
 
 PROTOCOLS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
@@ -20,6 +22,8 @@ TOOLS = [
      "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
     {"name": "now", "description": "The current time in a time zone.",
      "inputSchema": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}},
+    {"name": "fetch", "description": "Fetch an http:// URL.",
+     "inputSchema": {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}},
 ]
 
 
@@ -32,6 +36,12 @@ def call(name, args):
     if name == "now":
         tz = zoneinfo.ZoneInfo(str(args["tz"]))
         return datetime.datetime.now(tz).isoformat()
+    if name == "fetch":
+        url = str(args["url"])
+        if not url.startswith("http://"):
+            raise ValueError("only http:// URLs")
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read(1 << 20).decode("utf-8", "replace")
     raise KeyError(name)
 
 

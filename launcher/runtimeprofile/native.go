@@ -1,0 +1,80 @@
+package runtimeprofile
+
+import (
+	"bytes"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// maxNodeModulesEntries bounds the walk of a node_modules tree for native
+// code; a larger tree is walked this far.
+const maxNodeModulesEntries = 200000
+
+// addNativeCode finds the native code installed packages bring along in the
+// node_modules tree nm, which is granted read-only as a whole:
+//   - native addons (*.node, loaded with dlopen): their DT_NEEDED libraries,
+//     which live outside the tree (librt, libstdc++, ...);
+//   - ELF executables a package runs (a Go or Rust binary shipped in the
+//     npm package, started by its JavaScript launcher): execute on the file
+//     and its loader and libraries.
+//
+// Symlinks are not followed: a link out of the tree grants nothing.
+func (b *builder) addNativeCode(nm string) error {
+	n := 0
+	_ = filepath.WalkDir(nm, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if n++; n > maxNodeModulesEntries {
+			return fs.SkipAll
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		addon := strings.HasSuffix(d.Name(), ".node")
+		if !addon {
+			info, err := d.Info()
+			if err != nil || info.Mode().Perm()&0o111 == 0 || info.Size() < 64 {
+				return nil
+			}
+		}
+		if !isELF(p) {
+			return nil
+		}
+		deps, err := ResolveELF(p, b.opt.Search)
+		if err != nil {
+			return nil // the loader would fail the same way; the server reports it
+		}
+		if !addon {
+			b.add(p, ClassExec, "an executable shipped in an installed node package")
+			if deps.Interp != "" {
+				b.add(deps.Interp, ClassExec, "ELF program interpreter")
+			}
+		}
+		for _, l := range deps.Libs {
+			b.add(l, ClassRead, "shared library of native code in node_modules")
+		}
+		return nil
+	})
+	return nil
+}
+
+// isELF reports whether the file at p starts with the ELF magic.
+func isELF(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var head [4]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		return false
+	}
+	return bytes.Equal(head[:], []byte("\x7fELF"))
+}
