@@ -144,10 +144,11 @@ var servers = []server{
 		},
 	},
 	{
-		name: "@sylphx/pdf-reader-mcp", launch: "node dist/index.js",
-		command: func(e *env) []string { return e.node("@sylphx/pdf-reader-mcp", "dist/index.js") },
+		name: "@sylphlab/pdf-reader-mcp", launch: "node dist/src/index.js",
+		command: func(e *env) []string { return e.node("@sylphlab/pdf-reader-mcp", "dist/src/index.js") },
 		calls: []call{{tool: "read_pdf", args: func(e *env) map[string]any {
-			return map[string]any{"sources": []any{map[string]any{"path": filepath.Join(e.ws, "hello.pdf")}}, "include_full_text": true}
+			// This version takes paths relative to its working directory (the base).
+			return map[string]any{"sources": []any{map[string]any{"path": "ws/hello.pdf"}}, "include_full_text": true}
 		}, check: contains("Fenced PDF")}},
 	},
 	{
@@ -327,16 +328,18 @@ func runServer(t *testing.T, bin string, e *env, s server) result {
 	r.starts = s.flags == nil
 	for _, call := range s.calls {
 		text, err := c.CallTool(call.tool, call.args(e))
+		if err != nil && !errors.Is(err, mcptest.ErrTool) {
+			return fail("%s: %v", call.tool, err) // the session broke
+		}
 		if err == nil {
 			err = call.check(e, text)
 		}
 		if err != nil {
-			if errors.Is(err, mcptest.ErrTool) {
-				r.detail = fmt.Sprintf("%s: %v", call.tool, err)
-				t.Logf("%s (stderr: %s)", r.detail, tail(stderr.String(), 1500))
-				return r
-			}
-			return fail("%s: %v", call.tool, err)
+			// A tool that fails or answers wrongly is the table's "tools
+			// work: no"; whether the table says so is checked at the end.
+			r.detail = fmt.Sprintf("%s: %v", call.tool, err)
+			t.Logf("%s (stderr: %s)", r.detail, tail(stderr.String(), 1500))
+			return r
 		}
 	}
 	r.tools = true
