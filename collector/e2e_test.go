@@ -164,9 +164,11 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 		if err == nil {
 			for rows.Next() {
 				var h hit
-				if err := rows.Scan(&h.typ, &h.class, &h.hash); err != nil {
+				var typ string
+				if err := rows.Scan(&typ, &h.class, &h.hash); err != nil {
 					t.Fatal(err)
 				}
+				h.typ = schema.FindingType(typ)
 				if _, ok := want[h]; ok {
 					want[h] = true
 				}
