@@ -33,7 +33,7 @@ import (
 )
 
 // DefaultDurable is the durable consumer collectors share.
-const DefaultDurable = "mcpwarden-collector"
+const DefaultDurable = stream.CollectorDurable
 
 // Config configures a Collector.
 type Config struct {
@@ -322,9 +322,23 @@ func (c *Collector) fill(ctx context.Context, it jetstream.MessagesContext) (hel
 			c.log.Warn("batch had invalid events; storing the valid ones", "subject", m.Subject(), "rejected", d.rejected)
 		}
 		h.msgs = append(h.msgs, m)
-		h.events = append(h.events, d.events...)
+		h.events = appendStored(h.events, d.events)
 	}
 	return h, ferr
+}
+
+// appendStored appends the events that are stored: all but the on-host
+// cross-check's provisional and withdrawn findings, which are for
+// `mcpwarden events` only (the final finding follows them; counting them
+// would count one finding twice).
+func appendStored(dst, evs []schema.Event) []schema.Event {
+	for _, e := range evs {
+		if e.Finding != nil && e.Finding.Status != schema.StatusFinal {
+			continue
+		}
+		dst = append(dst, e)
+	}
+	return dst
 }
 
 type decoded struct {

@@ -36,7 +36,7 @@ func natsOpts(e *env) stream.ConnOptions { return stream.ConnOptions{URL: e.nats
 
 func newEnvTB(t testing.TB, dsn string) *env {
 	t.Helper()
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), Port: -1})
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	naive := filepath.Join(dir, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
 
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestCollectProcessKilled(t *testing.T) {
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)
 	dir := t.TempDir()
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,21 @@
 // finding computed twice (by two collectors, by the daemon and a collector,
 // or after a restart) is one row in the store.
 //
-// Late events: a finding is only emitted once its anchor time (the time of
+// Late events: a finding is only final once its anchor time (the time of
 // its earliest evidence) is older than asOf - Window. Any event that
 // arrives within Window of the time it happened is therefore taken into
 // account; an event later than that is judged on its own arrival and
-// cannot retract a finding already emitted (it may add one).
+// cannot retract a finding already emitted (it may add one). The streaming
+// Engine also reports findings provisionally, as soon as their evidence is
+// Settle old, and withdraws a provisional finding that the final check
+// does not confirm.
+//
+// Attribution: a tool call explains kernel activity from the moment the
+// proxy forwarded it until Slack after its answer went back; never before
+// it started. Activity before the run's first tool call is start-up: a
+// read there is the server's own business (no UNATTRIBUTED_ACCESS), a
+// kernel denial there is a BLOCKED_ATTEMPT with reason
+// kernel_denied_at_startup and never a PROXY_GAP.
 package crosscheck
 
 import (
@@ -35,14 +45,23 @@ type Config struct {
 	// Window is the late-event window (default 2 minutes): how long after
 	// an event happened it may still arrive and change a finding.
 	Window time.Duration
-	// Slack widens each tool call's [start, end] interval when attributing
-	// file operations to it (default 250 ms): the proxy stamps forward and
-	// response, the kernel stamps the operation in between, on the same host.
+	// Slack extends each tool call's [start, end] interval past its end
+	// when attributing file operations to it (default 250 ms): the proxy
+	// stamps forward and response, the kernel stamps the operation in
+	// between, on the same host, and a server may finish the call's work
+	// just after answering. A call never explains what happened before it
+	// was forwarded.
 	Slack time.Duration
 	// DenialMatch pairs a Landlock denial record with the failed file
 	// operation it explains when both are this close in time, same path hash
 	// and pid (default 2 s).
 	DenialMatch time.Duration
+	// Settle is how old a finding's evidence must be before the Engine
+	// reports it provisionally (default 1 s): long enough for the other
+	// half of a kernel denial (the eBPF operation and the Landlock record)
+	// to arrive, short enough that a finding reaches `mcpwarden events`
+	// within a few seconds.
+	Settle time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -55,6 +74,9 @@ func (c Config) withDefaults() Config {
 	if c.DenialMatch <= 0 {
 		c.DenialMatch = 2 * time.Second
 	}
+	if c.Settle <= 0 {
+		c.Settle = time.Second
+	}
 	return c
 }
 
@@ -62,6 +84,7 @@ func (c Config) withDefaults() Config {
 const (
 	ReasonSucceededOutside = "succeeded_outside_scope"
 	ReasonKernelDenied     = "kernel_denied"
+	ReasonDeniedAtStartup  = "kernel_denied_at_startup"
 	ReasonDeniedInAllowed  = "kernel_denied_during_allowed_call"
 	ReasonNoCallInFlight   = "no_call_in_flight"
 	ReasonWriteInReadCall  = "write_during_read_call"
@@ -88,7 +111,23 @@ type call struct {
 // evidence).
 func Check(events []schema.Event, cfg Config, asOf time.Time) []schema.Event {
 	cfg = cfg.withDefaults()
-	cutoff := asOf.Add(-cfg.Window).UnixNano()
+	return final(checkAll(events, cfg), asOf.Add(-cfg.Window).UnixNano())
+}
+
+// final keeps the findings whose anchor is at or before cutoff, in order.
+func final(all []schema.Event, cutoff int64) []schema.Event {
+	out := all[:0]
+	for _, f := range all {
+		if f.TimeNS <= cutoff {
+			out = append(out, f)
+		}
+	}
+	sortEvents(out)
+	return out
+}
+
+// checkAll returns every finding events support, final or not.
+func checkAll(events []schema.Event, cfg Config) []schema.Event {
 	groups := map[runKey][]*schema.Event{}
 	seen := map[string]bool{}
 	var health []*schema.Event
@@ -122,15 +161,15 @@ func Check(events []schema.Event, cfg Config, asOf time.Time) []schema.Event {
 	for _, k := range keys {
 		out = append(out, checkRun(groups[k], cfg)...)
 	}
-	out = append(out, checkHealth(health)...)
-	final := out[:0]
-	for _, f := range out {
-		if f.TimeNS <= cutoff {
-			final = append(final, f)
-		}
+	return append(out, checkHealth(health)...)
+}
+
+// callStart is when a decision's call was forwarded (or denied).
+func callStart(e *schema.Event) int64 {
+	if e.Decision.StartNS != 0 {
+		return e.Decision.StartNS
 	}
-	sortEvents(final)
-	return final
+	return e.TimeNS
 }
 
 func sortEvents(evs []schema.Event) {
@@ -186,6 +225,9 @@ func checkRun(evs []*schema.Event, cfg Config) []schema.Event {
 		exit    *schema.Event
 		mode    = schema.ModeEnforce
 		slack   = cfg.Slack.Nanoseconds()
+		// firstCall is when the first tool call was forwarded: whatever
+		// happened before is the server's start-up.
+		firstCall int64 = math.MaxInt64
 	)
 	for _, e := range evs {
 		switch e.Kind {
@@ -198,18 +240,21 @@ func checkRun(evs []*schema.Event, cfg Config) []schema.Event {
 			}
 		case schema.KindDecision:
 			d := e.Decision
-			if d.Decision != "allow" || d.Tool == "" {
+			if d.Tool == "" {
+				continue // not a tool call
+			}
+			if s := callStart(e); s < firstCall {
+				firstCall = s // allowed or denied: the client is calling
+			}
+			if d.Decision != schema.OutcomeAllow {
 				continue // a denied call never reached the server
 			}
-			s := d.StartNS
-			if s == 0 {
-				s = e.TimeNS
-			}
+			s := callStart(e)
 			end := d.EndNS + slack
 			if d.EndNS == 0 || d.EndNS < s {
 				end = math.MaxInt64 // still in flight as far as we know
 			}
-			calls = append(calls, call{ev: e, start: s - slack, end: end})
+			calls = append(calls, call{ev: e, start: s, end: end})
 		case schema.KindFileOp:
 			ops = append(ops, e)
 		case schema.KindLandlockDenial:
@@ -288,7 +333,8 @@ func checkRun(evs []*schema.Event, cfg Config) []schema.Event {
 			}
 			out = append(out, finding(e, e.TimeNS, schema.FindingEscape, sev, ReasonSucceededOutside,
 				append([]string{e.EventID}, ids(in)...), first(in), f.PathHash, f.PathClass))
-		case success && len(in) == 0 && f.PathClass == schema.PathWorkspace:
+		case success && len(in) == 0 && f.PathClass == schema.PathWorkspace && (e.TimeNS >= firstCall || f.FlagsClass != schema.OpRead):
+			// A read before the first call is start-up; a write there is not.
 			out = append(out, finding(e, e.TimeNS, schema.FindingUnattributedAccess, schema.SeverityMedium, ReasonNoCallInFlight,
 				[]string{e.EventID}, nil, f.PathHash, f.PathClass))
 		}
@@ -346,11 +392,15 @@ func checkRun(evs []*schema.Event, cfg Config) []schema.Event {
 		var ph schema.PathHash
 		var pc schema.PathClass
 		var evidence []string
+		// When it happened: the eBPF operation's time when there is one
+		// (nanoseconds), else the Landlock record's (milliseconds).
+		at := anchor.TimeNS
 		for _, e := range a.evs {
 			evidence = append(evidence, e.EventID)
 			switch {
 			case e.FileOp != nil:
 				ph, pc = e.FileOp.PathHash, e.FileOp.PathClass
+				at = e.TimeNS
 			case e.LandlockDenial != nil && ph == "":
 				ph, pc = e.LandlockDenial.PathHash, e.LandlockDenial.PathClass
 			}
@@ -362,8 +412,12 @@ func checkRun(evs []*schema.Event, cfg Config) []schema.Event {
 		case schema.PathRuntime:
 			sev = schema.SeverityLow
 		}
-		in := inflight(anchor.TimeNS)
-		out = append(out, finding(anchor, anchor.TimeNS, schema.FindingBlockedAttempt, sev, ReasonKernelDenied,
+		in := inflight(at)
+		reason := ReasonKernelDenied
+		if at < firstCall {
+			reason = ReasonDeniedAtStartup
+		}
+		out = append(out, finding(anchor, anchor.TimeNS, schema.FindingBlockedAttempt, sev, reason,
 			append(slices.Clone(evidence), ids(in)...), first(in), ph, pc))
 		if len(in) > 0 {
 			out = append(out, finding(anchor, anchor.TimeNS, schema.FindingProxyGap, schema.SeverityHigh, ReasonDeniedInAllowed,

@@ -124,11 +124,64 @@ func TestCheckScenarios(t *testing.T) {
 				{schema.FindingProxyGap, schema.SeverityHigh, ReasonDeniedInAllowed, sorted(o, d, c), "read_text_file"},
 			}
 		}, schema.ModeEnforce},
-		{"kernel denial with no call in flight", func(r *run) []want {
+		{"kernel denial before any call is start-up", func(r *run) []want {
 			r.start(0, false)
 			d := r.denial(time.Second, "/etc/shadow", schema.PathSecret)
+			return []want{{schema.FindingBlockedAttempt, schema.SeverityHigh, ReasonDeniedAtStartup, []string{d}, ""}}
+		}, schema.ModeEnforce},
+		{"kernel denial between calls", func(r *run) []want {
+			r.start(0, false)
+			r.call(time.Second, 100*time.Millisecond, "read_text_file", "read", "allow")
+			d := r.denial(3*time.Second, "/etc/shadow", schema.PathSecret)
 			return []want{{schema.FindingBlockedAttempt, schema.SeverityHigh, ReasonKernelDenied, []string{d}, ""}}
 		}, schema.ModeEnforce},
+		{"a call right after start-up is not blamed for start-up denials", func(r *run) []want {
+			r.start(0, false)
+			o := r.op(time.Second, "/proc/1/statm", schema.PathOutside, "read", -13, "blocked_by_kernel")
+			d := r.denial(time.Second, "/proc/1/statm", schema.PathOutside)
+			r.call(time.Second+50*time.Millisecond, 100*time.Millisecond, "read_text_file", "read", "allow")
+			return []want{{schema.FindingBlockedAttempt, schema.SeverityMedium, ReasonDeniedAtStartup, sorted(o, d), ""}}
+		}, schema.ModeEnforce},
+		{"a call's window never reaches before it started", func(r *run) []want {
+			r.start(0, false)
+			r.call(time.Second, 100*time.Millisecond, "read_text_file", "read", "allow")
+			o := r.op(1900*time.Millisecond, "/etc/shadow", schema.PathOutside, "read", -13, "blocked_by_kernel")
+			r.call(2*time.Second, 100*time.Millisecond, "read_text_file", "read", "allow")
+			return []want{{schema.FindingBlockedAttempt, schema.SeverityMedium, ReasonKernelDenied, []string{o}, ""}}
+		}, schema.ModeEnforce},
+		{"a denial just after the answer is still the call's", func(r *run) []want {
+			r.start(0, false)
+			c := r.call(time.Second, 100*time.Millisecond, "read_text_file", "read", "allow")
+			o := r.op(1200*time.Millisecond, "/etc/shadow", schema.PathOutside, "read", -13, "blocked_by_kernel")
+			return []want{
+				{schema.FindingBlockedAttempt, schema.SeverityMedium, ReasonKernelDenied, sorted(o, c), "read_text_file"},
+				{schema.FindingProxyGap, schema.SeverityHigh, ReasonDeniedInAllowed, sorted(o, c), "read_text_file"},
+			}
+		}, schema.ModeEnforce},
+		{"the landlock record's millisecond time does not move a denial out of its call", func(r *run) []want {
+			r.start(0, false)
+			c := r.call(time.Second+300*time.Microsecond, 100*time.Millisecond, "read_text_file", "read", "allow")
+			o := r.op(time.Second+500*time.Microsecond, "/etc/shadow", schema.PathOutside, "read", -13, "blocked_by_kernel")
+			d := r.denial(time.Second, "/etc/shadow", schema.PathOutside) // the record's time, floored to the millisecond
+			return []want{
+				{schema.FindingBlockedAttempt, schema.SeverityMedium, ReasonKernelDenied, sorted(o, d, c), "read_text_file"},
+				{schema.FindingProxyGap, schema.SeverityHigh, ReasonDeniedInAllowed, sorted(o, d, c), "read_text_file"},
+			}
+		}, schema.ModeEnforce},
+		{"start-up reads of the workspace are the server's; a start-up write is not", func(r *run) []want {
+			r.start(0, false)
+			r.op(500*time.Millisecond, "/w", schema.PathWorkspace, "read", 0, "allowed")
+			w := r.op(600*time.Millisecond, "/w/.index", schema.PathWorkspace, "create", 0, "allowed")
+			r.call(time.Second, 100*time.Millisecond, "read_text_file", "read", "allow")
+			return []want{{schema.FindingUnattributedAccess, schema.SeverityMedium, ReasonNoCallInFlight, []string{w}, ""}}
+		}, schema.ModeEnforce},
+		{"a run that only starts up is clean", func(r *run) []want {
+			r.start(0, false)
+			r.op(50*time.Millisecond, "/usr/lib/x.so", schema.PathRuntime, "read", 0, "allowed")
+			r.op(100*time.Millisecond, "/w", schema.PathWorkspace, "read", 0, "allowed")
+			r.exit(2 * time.Second)
+			return nil
+		}, schema.ModeAudit},
 		{"a denied call does not explain file operations", func(r *run) []want {
 			r.start(0, false)
 			r.call(time.Second, 100*time.Millisecond, "write_file", "write", "deny")
@@ -226,6 +279,7 @@ func TestCheckOrderIndependent(t *testing.T) {
 func TestLateWindow(t *testing.T) {
 	r := newRun(schema.ModeEnforce)
 	r.start(0, false)
+	r.call(200*time.Millisecond, 50*time.Millisecond, "list_directory", "read", "allow")
 	o := r.op(time.Second, "/w/a", schema.PathWorkspace, "read", 0, "allowed")
 	cfg := Config{Window: time.Minute}
 	if got := Check(r.evs, cfg, t0.Add(30*time.Second)); len(got) != 0 {
@@ -255,11 +309,12 @@ func TestEngineEmitsOnceAndForgets(t *testing.T) {
 	for i := len(r.evs) - 1; i >= 0; i-- {
 		en.Add(r.evs[i:i+1], t0.Add(3*time.Second))
 	}
-	if got := en.Findings(t0.Add(10 * time.Second)); len(got) != 0 {
-		t.Fatalf("emitted inside the window: %+v", summarize(got))
+	got := en.Findings(t0.Add(10 * time.Second))
+	if len(got) != 1 || got[0].Finding.Status != schema.StatusProvisional {
+		t.Fatalf("inside the window, want one provisional finding: %+v", got)
 	}
-	got := en.Findings(t0.Add(2 * time.Minute))
-	if len(got) != 1 || got[0].Finding.Type != schema.FindingEscape {
+	got = en.Findings(t0.Add(2 * time.Minute))
+	if len(got) != 1 || got[0].Finding.Type != schema.FindingEscape || got[0].Finding.Status != schema.StatusFinal {
 		t.Fatalf("got %+v", summarize(got))
 	}
 	en.Add(r.evs, t0.Add(2*time.Minute)) // redelivery

@@ -40,7 +40,7 @@ func newStack(t testing.TB) *stack {
 	st := &stack{bin: testenv.Mcpwarden(t), root: root, state: filepath.Join(root, "state"),
 		socket: filepath.Join(root, "run", "daemon.sock"), naive: filepath.Join(root, "naiveserver")}
 	testenv.MustGoBuild(t, st.naive, "./internal/naiveserver")
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatalf("embedded NATS: %v", err)
 	}

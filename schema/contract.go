@@ -9,8 +9,14 @@ type LaunchPhase string
 
 const (
 	PhaseStart LaunchPhase = "start"
-	PhaseExit  LaunchPhase = "exit"
+	// PhaseIdentified: the proxy learned which server runs (its serverInfo,
+	// from initialize or server/discover), after the start record.
+	PhaseIdentified LaunchPhase = "identified"
+	PhaseExit       LaunchPhase = "exit"
 )
+
+// LaunchPhases lists every launch phase.
+var LaunchPhases = []LaunchPhase{PhaseStart, PhaseIdentified, PhaseExit}
 
 // ExitReason is the stable class of why a run ended.
 type ExitReason string
@@ -101,6 +107,25 @@ const (
 
 // FindingTypes lists every finding type.
 var FindingTypes = []FindingType{FindingEscape, FindingBlockedAttempt, FindingProxyGap, FindingUnattributedAccess, FindingUndeclaredWrite, FindingObservationGap}
+
+// FindingStatus says whether a finding may still change. Only final
+// findings are stored (ClickHouse) and counted; provisional and withdrawn
+// ones live in the stream, for `mcpwarden events`.
+type FindingStatus string
+
+const (
+	// StatusFinal (the empty value, so a final finding's JSON carries no
+	// status): its evidence is older than the late-event window.
+	StatusFinal FindingStatus = ""
+	// StatusProvisional: reported as soon as its evidence settled; the final
+	// check may confirm it (a final finding with the same type and kernel
+	// evidence follows) or withdraw it.
+	StatusProvisional FindingStatus = "provisional"
+	// StatusWithdrawn: a provisional finding that the final check did not
+	// confirm (late evidence explained it). Its evidence names the
+	// provisional finding.
+	StatusWithdrawn FindingStatus = "withdrawn"
+)
 
 // Severity grades a finding.
 type Severity string

@@ -150,6 +150,9 @@ type Finding struct {
 	// so fleet queries can group findings by path without a join.
 	PathHash  PathHash  `json:"path_hash,omitempty"`
 	PathClass PathClass `json:"path_class,omitempty"`
+	// Status is empty for a final finding; "provisional" or "withdrawn"
+	// for the on-host cross-check's early reports (FindingStatus).
+	Status FindingStatus `json:"status,omitempty"`
 }
 
 // Health reports what an observer runs on and what it lost.

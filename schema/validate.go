@@ -93,6 +93,22 @@ func SanitizeLabel(s string) string {
 	return "_invalid"
 }
 
+// SanitizeToken maps a name from an untrusted peer (a server's
+// serverInfo name or version) to a token: at most 128 bytes, every byte
+// that may not appear in a token replaced by '_'. Empty stays empty.
+func SanitizeToken(s string) string {
+	if len(s) > maxTokenLen {
+		s = s[:maxTokenLen]
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if !tokenByte(c) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
 // SanitizeComm maps a process comm to at most 16 printable ASCII bytes
 // without '/' or spaces; anything else becomes '_'.
 func SanitizeComm(s string) string {
@@ -238,7 +254,7 @@ func (e *Event) Validate() error {
 }
 
 func (l *Launch) validate() error {
-	if err := oneOf("launch.phase", l.Phase, false, PhaseStart, PhaseExit); err != nil {
+	if err := oneOf("launch.phase", l.Phase, false, LaunchPhases...); err != nil {
 		return err
 	}
 	if err := oneOf("launch.mode", l.Mode, false, ModeEnforce, ModeAudit); err != nil {
@@ -396,6 +412,9 @@ func (f *Finding) validate() error {
 		return err
 	}
 	if err := optToken("finding.op_id", f.OpID); err != nil {
+		return err
+	}
+	if err := oneOf("finding.status", f.Status, true, StatusProvisional, StatusWithdrawn); err != nil {
 		return err
 	}
 	return optToken("finding.reason", f.Reason)

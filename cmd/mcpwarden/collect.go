@@ -11,28 +11,9 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector"
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/crosscheck"
+	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
-
-// natsFlags are the NATS connection flags shared by collect (and anything
-// else that reaches an external NATS).
-type natsFlags struct {
-	url, creds, ca, cert, key *string
-}
-
-func addNATSFlags(fs *flag.FlagSet) natsFlags {
-	return natsFlags{
-		url:   fs.String("nats", "nats://127.0.0.1:4222", "NATS URL (comma-separated for a cluster)"),
-		creds: fs.String("nats-creds", "", "NATS credentials file (.creds) for fleet accounts"),
-		ca:    fs.String("nats-tls-ca", "", "CA file to verify the NATS server's TLS certificate"),
-		cert:  fs.String("nats-tls-cert", "", "client certificate for NATS TLS"),
-		key:   fs.String("nats-tls-key", "", "client key for NATS TLS"),
-	}
-}
-
-func (n natsFlags) options(name string) stream.ConnOptions {
-	return stream.ConnOptions{URL: *n.url, CredsFile: *n.creds, CAFile: *n.ca, CertFile: *n.cert, KeyFile: *n.key, Name: name}
-}
 
 func cmdCollect(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("collect", flag.ContinueOnError)
@@ -40,11 +21,12 @@ func cmdCollect(ctx context.Context, args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: mcpwarden collect --nats URL --clickhouse DSN [--migrate] [flags]\n\nMoves events from NATS JetStream into ClickHouse and runs the cross-check. Any number of\ncollectors may share the stream; see docs/pipeline.md.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, defaultNATS, "NATS `URL` (comma-separated for a cluster; default the daemon's embedded server on this host)")
+	stateDir := fs.String("state-dir", daemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's credentials are (used when no NATS credential flag is given)")
 	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol: clickhouse://USER:PASSWORD@HOST:9000/DATABASE")
 	migrate := fs.Bool("migrate", false, "create the database and apply schema migrations (idempotent) before collecting")
 	migrateOnly := fs.Bool("migrate-only", false, "apply migrations and exit")
-	durable := fs.String("durable", collector.DefaultDurable, "durable consumer name shared by collectors")
+	durable := fs.String("durable", stream.CollectorDurable, "durable consumer name shared by collectors")
 	batchEvents := fs.Int("batch-events", 50_000, "events per ClickHouse insert (at most)")
 	batchWait := fs.Duration("batch-wait", time.Second, "longest wait before a partial batch is inserted")
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "JetStream ack wait before a message is redelivered")
@@ -78,8 +60,12 @@ func cmdCollect(ctx context.Context, args []string) int {
 		fmt.Printf("ClickHouse database %s is current (%d migrations applied now)\n", st.Database(), len(applied))
 		return exitOK
 	}
+	natsOpts, err := nf.options(stream.RoleCollector, schema.LocalOrigin().Host, "mcpwarden-collect", *stateDir)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
 	cfg := collector.Config{
-		NATS:          nf.options("mcpwarden-collect"),
+		NATS:          natsOpts,
 		ClickHouseDSN: *dsn,
 		Migrate:       *migrate,
 		Durable:       *durable,
@@ -98,7 +84,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 		return fail(exitUsage, err)
 	}
 	if err := c.Run(ctx); err != nil {
-		return fail(exitInternal, err)
+		return fail(exitInternal, authHint(err, nf))
 	}
 	return exitOK
 }

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,12 +26,16 @@ import (
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
-const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--nats URL] [--state-dir DIR] [--path-key FILE] [--enable-audit]
+const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--state-dir DIR] [--path-key FILE] [--enable-audit]
+                        [--nats-listen HOST:PORT | --nats URL [NATS flags]]
 
 Loads the eBPF probes, serves the run registration socket (root only), and
 sends sanitized file_op, landlock_denial, finding and health events to NATS
 JetStream. Without --nats it runs an embedded NATS server with JetStream on
-127.0.0.1:4222, storing under STATE_DIR/nats, so one host needs nothing else.
+--nats-listen (127.0.0.1:4222), storing under STATE_DIR/nats, so one host
+needs nothing else. The embedded server takes only the users whose keys it
+generates at first start in STATE_DIR/nats-auth (root-only): the daemon
+publishes, collectors consume, readers ('mcpwarden events') read.
 Must run as root.
 `
 
@@ -37,8 +43,8 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, daemonUsage); fs.PrintDefaults() }
 	socket := fs.String("socket", client.DefaultSocket, "registration socket `PATH` (created 0600 in a 0700 directory)")
-	natsURL := fs.String("nats", "", "external NATS `URL` (default: run an embedded NATS server)")
-	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE` for an external fleet cluster")
+	nf := addNATSFlags(fs, "", "external NATS `URL` (comma-separated for a cluster; default: run the embedded NATS server)")
+	listen := fs.String("nats-listen", "127.0.0.1:4222", "`HOST:PORT` the embedded NATS server listens on (a loopback address: it speaks no TLS)")
 	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
 	pathKey := fs.String("path-key", "", "key `FILE` for path hashes (default STATE_DIR/path.key, created if missing; share it with 'run' so hashes match)")
 	enableAudit := fs.Bool("enable-audit", false, "turn kernel auditing on so Landlock denial records arrive (like 'auditctl -e 1')")
@@ -82,23 +88,37 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		return fail(exitInternal, err)
 	}
 
-	url := *natsURL
-	if url == "" {
-		srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(*stateDir, "nats"), Logger: logger})
+	origin := schema.LocalOrigin()
+	name := "daemon@" + origin.Host
+	var natsOpts stream.ConnOptions
+	if nf.url == "" {
+		if nf.given() {
+			return fail(exitUsage, errors.New("daemon: NATS credentials are for an external server (--nats URL); the embedded server uses the keys it generates in STATE_DIR/nats-auth"))
+		}
+		host, port, err := splitListen(*listen)
 		if err != nil {
-			return fail(exitInternal, fmt.Errorf("start embedded NATS: %w (is another NATS on 127.0.0.1:4222? pass --nats URL to use it)", err))
+			return fail(exitUsage, err)
+		}
+		creds, err := natsserver.LoadOrCreateCredentials(natsserver.CredentialsDir(*stateDir))
+		if err != nil {
+			return fail(exitInternal, err)
+		}
+		srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(*stateDir, "nats"), Host: host, Port: port, Auth: creds, EventHost: origin.Host, Logger: logger})
+		if err != nil {
+			return fail(exitInternal, fmt.Errorf("start embedded NATS: %w (is another NATS on %s? pass --nats-listen HOST:PORT, or --nats URL to use it)", err, *listen))
 		}
 		defer srv.Shutdown()
-		url = srv.ClientURL()
+		natsOpts = srv.Client(stream.RoleDaemon, name)
+	} else if natsOpts, err = nf.options(stream.RoleDaemon, origin.Host, name, *stateDir); err != nil {
+		return fail(exitUsage, err)
 	}
-	origin := schema.LocalOrigin()
-	nc, err := stream.Connect(stream.ConnOptions{URL: url, CredsFile: *natsCreds, Name: "daemon@" + origin.Host})
+	nc, err := stream.Connect(natsOpts)
 	if err != nil {
-		return fail(exitAuditSink, err)
+		return fail(exitAuditSink, authHint(err, nf))
 	}
 	defer nc.Close()
 	pubCfg := publish.Config{Conn: nc, SpoolDir: filepath.Join(*stateDir, "spool", "daemon"), Logger: logger}
-	if *natsURL == "" {
+	if nf.url == "" {
 		pubCfg.EnsureStream = &stream.Config{}
 	}
 	pub, err := publish.New(ctx, pubCfg)
@@ -117,7 +137,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		if err != nil {
 			return fail(exitAuditSink, fmt.Errorf("JetStream: %w", err))
 		}
-		every := min(5*time.Second, max(*xwindow/2, 500*time.Millisecond))
+		every := min(time.Second, max(*xwindow/4, 100*time.Millisecond))
 		xc, err = xcheck.New(xcheck.Config{JetStream: js, Host: origin.Host, Sink: pub, Check: crosscheck.Config{Window: *xwindow}, Every: every, Logger: logger})
 		if err != nil {
 			return fail(exitUsage, err)
@@ -148,4 +168,17 @@ func crossCheck(l *xcheck.Loop) interface{ Run(context.Context) error } {
 		return nil
 	}
 	return l
+}
+
+// splitListen parses --nats-listen HOST:PORT.
+func splitListen(hp string) (string, int, error) {
+	host, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, fmt.Errorf("--nats-listen %q: want HOST:PORT such as 127.0.0.1:4222: %w", hp, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("--nats-listen %q: the port must be 1-65535", hp)
+	}
+	return host, port, nil
 }

@@ -19,12 +19,14 @@ import (
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
-const eventsUsage = `usage: mcpwarden events [--follow] [--json] [--run RUN_ID] [--kind KIND] [--since DURATION] [--nats URL]
+const eventsUsage = `usage: mcpwarden events [--follow] [--json] [--run RUN_ID] [--kind KIND] [--since DURATION] [NATS flags]
 
 Prints the events in the JetStream stream for a person: every stored event
 (or those of the last --since), then exits; with --follow, new events as they
 arrive (after those of --since, when given) until interrupted.
-Paths appear only as the first hex digits of their keyed hash.
+Paths appear only as the first hex digits of their keyed hash. The daemon's
+embedded NATS server takes only its own users: run this as root on the
+daemon's host (it uses STATE_DIR/nats-auth/reader.nk), or give credentials.
 `
 
 func cmdEvents(ctx context.Context, args []string) int {
@@ -35,8 +37,8 @@ func cmdEvents(ctx context.Context, args []string) int {
 	run := fs.String("run", "", "only events of run `RUN_ID`")
 	kind := fs.String("kind", "", "only events of `KIND` (file_op, landlock_denial, finding, health, launch, decision)")
 	since := fs.Duration("since", 0, "only events stored in the last `DURATION` (e.g. 15m; default: all)")
-	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS `URL` (the daemon's embedded server by default)")
-	natsCreds := fs.String("nats-creds", "", "NATS credentials `FILE`")
+	nf := addNATSFlags(fs, defaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
+	stateDir := fs.String("state-dir", daemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's credentials are (used when no NATS credential flag is given)")
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
@@ -48,9 +50,13 @@ func cmdEvents(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "mcpwarden events: unknown --kind %q; use one of %v\n", *kind, schema.Kinds)
 		return exitUsage
 	}
-	nc, err := stream.Connect(stream.ConnOptions{URL: *natsURL, CredsFile: *natsCreds, Name: "events"})
+	opts, err := nf.options(stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-events", *stateDir)
 	if err != nil {
-		return fail(exitInternal, err)
+		return fail(exitUsage, err)
+	}
+	nc, err := stream.Connect(opts, nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return fail(exitInternal, authHint(err, nf))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -73,7 +79,7 @@ func cmdEvents(ctx context.Context, args []string) int {
 	cons, err := js.OrderedConsumer(sctx, stream.Name, cc)
 	cancel()
 	if err != nil {
-		return fail(exitInternal, fmt.Errorf("read stream %s at %s: %w (is 'mcpwarden daemon' running, or pass --nats URL)", stream.Name, *natsURL, err))
+		return fail(exitInternal, fmt.Errorf("read stream %s at %s: %w (is 'mcpwarden daemon' running, or pass --nats URL)", stream.Name, stream.RedactURL(nf.url), err))
 	}
 	p := &eventPrinter{w: os.Stdout, json: *asJSON, run: *run}
 	for {
@@ -151,13 +157,30 @@ func formatEvent(e *schema.Event) string {
 		fmt.Fprintf(&b, " domain=%s blockers=%s class=%s path=%s", l.Domain, strings.Join(l.Blockers, ","), l.PathClass, short(string(l.PathHash), 12))
 	case e.Finding != nil:
 		f := e.Finding
-		fmt.Fprintf(&b, " %s severity=%s reason=%s evidence=%d", f.Type, f.Severity, f.Reason, len(f.EvidenceIDs))
+		status := string(f.Status)
+		if status == "" {
+			status = "final"
+		}
+		fmt.Fprintf(&b, " %s %s severity=%s reason=%s", f.Type, status, f.Severity, f.Reason)
+		if f.Tool != "" {
+			fmt.Fprintf(&b, " tool=%s", f.Tool)
+		}
+		if f.PathHash != "" {
+			fmt.Fprintf(&b, " class=%s path=%s", f.PathClass, short(string(f.PathHash), 12))
+		}
+		fmt.Fprintf(&b, " evidence=%d", len(f.EvidenceIDs))
 	case e.Health != nil:
 		h := e.Health
 		fmt.Fprintf(&b, " %s hooks=%d landlock_abi=%d audit=%s drops(bpf=%d queue=%d publish=%d)", h.Component, len(h.Hooks), h.LandlockABI, h.AuditStream, h.DropsBPFReserve, h.DropsQueueFull, h.DropsPublishFail)
 	case e.Launch != nil:
 		l := e.Launch
-		fmt.Fprintf(&b, " %s mode=%s abi=%d degraded=%v exit=%d", l.Phase, l.Mode, l.LandlockABI, l.Degraded, l.ExitStatus)
+		fmt.Fprintf(&b, " %s mode=%s abi=%d degraded=%v", l.Phase, l.Mode, l.LandlockABI, l.Degraded)
+		if l.ServerName != "" {
+			fmt.Fprintf(&b, " server=%s version=%s era=%s", l.ServerName, l.ServerVersion, l.ProtocolEra)
+		}
+		if l.Phase == schema.PhaseExit {
+			fmt.Fprintf(&b, " exit=%d", l.ExitStatus)
+		}
 	case e.Decision != nil:
 		d := e.Decision
 		fmt.Fprintf(&b, " %s %s tool=%s class=%s error=%s", d.Decision, d.Method, d.Tool, d.ActionClass, d.ErrorCode)

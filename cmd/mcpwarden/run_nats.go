@@ -20,29 +20,28 @@ import (
 // sink refuse records, which the launcher and proxy turn into refusing the
 // run or denying calls (fail closed).
 type natsRunExtension struct {
-	url, creds, ca, cert, key string
-	spoolMax                  int64
+	nf       *natsFlags
+	spoolMax int64
 }
 
 func init() { runExtensions = append(runExtensions, &natsRunExtension{}) }
 
 func (e *natsRunExtension) Flags(fs *flag.FlagSet) {
-	fs.StringVar(&e.url, "nats", "", "also publish launch and decision records to NATS JetStream at `URL` (e.g. nats://127.0.0.1:4222)")
-	fs.StringVar(&e.creds, "nats-creds", "", "NATS credentials `FILE` for a fleet cluster")
-	fs.StringVar(&e.ca, "nats-tls-ca", "", "CA `FILE` for the NATS server's TLS certificate")
-	fs.StringVar(&e.cert, "nats-tls-cert", "", "client certificate `FILE` for NATS TLS")
-	fs.StringVar(&e.key, "nats-tls-key", "", "client key `FILE` for NATS TLS")
+	e.nf = addNATSFlags(fs, "", "also publish launch and decision records to NATS JetStream at `URL` (e.g. nats://127.0.0.1:4222; as the host's publisher: on the daemon's embedded server that needs root)")
 	fs.Int64Var(&e.spoolMax, "spool-max-bytes", 64<<20, "bound of the on-disk spool used while NATS is unreachable; when full, new calls are denied")
 }
 
 func (e *natsRunExtension) Configure(ctx context.Context, rc *runContext) error {
-	if e.url == "" {
+	if e.nf.url == "" {
 		return nil
 	}
-	nc, err := stream.Connect(stream.ConnOptions{URL: e.url, CredsFile: e.creds, CAFile: e.ca, CertFile: e.cert, KeyFile: e.key, Name: "mcpwarden-run"},
-		nats.ReconnectBufSize(-1)) // never buffer in memory: spool on disk instead
+	opts, err := e.nf.options(stream.RoleDaemon, schema.LocalOrigin().Host, "mcpwarden-run", rc.StateDir)
 	if err != nil {
 		return err
+	}
+	nc, err := stream.Connect(opts, nats.ReconnectBufSize(-1)) // never buffer in memory: spool on disk instead
+	if err != nil {
+		return authHint(err, e.nf)
 	}
 	p, err := publish.New(ctx, publish.Config{
 		Conn:          nc,

@@ -2,7 +2,9 @@
 // daemon on a single host: it reads this host's events back from the
 // JetStream stream — the daemon's own kernel events and whatever the
 // launcher and proxy published — and publishes the findings they support,
-// so a host without ClickHouse still sees findings in `mcpwarden events`.
+// so a host without ClickHouse still sees findings in `mcpwarden events`:
+// provisional within seconds of their evidence, final after the late-event
+// window.
 package xcheck
 
 import (
@@ -31,7 +33,7 @@ type Config struct {
 	Host      string // only this host's events are checked
 	Sink      Sink
 	Check     crosscheck.Config
-	Every     time.Duration // how often findings are computed (default 5 s)
+	Every     time.Duration // how often findings are computed (default 1 s)
 	Logger    *slog.Logger
 }
 
@@ -51,7 +53,7 @@ func New(cfg Config) (*Loop, error) {
 		return nil, errors.New("cross-check: JetStream, sink and host are required")
 	}
 	if cfg.Every <= 0 {
-		cfg.Every = 5 * time.Second
+		cfg.Every = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -62,44 +64,98 @@ func New(cfg Config) (*Loop, error) {
 // Findings is the number of findings published so far.
 func (l *Loop) Findings() uint64 { return l.findings.Load() }
 
-// Run reads the stream and publishes findings until ctx ends. It starts
-// twice the late-event window back, so a restarted daemon re-checks recent
-// runs (finding ids are deterministic: a finding found twice is one).
+// Run reads the stream and publishes findings until ctx ends.
+//
+// It reads through the host's own consumer (stream.CrossCheckConsumer,
+// explicit acks), which NATS permissions let the host use while it may not
+// read any other host's events. Each start replaces that consumer with one
+// that begins twice the late-event window back, so a restarted daemon
+// re-checks recent runs (finding ids are deterministic: a finding found
+// twice is one); should the consumer vanish (the server lost it), it is
+// created again from the same point, and the engine ignores what it
+// already saw.
 func (l *Loop) Run(ctx context.Context) error {
 	window := l.cfg.Check.Window
 	if window <= 0 {
 		window = 2 * time.Minute
 	}
-	start := time.Now().Add(-2 * window)
-	cons, err := l.cfg.JetStream.OrderedConsumer(ctx, stream.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{stream.SubjectPrefix + "." + stream.HostToken(l.cfg.Host) + ".>"},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &start,
+	from := time.Now().Add(-2 * window)
+	t := time.NewTicker(l.cfg.Every)
+	defer t.Stop()
+	for {
+		cc, lost, err := l.consume(ctx, from)
+		if err != nil {
+			return err
+		}
+		err = l.publishLoop(ctx, t.C, lost)
+		cc.Stop()
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+		l.cfg.Logger.Warn("cross-check consumer lost; reading the last two windows again")
+		from = time.Now().Add(-2 * window)
+	}
+}
+
+// consume (re)creates the host's consumer starting at from and feeds the
+// engine; lost is closed if the consumer goes away.
+func (l *Loop) consume(ctx context.Context, from time.Time) (jetstream.ConsumeContext, <-chan struct{}, error) {
+	js := l.cfg.JetStream
+	name := stream.CrossCheckConsumer(l.cfg.Host)
+	if err := js.DeleteConsumer(ctx, stream.Name, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil, fmt.Errorf("cross-check: remove the old consumer %s: %w (may this host use it? see deploy/nats)", name, err)
+	}
+	cons, err := js.CreateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{
+		Name:          name,
+		Description:   "mcpwarden daemon: the on-host cross-check of " + stream.HostToken(l.cfg.Host),
+		FilterSubject: stream.SubjectPrefix + "." + stream.HostToken(l.cfg.Host) + ".>",
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime:  &from,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 20_000,
+		// A daemon that died leaves it behind; the server drops it.
+		InactiveThreshold: 10 * time.Minute,
 	})
 	if err != nil {
-		return fmt.Errorf("cross-check: read stream %s: %w", stream.Name, err)
+		return nil, nil, fmt.Errorf("cross-check: create consumer %s on stream %s: %w", name, stream.Name, err)
 	}
+	lost := make(chan struct{})
+	var once atomic.Bool
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		events, rejected, err := stream.DecodeBatch(msg.Subject(), msg.Data())
 		if err != nil {
 			l.rejected.Add(1)
-			return
+		} else {
+			l.rejected.Add(uint64(rejected))
+			l.received.Add(uint64(len(events)))
+			l.engine.Add(events, time.Now())
 		}
-		l.rejected.Add(uint64(rejected))
-		l.received.Add(uint64(len(events)))
-		l.engine.Add(events, time.Now())
-	})
+		_ = msg.Ack()
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if once.CompareAndSwap(false, true) {
+				close(lost)
+			}
+		}
+	}))
 	if err != nil {
-		return fmt.Errorf("cross-check: consume stream: %w", err)
+		return nil, nil, fmt.Errorf("cross-check: consume stream: %w", err)
 	}
-	defer cc.Stop()
-	t := time.NewTicker(l.cfg.Every)
-	defer t.Stop()
+	return cc, lost, nil
+}
+
+// publishLoop publishes what the engine finds on every tick until ctx ends
+// (nil) or the consumer is lost (nil, ctx still live).
+func (l *Loop) publishLoop(ctx context.Context, tick <-chan time.Time, lost <-chan struct{}) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case now := <-t.C:
+		case <-lost:
+			return nil
+		case now := <-tick:
 			f := l.engine.Findings(now)
 			if len(f) == 0 {
 				continue

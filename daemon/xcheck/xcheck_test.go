@@ -33,7 +33,7 @@ func (s *memSink) Publish(_ context.Context, evs []schema.Event) error {
 // scope for this host and one for another host to a real JetStream, and
 // expects exactly one ESCAPE finding: this host's.
 func TestLoopFindsEscapeOfThisHost(t *testing.T) {
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), Port: -1})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,5 +92,83 @@ func TestLoopFindsEscapeOfThisHost(t *testing.T) {
 	f := sink.events[0]
 	if f.Host != "here" || f.Finding.Type != schema.FindingEscape || f.Finding.PathHash != hash {
 		t.Errorf("finding %+v on host %s", *f.Finding, f.Host)
+	}
+}
+
+// TestLoopUnderHostPermissions runs the loop as the daemon role of the
+// embedded server (which may read only this host's events, through its
+// cross-check consumer): an escape is reported provisionally first, then
+// final after the window, and the loop survives its consumer being deleted.
+func TestLoopUnderHostPermissions(t *testing.T) {
+	root := t.TempDir()
+	creds, err := natsserver.LoadOrCreateCredentials(natsserver.CredentialsDir(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, Auth: creds, EventHost: "here"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := stream.Connect(ns.Client(stream.RoleDaemon, "test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := stream.Ensure(ctx, js, stream.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	publishEscape := func(hash string) {
+		t.Helper()
+		e := schema.Origin{Host: "here", BootID: "b"}.NewEvent(schema.KindFileOp, schema.NewID(), "s", "", time.Now())
+		e.FileOp = &schema.FileOp{Syscall: "openat", FlagsClass: "read", PathHash: schema.PathHash(strings.Repeat(hash, 32)), PathClass: schema.PathOutside, Verdict: "escape", PID: 7, Comm: "node"}
+		body, _ := schema.EncodeBatch([]schema.Event{e})
+		if _, err := js.Publish(ctx, stream.Subject("here", schema.KindFileOp), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishEscape("cd")
+	sink := &memSink{}
+	l, err := New(Config{JetStream: js, Host: "here", Sink: sink, Check: crosscheck.Config{Window: 2 * time.Second, Settle: 100 * time.Millisecond}, Every: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	waitFor := func(what string, n uint64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for l.Findings() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 20 s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("provisional finding", 1)
+	waitFor("final finding", 2)
+	// The server loses the consumer: the loop creates it again and sees
+	// what comes next.
+	if err := js.DeleteConsumer(ctx, stream.Name, stream.CrossCheckConsumer("here")); err != nil {
+		t.Fatal(err)
+	}
+	publishEscape("ef")
+	waitFor("findings after the consumer was lost", 4)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.events) != 4 {
+		t.Fatalf("%d findings, want provisional then final, twice: %+v", len(sink.events), sink.events)
+	}
+	for i, want := range []schema.FindingStatus{schema.StatusProvisional, schema.StatusFinal, schema.StatusProvisional, schema.StatusFinal} {
+		if f := sink.events[i].Finding; f.Type != schema.FindingEscape || f.Status != want {
+			t.Fatalf("finding %d: %+v, want an ESCAPE %q", i, *f, want)
+		}
 	}
 }

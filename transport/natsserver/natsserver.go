@@ -1,8 +1,11 @@
 // Package natsserver runs the embedded NATS server with JetStream that a
-// single host uses when no external NATS cluster is configured. It listens on
-// loopback only unless the operator explicitly allows another address, and
-// keeps JetStream's file store under the state directory so events survive a
-// restart of the daemon.
+// single host uses when no external NATS cluster is configured. It requires
+// credentials (one nkey per role, generated at first start into the state
+// directory, readable by root only) and gives each role only the subjects
+// it needs (stream.HostPermissions, CollectorPermissions,
+// ReaderPermissions); it listens on loopback only, and keeps JetStream's
+// file store under the state directory so events survive a restart of the
+// daemon.
 package natsserver
 
 import (
@@ -15,6 +18,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
 // DefaultPort is the NATS client port the embedded server listens on.
@@ -25,12 +30,20 @@ type Config struct {
 	// StoreDir holds JetStream's file store (created 0700). Required.
 	StoreDir string
 	// Host to listen on; default 127.0.0.1. Anything that is not a loopback
-	// address is refused unless AllowNonLoopback is set, because the embedded
-	// server has no authentication configured.
-	Host             string
-	AllowNonLoopback bool
+	// address is refused: the embedded server speaks no TLS, so a fleet uses
+	// an external NATS cluster with TLS instead.
+	Host string
 	// Port to listen on; 0 means DefaultPort, -1 a random free port (tests).
 	Port int
+	// Auth holds the users clients must authenticate as (one per role);
+	// required unless NoAuth.
+	Auth *Credentials
+	// EventHost is the host whose subjects the daemon role may publish
+	// (default os.Hostname, as schema.LocalOrigin names it).
+	EventHost string
+	// NoAuth lets anyone connect with every right: for tests that need a
+	// plain JetStream server, never for the daemon.
+	NoAuth bool
 	// MaxStoreBytes caps JetStream's disk use; 0 lets the server pick (a
 	// share of the free disk).
 	MaxStoreBytes int64
@@ -43,7 +56,8 @@ type Config struct {
 
 // Server is a running embedded NATS server.
 type Server struct {
-	ns *server.Server
+	ns  *server.Server
+	cfg Config
 }
 
 // Start starts the server and waits until it accepts client connections.
@@ -55,11 +69,11 @@ func Start(cfg Config) (*Server, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	if !cfg.AllowNonLoopback {
-		ip := net.ParseIP(host)
-		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return nil, fmt.Errorf("embedded NATS: refusing to listen on %q: it has no authentication, so it listens on loopback only; use an external NATS cluster with credentials for a fleet", host)
-		}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("embedded NATS: refusing to listen on %q: it speaks no TLS, so it listens on loopback only; pick a loopback address (127.0.0.1, ::1) or use an external NATS cluster with TLS for a fleet (docs/pipeline.md)", host)
+	}
+	if cfg.Auth == nil && !cfg.NoAuth {
+		return nil, errors.New("embedded NATS: no credentials: it never runs open (load them with LoadOrCreateCredentials)")
 	}
 	port := cfg.Port
 	if port == 0 {
@@ -84,6 +98,14 @@ func Start(cfg Config) (*Server, error) {
 		NoSystemAccount:   true,
 		HTTPPort:          0, // no monitoring port
 	}
+	if cfg.Auth != nil {
+		eh := cfg.EventHost
+		if eh == "" {
+			eh, _ = os.Hostname()
+		}
+		opts.Nkeys = cfg.Auth.nkeyUsers(eh)
+		opts.NoAuthUser = ""
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: configure: %w", err)
@@ -106,11 +128,25 @@ func Start(cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("embedded NATS: JetStream did not start on %s: check that the directory is writable and has free space", cfg.StoreDir)
 	}
-	return &Server{ns: ns}, nil
+	return &Server{ns: ns, cfg: cfg}, nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Client is the connection options of role r (its seed file and inbox
+// prefix); name names the connection. Without Auth (NoAuth) it is the URL
+// alone.
+func (s *Server) Client(r stream.Role, name string) stream.ConnOptions {
+	if s.cfg.Auth == nil {
+		return stream.ConnOptions{URL: s.ClientURL(), Name: name}
+	}
+	host := s.cfg.EventHost
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	return ClientOptions(s.ClientURL(), s.cfg.Auth.Dir, r, host, name)
+}
 
 // Shutdown stops the server and waits until it has stopped.
 func (s *Server) Shutdown() {

@@ -11,7 +11,7 @@ import (
 )
 
 func TestStartServesJetStream(t *testing.T) {
-	s, err := Start(Config{StoreDir: t.TempDir(), Port: -1})
+	s, err := Start(Config{StoreDir: t.TempDir(), Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +48,10 @@ func TestStartRefuses(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"no store dir", Config{Port: -1}, "no store directory"},
-		{"non-loopback host", Config{StoreDir: t.TempDir(), Host: "0.0.0.0", Port: -1}, "loopback only"},
-		{"hostname", Config{StoreDir: t.TempDir(), Host: "example.com", Port: -1}, "loopback only"},
+		{"no store dir", Config{Port: -1, NoAuth: true}, "no store directory"},
+		{"no credentials", Config{StoreDir: t.TempDir(), Port: -1}, "no credentials"},
+		{"non-loopback host", Config{StoreDir: t.TempDir(), Host: "0.0.0.0", Port: -1, NoAuth: true}, "loopback only"},
+		{"hostname", Config{StoreDir: t.TempDir(), Host: "example.com", Port: -1, NoAuth: true}, "loopback only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := Start(tc.cfg)
@@ -67,7 +68,7 @@ func TestStartRefuses(t *testing.T) {
 
 func TestDataSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Start(Config{StoreDir: dir, Port: -1})
+	s, err := Start(Config{StoreDir: dir, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestDataSurvivesRestart(t *testing.T) {
 	nc.Close()
 	s.Shutdown()
 
-	s2, err := Start(Config{StoreDir: dir, Port: -1})
+	s2, err := Start(Config{StoreDir: dir, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 
 func startNATS(t testing.TB, dir string, port int) *natsserver.Server {
 	t.Helper()
-	s, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: port})
+	s, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: port, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,17 +143,27 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.
 	return s, nil
 }
 
-// ConnOptions says how to reach NATS.
+// ConnOptions says how to reach NATS and who to be there.
 type ConnOptions struct {
 	// URL, e.g. nats://127.0.0.1:4222 or a comma-separated cluster list.
 	URL string
 	// CredsFile is a NATS .creds file (JWT + nkey seed) for fleet accounts.
 	CredsFile string
+	// NkeyFile is an nkey seed file (a user seed, "SU..."): what the
+	// embedded server's roles use (transport/natsserver), and any server
+	// configured with nkey users.
+	NkeyFile string
+	// User and Password authenticate with a user configured on the server.
+	User, Password string
 	// CAFile, CertFile, KeyFile configure TLS: CAFile alone verifies the
 	// server; CertFile+KeyFile add a client certificate.
 	CAFile, CertFile, KeyFile string
 	// Name is the connection name shown by the server (component@host).
 	Name string
+	// InboxPrefix replaces "_INBOX" for this connection's replies, so that
+	// the server can let each role subscribe to its own replies only
+	// (HostInbox, CollectorInbox, ReaderInbox).
+	InboxPrefix string
 }
 
 // Connect connects with reconnection forever (a publisher spools while it
@@ -168,8 +178,31 @@ func Connect(o ConnOptions, extra ...nats.Option) (*nats.Conn, error) {
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 	}
+	given := 0
 	if o.CredsFile != "" {
+		given++
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.NkeyFile != "" {
+		given++
+		opt, err := nats.NkeyOptionFromSeed(o.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("NATS nkey seed file %s: %w (it must hold a user seed, readable by this user: the embedded server's are root-only)", o.NkeyFile, err)
+		}
+		opts = append(opts, opt)
+	}
+	if o.User != "" || o.Password != "" {
+		given++
+		if o.User == "" || o.Password == "" {
+			return nil, errors.New("NATS user authentication needs both --nats-user and --nats-password-file")
+		}
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if given > 1 {
+		return nil, errors.New("give one NATS credential: --nats-creds, --nats-nkey or --nats-user with --nats-password-file")
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	if o.CAFile != "" {
 		opts = append(opts, nats.RootCAs(o.CAFile))
@@ -183,13 +216,13 @@ func Connect(o ConnOptions, extra ...nats.Option) (*nats.Conn, error) {
 	opts = append(opts, extra...)
 	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(o.URL), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(o.URL), err)
 	}
 	return nc, nil
 }
 
-// redactURL drops user:password from a URL before it is shown.
-func redactURL(u string) string {
+// RedactURL drops user:password from a URL before it is shown.
+func RedactURL(u string) string {
 	if at := strings.LastIndex(u, "@"); at >= 0 {
 		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
 			return u[:scheme+3] + "REDACTED@" + u[at+1:]

@@ -44,7 +44,7 @@ func TestConnectErrorsRedactCredentials(t *testing.T) {
 	if _, err := Connect(ConnOptions{URL: "nats://127.0.0.1:1", CertFile: "x"}); err == nil || !strings.Contains(err.Error(), "both") {
 		t.Fatalf("half a client certificate: %v", err)
 	}
-	if got := redactURL("nats://user:secret@host:4222"); strings.Contains(got, "secret") {
+	if got := RedactURL("nats://user:secret@host:4222"); strings.Contains(got, "secret") {
 		t.Fatalf("redactURL kept the password: %q", got)
 	}
 }
