@@ -172,11 +172,17 @@ func TestCollectEndToEnd(t *testing.T) {
 	blk.FileOp.PathClass, blk.FileOp.Verdict, blk.FileOp.Result = schema.PathOutside, "blocked_by_kernel", -13
 	un := g.FileOp(3) // long after the last call ended
 	un.TimeNS = g.T0.Add(10 * time.Minute).UnixNano()
+	// The proxy identified the server: the reads before the first call
+	// are its start-up. (Published first: the events are older than the
+	// window, so the cross-check concludes as soon as it sees them.)
+	id := g.Origin.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, g.T0)
+	id.Launch = &schema.Launch{Phase: schema.PhaseIdentified, Mode: schema.ModeEnforce, LandlockABI: 7, ServerName: "naive", ProtocolEra: "legacy"}
+	evs = append([]schema.Event{id}, evs...)
 	evs = append(evs, esc, blk, un)
 	c := e.collector(t, func(c *Config) {
 		c.CrossCheck = true
 		c.CrossCheckEvery = 200 * time.Millisecond
-		c.CrossCheckCfg = crosscheck.Config{Window: time.Minute}
+		c.CrossCheckCfg = crosscheck.Config{Window: 5 * time.Second} // final 5 s after the events arrived
 	})
 	stop := start(t, c)
 	publishAll(t, e.pub, evs, 700)

@@ -60,12 +60,15 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 		return err
 	}
 	for _, run := range runs {
-		evs, err := st.ReadRun(ctx, run, maxRunEvents)
+		evs, arrived, err := st.ReadRunArrived(ctx, run, maxRunEvents)
 		if err != nil {
 			return err
 		}
 		var fresh []schema.Event
-		for _, f := range crosscheck.Check(evs, c.cfg.CrossCheckCfg, now) {
+		// Final once the evidence is a window old both by when it happened
+		// and by when it was stored: a backlog stored late (a collector
+		// catching up) is not judged before the rest of it arrived.
+		for _, f := range crosscheck.CheckArrived(evs, arrived, c.cfg.CrossCheckCfg, now) {
 			if !emitted[f.EventID] {
 				fresh = append(fresh, f)
 			}

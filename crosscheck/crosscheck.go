@@ -22,10 +22,12 @@
 //
 // Attribution: a tool call explains kernel activity from the moment the
 // proxy forwarded it until Slack after its answer went back; never before
-// it started. Activity before the run's first tool call is start-up: a
-// read there is the server's own business (no UNATTRIBUTED_ACCESS), a
+// it started. In a run whose proxy identified the server (a launch record
+// of phase identified), activity before the first tool call is start-up:
+// a read there is the server's own business (no UNATTRIBUTED_ACCESS), a
 // kernel denial there is a BLOCKED_ATTEMPT with reason
-// kernel_denied_at_startup and never a PROXY_GAP.
+// kernel_denied_at_startup and never a PROXY_GAP. A relayed run has no
+// calls to wait for, and so no start-up.
 package crosscheck
 
 import (
@@ -110,20 +112,40 @@ type call struct {
 // asOf. Findings in the input are ignored (they are conclusions, not
 // evidence).
 func Check(events []schema.Event, cfg Config, asOf time.Time) []schema.Event {
-	cfg = cfg.withDefaults()
-	return final(checkAll(events, cfg), asOf.Add(-cfg.Window).UnixNano())
+	return CheckArrived(events, nil, cfg, asOf)
 }
 
-// final keeps the findings whose anchor is at or before cutoff, in order.
-func final(all []schema.Event, cutoff int64) []schema.Event {
+// CheckArrived is Check for events that may have arrived well after they
+// happened: arrived gives, by event id, when each arrived (Unix ns; an
+// event not in it arrived when it happened). A finding is final once its
+// evidence is older than the window both by when it happened and by when
+// it arrived, so a backlog delivered late (a collector catching up, a
+// daemon re-reading the stream after a restart) is judged only once the
+// rest of it had a window to arrive too.
+func CheckArrived(events []schema.Event, arrived map[string]int64, cfg Config, asOf time.Time) []schema.Event {
+	cfg = cfg.withDefaults()
+	cutoff := asOf.Add(-cfg.Window).UnixNano()
+	all := checkAll(events, cfg)
 	out := all[:0]
 	for _, f := range all {
-		if f.TimeNS <= cutoff {
+		if settledAt(&f, arrived) <= cutoff {
 			out = append(out, f)
 		}
 	}
 	sortEvents(out)
 	return out
+}
+
+// settledAt is the later of when a finding's evidence happened (its time)
+// and when the last of its evidence arrived.
+func settledAt(f *schema.Event, arrived map[string]int64) int64 {
+	t := f.TimeNS
+	for _, id := range f.Finding.EvidenceIDs {
+		if a, ok := arrived[id]; ok && a > t {
+			t = a
+		}
+	}
+	return t
 }
 
 // checkAll returns every finding events support, final or not.
@@ -226,16 +248,22 @@ func checkRun(evs []*schema.Event, cfg Config) []schema.Event {
 		mode    = schema.ModeEnforce
 		slack   = cfg.Slack.Nanoseconds()
 		// firstCall is when the first tool call was forwarded: whatever
-		// happened before is the server's start-up.
+		// happened before is the server's start-up. Only a run whose proxy
+		// identified the server (launch phase identified) has calls to
+		// wait for; a relayed run (--proxy=false) has no start-up.
 		firstCall int64 = math.MaxInt64
+		proxied   bool
 	)
 	for _, e := range evs {
 		switch e.Kind {
 		case schema.KindLaunch:
-			if e.Launch.Phase == "start" && start == nil {
+			switch {
+			case e.Launch.Phase == schema.PhaseStart && start == nil:
 				start = e
 				mode = e.Launch.Mode
-			} else if e.Launch.Phase == "exit" && exit == nil {
+			case e.Launch.Phase == schema.PhaseIdentified:
+				proxied = true
+			case e.Launch.Phase == schema.PhaseExit && exit == nil:
 				exit = e
 			}
 		case schema.KindDecision:
@@ -260,6 +288,9 @@ func checkRun(evs []*schema.Event, cfg Config) []schema.Event {
 		case schema.KindLandlockDenial:
 			denials = append(denials, e)
 		}
+	}
+	if !proxied {
+		firstCall = math.MinInt64
 	}
 	sort.SliceStable(calls, func(i, j int) bool {
 		if calls[i].start != calls[j].start {

@@ -40,6 +40,14 @@ func (r *run) start(at time.Duration, degraded bool) string {
 	return e.EventID
 }
 
+// identified is the proxy's record of which server runs: the run is
+// proxied, so it has a start-up before its first call.
+func (r *run) identified(at time.Duration) string {
+	e := r.ev(schema.KindLaunch, at)
+	e.Launch = &schema.Launch{Phase: schema.PhaseIdentified, Mode: r.mode, LandlockABI: 7, ServerName: "naive", ServerVersion: "1", ProtocolEra: "legacy"}
+	return e.EventID
+}
+
 func (r *run) exit(at time.Duration) string {
 	e := r.ev(schema.KindLaunch, at)
 	e.Launch = &schema.Launch{Phase: "exit", Mode: r.mode, LandlockABI: 7}
@@ -126,6 +134,7 @@ func TestCheckScenarios(t *testing.T) {
 		}, schema.ModeEnforce},
 		{"kernel denial before any call is start-up", func(r *run) []want {
 			r.start(0, false)
+			r.identified(20 * time.Millisecond)
 			d := r.denial(time.Second, "/etc/shadow", schema.PathSecret)
 			return []want{{schema.FindingBlockedAttempt, schema.SeverityHigh, ReasonDeniedAtStartup, []string{d}, ""}}
 		}, schema.ModeEnforce},
@@ -137,6 +146,7 @@ func TestCheckScenarios(t *testing.T) {
 		}, schema.ModeEnforce},
 		{"a call right after start-up is not blamed for start-up denials", func(r *run) []want {
 			r.start(0, false)
+			r.identified(20 * time.Millisecond)
 			o := r.op(time.Second, "/proc/1/statm", schema.PathOutside, "read", -13, "blocked_by_kernel")
 			d := r.denial(time.Second, "/proc/1/statm", schema.PathOutside)
 			r.call(time.Second+50*time.Millisecond, 100*time.Millisecond, "read_text_file", "read", "allow")
@@ -170,13 +180,24 @@ func TestCheckScenarios(t *testing.T) {
 		}, schema.ModeEnforce},
 		{"start-up reads of the workspace are the server's; a start-up write is not", func(r *run) []want {
 			r.start(0, false)
+			r.identified(20 * time.Millisecond)
 			r.op(500*time.Millisecond, "/w", schema.PathWorkspace, "read", 0, "allowed")
 			w := r.op(600*time.Millisecond, "/w/.index", schema.PathWorkspace, "create", 0, "allowed")
 			r.call(time.Second, 100*time.Millisecond, "read_text_file", "read", "allow")
 			return []want{{schema.FindingUnattributedAccess, schema.SeverityMedium, ReasonNoCallInFlight, []string{w}, ""}}
 		}, schema.ModeEnforce},
+		{"a relayed run has no start-up", func(r *run) []want {
+			r.start(0, false)
+			o := r.op(100*time.Millisecond, "/w", schema.PathWorkspace, "read", 0, "allowed")
+			d := r.denial(200*time.Millisecond, "/etc/shadow", schema.PathOutside)
+			return []want{
+				{schema.FindingBlockedAttempt, schema.SeverityMedium, ReasonKernelDenied, []string{d}, ""},
+				{schema.FindingUnattributedAccess, schema.SeverityMedium, ReasonNoCallInFlight, []string{o}, ""},
+			}
+		}, schema.ModeEnforce},
 		{"a run that only starts up is clean", func(r *run) []want {
 			r.start(0, false)
+			r.identified(20 * time.Millisecond)
 			r.op(50*time.Millisecond, "/usr/lib/x.so", schema.PathRuntime, "read", 0, "allowed")
 			r.op(100*time.Millisecond, "/w", schema.PathWorkspace, "read", 0, "allowed")
 			r.exit(2 * time.Second)
@@ -296,6 +317,15 @@ func TestLateWindow(t *testing.T) {
 	got := Check(r.evs, cfg, t0.Add(2*time.Minute))
 	if len(got) != 1 || got[0].Finding.Type != schema.FindingUnattributedAccess || got[0].Finding.EvidenceIDs[0] != o {
 		t.Fatalf("after the window: %+v", summarize(got))
+	}
+	// Stored an hour late (a collector catching up): not final until a
+	// window after it arrived, whatever its own time.
+	arrived := map[string]int64{o: t0.Add(time.Hour).UnixNano()}
+	if got := CheckArrived(r.evs, arrived, cfg, t0.Add(time.Hour+30*time.Second)); len(got) != 0 {
+		t.Fatalf("a backlog judged before the rest of it could arrive: %+v", summarize(got))
+	}
+	if got := CheckArrived(r.evs, arrived, cfg, t0.Add(time.Hour+2*time.Minute)); len(got) != 1 {
+		t.Fatalf("a window after it arrived: %+v", summarize(got))
 	}
 }
 

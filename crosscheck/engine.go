@@ -37,6 +37,9 @@ type runState struct {
 	events []schema.Event
 	seen   map[string]bool
 	calls  map[string]bool // ids of the decision records among events
+	// arrived is when each event was added (Unix ns), by id: a finding is
+	// judged by when its evidence arrived as well as when it happened.
+	arrived map[string]int64
 	// all caches checkAll over events; dirty says events changed since.
 	all   []schema.Event
 	dirty bool
@@ -45,15 +48,22 @@ type runState struct {
 	// and not yet resolved to it.
 	emitted     map[string]bool
 	confirmed   map[string]bool
-	provisional map[string]schema.Event
+	provisional map[string]pending
 	exitNS      int64
 	lastNS      int64 // wall clock of the last Add to this run
 	capped      bool
 }
 
+// pending is a provisional finding reported and not yet resolved, and
+// when its evidence settled.
+type pending struct {
+	ev      schema.Event
+	settled int64
+}
+
 func newRunState() *runState {
-	return &runState{seen: map[string]bool{}, calls: map[string]bool{}, emitted: map[string]bool{},
-		confirmed: map[string]bool{}, provisional: map[string]schema.Event{}}
+	return &runState{seen: map[string]bool{}, calls: map[string]bool{}, arrived: map[string]int64{}, emitted: map[string]bool{},
+		confirmed: map[string]bool{}, provisional: map[string]pending{}}
 }
 
 // NewEngine returns an engine; maxEventsPerRun bounds memory per run
@@ -81,6 +91,7 @@ func (en *Engine) Add(events []schema.Event, now time.Time) {
 		case e.Kind == schema.KindHealth:
 			if h := en.health; !h.seen[e.EventID] {
 				h.seen[e.EventID] = true
+				h.arrived[e.EventID] = now.UnixNano()
 				h.events = append(h.events, e)
 				h.dirty = true
 			}
@@ -103,6 +114,7 @@ func (en *Engine) Add(events []schema.Event, now time.Time) {
 			continue
 		}
 		r.seen[e.EventID] = true
+		r.arrived[e.EventID] = now.UnixNano()
 		r.events = append(r.events, e)
 		r.dirty = true
 		if e.Kind == schema.KindDecision {
@@ -158,8 +170,11 @@ func (en *Engine) report(out []schema.Event, r *runState, now time.Time) []schem
 			break // sorted by time: the rest has not settled either
 		}
 		key := r.key(&f)
+		at := settledAt(&f, r.arrived)
 		switch {
-		case f.TimeNS <= cutoff:
+		case at > settled:
+			continue
+		case at <= cutoff:
 			if !r.emitted[f.EventID] {
 				r.emitted[f.EventID] = true
 				r.confirmed[key] = true
@@ -168,21 +183,32 @@ func (en *Engine) report(out []schema.Event, r *runState, now time.Time) []schem
 		case f.Finding.Type != schema.FindingUnattributedAccess:
 			if _, ok := r.provisional[key]; !ok && !r.confirmed[key] {
 				p := provisional(f, key)
-				r.provisional[key] = p
+				r.provisional[key] = pending{p, at}
 				out = append(out, p)
 			}
 		}
 	}
 	// A provisional finding whose window passed is confirmed by a final
-	// one with its key, or withdrawn.
+	// one with its key (which may still be waiting for late evidence of
+	// its own), or withdrawn when the findings no longer hold its key.
+	var present map[string]bool
 	for key, p := range r.provisional {
-		if p.TimeNS > cutoff {
+		if p.settled > cutoff {
 			continue
 		}
-		delete(r.provisional, key)
 		if !r.confirmed[key] {
-			out = append(out, withdrawn(p))
+			if present == nil {
+				present = make(map[string]bool, len(r.all))
+				for i := range r.all {
+					present[r.key(&r.all[i])] = true
+				}
+			}
+			if present[key] {
+				continue // its final finding is on its way
+			}
+			out = append(out, withdrawn(p.ev))
 		}
+		delete(r.provisional, key)
 	}
 	return out
 }
@@ -214,6 +240,11 @@ func (en *Engine) trimHealth(now time.Time) {
 	if len(kept) != len(h.events) {
 		h.events = kept
 		h.dirty = true
+		arrived := make(map[string]int64, len(kept))
+		for _, e := range kept {
+			arrived[e.EventID] = h.arrived[e.EventID]
+		}
+		h.arrived = arrived
 	}
 }
 

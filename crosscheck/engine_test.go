@@ -57,12 +57,14 @@ func TestEngineReportsProvisionalThenFinal(t *testing.T) {
 			late := &run{o: r.o, id: r.id}
 			late.call(900*time.Millisecond, 5*time.Second, "read_text_file", "read", "allow")
 			return []step{
-				{at: 1500 * time.Millisecond, arrive: early, want: []reported{}}, // not settled yet
+				{at: 1100 * time.Millisecond, arrive: early, want: []reported{}}, // not settled yet
 				{at: 2500 * time.Millisecond, want: []reported{{schema.FindingEscape, schema.StatusProvisional}}},
 				{at: 3 * time.Second, want: []reported{}},
 				{at: 6 * time.Second, arrive: late.evs, want: []reported{}}, // same key: nothing new
-				{at: window + 2*time.Second, want: []reported{{schema.FindingEscape, schema.StatusFinal}}},
-				{at: window + 10*time.Second, want: []reported{}},
+				// The call arrived at 6 s: the final waits a window from then.
+				{at: window + 2*time.Second, want: []reported{}},
+				{at: window + 7*time.Second, want: []reported{{schema.FindingEscape, schema.StatusFinal}}},
+				{at: window + 20*time.Second, want: []reported{}},
 			}
 		}},
 		{"undeclared write withdrawn when the write call's record arrives", func(r *run) []step {
@@ -73,10 +75,24 @@ func TestEngineReportsProvisionalThenFinal(t *testing.T) {
 			late := &run{o: r.o, id: r.id}
 			late.call(time.Second, 100*time.Millisecond, "write_file", "write", "allow")
 			return []step{
-				{at: 3 * time.Second, arrive: early, want: []reported{{schema.FindingUndeclaredWrite, schema.StatusProvisional}}},
+				{at: 1100 * time.Millisecond, arrive: early, want: []reported{}},
+				{at: 3 * time.Second, want: []reported{{schema.FindingUndeclaredWrite, schema.StatusProvisional}}},
 				{at: 20 * time.Second, arrive: late.evs, want: []reported{}},
 				{at: window + 2*time.Second, want: []reported{{schema.FindingUndeclaredWrite, schema.StatusWithdrawn}}},
-				{at: window + 3*time.Second, want: []reported{}},
+				{at: window + 30*time.Second, want: []reported{}},
+			}
+		}},
+		{"a backlog is judged a window after it arrived, not when it happened", func(r *run) []step {
+			r.start(0, false)
+			r.call(200*time.Millisecond, 50*time.Millisecond, "list_directory", "read", "allow")
+			r.op(time.Second, "/w/a", schema.PathWorkspace, "read", 0, "allowed")
+			late := &run{o: r.o, id: r.id}
+			late.call(900*time.Millisecond, 200*time.Millisecond, "read_text_file", "read", "allow")
+			// An hour later the whole run arrives at once, the call last.
+			return []step{
+				{at: time.Hour, arrive: r.evs, want: []reported{}},
+				{at: time.Hour + 10*time.Second, arrive: late.evs, want: []reported{}},
+				{at: time.Hour + 2*window, want: []reported{}},
 			}
 		}},
 		{"unattributed access is only ever final", func(r *run) []step {
@@ -84,7 +100,8 @@ func TestEngineReportsProvisionalThenFinal(t *testing.T) {
 			r.call(200*time.Millisecond, 50*time.Millisecond, "list_directory", "read", "allow")
 			r.op(time.Second, "/w/a", schema.PathWorkspace, "read", 0, "allowed")
 			return []step{
-				{at: 5 * time.Second, arrive: r.evs, want: []reported{}},
+				{at: 1100 * time.Millisecond, arrive: r.evs, want: []reported{}},
+				{at: 5 * time.Second, want: []reported{}},
 				{at: window + 2*time.Second, want: []reported{{schema.FindingUnattributedAccess, schema.StatusFinal}}},
 			}
 		}},
@@ -95,12 +112,12 @@ func TestEngineReportsProvisionalThenFinal(t *testing.T) {
 			late := &run{o: r.o, id: r.id}
 			late.denial(time.Second+time.Millisecond, "/etc/shadow", schema.PathOutside)
 			return []step{
-				{at: 2500 * time.Millisecond, arrive: early, want: []reported{{schema.FindingBlockedAttempt, schema.StatusProvisional}}},
-				{at: 4 * time.Second, arrive: late.evs, want: []reported{{schema.FindingBlockedAttempt, schema.StatusProvisional}}},
-				{at: window + 3*time.Second, want: []reported{
-					{schema.FindingBlockedAttempt, schema.StatusFinal},
-					{schema.FindingBlockedAttempt, schema.StatusWithdrawn},
-				}},
+				{at: 1100 * time.Millisecond, arrive: early, want: []reported{}},
+				{at: 2500 * time.Millisecond, want: []reported{{schema.FindingBlockedAttempt, schema.StatusProvisional}}},
+				{at: 4 * time.Second, arrive: late.evs, want: []reported{}},
+				{at: 5500 * time.Millisecond, want: []reported{{schema.FindingBlockedAttempt, schema.StatusProvisional}}},
+				{at: window + 3*time.Second, want: []reported{{schema.FindingBlockedAttempt, schema.StatusWithdrawn}}},
+				{at: window + 5*time.Second, want: []reported{{schema.FindingBlockedAttempt, schema.StatusFinal}}},
 			}
 		}},
 	} {

@@ -118,7 +118,8 @@ type Launcher struct {
 	limits     Limits // the operator's, narrowed by the scope's
 	// requireProcs, requireMemory: the run is refused when that limit cannot be enforced.
 	requireProcs, requireMemory bool
-	lifeLayer                   *schema.Layer // the cgroup layer, once the run's cgroup exists
+	lifeLayer                   *schema.Layer  // the cgroup layer, once the run's cgroup exists
+	identity                    serverIdentity // set by Identified
 }
 
 // DroppedEnv names the launcher's environment variables the server does

@@ -201,6 +201,7 @@ func (l *Launcher) record(phase schema.LaunchPhase, start time.Time, pid, code i
 	if phase == schema.PhaseExit {
 		ev.Launch.DurationMS = now.Sub(start).Milliseconds()
 	}
+	l.withIdentity(ev.Launch)
 	return ev
 }
 

@@ -32,7 +32,7 @@ func cmdQuery(ctx context.Context, args []string) int {
 	scope := fs.String("scope", "", "only this scope_id")
 	severity := fs.String("severity", "", "only this severity (findings): low, medium, high, critical")
 	tool := fs.String("tool", "", "only this tool (findings)")
-	run := fs.String("run", "", "run id (timeline)")
+	run := fs.String("run", "", "run `RUN_ID`: the run of the timeline; only this run's findings")
 	limit := fs.Int("limit", 1000, "at most this many rows")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	showSQL := fs.Bool("sql", false, "print the query's SQL and exit")

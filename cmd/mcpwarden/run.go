@@ -54,6 +54,10 @@ type runContext struct {
 	AuditLog launcher.Sink
 	Logger   *slog.Logger
 	Config   *launcher.Config
+	// Launched are called with the launcher once it is built, before it
+	// runs (an extension that needs it, e.g. to record what the proxy
+	// learns about the server).
+	Launched []func(*launcher.Launcher)
 }
 
 func cmdRun(ctx context.Context, args []string) int {
@@ -163,6 +167,9 @@ func cmdRun(ctx context.Context, args []string) int {
 			fmt.Fprintln(os.Stderr, "mcpwarden:", rerr)
 		}
 		return fail(code, err)
+	}
+	for _, f := range rc.Launched {
+		f(l)
 	}
 	// Signals are forwarded to the server; the run ends when the server does.
 	err = l.Run(context.WithoutCancel(ctx))

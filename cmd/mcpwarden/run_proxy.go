@@ -71,6 +71,8 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 		origin = filepath.Base(rc.Config.Command[0])
 	}
 	late := &lateApprovals{}
+	ident := &identify{log: rc.Logger}
+	rc.Launched = append(rc.Launched, ident.set)
 	p, err := proxy.New(proxy.Config{
 		Scope:            rc.Scope,
 		RunID:            rc.RunID,
@@ -85,6 +87,7 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 		SecretPatterns:   secrets,
 		ApprovalTimeout:  e.approvalTimeout,
 		RootsTimeout:     e.rootsTimeout,
+		OnServerInfo:     ident.record,
 	})
 	if err != nil {
 		return err
@@ -205,4 +208,35 @@ func (f *fanout) Publish(ctx context.Context, events []schema.Event) error {
 		}
 	}
 	return nil
+}
+
+// identify records, in a launch record, which server the proxy found
+// itself talking to (launcher.Identified); the launcher exists only after
+// the proxy is configured, so it is handed over once built.
+type identify struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	l   *launcher.Launcher
+}
+
+func (i *identify) set(l *launcher.Launcher) {
+	i.mu.Lock()
+	i.l = l
+	i.mu.Unlock()
+}
+
+func (i *identify) record(name, version, era string) {
+	i.mu.Lock()
+	l := i.l
+	i.mu.Unlock()
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := l.Identified(ctx, name, version, era); err != nil {
+		// The proxy's own records go to the same sinks and stop the run
+		// when they fail; this one is logged.
+		i.log.Error("the launch record naming the server was not written", "err", err.Error())
+	}
 }

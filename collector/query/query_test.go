@@ -72,7 +72,18 @@ func setup(t *testing.T) (*store.Store, *eventgen.Gen, []schema.Event) {
 	g.T0 = time.Now().Add(-time.Hour)
 	evs := g.Mixed(500)
 	evs[0].Launch.Mode = schema.ModeAudit
-	evs[0].Launch.ServerName, evs[0].Launch.ServerVersion = "secure-filesystem-server", "0.2.0"
+	// What the proxy learned once the server answered initialize.
+	id := g.Origin.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, g.T0.Add(time.Millisecond))
+	id.Launch = &schema.Launch{Phase: schema.PhaseIdentified, Mode: schema.ModeAudit, LandlockABI: 7, ServerExe: "node",
+		ServerName: "secure-filesystem-server", ServerVersion: "0.2.0", ProtocolEra: "legacy"}
+	// Another run, whose proxy never learned the server: its executable names it.
+	other := eventgen.New("web-2")
+	other.T0 = g.T0
+	bare := other.Mixed(1)[0]
+	// A Landlock denial the daemon could not tie to a run.
+	stray := g.Origin.NewEvent(schema.KindLandlockDenial, "", "", "", g.T0.Add(2*time.Minute))
+	stray.LandlockDenial = &schema.LandlockDenial{Domain: "2b", Blockers: []string{"fs.read_file"}, PathHash: g.Hasher.Hash("/home/u/notes"), PID: 0}
+	evs = append(evs, id, bare, stray)
 	esc := g.FileOp(1)
 	esc.FileOp.PathClass, esc.FileOp.Verdict = schema.PathOutside, "escape"
 	den := g.Decision(2)
@@ -134,8 +145,17 @@ func TestCannedQueries(t *testing.T) {
 	}
 	t.Run("runs", func(t *testing.T) {
 		rows := runJSON(t, st, "runs", Params{})
-		if len(rows) != 1 || rows[0]["run_id"] != g.RunID || rows[0]["verdict"] != "ESCAPE" || rows[0]["mode"] != "audit" {
-			t.Fatalf("%v", rows)
+		if len(rows) != 2 {
+			t.Fatalf("%d runs, want 2: %v", len(rows), rows)
+		}
+		if rows[1]["run_id"] == g.RunID {
+			rows[0], rows[1] = rows[1], rows[0]
+		}
+		if rows[0]["run_id"] != g.RunID || rows[0]["verdict"] != "ESCAPE" || rows[0]["mode"] != "audit" || rows[0]["server"] != "secure-filesystem-server" {
+			t.Fatalf("%v", rows[0])
+		}
+		if rows[1]["host"] != "web-2" || rows[1]["verdict"] != "CLEAN" || rows[1]["server"] != "" {
+			t.Fatalf("%v", rows[1])
 		}
 		if num(rows[0]["calls_denied"]) != 1 || num(rows[0]["findings"]) != float64(runFindings) || num(rows[0]["kernel_denials"]) != 1 {
 			t.Fatalf("counts: %v (want %d findings)", rows[0], runFindings)
@@ -149,6 +169,22 @@ func TestCannedQueries(t *testing.T) {
 		}
 		if total != float64(findings) || rows[0]["severity"] != "high" {
 			t.Fatalf("%v", rows)
+		}
+		for _, r := range rows {
+			if r["run_id"] != g.RunID && r["run_id"] != "" {
+				t.Fatalf("a finding of run %v, want %s or none (the host's own)", r["run_id"], g.RunID)
+			}
+		}
+		of := runJSON(t, st, "findings", Params{Run: g.RunID, From: time.Now().Add(-24 * time.Hour), To: time.Now()})
+		var ofRun float64
+		for _, r := range of {
+			if r["run_id"] != g.RunID {
+				t.Fatalf("--run leaked %v", r)
+			}
+			ofRun += num(r["findings"])
+		}
+		if ofRun != float64(runFindings) {
+			t.Fatalf("--run: %v findings, want %d", ofRun, runFindings)
 		}
 		only := runJSON(t, st, "findings", Params{Severity: "low", From: time.Now().Add(-24 * time.Hour), To: time.Now()})
 		for _, r := range only {
@@ -169,6 +205,18 @@ func TestCannedQueries(t *testing.T) {
 		}
 		if layers["proxy:PATH_OUTSIDE_SCOPE"] != 1 || layers["kernel:secret"] != 1 {
 			t.Fatalf("%v", rows)
+		}
+		// Without filters (the rollup), the denial outside any run is not
+		// listed as a scope of its own.
+		for _, r := range runJSON(t, st, "denials", Params{}) {
+			if r["scope_id"] == "" {
+				t.Fatalf("a denial outside any run listed as a scope: %v", r)
+			}
+		}
+		for _, r := range runJSON(t, st, "denials", Params{Host: "web-1", From: time.Now().Add(-24 * time.Hour), To: time.Now()}) {
+			if r["scope_id"] == "" {
+				t.Fatalf("--host: a denial outside any run listed as a scope: %v", r)
+			}
 		}
 	})
 	t.Run("timeline", func(t *testing.T) {
@@ -193,14 +241,25 @@ func TestCannedQueries(t *testing.T) {
 	})
 	t.Run("health", func(t *testing.T) {
 		rows := runJSON(t, st, "health", Params{})
-		if len(rows) != 1 || rows[0]["host"] != "web-1" || num(rows[0]["drops_queue"]) != 2 || num(rows[0]["gap_findings"]) < 1 || rows[0]["audit_stream"] != "on" {
+		if len(rows) != 1 || rows[0]["host"] != "web-1" || num(rows[0]["drops_queue"]) != 2 || num(rows[0]["gap_findings"]) < 1 || rows[0]["audit_stream"] != "on" ||
+			num(rows[0]["unattributed_denials"]) != 1 {
 			t.Fatalf("%v", rows)
 		}
 	})
 	t.Run("inventory", func(t *testing.T) {
 		rows := runJSON(t, st, "inventory", Params{})
-		if len(rows) != 1 || rows[0]["server"] != "secure-filesystem-server" || rows[0]["protocol_era"] != "legacy" || num(rows[0]["runs"]) != 1 {
+		if len(rows) != 2 {
 			t.Fatalf("%v", rows)
+		}
+		named, bare := rows[0], rows[1]
+		if named["host"] != "web-1" {
+			named, bare = bare, named
+		}
+		if named["server"] != "secure-filesystem-server" || named["server_version"] != "0.2.0" || named["protocol_era"] != "legacy" || num(named["runs"]) != 1 || num(named["audit_mode_seen"]) != 1 {
+			t.Fatalf("one run, three launch records, one row: %v", named)
+		}
+		if bare["server"] != "node" || num(bare["runs"]) != 1 {
+			t.Fatalf("a run without serverInfo is named by its executable: %v", bare)
 		}
 	})
 	if _, err := Run(context.Background(), st.Conn(), "nope", Params{}); err == nil || !strings.Contains(err.Error(), "runs") {

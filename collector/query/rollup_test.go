@@ -231,10 +231,12 @@ func denialsScenario(t0 time.Time) []schema.Event {
 				e.Decision.Decision, e.Decision.ErrorCode = "deny", []string{"PATH_OUTSIDE_SCOPE", "TOOL_NOT_ALLOWED"}[rng.IntN(2)]
 			}
 		default:
+			scope, hash := g.ScopeID, g.ScopeHash
 			if rng.IntN(3) == 0 {
-				run = "" // a denial the daemon could not tie to a run
+				// A denial the daemon could not tie to a run: no run, no scope.
+				run, scope, hash = "", "", ""
 			}
-			e = g.Origin.NewEvent(schema.KindLandlockDenial, run, g.ScopeID, g.ScopeHash, at)
+			e = g.Origin.NewEvent(schema.KindLandlockDenial, run, scope, hash, at)
 			e.LandlockDenial = &schema.LandlockDenial{Domain: "1a", Blockers: []string{"fs.read_file"},
 				PathHash: g.Hasher.Hash("/etc/shadow"), PathClass: classes[rng.IntN(len(classes))], PID: 1}
 		}
@@ -301,10 +303,21 @@ func TestDenialsRollupMatchesScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want, got uint64
+	var want, got, runless uint64
 	for _, e := range evs {
-		if e.Kind == schema.KindLandlockDenial || e.Decision.Decision == "deny" {
+		switch {
+		case e.RunID == "":
+			runless++
+		case e.Kind == schema.KindLandlockDenial || e.Decision.Decision == "deny":
 			want++
+		}
+	}
+	if runless == 0 {
+		t.Fatal("the scenario has no denial outside a run")
+	}
+	for _, r := range res.Rows {
+		if r[0] == "" {
+			t.Fatalf("a row without a scope: %v (denials outside any run belong to query health)", r)
 		}
 	}
 	for _, r := range res.Rows {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -338,6 +339,34 @@ type RunRef struct{ Host, RunID string }
 // ReadRun returns every event of run, duplicates dropped, oldest first.
 func (s *Store) ReadRun(ctx context.Context, run RunRef, limit int) ([]schema.Event, error) {
 	return s.read(ctx, selectSQL+" WHERE host = ? AND run_id = ? ORDER BY time_ns, event_id LIMIT ?", run.Host, run.RunID, uint64(limit))
+}
+
+// ReadRunArrived is ReadRun plus when each event arrived: the first time
+// it was inserted (inserted_at, server clock, rounded up to the next
+// second), as Unix ns by event id.
+func (s *Store) ReadRunArrived(ctx context.Context, run RunRef, limit int) ([]schema.Event, map[string]int64, error) {
+	rows, err := s.conn.Query(ctx, "SELECT "+strings.Join(columns, ", ")+", inserted_at FROM events WHERE host = ? AND run_id = ? ORDER BY time_ns, event_id LIMIT ?", run.Host, run.RunID, uint64(limit))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read events from ClickHouse: %w", err)
+	}
+	defer rows.Close()
+	var out []schema.Event
+	arrived := map[string]int64{}
+	for rows.Next() {
+		var r row
+		var at time.Time
+		if err := rows.Scan(append(r.pointers(), &at)...); err != nil {
+			return nil, nil, fmt.Errorf("read events from ClickHouse: %w", err)
+		}
+		ns := at.Add(time.Second).UnixNano()
+		if prev, ok := arrived[r.eventID]; ok {
+			arrived[r.eventID] = min(prev, ns)
+			continue // a redelivered duplicate not merged yet
+		}
+		arrived[r.eventID] = ns
+		out = append(out, r.event())
+	}
+	return out, arrived, rows.Err()
 }
 
 // RunsInsertedSince lists runs with an event inserted at or after since

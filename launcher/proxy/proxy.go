@@ -69,6 +69,12 @@ type Config struct {
 	// ServerOrigin names the server in records until its serverInfo is known
 	// (the executable's base name).
 	ServerOrigin string
+	// OnServerInfo, when set, is called once per run as soon as the
+	// upstream's protocol era and serverInfo are known (after the probe and
+	// the handshake), with the name and version the server reported
+	// (either may be empty) and the era ("legacy" or "modern"). The
+	// launcher records them in a launch record (phase identified).
+	OnServerInfo func(name, version, era string)
 	// MaxMessageBytes limits one JSON-RPC frame in either direction
 	// (default 16 MiB); MaxResponseBytes limits one tools/call or
 	// resources/read response (default 8 MiB).

@@ -69,6 +69,13 @@ func (s *session) ensureUpstream(clientEra string, legacyInit map[string]json.Ra
 		s.log.Info("upstream era probed", "era", era)
 		err = s.handshake(true)
 	}
+	if err == nil && s.cfg.OnServerInfo != nil {
+		s.upst.mu.Lock()
+		name, version := serverIdentity(s.upst.info)
+		era := s.upst.era
+		s.upst.mu.Unlock()
+		s.cfg.OnServerInfo(name, version, era)
+	}
 	s.upst.mu.Lock()
 	s.upst.initState = 2
 	s.upst.initErr = err
@@ -315,17 +322,26 @@ func withoutRoots(caps json.RawMessage) map[string]json.RawMessage {
 	return m
 }
 
-func serverName(info map[string]json.RawMessage) string {
+// serverIdentity is the serverInfo name and version of an initialize or
+// discover result, as the server gave them (empty when absent).
+func serverIdentity(info map[string]json.RawMessage) (name, version string) {
 	var si struct {
 		Name    string `json:"name"`
 		Version string `json:"version"`
 	}
 	if strictjson.Unmarshal(serverInfoOf(info), &si, strictjson.AllowUnknownMembers()) != nil || si.Name == "" || si.Name == "unknown" && si.Version == "0" {
+		return "", ""
+	}
+	return si.Name, si.Version
+}
+
+func serverName(info map[string]json.RawMessage) string {
+	name, version := serverIdentity(info)
+	if name == "" {
 		return ""
 	}
-	name := si.Name
-	if si.Version != "" {
-		name += "@" + si.Version
+	if version != "" {
+		name += "@" + version
 	}
 	if len(name) > 128 {
 		name = name[:128]

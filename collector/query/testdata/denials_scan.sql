@@ -4,6 +4,7 @@
 -- What was refused, by scope: the proxy's denials (by error code)
 -- and the kernel's Landlock denial records (by path class), per tool.
 -- Duplicates collapse on event_id (counted as 64-bit CityHash values).
+-- Only denials of runs (a denial outside any run has no scope).
 -- Parameters: from, to (Unix ns), host, scope ('' = all), limit.
 SELECT
     scope_id,
@@ -18,6 +19,7 @@ FROM events
 WHERE kind IN ('decision', 'landlock_denial')
   AND (kind = 'landlock_denial' OR decision = 'deny')
   AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
+  AND run_id != ''
   AND ({host:String} = '' OR host = {host:String})
   AND ({scope:String} = '' OR scope_id = {scope:String})
 GROUP BY scope_id, layer, reason, tool

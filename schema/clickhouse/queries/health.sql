@@ -1,7 +1,10 @@
 -- health: observation health by host: what its observers run on (from the
--- latest health report), what they lost (highest drop counters), and the
+-- latest health report), what they lost (highest drop counters), the
 -- OBSERVATION_GAP findings (degraded Landlock, runs without kernel events,
--- drops). A host with gap findings and no health report has no daemon.
+-- drops), and the Landlock denials the daemon could not tie to any run
+-- (another program's domain, or a domain older than the daemon): these are
+-- in no run's query. A host with gap findings and no health report has no
+-- daemon.
 -- Parameters: from, to (Unix ns), host ('' = all), limit.
 SELECT
     host,
@@ -14,9 +17,10 @@ SELECT
     maxIf(drops_publish_fail, kind = 'health') AS drops_publish,
     argMaxIf(spool_depth, time_ns, kind = 'health') AS spool_depth,
     maxIf(time_ns, kind = 'health') AS last_report_ns,
-    uniqExactIf(cityHash64(event_id), kind = 'finding') AS gap_findings
+    uniqExactIf(cityHash64(event_id), kind = 'finding') AS gap_findings,
+    uniqExactIf(cityHash64(event_id), kind = 'landlock_denial') AS unattributed_denials
 FROM events
-WHERE (kind = 'health' OR (kind = 'finding' AND finding_type = 'OBSERVATION_GAP'))
+WHERE (kind = 'health' OR (kind = 'finding' AND finding_type = 'OBSERVATION_GAP') OR (kind = 'landlock_denial' AND run_id = ''))
   AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
   AND ({host:String} = '' OR host = {host:String})
 GROUP BY host
