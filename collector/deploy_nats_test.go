@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,20 +20,26 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestDeployNATSConfig runs nats-server on deploy/nats/nats-server.conf
-// (TLS, the per-host and collector users; only paths, ports and
-// certificates replaced) and walks the fleet flow: a collector creates the
-// stream and consumes; host web-1 publishes its own events over TLS; web-1
-// cannot publish under web-2's subject; nobody connects without TLS or with
-// a wrong password.
+// (TLS, the host, collector and analyst users; only paths, ports and
+// certificates replaced), checks that its permissions are exactly the
+// pipeline's (transport/stream/perms.go), and walks each role: a collector
+// creates the stream and stores; host web-1 publishes its own events over
+// TLS, reads them back through its cross-check consumer, and can neither
+// publish under web-2's subject nor read web-2's events by any way (a
+// consumer of its own, the collectors' durable, the inboxes); the analyst
+// reads but publishes and acks nothing; nobody connects without TLS or
+// with a wrong password.
 func TestDeployNATSConfig(t *testing.T) {
 	conf, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "nats", "nats-server.conf"))
 	if err != nil {
@@ -57,7 +64,8 @@ func TestDeployNATSConfig(t *testing.T) {
 	if err := os.WriteFile(confPath, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pw := map[string]string{"HOST_WEB_1_PASSWORD": randomPassword(t), "HOST_WEB_2_PASSWORD": randomPassword(t), "COLLECTOR_PASSWORD": randomPassword(t)}
+	pw := map[string]string{"HOST_WEB_1_PASSWORD": randomPassword(t), "HOST_WEB_2_PASSWORD": randomPassword(t),
+		"COLLECTOR_PASSWORD": randomPassword(t), "ANALYST_PASSWORD": randomPassword(t)}
 	for k, v := range pw {
 		t.Setenv(k, v)
 	}
@@ -65,6 +73,7 @@ func TestDeployNATSConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("deploy/nats/nats-server.conf does not load: %v", err)
 	}
+	checkDeployPermissions(t, opts)
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -77,13 +86,18 @@ func TestDeployNATSConfig(t *testing.T) {
 	url := func(user, password string) string {
 		return "nats://" + user + ":" + password + "@127.0.0.1:" + strconv.Itoa(port)
 	}
-	conn := func(user, password string) stream.ConnOptions {
-		return stream.ConnOptions{URL: url(user, password), CAFile: ca, Name: user}
+	// As the commands connect: the role's user, its inbox prefix, the CA.
+	conn := func(user, password string, role stream.Role, host string) stream.ConnOptions {
+		return stream.ConnOptions{URL: "nats://127.0.0.1:" + strconv.Itoa(port), User: user, Password: password,
+			CAFile: ca, Name: user, InboxPrefix: role.Inbox(host)}
 	}
+	collectorOpts := conn("collector", pw["COLLECTOR_PASSWORD"], stream.RoleCollector, "")
+	hostOpts := conn("host-web-1", pw["HOST_WEB_1_PASSWORD"], stream.RoleDaemon, "web-1")
+	analystOpts := conn("analyst", pw["ANALYST_PASSWORD"], stream.RoleReader, "")
 
 	// The collector creates the stream and its consumer, and stores.
 	dsn := chtest.Database(t)
-	c, err := New(Config{NATS: conn("collector", pw["COLLECTOR_PASSWORD"]), ClickHouseDSN: dsn, Migrate: true,
+	c, err := New(Config{NATS: collectorOpts, ClickHouseDSN: dsn, Migrate: true,
 		Stream: &stream.Config{}, BatchEvents: 1000, BatchWait: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -92,10 +106,12 @@ func TestDeployNATSConfig(t *testing.T) {
 	defer stop()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		nc, err := stream.Connect(conn("collector", pw["COLLECTOR_PASSWORD"]))
+		nc, err := stream.Connect(collectorOpts)
 		if err == nil {
-			js, _ := nc.JetStream()
-			_, err = js.StreamInfo(stream.Name)
+			js, _ := jetstream.New(nc)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err = js.Stream(ctx, stream.Name)
+			cancel()
 			nc.Close()
 		}
 		if err == nil {
@@ -108,11 +124,7 @@ func TestDeployNATSConfig(t *testing.T) {
 	}
 
 	// Host web-1 publishes its own events through the publisher, over TLS.
-	hostNC, err := stream.Connect(conn("host-web-1", pw["HOST_WEB_1_PASSWORD"]))
-	if err != nil {
-		t.Fatalf("host-web-1 cannot connect: %v", err)
-	}
-	defer hostNC.Close()
+	hostNC, hv := natstest.Connect(t, hostOpts)
 	pub, err := publish.New(context.Background(), publish.Config{Conn: hostNC, SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("host-web-1 cannot start a publisher: %v", err)
@@ -123,18 +135,103 @@ func TestDeployNATSConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDistinct(t, openStore(t, dsn), uint64(len(evs)), 30*time.Second)
+	// web-2 publishes too, so there is something of web-2's to try to read.
+	web2NC, _ := natstest.Connect(t, conn("host-web-2", pw["HOST_WEB_2_PASSWORD"], stream.RoleDaemon, "web-2"))
+	web2, _ := jetstream.New(web2NC)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	web2Body, err := schema.EncodeBatch(eventgen.New("web-2").Mixed(5)[1:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := web2.Publish(ctx, stream.Subject("web-2", schema.KindFileOp), web2Body); err != nil {
+		t.Fatalf("host-web-2 cannot publish its own events: %v", err)
+	}
 
-	// ...but not under web-2's subject.
-	js, err := hostNC.JetStream(nats.MaxWait(2 * time.Second))
+	// web-1 reads its own events back through its cross-check consumer.
+	hjs, _ := jetstream.New(hostNC)
+	xc := stream.CrossCheckConsumer("web-1")
+	cons, err := hjs.CreateOrUpdateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{Name: xc,
+		FilterSubject: stream.SubjectPrefix + ".web-1.>", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("host-web-1 cannot create its cross-check consumer: %v", err)
 	}
-	body, err := schema.EncodeBatch(eventgen.New("web-2").Mixed(5)[1:2])
+	msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("host-web-1 cannot read its own events: %v", err)
 	}
-	if _, err := js.Publish(stream.Subject("web-2", schema.KindFileOp), body); err == nil {
-		t.Error("host-web-1 published under web-2's subject")
+	if !strings.HasPrefix(msg.Subject(), stream.SubjectPrefix+".web-1.") {
+		t.Fatalf("host-web-1 read %s", msg.Subject())
+	}
+	if err := msg.DoubleAck(ctx); err != nil {
+		t.Fatalf("host-web-1 cannot ack on its consumer: %v", err)
+	}
+
+	anc, av := natstest.Connect(t, analystOpts)
+	ajs, _ := jetstream.New(anc)
+	oc, err := ajs.OrderedConsumer(ctx, stream.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{stream.AllSubjects}})
+	if err != nil {
+		t.Fatalf("the analyst cannot read: %v", err)
+	}
+	if _, err := oc.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+		t.Fatalf("the analyst cannot read: %v", err)
+	}
+
+	refused := []struct {
+		name string
+		v    *natstest.Violations
+		subj string
+		do   func(ctx context.Context) error
+	}{
+		{"web-1 publishes as web-2", hv, stream.Subject("web-2", schema.KindFileOp), func(ctx context.Context) error {
+			_, err := hjs.Publish(ctx, stream.Subject("web-2", schema.KindFileOp), web2Body)
+			return err
+		}},
+		{"web-1 reads web-2 through a consumer", hv, "$JS.API.CONSUMER.CREATE." + stream.Name + ".web-1-spy", func(ctx context.Context) error {
+			_, err := hjs.CreateOrUpdateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{Name: "web-1-spy", FilterSubject: stream.SubjectPrefix + ".web-2.>"})
+			return err
+		}},
+		{"web-1 widens its own consumer", hv, "$JS.API.CONSUMER.CREATE." + stream.Name + "." + xc + "." + stream.AllSubjects, func(ctx context.Context) error {
+			_, err := hjs.CreateOrUpdateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{Name: xc, FilterSubject: stream.AllSubjects})
+			return err
+		}},
+		{"web-1 pulls from the collectors' durable", hv, "$JS.API.CONSUMER.MSG.NEXT." + stream.Name + "." + stream.CollectorDurable, func(ctx context.Context) error {
+			return hostNC.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+stream.Name+"."+stream.CollectorDurable, stream.HostInbox("web-1")+".x", []byte(`{"batch":1}`))
+		}},
+		{"web-1 snoops on every inbox", hv, `Subscription to "_INBOX.>"`, func(ctx context.Context) error {
+			if _, err := hostNC.SubscribeSync("_INBOX.>"); err != nil {
+				return err
+			}
+			return hostNC.Flush()
+		}},
+		{"web-1 snoops on web-2's inbox", hv, `Subscription to "` + stream.HostInbox("web-2") + `.>"`, func(ctx context.Context) error {
+			if _, err := hostNC.SubscribeSync(stream.HostInbox("web-2") + ".>"); err != nil {
+				return err
+			}
+			return hostNC.Flush()
+		}},
+		{"web-1 deletes the stream", hv, "$JS.API.STREAM.DELETE." + stream.Name, func(ctx context.Context) error {
+			return hjs.DeleteStream(ctx, stream.Name)
+		}},
+		{"the analyst publishes a finding", av, stream.Subject("web-1", schema.KindFinding), func(ctx context.Context) error {
+			return anc.Publish(stream.Subject("web-1", schema.KindFinding), web2Body)
+		}},
+		{"the analyst retargets the collectors' durable", av, "$JS.API.CONSUMER.CREATE." + stream.Name + "." + stream.CollectorDurable, func(ctx context.Context) error {
+			_, err := ajs.CreateOrUpdateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{Durable: stream.CollectorDurable, FilterSubject: stream.SubjectPrefix + ".nobody.>", AckPolicy: jetstream.AckExplicitPolicy})
+			return err
+		}},
+		{"the analyst acks for the collectors", av, "$JS.ACK." + stream.Name + "." + stream.CollectorDurable, func(ctx context.Context) error {
+			return anc.Publish("$JS.ACK."+stream.Name+"."+stream.CollectorDurable+".1.1.1.1.0", []byte("+ACK"))
+		}},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.v.Drain()
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_ = tc.do(c) // a refused request times out; the violation is what counts
+			tc.v.Wait(t, tc.subj)
+		})
 	}
 
 	// No plain-text connections, no wrong passwords.
@@ -142,9 +239,50 @@ func TestDeployNATSConfig(t *testing.T) {
 		nc.Close()
 		t.Error("a client connected without TLS")
 	}
-	if nc, err := stream.Connect(conn("host-web-1", "wrong"), nats.MaxReconnects(0), nats.RetryOnFailedConnect(false)); err == nil {
+	wrong := hostOpts
+	wrong.Password = "wrong"
+	if nc, err := stream.Connect(wrong, nats.MaxReconnects(0), nats.RetryOnFailedConnect(false)); err == nil {
 		nc.Close()
 		t.Error("a wrong password connected")
+	}
+}
+
+// checkDeployPermissions fails t unless every user of the deploy
+// configuration holds exactly its role's permissions.
+func checkDeployPermissions(t *testing.T, opts *server.Options) {
+	t.Helper()
+	want := map[string]stream.Permissions{
+		"host-web-1": stream.HostPermissions("web-1", false),
+		"host-web-2": stream.HostPermissions("web-2", false),
+		"collector":  stream.CollectorPermissions(),
+		"analyst":    stream.ReaderPermissions(),
+	}
+	if len(opts.Users) != len(want) {
+		t.Fatalf("deploy/nats has %d users, want %d", len(opts.Users), len(want))
+	}
+	same := func(a, b []string) bool {
+		a, b = slices.Clone(a), slices.Clone(b)
+		slices.Sort(a)
+		slices.Sort(b)
+		return slices.Equal(a, b)
+	}
+	for _, u := range opts.Users {
+		w, ok := want[u.Username]
+		if !ok {
+			t.Fatalf("deploy/nats has user %q, which is no role", u.Username)
+		}
+		p := u.Permissions
+		var pubAllow, pubDeny, subAllow []string
+		if p != nil && p.Publish != nil {
+			pubAllow, pubDeny = p.Publish.Allow, p.Publish.Deny
+		}
+		if p != nil && p.Subscribe != nil {
+			subAllow = p.Subscribe.Allow
+		}
+		if !same(pubAllow, w.PublishAllow) || !same(pubDeny, w.PublishDeny) || !same(subAllow, w.SubscribeAllow) {
+			t.Errorf("deploy/nats user %s:\n publish allow %q\n  want %q\n publish deny %q\n  want %q\n subscribe %q\n  want %q",
+				u.Username, pubAllow, w.PublishAllow, pubDeny, w.PublishDeny, subAllow, w.SubscribeAllow)
+		}
 	}
 }
 

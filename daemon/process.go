@@ -19,8 +19,12 @@ type pendingDenial struct {
 	since time.Time
 }
 
-// maxPending bounds the denials waiting for their domain record.
-const maxPending = 4096
+// maxPending bounds the denials waiting for their domain record, and
+// maxForeign the other programs' domains remembered.
+const (
+	maxPending = 4096
+	maxForeign = 4096
+)
 
 // processor owns the batch and the pending denials; only the process
 // goroutine touches it.
@@ -29,6 +33,9 @@ type processor struct {
 	batch   []schema.Event
 	pending map[string][]pendingDenial
 	npend   int
+	// foreign holds the Landlock domains other programs created (their
+	// domain record named a process no run owns); bounded.
+	foreign map[string]bool
 	last    schema.Health
 
 	// Paths repeat (a runtime reads the same modules over and over): the
@@ -46,7 +53,7 @@ type locKey struct {
 const maxCached = 1 << 16
 
 func newProcessor(d *Daemon) *processor {
-	return &processor{d: d, pending: map[string][]pendingDenial{},
+	return &processor{d: d, pending: map[string][]pendingDenial{}, foreign: map[string]bool{},
 		hashes: make(map[string]schema.PathHash), locs: make(map[locKey]classify.Location)}
 }
 
@@ -216,7 +223,10 @@ func (p *processor) fileOp(run *runs.Run, r *kevent.Record, t time.Time, path st
 	}
 	var h schema.PathHash
 	if path != "" {
-		h = p.hash(path)
+		// Hashed as the Landlock record names it (/proc/self by pid), so
+		// the two views of one denial pair up; classified as asked (a
+		// process's own /proc/self is the runtime's).
+		h = p.hash(classify.CanonicalProc(path, r.TGID, r.PID))
 	}
 	e := p.event(run, schema.KindFileOp, t)
 	e.FileOp = &schema.FileOp{
@@ -244,7 +254,13 @@ func (p *processor) landlock(rec any, now time.Time) {
 		delete(p.pending, v.Domain)
 		p.npend -= len(waiting)
 		if run == nil {
-			return // a Landlock domain of some other program on this host
+			// A Landlock domain of some other program on this host: its
+			// denials are none of our runs' business, now or later.
+			if len(p.foreign) >= maxForeign {
+				clear(p.foreign)
+			}
+			p.foreign[v.Domain] = true
+			return
 		}
 		for _, w := range waiting {
 			p.denial(run, w.rec)
@@ -252,6 +268,9 @@ func (p *processor) landlock(rec any, now time.Time) {
 	case audit.LandlockAccess:
 		if run := p.d.table.ByDomain(v.Domain); run != nil {
 			p.denial(run, v)
+			return
+		}
+		if p.foreign[v.Domain] {
 			return
 		}
 		if p.npend >= maxPending {

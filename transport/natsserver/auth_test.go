@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
@@ -50,50 +51,9 @@ func startWithAuth(t *testing.T) (*Server, *Credentials) {
 	return s, creds
 }
 
-// violations collects the permission violations the server reports to a
-// connection.
-type violations struct{ ch chan error }
-
-func (v *violations) drain() {
-	for {
-		select {
-		case <-v.ch:
-		default:
-			return
-		}
-	}
-}
-
-func (v *violations) wait(t *testing.T, subject string) {
+func connectRole(t *testing.T, s *Server, r stream.Role) (*nats.Conn, *natstest.Violations) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case err := <-v.ch:
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no permissions violation reported for %s", subject)
-		}
-	}
-}
-
-func connectRole(t *testing.T, s *Server, r stream.Role) (*nats.Conn, *violations) {
-	t.Helper()
-	v := &violations{ch: make(chan error, 64)}
-	nc, err := stream.Connect(s.Client(r, "test-"+string(r)), nats.RetryOnFailedConnect(false), nats.MaxReconnects(0),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			select {
-			case v.ch <- err:
-			default:
-			}
-		}))
-	if err != nil {
-		t.Fatalf("role %s: %v", r, err)
-	}
-	t.Cleanup(nc.Close)
-	return nc, v
+	return natstest.Connect(t, s.Client(r, "test-"+string(r)))
 }
 
 func escapeBatch(t *testing.T, host string) []byte {
@@ -183,7 +143,7 @@ func TestRolesHoldOnlyTheirRights(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		nc   *nats.Conn
-		v    *violations
+		v    *natstest.Violations
 		subj string
 	}{
 		{"daemon as another host", dnc, dv, stream.Subject("web-2", schema.KindFinding)},
@@ -193,7 +153,7 @@ func TestRolesHoldOnlyTheirRights(t *testing.T) {
 		if err := tc.nc.Publish(tc.subj, escapeBatch(t, testHost)); err != nil {
 			t.Fatal(err)
 		}
-		tc.v.wait(t, tc.subj)
+		tc.v.Wait(t, tc.subj)
 	}
 	if after := streamMsgs(t, cjs); after != before {
 		t.Fatalf("forged publishes reached the stream: %d messages, was %d", after, before)
@@ -236,7 +196,7 @@ func TestRolesHoldOnlyTheirRights(t *testing.T) {
 	}
 	refused := []struct {
 		name string
-		v    *violations
+		v    *natstest.Violations
 		subj string
 		do   func(ctx context.Context) error
 	}{
@@ -291,11 +251,11 @@ func TestRolesHoldOnlyTheirRights(t *testing.T) {
 	}
 	for _, tc := range refused {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.v.drain()
+			tc.v.Drain()
 			c, cancel := short()
 			defer cancel()
 			_ = tc.do(c) // a refused request times out; the violation is what counts
-			tc.v.wait(t, tc.subj)
+			tc.v.Wait(t, tc.subj)
 		})
 	}
 	// The durable still delivers everything to the collector, unchanged.

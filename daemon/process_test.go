@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/daemon/audit"
+	"github.com/mcpwarden/mcpwarden/daemon/classify"
+	"github.com/mcpwarden/mcpwarden/daemon/kevent"
+	"github.com/mcpwarden/mcpwarden/daemon/runs"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// testProcessor is a processor of a daemon with one run (root pid 10,
+// child 11) whose runtime profile holds its own /proc entries.
+func testProcessor(t *testing.T) (*processor, *schema.PathHasher, uint32) {
+	t.Helper()
+	hasher, _ := schema.NewPathHasher(make([]byte, schema.PathKeySize))
+	d, err := New(Config{Socket: "unused", Sink: &discardSink{}, Hasher: hasher, Origin: schema.Origin{Host: "h", BootID: "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, err := d.table.Add(&runs.Run{ID: "r1", ScopeID: "s", RootPID: 10, Policy: classify.Policy{
+		Workspace: []string{"/srv/app"}, ReadOnly: true,
+		Runtime: []classify.RuntimePath{{Path: "/proc/self"}, {Path: "/proc/10"}, {Path: "/proc/thread-self"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.table.Forked(slot, 11)
+	return newProcessor(d), hasher, slot
+}
+
+// TestProcSelfIsHashedByPid: a refused open of /proc/self/statm is hashed
+// as the Landlock record names it (/proc/PID/statm), so the two halves of
+// the denial pair up; two processes' own entries stay two paths.
+func TestProcSelfIsHashedByPid(t *testing.T) {
+	p, hasher, slot := testProcessor(t)
+	for _, tc := range []struct {
+		tgid, tid uint32
+		path      string
+		want      string
+		class     schema.PathClass
+	}{
+		{10, 10, "/proc/self/statm", "/proc/10/statm", schema.PathRuntime},
+		{11, 11, "/proc/self/statm", "/proc/11/statm", schema.PathRuntime}, // the run's own child: its own entry
+		{10, 12, "/proc/thread-self/stat", "/proc/10/task/12/stat", schema.PathRuntime},
+		{11, 11, "/proc/10/statm", "/proc/10/statm", schema.PathRuntime},
+		{11, 11, "/proc/1/environ", "/proc/1/environ", schema.PathOutside},
+	} {
+		p.batch = nil
+		p.record(&kevent.Record{KtimeNS: 1, TGID: tc.tgid, PID: tc.tid, Slot: slot, Op: kevent.OpOpenat, Ret: -13, Comm: "node", Path1: tc.path, Path1OK: true})
+		if len(p.batch) != 1 {
+			t.Fatalf("%s: %d events", tc.path, len(p.batch))
+		}
+		f := p.batch[0].FileOp
+		if f.PathHash != hasher.Hash(tc.want) || f.PathClass != tc.class {
+			t.Errorf("%s of pid %d: hash of %q? %v, class %s, want %s", tc.path, tc.tgid, tc.want, f.PathHash == hasher.Hash(tc.want), f.PathClass, tc.class)
+		}
+	}
+}
+
+// TestOtherProgramsDomainsStayOut: denials in a Landlock domain another
+// program created are dropped, the first ones (logged before the domain
+// record) and every later one; a run's domain maps to the run; a domain
+// the daemon never saw created is sent without a run.
+func TestOtherProgramsDomainsStayOut(t *testing.T) {
+	p, _, _ := testProcessor(t)
+	now := time.Now()
+	access := func(domain string) audit.LandlockAccess {
+		return audit.LandlockAccess{TimeMS: now.UnixMilli(), Domain: domain, Blockers: []string{"fs.read_file"}, Path: "/etc/shadow"}
+	}
+	p.landlock(access("f00"), now) // logged before its domain record
+	p.landlock(audit.LandlockDomain{Domain: "f00", Status: "allocated", PID: 999}, now)
+	p.landlock(access("f00"), now.Add(time.Second))
+	p.landlock(access("a11"), now)
+	p.landlock(audit.LandlockDomain{Domain: "a11", Status: "allocated", PID: 11}, now)
+	p.landlock(access("a11"), now)
+	p.landlock(access("0dd"), now) // its domain predates the daemon
+	p.expirePending(now.Add(time.Minute))
+	var ours, runless int
+	for _, e := range p.batch {
+		switch {
+		case e.LandlockDenial == nil:
+			t.Fatalf("unexpected %s", e.Kind)
+		case e.LandlockDenial.Domain == "f00":
+			t.Fatalf("another program's denial was sent: %+v", e)
+		case e.LandlockDenial.Domain == "a11" && e.RunID == "r1":
+			ours++
+		case e.LandlockDenial.Domain == "0dd" && e.RunID == "":
+			runless++
+		default:
+			t.Fatalf("unexpected %+v", e)
+		}
+	}
+	if ours != 2 || runless != 1 {
+		t.Fatalf("%d denials of the run, %d without a run; want 2 and 1", ours, runless)
+	}
+}
