@@ -120,6 +120,7 @@ type Launcher struct {
 	requireProcs, requireMemory bool
 	lifeLayer                   *schema.Layer  // the cgroup layer, once the run's cgroup exists
 	identity                    serverIdentity // set by Identified
+	cgroupFiles                 []string       // the limit files of the run's own cgroup, granted read-only
 }
 
 // DroppedEnv names the launcher's environment variables the server does

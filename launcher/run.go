@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
 	"github.com/mcpwarden/mcpwarden/launcher/serverlog"
@@ -110,6 +111,17 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	}
 	lf := lr.lf
 	srv.life = lf
+	if lf.grp != nil {
+		// The run has its own cgroup: its runtime reads that cgroup's limits
+		// (Go's GOMAXPROCS, libuv's constrained memory), not the launcher's.
+		h := lf.grp.Handle()
+		dirs := []string{h.V2}
+		for _, d := range h.V1 {
+			dirs = append(dirs, d)
+		}
+		l.cgroupFiles = runtimeprofile.LimitFilesIn(dirs)
+		rs.AddRuntimeFiles(l.cgroupFiles, "the CPU and memory limits of the run's own cgroup")
+	}
 	ly := lf.layer()
 	l.lifeLayer = &ly
 	defer func() {
@@ -368,6 +380,7 @@ func (s *server) Restart(ctx context.Context, paths []schema.CanonicalPath) erro
 	if err != nil {
 		return err
 	}
+	rs.AddRuntimeFiles(s.l.cgroupFiles, "the CPU and memory limits of the run's own cgroup")
 	narrowed, err := rs.Narrow(paths)
 	if err != nil {
 		return err

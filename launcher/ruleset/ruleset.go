@@ -178,6 +178,28 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 	return rs, nil
 }
 
+// AddRuntimeFiles grants the regular files paths read-only, as runtime
+// rules: files the launcher learns about after the profile was resolved
+// (the limit files of the run's own cgroup). Paths that are not regular
+// files are skipped.
+func (rs *Ruleset) AddRuntimeFiles(paths []string, reason string) {
+	for _, p := range paths {
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() || !filepath.IsAbs(p) {
+			continue
+		}
+		dup := false
+		for _, r := range rs.Rules {
+			if r.Path == p {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			rs.Rules = append(rs.Rules, Rule{Path: p, Kind: schema.KindFile, Access: runtimeRead, Origin: OriginRuntime, Reason: reason})
+		}
+	}
+}
+
 // covered reports whether path lies under one of the operator's paths.
 func covered(operator []string, path string) bool {
 	for _, p := range operator {

@@ -284,3 +284,16 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+func TestAddRuntimeFiles(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "cpu.max")
+	if err := os.WriteFile(f, []byte("max 100000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rs := &Ruleset{}
+	rs.AddRuntimeFiles([]string{f, f, dir, filepath.Join(dir, "missing"), "relative"}, "cgroup")
+	if len(rs.Rules) != 1 || rs.Rules[0].Path != f || rs.Rules[0].Access != runtimeRead || rs.Rules[0].Origin != OriginRuntime {
+		t.Fatalf("rules %+v", rs.Rules)
+	}
+}

@@ -218,6 +218,27 @@ var cgroupLimitNames = map[string][]string{
 	"":       {"cpu.max", "memory.max", "memory.high"}, // cgroup v2
 }
 
+// LimitFilesIn returns the limit files runtimes read (see cgroupLimitNames)
+// that exist in the cgroup directories dirs: those of a cgroup the launcher
+// made for the run after the profile was resolved.
+func LimitFilesIn(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		if d == "" || !filepath.IsAbs(d) {
+			continue
+		}
+		for _, names := range [][]string{cgroupLimitNames[""], cgroupLimitNames["cpu"], cgroupLimitNames["memory"]} {
+			for _, n := range names {
+				f := filepath.Join(d, n)
+				if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+					out = append(out, f)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // CgroupLimitFiles returns the limit files of the cgroups in procCgroup
 // (the contents of /proc/PID/cgroup) and of their ancestors up to each
 // hierarchy's mount point, found through mountinfo (the contents of

@@ -1,0 +1,228 @@
+package collector_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/internal/mcptest"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/transport/natsserver"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
+)
+
+// TestCleanRunsAreClean is issue 11's first promise, end to end: the
+// official filesystem server (node), go-sdk's everything-server (Go) and
+// the naive Go test server, each wrapped by `mcpwarden run` with the
+// default runtime profile and watched by the real daemon (eBPF probes,
+// Landlock audit records, its cross-check) and the collector, doing only
+// what their scope allows, come out CLEAN in `mcpwarden query runs`, in
+// enforce mode and in audit mode (no fence: then any read the runtime
+// profile does not cover would be an ESCAPE). Their runtimes' start-up
+// reads (/proc/self/*, /sys/kernel/mm/transparent_hugepage, cgroup
+// limits, /proc/meminfo) are classified as runtime, not denied.
+func TestCleanRunsAreClean(t *testing.T) {
+	testenv.RequireRoot(t)
+	fsServer := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	testenv.RequireFile(t, fsServer, "run scripts/test-env.sh install-npm")
+	node := testenv.RequireCommand(t, "node")
+	gopath, err := exec.Command("go", "env", "GOPATH").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	everything := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "everything-server")
+	testenv.RequireFile(t, everything, "run scripts/test-env.sh install")
+	dsn := chtest.Database(t)
+	bin := testenv.Mcpwarden(t)
+	dir := t.TempDir()
+	naive := filepath.Join(dir, "naiveserver")
+	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
+
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := stream.Ensure(context.Background(), js, stream.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.EvalSymlinks(dir)
+	state := filepath.Join(root, "state")
+	socket := filepath.Join(root, "run", "daemon.sock")
+	base := filepath.Join(root, "base")
+	ws := filepath.Join(base, "ws")
+	inside := filepath.Join(ws, "a.txt")
+	scope := filepath.Join(root, "scope.json")
+	testenv.WriteFiles(t, map[string]string{
+		inside: "INSIDE-CLEAN",
+		scope:  `{"scope_id":"clean-runs","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file","list_allowed_directories","test_simple_text"],"tool_classes":{"test_simple_text":"read"},"approval":"none","expires_after_minutes":30}`,
+	})
+	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
+	background(t, "collecting", bin, "collect", "--nats", ns.ClientURL(), "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
+
+	runArgs := func(mode string, proxy bool) []string {
+		return []string{"run", "--proxy=" + map[bool]string{true: "true", false: "false"}[proxy], "--mode", mode, "--daemon-socket", socket, "--nats", ns.ClientURL(), "--scope", scope, "--base", base, "--state-dir", state, "--"}
+	}
+	// mcpSession drives an MCP server through mcpwarden run.
+	mcpSession := func(t *testing.T, mode string, server []string, tool string, args map[string]any, want string) {
+		cmd := exec.Command(bin, append(runArgs(mode, true), server...)...)
+		cmd.Dir = base
+		stderr := &testenv.LockedBuffer{}
+		cmd.Stderr = stderr
+		c, err := mcptest.Start(cmd, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Initialize(); err != nil {
+			t.Fatalf("initialize: %v\n%s", err, stderr.String())
+		}
+		if _, err := c.ListTools(); err != nil {
+			t.Fatalf("tools/list: %v\n%s", err, stderr.String())
+		}
+		text, err := c.CallTool(tool, args)
+		if err != nil || !strings.Contains(text, want) {
+			t.Fatalf("%s: %q %v\n%s", tool, text, err, stderr.String())
+		}
+		if err := c.Close(20 * time.Second); err != nil {
+			t.Fatalf("run --mode %s: %v\n%s", mode, err, stderr.String())
+		}
+	}
+	// naiveSession: the naive server speaks its own protocol, so the relay
+	// runs instead of the proxy; it touches nothing but its runtime.
+	naiveSession := func(t *testing.T, mode string) {
+		cmd := exec.Command(bin, append(runArgs(mode, false), naive)...)
+		cmd.Dir = base
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		var rlog bytes.Buffer
+		cmd.Stderr = &rlog
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stdout)
+		for _, req := range []string{`{"op":"ping"}`, `{"op":"pid"}`} {
+			if _, err := io.WriteString(stdin, req+"\n"); err != nil || !lines.Scan() || !strings.Contains(lines.Text(), `"ok":true`) {
+				t.Fatalf("naive %s: %v %q (%s)", req, err, lines.Text(), rlog.String())
+			}
+		}
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("run --mode %s: %v\n%s", mode, err, rlog.String())
+		}
+	}
+	start := time.Now().Add(-time.Minute)
+	for _, mode := range []string{"enforce", "audit"} {
+		t.Run("filesystem/"+mode, func(t *testing.T) {
+			mcpSession(t, mode, []string{node, fsServer, ws}, "read_text_file", map[string]any{"path": inside}, "INSIDE-CLEAN")
+		})
+		t.Run("everything-server/"+mode, func(t *testing.T) {
+			mcpSession(t, mode, []string{everything}, "test_simple_text", map[string]any{}, "simple text")
+		})
+		t.Run("naive/"+mode, func(t *testing.T) { naiveSession(t, mode) })
+	}
+
+	type runRow struct {
+		RunID         string `json:"run_id"`
+		Mode          string `json:"mode"`
+		Verdict       string `json:"verdict"`
+		Findings      uint64 `json:"findings"`
+		KernelDenials uint64 `json:"kernel_denials"`
+	}
+	// The verdicts settle once the late-event window has passed.
+	var rows []runRow
+	settle := time.Now()
+	deadline := settle.Add(90 * time.Second)
+	for {
+		out, err := exec.Command(bin, "query", "runs", "--clickhouse", dsn, "--scope", "clean-runs", "--from", start.UTC().Format(time.RFC3339), "--json").Output()
+		rows = nil
+		if err == nil {
+			rows = parseRows[runRow](t, out)
+		}
+		if len(rows) == 6 && time.Since(settle) > 15*time.Second || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if len(rows) != 6 {
+		t.Fatalf("query runs has %d runs of the scope, want 6: %+v", len(rows), rows)
+	}
+	type event struct {
+		Kind      string `json:"kind"`
+		What      string `json:"what"`
+		PathClass string `json:"path_class"`
+	}
+	for _, r := range rows {
+		if r.Verdict != "CLEAN" || r.KernelDenials != 0 {
+			t.Errorf("run %s (%s): verdict %s, %d findings, %d kernel denials", r.RunID, r.Mode, r.Verdict, r.Findings, r.KernelDenials)
+		}
+		// CLEAN because the runtime's reads were seen and counted as
+		// runtime, not because nothing was seen.
+		out, err := exec.Command(bin, "query", "timeline", "--clickhouse", dsn, "--run", r.RunID, "--from", start.UTC().Format(time.RFC3339), "--json").Output()
+		if err != nil {
+			t.Fatalf("query timeline: %v", err)
+		}
+		runtimeOps := 0
+		for _, e := range parseRows[event](t, out) {
+			if e.Kind == "file_op" && e.PathClass == "runtime" {
+				runtimeOps++
+			}
+			if e.Kind == "file_op" && (e.What == "escape" || e.What == "blocked_by_kernel") {
+				t.Errorf("run %s (%s): %s %s", r.RunID, r.Mode, e.What, e.PathClass)
+			}
+		}
+		if runtimeOps == 0 {
+			t.Errorf("run %s (%s): no file operation of its runtime was observed", r.RunID, r.Mode)
+		}
+	}
+	if t.Failed() {
+		for _, q := range []string{"findings", "denials"} {
+			out, _ := exec.Command(bin, "query", q, "--clickhouse", dsn, "--scope", "clean-runs", "--from", start.UTC().Format(time.RFC3339)).CombinedOutput()
+			t.Logf("query %s:\n%s", q, out)
+		}
+		for _, r := range rows {
+			if r.Verdict != "CLEAN" {
+				out, _ := exec.Command(bin, "query", "timeline", "--clickhouse", dsn, "--run", r.RunID, "--from", start.UTC().Format(time.RFC3339)).CombinedOutput()
+				t.Logf("timeline of %s:\n%s", r.RunID, out)
+			}
+		}
+	}
+}
+
+// parseRows decodes `query --json` output: a JSON array of objects, or one
+// object per line.
+func parseRows[T any](t *testing.T, out []byte) []T {
+	t.Helper()
+	var rows []T
+	if json.Unmarshal(out, &rows) == nil {
+		return rows
+	}
+	rows = nil
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var r T
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("query --json printed %q: %v", line, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
