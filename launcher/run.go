@@ -344,7 +344,6 @@ type proc struct {
 	stdin      *os.File
 	stdout     *os.File
 	done       chan struct{} // closed once cmd.Wait returned
-	state      *os.ProcessState
 	stderrTail *tailBuffer   // the last lines of the server's stderr, to explain a failed start
 	stderrDone chan struct{} // closed when the server's stderr is drained
 }
