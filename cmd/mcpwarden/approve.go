@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/approval"
@@ -25,8 +23,7 @@ running the launcher can reach the socket.
 `
 
 func cmdApprove(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, approveUsage); fs.PrintDefaults() }
+	fs := newFlags("approve", approveUsage)
 	stateDir := fs.String("state-dir", "", "the run's state directory (default as for 'mcpwarden run')")
 	deny := fs.Bool("deny", false, "refuse the call instead of approving it")
 	list := fs.Bool("list", false, "list the run's pending calls")
@@ -36,7 +33,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
-			return flagExit(err)
+			return fs.exit(err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -56,8 +53,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 		return fail(exitUsage, errors.New("approve: use only one of --deny, --list, --revoke"))
 	case *list || *revoke:
 		if len(pos) != 1 {
-			fmt.Fprint(os.Stderr, approveUsage)
-			return exitUsage
+			return fs.usageError("--list and --revoke take one RUN_ID")
 		}
 		req.Action = approval.ActionList
 		if *revoke {
@@ -65,8 +61,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 		}
 	default:
 		if len(pos) != 2 {
-			fmt.Fprint(os.Stderr, approveUsage)
-			return exitUsage
+			return fs.usageError("give RUN_ID and OP_ID")
 		}
 		req.Action, req.OpID = approval.ActionApprove, pos[1]
 		if *deny {

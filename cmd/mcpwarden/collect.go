@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,13 +14,15 @@ import (
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
+const collectUsage = `usage: mcpwarden collect [--nats URL] [--clickhouse DSN] [--migrate] [flags]
+
+Moves events from NATS JetStream into ClickHouse and runs the cross-check.
+Any number of collectors may share the stream; see docs/pipeline.md.
+`
+
 func cmdCollect(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("collect", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mcpwarden collect --nats URL --clickhouse DSN [--migrate] [flags]\n\nMoves events from NATS JetStream into ClickHouse and runs the cross-check. Any number of\ncollectors may share the stream; see docs/pipeline.md.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	nf := addNATSFlags(fs, defaultNATS, "NATS `URL` (comma-separated for a cluster; default the daemon's embedded server on this host)")
+	fs := newFlags("collect", collectUsage)
+	nf := addNATSFlags(fs.FlagSet, defaultNATS, "NATS `URL` (comma-separated for a cluster; default the daemon's embedded server on this host)")
 	stateDir := fs.String("state-dir", daemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's credentials are (used when no NATS credential flag is given)")
 	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol: clickhouse://USER:PASSWORD@HOST:9000/DATABASE")
 	migrate := fs.Bool("migrate", false, "create the database and apply schema migrations (idempotent) before collecting")
@@ -37,10 +38,10 @@ func cmdCollect(ctx context.Context, args []string) int {
 	window := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the cross-check")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return fs.exit(err)
 	}
 	if fs.NArg() > 0 {
-		return fail(exitUsage, fmt.Errorf("collect takes no arguments, got %q", fs.Args()))
+		return fs.usageError("takes no arguments, got %q", fs.Args())
 	}
 	level := slog.LevelInfo
 	if *verbose {

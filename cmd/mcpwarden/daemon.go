@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -40,10 +39,9 @@ Must run as root.
 `
 
 func cmdDaemon(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, daemonUsage); fs.PrintDefaults() }
+	fs := newFlags("daemon", daemonUsage)
 	socket := fs.String("socket", client.DefaultSocket, "registration socket `PATH` (created 0600 in a 0700 directory)")
-	nf := addNATSFlags(fs, "", "external NATS `URL` (comma-separated for a cluster; default: run the embedded NATS server)")
+	nf := addNATSFlags(fs.FlagSet, "", "external NATS `URL` (comma-separated for a cluster; default: run the embedded NATS server)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "`HOST:PORT` the embedded NATS server listens on (a loopback address: it speaks no TLS)")
 	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
 	pathKey := fs.String("path-key", "", "key `FILE` for path hashes (default STATE_DIR/path.key, created if missing; share it with 'run' so hashes match)")
@@ -52,11 +50,10 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check in the daemon (a collector runs it)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return fs.exit(err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "mcpwarden daemon: unexpected argument %q\n\n%s", fs.Arg(0), daemonUsage)
-		return exitUsage
+		return fs.usageError("unexpected argument %q", fs.Arg(0))
 	}
 	if os.Geteuid() != 0 {
 		return fail(exitInternal, errors.New("daemon: must run as root (it loads eBPF programs and reads the audit netlink): run it with sudo or as a systemd service"))

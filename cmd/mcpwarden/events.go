@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -30,21 +29,19 @@ daemon's host (it uses STATE_DIR/nats-auth/reader.nk), or give credentials.
 `
 
 func cmdEvents(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("events", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, eventsUsage); fs.PrintDefaults() }
+	fs := newFlags("events", eventsUsage)
 	follow := fs.Bool("follow", false, "print new events live until interrupted")
 	asJSON := fs.Bool("json", false, "print each event as one JSON line")
 	run := fs.String("run", "", "only events of run `RUN_ID`")
 	kind := fs.String("kind", "", "only events of `KIND` (file_op, landlock_denial, finding, health, launch, decision)")
 	since := fs.Duration("since", 0, "only events stored in the last `DURATION` (e.g. 15m; default: all)")
-	nf := addNATSFlags(fs, defaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
+	nf := addNATSFlags(fs.FlagSet, defaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
 	stateDir := fs.String("state-dir", daemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's credentials are (used when no NATS credential flag is given)")
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return fs.exit(err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "mcpwarden events: unexpected argument %q\n\n%s", fs.Arg(0), eventsUsage)
-		return exitUsage
+		return fs.usageError("unexpected argument %q", fs.Arg(0))
 	}
 	if *kind != "" && !slices.Contains(schema.Kinds, schema.Kind(*kind)) {
 		fmt.Fprintf(os.Stderr, "mcpwarden events: unknown --kind %q; use one of %v\n", *kind, schema.Kinds)

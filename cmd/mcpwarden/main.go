@@ -6,8 +6,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"syscall"
 )
@@ -29,8 +31,9 @@ var commands = map[string]command{
 	"version": {"print the version", cmdVersion},
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=..." (make
+// build uses git describe); otherwise it comes from the build's own record.
+var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -39,17 +42,24 @@ func main() {
 }
 
 func dispatch(ctx context.Context, args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
-			if c, ok := commands[args[1]]; ok {
-				return c.run(ctx, []string{"--help"})
+			c, ok := commands[args[1]]
+			if !ok {
+				fmt.Fprintf(os.Stderr, "mcpwarden help: unknown command %q; run 'mcpwarden help' for the list\n", args[1])
+				return exitUsage
 			}
+			return c.run(ctx, append([]string{"--help"}, args[2:]...))
 		}
-		usage()
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return 0
+		usage(os.Stdout)
+		return exitOK
+	case "--version", "-version":
+		return cmdVersion(ctx, args[1:])
 	}
 	c, ok := commands[args[0]]
 	if !ok {
@@ -59,22 +69,71 @@ func dispatch(ctx context.Context, args []string) int {
 	return c.run(ctx, args[1:])
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mcpwarden COMMAND [FLAGS] [ARGS]\n\ncommands:")
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: mcpwarden COMMAND [FLAGS] [ARGS]\n\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(os.Stderr, "\nRun 'mcpwarden COMMAND --help' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'mcpwarden COMMAND --help' (or 'mcpwarden help COMMAND') for a command's flags;")
+	fmt.Fprintln(w, "'mcpwarden --version' prints the version.")
 }
 
-func cmdVersion(context.Context, []string) int {
-	fmt.Println("mcpwarden", version)
-	return 0
+const versionUsage = `usage: mcpwarden version (or mcpwarden --version)
+
+Prints the version of this build: the one make build stamps (git describe),
+else the module version or VCS revision Go recorded in the binary.
+`
+
+func cmdVersion(_ context.Context, args []string) int {
+	fs := newFlags("version", versionUsage)
+	if err := fs.Parse(args); err != nil {
+		return fs.exit(err)
+	}
+	if fs.NArg() > 0 {
+		return fs.usageError("takes no arguments")
+	}
+	fmt.Println("mcpwarden", buildVersion())
+	return exitOK
+}
+
+// buildVersion is the stamped version, else what the Go toolchain recorded:
+// the module version of an installed release, or the VCS revision (with
+// "-dirty" for a modified tree), else "dev".
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "dev-" + rev
 }
 
 // fail prints err for a person and returns code.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -14,16 +13,12 @@ import (
 )
 
 func cmdQuery(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("query", flag.ContinueOnError)
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprintln(out, "usage: mcpwarden query NAME [flags]\n\ncanned queries (SQL in schema/clickhouse/queries/NAME.sql; --sql prints it):")
-		for _, c := range query.List {
-			fmt.Fprintf(out, "  %-10s %s\n", c.Name, c.Summary)
-		}
-		fmt.Fprintln(out, "\nflags:")
-		fs.PrintDefaults()
+	var u strings.Builder
+	u.WriteString("usage: mcpwarden query NAME [flags]\n\ncanned queries (SQL in schema/clickhouse/queries/NAME.sql; --sql prints it):\n")
+	for _, c := range query.List {
+		fmt.Fprintf(&u, "  %-10s %s\n", c.Name, c.Summary)
 	}
+	fs := newFlags("query", u.String())
 	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol")
 	since := fs.Duration("since", 24*time.Hour, "time range: this long before --to")
 	fromS := fs.String("from", "", "time range start, RFC 3339 (overrides --since)")
@@ -36,13 +31,12 @@ func cmdQuery(ctx context.Context, args []string) int {
 	limit := fs.Int("limit", 1000, "at most this many rows")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	showSQL := fs.Bool("sql", false, "print the query's SQL and exit")
-	pos, _, err := parseInterspersed(fs, args)
+	pos, _, err := parseInterspersed(fs.FlagSet, args)
 	if err != nil {
-		return flagExit(err)
+		return fs.exit(err)
 	}
 	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
+		return fs.usageError("give one query NAME")
 	}
 	name := pos[0]
 	text, err := query.Text(name)

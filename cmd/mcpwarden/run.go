@@ -61,8 +61,7 @@ type runContext struct {
 }
 
 func cmdRun(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, runUsage); fs.PrintDefaults() }
+	fs := newFlags("run", runUsage)
 	scopeFile := fs.String("scope", "", "scope record (JSON) to enforce; required")
 	base := fs.String("base", ".", "approved base directory the scope's paths are relative to")
 	mode := fs.String("mode", "enforce", "enforce: run inside the fence; audit: run WITHOUT the fence, records marked audit")
@@ -79,10 +78,10 @@ func cmdRun(ctx context.Context, args []string) int {
 	maxFile := fs.Int64("max-file-size-mb", launcher.DefaultLimits.MaxFileSizeMB, "largest file the run may write in MiB (and the size of its private /tmp); 0: no limit")
 	cgroupParent := fs.String("cgroup-parent", "", "cgroup `PATH` (e.g. /mcpwarden, the same in every hierarchy) to make the run's cgroup under; default the launcher's own cgroup")
 	for _, ext := range runExtensions {
-		ext.Flags(fs)
+		ext.Flags(fs.FlagSet)
 	}
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return fs.exit(err)
 	}
 	command := fs.Args()
 	// A limit given on the command line is required: a host that cannot
@@ -94,8 +93,7 @@ func cmdRun(ctx context.Context, args []string) int {
 		}
 	})
 	if *scopeFile == "" || len(command) == 0 {
-		fmt.Fprint(os.Stderr, "mcpwarden run: --scope FILE and a server command after '--' are required\n\n"+runUsage)
-		return exitUsage
+		return fs.usageError("--scope FILE and a server command after '--' are required")
 	}
 	runMode := schema.RunMode(*mode)
 	if runMode != schema.ModeEnforce && runMode != schema.ModeAudit {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -30,31 +29,30 @@ strictly; 64 usage.
 `
 
 func cmdScope(ctx context.Context, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, scopeUsage)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		return exitUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(os.Stdout, scopeUsage)
 		return exitOK
 	}
 	if args[0] != "check" {
 		fmt.Fprintf(os.Stderr, "mcpwarden scope: unknown subcommand %q\n\n%s", args[0], scopeUsage)
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("scope check", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, scopeUsage) }
-	base := fs.String("base", ".", "approved base directory the scope's paths are relative to")
+	fs := newFlags("scope check", scopeUsage)
+	base := fs.String("base", ".", "approved base `DIR` the scope's paths are relative to")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	var allowRuntime, allowExec stringList
-	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime path, as for run (repeatable)")
-	fs.Var(&allowExec, "allow-exec", "a helper program the server spawns, as for run (repeatable)")
-	pos, command, err := parseInterspersed(fs, args[1:])
+	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH`, as for run (repeatable)")
+	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns, as for run (repeatable)")
+	pos, command, err := parseInterspersed(fs.FlagSet, args[1:])
 	if err != nil {
-		return flagExit(err)
+		return fs.exit(err)
 	}
 	if len(pos) != 1 {
-		fmt.Fprint(os.Stderr, "mcpwarden scope check: give exactly one scope FILE\n\n"+scopeUsage)
-		return exitUsage
+		return fs.usageError("give exactly one scope FILE")
 	}
 	scope, err := loadScope(pos[0], *base)
 	if err != nil {

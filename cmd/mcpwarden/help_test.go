@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/help")
+
+// helpInvocations are the help screens with a golden file each: the
+// command list, and every command's --help.
+var helpInvocations = [][]string{
+	{"help"},
+	{"run", "--help"},
+	{"scope", "--help"},
+	{"scope", "check", "--help"},
+	{"daemon", "--help"},
+	{"events", "--help"},
+	{"approve", "--help"},
+	{"collect", "--help"},
+	{"query", "--help"},
+	{"version", "--help"},
+}
+
+// cleanEnv is an environment in which no configuration file or variable of
+// the machine running the test changes what a command prints.
+func cleanEnv(t *testing.T) []string {
+	home := t.TempDir()
+	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
+		"XDG_STATE_HOME=" + filepath.Join(home, ".state"), "MCPWARDEN_CONFIG=" + filepath.Join(home, "none.json")}
+}
+
+func runBin(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(mcpwardenBin(t), args...)
+	cmd.Env = env
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+func goldenName(args []string) string {
+	var parts []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			parts = append(parts, a)
+		}
+	}
+	return filepath.Join("testdata", "help", strings.Join(parts, "_")+".golden")
+}
+
+// TestHelpGolden: each help screen goes to stdout, exits 0, writes nothing
+// to stderr, and is what its golden file says (go test -run TestHelpGolden
+// -update rewrites them).
+func TestHelpGolden(t *testing.T) {
+	env := cleanEnv(t)
+	for _, args := range helpInvocations {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			out, errOut, code := runBin(t, env, args...)
+			if code != 0 || errOut != "" {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			golden := goldenName(args)
+			if *update {
+				if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -run TestHelpGolden -update)", err)
+			}
+			if out != string(want) {
+				t.Errorf("help differs from %s (rerun with -update if intended):\n--- got\n%s\n--- want\n%s", golden, out, want)
+			}
+		})
+	}
+}
+
+// TestEveryCommandHasHelp: a command added to the table without a golden
+// help screen fails here, and so does a help screen that lists no flags
+// although the command has them (scope check once printed none).
+func TestEveryCommandHasHelp(t *testing.T) {
+	for name := range commands {
+		if !slices.ContainsFunc(helpInvocations, func(a []string) bool { return a[0] == name }) {
+			t.Errorf("command %q has no golden help screen in helpInvocations", name)
+		}
+	}
+	flagLine := regexp.MustCompile(`(?m)^  -[a-z]`)
+	for _, args := range helpInvocations {
+		if args[0] == "help" || args[0] == "version" || (args[0] == "scope" && len(args) == 2) {
+			continue
+		}
+		b, err := os.ReadFile(goldenName(args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !flagLine.Match(b) || !strings.Contains(string(b), "\nflags:\n") {
+			t.Errorf("%v: the help screen lists no flags", args)
+		}
+	}
+}
+
+// TestHelpForms: help, -h, --help and 'help COMMAND' print to stdout and
+// exit 0; no arguments or an unknown command is a usage error on stderr.
+func TestHelpForms(t *testing.T) {
+	env := cleanEnv(t)
+	top, _, _ := runBin(t, env, "help")
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"-help"}} {
+		out, errOut, code := runBin(t, env, args...)
+		if code != 0 || errOut != "" || out != top {
+			t.Errorf("%v: exit %d stderr %q, stdout equal to 'help': %v", args, code, errOut, out == top)
+		}
+	}
+	runHelp, _, _ := runBin(t, env, "run", "--help")
+	for _, args := range [][]string{{"help", "run"}, {"run", "-h"}} {
+		out, errOut, code := runBin(t, env, args...)
+		if code != 0 || errOut != "" || out != runHelp {
+			t.Errorf("%v: exit %d stderr %q, same as run --help: %v", args, code, errOut, out == runHelp)
+		}
+	}
+	for _, args := range [][]string{{}, {"nope"}, {"help", "nope"}, {"run", "--nope"}, {"scope", "check", "--nope"}} {
+		out, errOut, code := runBin(t, env, args...)
+		if code != exitUsage || out != "" || errOut == "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 64, nothing on stdout, a message on stderr", args, code, out, errOut)
+		}
+	}
+}
+
+// TestVersion: --version and 'version' print the same line.
+func TestVersion(t *testing.T) {
+	env := cleanEnv(t)
+	a, _, c1 := runBin(t, env, "--version")
+	b, _, c2 := runBin(t, env, "version")
+	if c1 != 0 || c2 != 0 || a != b || !regexp.MustCompile(`^mcpwarden \S+\n$`).MatchString(a) {
+		t.Errorf("--version %q (exit %d), version %q (exit %d)", a, c1, b, c2)
+	}
+}
