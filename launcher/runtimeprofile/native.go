@@ -38,6 +38,9 @@ func (b *builder) addNativeCode(nm string) error {
 			return nil
 		}
 		addon := strings.HasSuffix(d.Name(), ".node")
+		if !addon && textExt[filepath.Ext(d.Name())] {
+			return nil // most of a node_modules tree: no need to lstat it
+		}
 		if !addon {
 			info, err := d.Info()
 			if err != nil || info.Mode().Perm()&0o111 == 0 || info.Size() < 64 {
@@ -63,6 +66,15 @@ func (b *builder) addNativeCode(nm string) error {
 		return nil
 	})
 	return nil
+}
+
+// textExt are extensions of files in node packages that are never
+// executables the package runs.
+var textExt = map[string]bool{
+	".js": true, ".cjs": true, ".mjs": true, ".ts": true, ".cts": true, ".mts": true, ".jsx": true, ".tsx": true,
+	".json": true, ".map": true, ".md": true, ".markdown": true, ".txt": true, ".yml": true, ".yaml": true,
+	".css": true, ".scss": true, ".html": true, ".htm": true, ".svg": true, ".png": true, ".jpg": true, ".gif": true,
+	".wasm": true, ".flow": true, ".coffee": true, ".lock": true, ".xml": true, ".csv": true, ".proto": true,
 }
 
 // isELF reports whether the file at p starts with the ELF magic.
