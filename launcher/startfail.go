@@ -153,6 +153,10 @@ func granted(rs *ruleset.Ruleset, p string, want landlock.AccessFSSet) bool {
 // --allow-exec for a program, --allow-runtime for the rest.
 func grantHint(p string, dir, exec bool, scope *schema.CanonicalScope) string {
 	switch {
+	case schema.DefaultSecrets.Match(p):
+		// The path comes from the server's own output: never talk the
+		// operator into granting something that looks like a credential.
+		return "it looks like a secret (a key, token or credentials file); mcpwarden suggests no grant for it, and a server that needs it at start-up deserves a look"
 	case strings.HasPrefix(p, "/proc/") && !strings.HasPrefix(p, "/proc/self"):
 		return "another process's /proc entry, /proc and /sys as a whole are never granted; the server's own /proc entry is (/proc/self)"
 	case scope != nil && schema.IsWithin(scope.Base, p):

@@ -23,6 +23,10 @@ func TestDiagnoseStart(t *testing.T) {
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	secret := filepath.Join(t.TempDir(), "id_rsa")
+	if err := os.WriteFile(secret, []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	hostname := "/etc/hostname"
 	if _, err := os.Stat(hostname); err != nil {
 		hostname = "/etc/shadow"
@@ -39,6 +43,7 @@ func TestDiagnoseStart(t *testing.T) {
 		{"bash", "bash: line 1: " + prog + ": Permission denied", prog, "--allow-exec tool"},
 		{"workspace sibling", "Error: EACCES: permission denied, open '" + outside + "'", outside, "allowed_paths"},
 		{"another process", "cat: /proc/1/status: Permission denied", "/proc/1/status", "never granted"},
+		{"a secret the server names", "Error: EACCES: permission denied, open '" + secret + "'", secret, "suggests no grant"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

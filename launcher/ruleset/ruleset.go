@@ -116,6 +116,9 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 			if kind == schema.KindDir && schema.IsWithin(scope.Base, e.Path) && !scope.Contains(e.Path) && !covered(in.AllowRuntime, e.Path) {
 				return nil, fmt.Errorf("runtime directory %s (%s) lies inside the approved base but outside the scope; granting it would widen the scope: install the server outside the base, or grant it explicitly with --allow-runtime %s", e.Path, e.Reason, e.Path)
 			}
+			if (e.Class == runtimeprofile.ClassExec || e.Class == runtimeprofile.ClassExecTree) && scope.AccessMode == schema.AccessWrite && scope.Contains(e.Path) {
+				return nil, fmt.Errorf("runtime program %s (%s) lies in the scope's writable paths: the server could rewrite what runs next time; install it outside the scope", e.Path, e.Reason)
+			}
 			var a landlock.AccessFSSet
 			switch e.Class {
 			case runtimeprofile.ClassExec:

@@ -297,3 +297,25 @@ func TestAddRuntimeFiles(t *testing.T) {
 		t.Fatalf("rules %+v", rs.Rules)
 	}
 }
+
+// TestRuntimeProgramInWritableScope: the server's own program must not lie
+// where it may write (it would rewrite what runs next time).
+func TestRuntimeProgramInWritableScope(t *testing.T) {
+	base := t.TempDir()
+	ws := filepath.Join(base, "ws")
+	prog := filepath.Join(ws, "server")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prof := &runtimeprofile.Profile{Entries: []runtimeprofile.Entry{{Path: prog, Class: runtimeprofile.ClassExec, Reason: "server executable"}}}
+	for _, mode := range []schema.AccessMode{schema.AccessRead, schema.AccessWrite} {
+		scope := &schema.CanonicalScope{Base: base, AccessMode: mode, AllowedPaths: []schema.CanonicalPath{{Path: ws, Kind: schema.KindDir}}}
+		_, err := Derive(scope, Input{Profile: prof})
+		if (err != nil) != (mode == schema.AccessWrite) {
+			t.Errorf("mode %s: %v", mode, err)
+		}
+	}
+}
