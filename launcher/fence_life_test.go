@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -412,5 +413,81 @@ func TestLifeRevocationEndsTheRunExplicitly(t *testing.T) {
 	defer sink.mu.Unlock()
 	if last := sink.events[len(sink.events)-1]; last.Launch.ExitReason != schema.ExitScopeRevoked {
 		t.Fatalf("exit record %+v", last.Launch)
+	}
+}
+
+// TestLifeUnprivilegedLauncher: a launcher that may not create cgroups
+// (an ordinary user here) runs with the default limits degraded, loudly
+// and in its records, and refuses a run whose limits were asked for
+// explicitly (exit 69) before the server starts.
+func TestLifeUnprivilegedLauncher(t *testing.T) {
+	fencetest.RequireFence(t)
+	setpriv := testenv.RequireCommand(t, "setpriv")
+	b := fencetest.Build(t)
+	// Everything the unprivileged launcher touches, in a directory it owns.
+	root, err := os.MkdirTemp("", "mcpwarden-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	const nobody = 65534
+	bin := filepath.Join(root, "bin")
+	base := filepath.Join(root, "base")
+	testenv.WriteFiles(t, map[string]string{filepath.Join(base, "allowed", "a.txt"): "inside"})
+	for _, f := range []string{b.Mcpwarden, b.Fence, b.Naive} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bin, filepath.Base(f)), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scope := fencetest.WriteScope(t, root, map[string]any{"allowed_paths": []string{"allowed"}})
+	if err := filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(p, 0o755); err != nil {
+			return err
+		}
+		return os.Lchown(p, nobody, nobody)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(extra ...string) (int, string, string) {
+		args := []string{"--reuid", strconv.Itoa(nobody), "--regid", strconv.Itoa(nobody), "--clear-groups", "--",
+			filepath.Join(bin, filepath.Base(b.Mcpwarden)), "run", fencetest.RelayFlag, "--scope", scope, "--base", base,
+			"--state-dir", filepath.Join(root, "state")}
+		args = append(append(args, extra...), "--", filepath.Join(bin, filepath.Base(b.Naive)))
+		cmd := exec.Command(setpriv, args...)
+		cmd.Dir = root
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + root, "TMPDIR=" + root}
+		cmd.Stdin = strings.NewReader(`{"op":"ping"}` + "\n")
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		_ = cmd.Run()
+		return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+	}
+	code, out, stderr := run()
+	if code != 0 || !strings.Contains(out, "pong") {
+		t.Fatalf("default limits, unprivileged: exit %d, out %q, stderr %s", code, out, stderr)
+	}
+	if !strings.Contains(stderr, "mcpwarden: WARNING: the run's cgroup is off") {
+		t.Errorf("the missing cgroup was not announced: %s", stderr)
+	}
+	assertCgroupLayer(t, filepath.Join(root, "state", "audit.jsonl"), "off")
+
+	code, out, stderr = run("--max-processes", "64")
+	if code != 69 || strings.Contains(out, "pong") || !strings.Contains(stderr, "the run's limits cannot be enforced here") {
+		t.Fatalf("explicit limit, unprivileged: exit %d, out %q, stderr %s", code, out, stderr)
+	}
+	recs := readRecords(t, filepath.Join(root, "state", "audit.jsonl"))
+	last := recs[len(recs)-1]
+	if last.Launch == nil || last.Launch.ExitReason != "refused_kernel" || !strings.Contains(last.raw, `{"name":"cgroup","state":"off"`) {
+		t.Errorf("the refusal's record: %s", last.raw)
 	}
 }

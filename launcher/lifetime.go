@@ -31,6 +31,7 @@ const killTimeout = 10 * time.Second
 // LimitsError says the host cannot enforce limits the run requires.
 type LimitsError struct {
 	Reason string
+	layer  schema.Layer // the cgroup layer as found, for the refusal's record
 }
 
 func (e *LimitsError) Error() string {
@@ -105,8 +106,9 @@ func (l *Launcher) newLife() (*life, error) {
 		if reason == "" {
 			reason = "no cgroup"
 		}
+		ly := lf.layer()
 		_ = lf.close()
-		return nil, &LimitsError{Reason: reason}
+		return nil, &LimitsError{Reason: reason, layer: ly}
 	}
 	return lf, nil
 }
@@ -255,4 +257,35 @@ func (l *Launcher) reportLimitHits(st cgroup.Stats) {
 	if st.OOMKills > 0 {
 		fmt.Fprintf(l.cfg.Stderr, "mcpwarden: WARNING: the run hit its memory limit (%d MiB): %d process(es) killed; raise it with --max-memory-mb\n", l.limits.MaxMemoryMB, st.OOMKills)
 	}
+}
+
+// EffectiveLimits are the limits a run gets: the operator's op (nil:
+// DefaultLimits) narrowed by the scope's. A scope asking for more than the
+// operator allows is a *schema.ScopeError.
+func EffectiveLimits(op *Limits, scope *schema.CanonicalScope) (Limits, error) {
+	l := DefaultLimits
+	if op != nil {
+		l = *op
+	}
+	return effectiveLimits(l, scope.Limits)
+}
+
+// ProbeCgroup says what a run's cgroup with lim would be here: it makes
+// one under parent (default: this process's own cgroup), reads its report
+// and removes it again.
+func ProbeCgroup(lim Limits, parent string) cgroup.Report {
+	host, err := cgroup.Probe()
+	if err != nil {
+		return cgroup.Report{State: cgroup.Off, Reason: err.Error(), Token: "no_cgroups"}
+	}
+	g, err := host.New(cgroup.Options{
+		Name:   fmt.Sprintf("mcpwarden-probe-%d", os.Getpid()),
+		Limits: cgroup.Limits{Processes: lim.MaxProcesses, MemoryBytes: lim.MaxMemoryMB << 20},
+		Parent: parent,
+	})
+	if err != nil {
+		return cgroup.Report{State: cgroup.Off, Reason: err.Error(), Token: "bad_cgroup_parent"}
+	}
+	_ = g.Remove(killTimeout)
+	return g.Report()
 }

@@ -105,6 +105,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		var le *LimitsError
 		if errors.As(lr.err, &le) {
 			reason = schema.ExitRefusedKernel
+			l.lifeLayer = &le.layer
 		}
 		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, reason))
 		return lr.err

@@ -73,10 +73,7 @@ func cmdRun(ctx context.Context, args []string) int {
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns (e.g. git), found on PATH and granted with what it needs to run, inside the same fence (repeatable)")
 	fs.Var(&env, "env", "pass `NAME` (from this environment, even one that looks like a credential) or NAME=VALUE to the server (repeatable)")
 	cleanEnv := fs.Bool("clean-env", false, "give the server only PATH, the locale, TZ and TERM plus --env, instead of this environment minus credentials")
-	maxProcs := fs.Int64("max-processes", launcher.DefaultLimits.MaxProcesses, "most tasks (processes and threads) the run may have at once; 0: no limit")
-	maxMem := fs.Int64("max-memory-mb", launcher.DefaultLimits.MaxMemoryMB, "most memory of the whole run in MiB, swap included; 0: no limit")
-	maxFile := fs.Int64("max-file-size-mb", launcher.DefaultLimits.MaxFileSizeMB, "largest file the run may write in MiB (and the size of its private /tmp); 0: no limit")
-	cgroupParent := fs.String("cgroup-parent", "", "cgroup `PATH` (e.g. /mcpwarden, the same in every hierarchy) to make the run's cgroup under; default the launcher's own cgroup")
+	lim := addLimitFlags(fs.FlagSet)
 	for _, ext := range runExtensions {
 		ext.Flags(fs.FlagSet)
 	}
@@ -84,14 +81,6 @@ func cmdRun(ctx context.Context, args []string) int {
 		return fs.exit(err)
 	}
 	command := fs.Args()
-	// A limit given on the command line is required: a host that cannot
-	// enforce it refuses the run. The defaults only degrade, loudly.
-	requireLimits := false
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "max-processes" || f.Name == "max-memory-mb" {
-			requireLimits = true
-		}
-	})
 	if *scopeFile == "" || len(command) == 0 {
 		return fs.usageError("--scope FILE and a server command after '--' are required")
 	}
@@ -144,9 +133,9 @@ func cmdRun(ctx context.Context, args []string) int {
 		AuditLog:      alog,
 		Signals:       sigs,
 		Logger:        logger,
-		Limits:        &launcher.Limits{MaxProcesses: *maxProcs, MaxMemoryMB: *maxMem, MaxFileSizeMB: *maxFile},
-		RequireLimits: requireLimits,
-		CgroupParent:  *cgroupParent,
+		Limits:        lim.limits(),
+		RequireLimits: lim.required(),
+		CgroupParent:  *lim.cgroupParent,
 	}
 	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, AuditLog: alog, Logger: logger, Config: &cfg}
 	for _, ext := range runExtensions {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher"
+	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
 	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
@@ -47,6 +48,7 @@ func cmdScope(ctx context.Context, args []string) int {
 	var allowRuntime, allowExec stringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH`, as for run (repeatable)")
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns, as for run (repeatable)")
+	lim := addLimitFlags(fs.FlagSet)
 	pos, command, err := parseInterspersed(fs.FlagSet, args[1:])
 	if err != nil {
 		return fs.exit(err)
@@ -61,6 +63,11 @@ func cmdScope(ctx context.Context, args []string) int {
 	report, code, err := buildScopeReport(scope, command, allowRuntime, allowExec)
 	if err != nil {
 		return fail(code, err)
+	}
+	if c, err := report.addLimits(scope, lim); err != nil {
+		return fail(c, err)
+	} else if code == exitOK {
+		code = c
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -90,6 +97,77 @@ type scopeReport struct {
 	Kernel    kernelReport           `json:"kernel"`
 	Ruleset   rulesetReport          `json:"ruleset"`
 	Seccomp   seccompReport          `json:"seccomp"`
+	Limits    limitsReport           `json:"limits"`
+}
+
+// limitsReport is the lifetime and bounds layer as a run of this scope
+// would get it here: the limits in force and what the cgroup probe found.
+type limitsReport struct {
+	MaxProcesses  int64         `json:"max_processes"`
+	MaxMemoryMB   int64         `json:"max_memory_mb"`
+	MaxFileSizeMB int64         `json:"max_file_size_mb"`
+	Cgroup        cgroup.Report `json:"cgroup"`
+	Required      bool          `json:"required"` // the run is refused when a limit cannot be enforced
+}
+
+// addLimits fills in the limits; a scope asking for more than the flags
+// allow is refused (exit 65), and required limits that this host cannot
+// enforce make the check exit 69, as the run would.
+func (r *scopeReport) addLimits(scope *schema.CanonicalScope, f *limitFlags) (int, error) {
+	l, err := launcher.EffectiveLimits(f.limits(), scope)
+	if err != nil {
+		return exitBadScope, err
+	}
+	r.Limits = limitsReport{MaxProcesses: l.MaxProcesses, MaxMemoryMB: l.MaxMemoryMB, MaxFileSizeMB: l.MaxFileSizeMB}
+	r.Limits.Cgroup = launcher.ProbeCgroup(l, *f.cgroupParent)
+	sl := scope.Limits
+	reqProcs := f.required() || (sl != nil && sl.MaxProcesses > 0)
+	reqMem := f.required() || (sl != nil && sl.MaxMemoryMB > 0)
+	r.Limits.Required = reqProcs || reqMem
+	c := r.Limits.Cgroup
+	if (reqProcs && l.MaxProcesses > 0 && c.Processes != l.MaxProcesses) || (reqMem && l.MaxMemoryMB > 0 && c.Memory != l.MaxMemoryMB<<20) {
+		return exitKernel, nil
+	}
+	return exitOK, nil
+}
+
+func (r *scopeReport) writeLimits(w io.Writer) {
+	l := r.Limits
+	c := l.Cgroup
+	limit := func(v int64, unit string) string {
+		if v == 0 {
+			return "none"
+		}
+		return fmt.Sprint(v) + unit
+	}
+	fmt.Fprintf(w, "\nLifetime and limits (cgroup %s", c.State)
+	if c.Version != "" {
+		fmt.Fprintf(w, ", %s", c.Version)
+	}
+	if c.Kill != "" {
+		fmt.Fprintf(w, ", the run is killed whole with %s", c.Kill)
+	}
+	fmt.Fprintf(w, "):\n")
+	enforced := func(want, got int64) string {
+		if want == 0 || want == got {
+			return ""
+		}
+		if l.Required {
+			return "  NOT ENFORCEABLE HERE: the run is refused"
+		}
+		return "  NOT ENFORCED HERE (degraded)"
+	}
+	fmt.Fprintf(w, "  max processes: %s (pids.max, threads count)%s\n", limit(l.MaxProcesses, ""), enforced(l.MaxProcesses, c.Processes))
+	fmt.Fprintf(w, "  max memory:    %s (swap included; the OOM killer acts inside the run)%s\n", limit(l.MaxMemoryMB, " MiB"), enforced(l.MaxMemoryMB<<20, c.Memory))
+	fmt.Fprintf(w, "  max file size: %s (RLIMIT_FSIZE: EFBIG past it; also the size of the private /tmp)\n", limit(l.MaxFileSizeMB, " MiB"))
+	if c.Reason != "" {
+		fmt.Fprintf(w, "  degraded:      %s\n", c.Reason)
+	}
+	if c.State == cgroup.Off {
+		fmt.Fprintf(w, "  per run:       no cgroup: the launcher kills the server's session when the run ends; if the launcher is SIGKILLed, only the server itself dies with it\n")
+	} else {
+		fmt.Fprintf(w, "  per run:       a cgroup of its own, killed whole when the run ends, expires, is revoked or is narrowed; a watcher kills it if the launcher dies\n")
+	}
 }
 
 // seccompReport is the seccomp layer as a run of this scope would get it,
@@ -253,6 +331,7 @@ func (r *scopeReport) writeText(w io.Writer) {
 	for _, p := range r.Ruleset.PerRun {
 		fmt.Fprintf(w, "  per run:       %s\n", p)
 	}
+	r.writeLimits(w)
 	sc := r.Seccomp
 	if sc.Error != "" {
 		fmt.Fprintf(w, "\nSeccomp filter: CANNOT BUILD: %s\n", sc.Error)

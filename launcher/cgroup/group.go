@@ -36,6 +36,16 @@ func (h *Host) New(o Options) (*Group, error) {
 			tokens = append(tokens, token)
 		}
 	}
+	// Creation failures, grouped by cause: "cgroup2, v1 pids: permission denied".
+	var causes []string
+	failed := map[string][]string{}
+	fail := func(where string, err error) {
+		c := errText(err)
+		if failed[c] == nil {
+			causes = append(causes, c)
+		}
+		failed[c] = append(failed[c], where)
+	}
 	plan := h.plan(o)
 	// Which limits cgroup2 must carry: those no v1 hierarchy serves.
 	var v2need []string
@@ -49,13 +59,13 @@ func (h *Host) New(o Options) (*Group, error) {
 	if dir := plan.V2; dir != "" {
 		parent := filepath.Dir(dir)
 		if err := ensureParent(h.v2.mount, parent); err != nil {
-			note("cgroup2_unwritable", "cgroup2: cannot create the parent cgroup: %s", errText(err))
+			fail("cgroup2", err)
 		} else {
 			for _, c := range delegate(parent, v2need) {
 				v2has[c] = true
 			}
 			if err := os.Mkdir(dir, 0o755); err != nil {
-				note("cgroup2_unwritable", "cgroup2: cannot create the run's cgroup: %s", errText(err))
+				fail("cgroup2", err)
 			} else {
 				g.v2 = dir
 			}
@@ -73,14 +83,21 @@ func (h *Host) New(o Options) (*Group, error) {
 			continue
 		}
 		if err := ensureParent(h.v1[c].mount, filepath.Dir(dir)); err != nil {
-			note(c+"_unwritable", "v1 %s: cannot create the parent cgroup: %s", c, errText(err))
+			fail("v1 "+c, err)
 			continue
 		}
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			note(c+"_unwritable", "v1 %s: cannot create the run's cgroup: %s", c, errText(err))
+			fail("v1 "+c, err)
 			continue
 		}
 		g.v1[c] = dir
+	}
+	for _, c := range causes {
+		note("cgroup_unwritable", "cannot create the run's cgroup (%s): %s", strings.Join(failed[c], ", "), c)
+	}
+	// Why a limit is missing, when its hierarchy was there but not writable.
+	unwritable := func(c string) bool {
+		return (plan.V1[c] != "" && g.v1[c] == "") || (h.v1[c] == nil && plan.V2 != "" && g.v2 == "")
 	}
 
 	r := &g.report
@@ -99,6 +116,8 @@ func (h *Host) New(o Options) (*Group, error) {
 	if o.Limits.Processes > 0 {
 		dir, file := g.limitFile("pids", v2has["pids"], "pids.max", "pids.max")
 		switch {
+		case dir == "" && unwritable("pids"):
+			note("no_process_limit", "the process limit is not enforced")
 		case dir == "":
 			note("no_process_limit", "%s: the process limit is not enforced", missingController(g, "pids"))
 		default:
@@ -110,7 +129,9 @@ func (h *Host) New(o Options) (*Group, error) {
 		}
 	}
 	if o.Limits.MemoryBytes > 0 {
-		if err := g.setMemory(v2has["memory"], o.Limits.MemoryBytes); err != nil {
+		if unwritable("memory") {
+			note("no_memory_limit", "the memory limit is not enforced")
+		} else if err := g.setMemory(v2has["memory"], o.Limits.MemoryBytes); err != nil {
 			note("no_memory_limit", "%s", err)
 		} else {
 			r.Memory = o.Limits.MemoryBytes
