@@ -103,6 +103,9 @@ type Config struct {
 	// "/mcpwarden") under which the run's cgroup is made; default the
 	// launcher's own cgroup.
 	CgroupParent string
+	// NoCgroup turns the cgroup layer off (recorded as such): no process or
+	// memory limit, and the end of the run kills the server's session only.
+	NoCgroup bool
 }
 
 // Launcher runs one server. Build it with New.
@@ -121,6 +124,10 @@ type Launcher struct {
 	lifeLayer                   *schema.Layer  // the cgroup layer, once the run's cgroup exists
 	identity                    serverIdentity // set by Identified
 	cgroupFiles                 []string       // the limit files of the run's own cgroup, granted read-only
+	// pidNamespace: the server runs under the init of a new pid namespace
+	// that dies with the launcher (set by the namespace layer); then no
+	// watcher is needed to end the run if the launcher is SIGKILLed.
+	pidNamespace bool
 }
 
 // DroppedEnv names the launcher's environment variables the server does

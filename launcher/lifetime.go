@@ -88,9 +88,12 @@ func (l *Launcher) newLife() (*life, error) {
 		lim = cgroup.Limits{Processes: l.limits.MaxProcesses, MemoryBytes: l.limits.MaxMemoryMB << 20}
 	}
 	host, err := cgroup.Probe()
-	if err != nil {
+	switch {
+	case l.cfg.NoCgroup:
+		lf.report = cgroup.Report{State: cgroup.Off, Reason: "turned off by the operator (--cgroup=false)", Token: "turned_off"}
+	case err != nil:
 		lf.report = cgroup.Report{State: cgroup.Off, Reason: err.Error(), Token: "no_cgroups"}
-	} else {
+	default:
 		grp, err := host.New(cgroup.Options{Name: "mcpwarden-" + l.cfg.RunID, Limits: lim, Parent: l.cfg.CgroupParent})
 		if err != nil {
 			return nil, err
@@ -148,9 +151,11 @@ func (lf *life) layer() schema.Layer {
 
 // startWatcher starts the watcher (the fence helper binary under another
 // name), which kills the run's cgroup when the launcher dies. Without a
-// cgroup there is nothing for it to hold.
-func (lf *life) startWatcher(helperPath string, stderr io.Writer) error {
-	if lf.grp == nil {
+// cgroup there is nothing for it to hold; with a pid namespace whose init
+// dies with the launcher (its parent-death signal), the kernel kills the
+// whole namespace and the watcher is not needed.
+func (lf *life) startWatcher(helperPath string, stderr io.Writer, pidNamespace bool) error {
+	if lf.grp == nil || pidNamespace {
 		return nil
 	}
 	r, w, err := os.Pipe()

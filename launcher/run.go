@@ -64,18 +64,20 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		err error
 	}
 	lifeCh := make(chan lifeResult, 1)
+	watching := make(chan error, 1)
 	go func() {
 		lf, err := l.newLife()
 		if err == nil {
-			if err = lf.join(h.p.cmd.Process.Pid); err == nil {
-				err = lf.startWatcher(cfg.HelperPath, cfg.Stderr)
-			}
-			if err != nil {
+			if err = lf.join(h.p.cmd.Process.Pid); err != nil {
 				_ = lf.close()
 				lf, err = nil, &StartError{Err: err}
 			}
 		}
 		lifeCh <- lifeResult{lf, err}
+		if err == nil {
+			// While the start record is written.
+			watching <- lf.startWatcher(cfg.HelperPath, cfg.Stderr, l.pidNamespace)
+		}
 	}()
 	lifeTaken := false
 	defer func() {
@@ -130,6 +132,12 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: the run's cgroup: %v\n", cerr)
 		}
 	}()
+	watched := false
+	defer func() { // runs before lf.close, which stops the watcher
+		if !watched {
+			<-watching
+		}
+	}()
 	if err := l.publish(ctx, l.record(schema.PhaseStart, start, 0, 0, "")); err != nil {
 		return err
 	}
@@ -144,6 +152,11 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	}
 	if lf.report.State != cgroup.On {
 		fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: the run's cgroup is %s: %s\n", lf.report.State, lf.report.Reason)
+	}
+	watched = true
+	if err := <-watching; err != nil {
+		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitStartFailed))
+		return &StartError{Err: err}
 	}
 
 	srv.tmp = tmp

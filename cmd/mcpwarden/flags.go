@@ -94,6 +94,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) (positional, rest []stri
 type limitFlags struct {
 	procs, memMB, fileMB *int64
 	cgroupParent         *string
+	cgroup               *bool
 	fs                   *flag.FlagSet
 }
 
@@ -105,6 +106,7 @@ func addLimitFlags(fs *flag.FlagSet) *limitFlags {
 		memMB:        fs.Int64("max-memory-mb", d.MaxMemoryMB, "most memory of the whole run in MiB, swap included; 0: no limit"),
 		fileMB:       fs.Int64("max-file-size-mb", d.MaxFileSizeMB, "largest file the run may write in MiB (and the size of its private /tmp); 0: no limit"),
 		cgroupParent: fs.String("cgroup-parent", "", "cgroup `PATH` (e.g. /mcpwarden, the same in every hierarchy) to make the run's cgroup under; default the launcher's own cgroup"),
+		cgroup:       fs.Bool("cgroup", true, "give the run a cgroup of its own (limits, killed whole); --cgroup=false turns the layer off, recorded as such"),
 	}
 }
 

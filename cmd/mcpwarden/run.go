@@ -136,6 +136,7 @@ func cmdRun(ctx context.Context, args []string) int {
 		Limits:        lim.limits(),
 		RequireLimits: lim.required(),
 		CgroupParent:  *lim.cgroupParent,
+		NoCgroup:      !*lim.cgroup,
 	}
 	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, AuditLog: alog, Logger: logger, Config: &cfg}
 	for _, ext := range runExtensions {

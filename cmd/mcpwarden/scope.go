@@ -119,7 +119,11 @@ func (r *scopeReport) addLimits(scope *schema.CanonicalScope, f *limitFlags) (in
 		return exitBadScope, err
 	}
 	r.Limits = limitsReport{MaxProcesses: l.MaxProcesses, MaxMemoryMB: l.MaxMemoryMB, MaxFileSizeMB: l.MaxFileSizeMB}
-	r.Limits.Cgroup = launcher.ProbeCgroup(l, *f.cgroupParent)
+	if *f.cgroup {
+		r.Limits.Cgroup = launcher.ProbeCgroup(l, *f.cgroupParent)
+	} else {
+		r.Limits.Cgroup = cgroup.Report{State: cgroup.Off, Reason: "turned off by the operator (--cgroup=false)", Token: "turned_off"}
+	}
 	sl := scope.Limits
 	reqProcs := f.required() || (sl != nil && sl.MaxProcesses > 0)
 	reqMem := f.required() || (sl != nil && sl.MaxMemoryMB > 0)
