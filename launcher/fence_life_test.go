@@ -111,6 +111,31 @@ func TestLifeNothingOutlivesTheRun(t *testing.T) {
 	waitGone(t, "after the run ended", leader, daemon, daemonLeader)
 }
 
+// TestLifeNoCgroupStillKillsTheSession: with the cgroup layer off, the
+// end of the run still kills every process of the server's session,
+// including one whose main thread exited and daemons in process groups of
+// their own.
+func TestLifeNoCgroupStillKillsTheSession(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: log, ExtraArgs: []string{"--cgroup=false"}})
+	leader := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
+	daemon := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "leaderexit"}))
+	waitMainThreadExited(t, leader)
+	waitMainThreadExited(t, daemon)
+	if code := s.Close(); code != 0 {
+		t.Fatalf("exit %d: %s", code, s.Stderr())
+	}
+	waitGone(t, "without a cgroup", leader, daemon)
+	if !strings.Contains(s.Stderr(), "mcpwarden: WARNING: the run's cgroup is off: turned off by the operator") {
+		t.Errorf("the layer being off was not announced: %s", s.Stderr())
+	}
+	assertCgroupLayer(t, log, "off")
+}
+
 // TestLifeLauncherSIGKILLed: the launcher is killed with SIGKILL while the
 // server, a child without its main thread and a daemonised grandchild run:
 // all of them are gone shortly after.

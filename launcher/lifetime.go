@@ -116,23 +116,6 @@ func (l *Launcher) newLife() (*life, error) {
 	return lf, nil
 }
 
-// join moves the helper (pid) into the run's cgroup; it must happen
-// before the helper gets its spec.
-//
-// Not CLONE_INTO_CGROUP (clone3 straight into the cgroup, which would save
-// the move): on Linux 6.18 a child cloned into a cgroup that cgroup.kill
-// was ever written to is SIGKILLed at once (measured; the kernel compares
-// the target's kill sequence with the parent cgroup's), which breaks every
-// restart of a run, and a launcher whose own cgroup was once killed could
-// never start a server at all. Moving the helper costs ~0.1 ms, overlapped
-// with the helper's own start-up.
-func (lf *life) join(pid int) error {
-	if lf.grp == nil {
-		return nil
-	}
-	return lf.grp.Join(pid)
-}
-
 // layer is the cgroup layer's state for the launch records.
 func (lf *life) layer() schema.Layer {
 	ly := schema.Layer{Name: schema.LayerCgroup, State: schema.LayerOn}

@@ -42,6 +42,25 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	srv := &server{l: l, out: &watchWriter{w: cfg.Stdout}}
 	defer srv.unpin()
+	// The run's cgroup first: the helper is born in it (so nothing of the
+	// server ever runs outside it), which is cheaper than moving it in.
+	lf, err := l.newLife()
+	if err != nil {
+		var le *LimitsError
+		if errors.As(err, &le) {
+			l.lifeLayer = &le.layer
+			_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitRefusedKernel))
+		}
+		return err
+	}
+	srv.life = lf
+	ly := lf.layer()
+	l.lifeLayer = &ly
+	defer func() {
+		if cerr := lf.close(); cerr != nil {
+			fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: the run's cgroup: %v\n", cerr)
+		}
+	}()
 	// The helper boots while the rest of this function runs; it execs
 	// nothing before launch sends it a spec.
 	h, err := srv.spawn()
@@ -54,37 +73,15 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			h.kill()
 		}
 	}()
-	// Meanwhile the run's cgroup is made, the helper moved into it (it runs
-	// nothing of the server's before its spec comes, so nothing of the
-	// server ever runs outside the cgroup) and the watcher started, so that
-	// from the server's first instruction on a SIGKILLed launcher still
-	// takes the whole run with it.
-	type lifeResult struct {
-		lf  *life
-		err error
-	}
-	lifeCh := make(chan lifeResult, 1)
+	// The watcher starts while the start record is written; the spec waits
+	// for it, so that from the server's first instruction on, a SIGKILLed
+	// launcher still takes the whole run with it.
 	watching := make(chan error, 1)
-	go func() {
-		lf, err := l.newLife()
-		if err == nil {
-			if err = lf.join(h.p.cmd.Process.Pid); err != nil {
-				_ = lf.close()
-				lf, err = nil, &StartError{Err: err}
-			}
-		}
-		lifeCh <- lifeResult{lf, err}
-		if err == nil {
-			// While the start record is written.
-			watching <- lf.startWatcher(cfg.HelperPath, cfg.Stderr, l.pidNamespace)
-		}
-	}()
-	lifeTaken := false
-	defer func() {
-		if !lifeTaken { // returned early: undo what the goroutine made
-			if r := <-lifeCh; r.lf != nil {
-				_ = r.lf.close()
-			}
+	go func() { watching <- lf.startWatcher(cfg.HelperPath, cfg.Stderr, l.pidNamespace) }()
+	watched := false
+	defer func() { // before lf.close, which stops the watcher
+		if !watched {
+			<-watching
 		}
 	}()
 	tmp, err := os.MkdirTemp("", "mcpwarden-run-")
@@ -100,20 +97,6 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return &StartError{Err: err}
 	}
-	lr := <-lifeCh
-	lifeTaken = true
-	if lr.err != nil {
-		reason := schema.ExitStartFailed
-		var le *LimitsError
-		if errors.As(lr.err, &le) {
-			reason = schema.ExitRefusedKernel
-			l.lifeLayer = &le.layer
-		}
-		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, reason))
-		return lr.err
-	}
-	lf := lr.lf
-	srv.life = lf
 	if lf.grp != nil {
 		// The run has its own cgroup: its runtime reads that cgroup's limits
 		// (Go's GOMAXPROCS, libuv's constrained memory), not the launcher's.
@@ -125,19 +108,6 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		l.cgroupFiles = runtimeprofile.LimitFilesIn(dirs)
 		rs.AddRuntimeFiles(l.cgroupFiles, "the CPU and memory limits of the run's own cgroup")
 	}
-	ly := lf.layer()
-	l.lifeLayer = &ly
-	defer func() {
-		if cerr := lf.close(); cerr != nil {
-			fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: the run's cgroup: %v\n", cerr)
-		}
-	}()
-	watched := false
-	defer func() { // runs before lf.close, which stops the watcher
-		if !watched {
-			<-watching
-		}
-	}()
 	if err := l.publish(ctx, l.record(schema.PhaseStart, start, 0, 0, "")); err != nil {
 		return err
 	}
@@ -473,15 +443,9 @@ func (h *pending) kill() {
 // ruleset and writes the start record; it does nothing until launch sends
 // its spec.
 func (s *server) spawn() (*pending, error) {
-	h, err := spawnHelper(s.l.cfg.HelperPath, s.l.cfg.Dir, s.l.cfg.Stderr, filepath.Base(s.l.cfg.Command[0]))
+	h, err := spawnHelper(s.l.cfg.HelperPath, s.l.cfg.Dir, s.l.cfg.Stderr, filepath.Base(s.l.cfg.Command[0]), s.life.grp)
 	if err != nil {
 		return nil, err
-	}
-	if s.life != nil { // a restart: the run's cgroup exists (the first spawn is joined by Run)
-		if err := s.life.join(h.p.cmd.Process.Pid); err != nil {
-			h.kill()
-			return nil, &StartError{Err: err}
-		}
 	}
 	s.mu.Lock()
 	if s.firstPID == 0 {
@@ -491,10 +455,11 @@ func (s *server) spawn() (*pending, error) {
 	return h, nil
 }
 
-// spawnHelper starts helperPath as the sandbox helper in dir, copying its
-// stderr (later: the server's) to stderr as lines marked with name and its
-// pid (package serverlog).
-func spawnHelper(helperPath, dir string, stderr io.Writer, name string) (_ *pending, err error) {
+// spawnHelper starts helperPath as the sandbox helper in dir, inside the
+// run's cgroup grp when there is one, copying its stderr (later: the
+// server's) to stderr as lines marked with name and its pid (package
+// serverlog).
+func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgroup.Group) (_ *pending, err error) {
 	var files []*os.File
 	defer func() {
 		if err != nil {
@@ -547,7 +512,7 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string) (_ *pend
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	done := make(chan struct{})
-	if err := startLocked(cmd, done); err != nil {
+	if err := startLocked(cmd, grp, done); err != nil {
 		return nil, &StartError{Err: fmt.Errorf("start sandbox helper: %w", err)}
 	}
 	// The child's ends now live in the child only.
@@ -574,17 +539,21 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string) (_ *pend
 	return h, nil
 }
 
-// startLocked starts cmd from a goroutine locked to its OS thread, which
-// then waits for cmd (closing done once cmd.ProcessState is set): the
-// helper's parent-death signal fires when the thread that forked it
-// exits, not the process, so that thread must live as long as the helper
-// and the server it becomes.
-func startLocked(cmd *exec.Cmd, done chan struct{}) error {
+// startLocked starts cmd (inside grp, when not nil) from a goroutine
+// locked to its OS thread, which then waits for cmd (closing done once
+// cmd.ProcessState is set): the helper's parent-death signal fires when
+// the thread that forked it exits, not the process, so that thread must
+// live as long as the helper and the server it becomes.
+func startLocked(cmd *exec.Cmd, grp *cgroup.Group, done chan struct{}) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		start := cmd.Start
+		if grp != nil {
+			start = func() error { return grp.Start(cmd) }
+		}
+		if err := start(); err != nil {
 			started <- err
 			return
 		}
@@ -865,9 +834,9 @@ func sessionOf(pid int) (int, bool) {
 	if len(f) < 4 {
 		return 0, false
 	}
-	if f[0] == "Z" {
-		return 0, false // already dead
-	}
+	// A "Z" leader may be a process whose main thread exited while its
+	// other threads run on: it is a victim like any other (a SIGKILL to a
+	// real zombie does nothing).
 	sid, err := strconv.Atoi(f[3])
 	return sid, err == nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -425,4 +426,67 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestStartBornInTheGroup: Start puts the child in every hierarchy of the
+// group from its first instruction, leaves no thread of the caller behind
+// in the group, and still works after the group was killed (where a clone
+// into the cgroup would be SIGKILLed by the kernel at once).
+func TestStartBornInTheGroup(t *testing.T) {
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			h := requireCgroups(t, !l.noV2)
+			g := newGroup(t, h, l, cgroup.Limits{Processes: 64, MemoryBytes: 256 << 20})
+			dirs := g.Handle()
+			// Round 2: the group was killed. Round 3: the same directories
+			// through a Group that does not know it (Open), so that the
+			// clone is tried, killed by the kernel, and retried.
+			starters := []*cgroup.Group{g, g, nil}
+			for round := 0; round < 3; round++ {
+				c := child("sleep")
+				start := starters[round]
+				if start == nil {
+					var err error
+					if start, err = h.Open(dirs); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := start.Start(c); err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				pid := c.Process.Pid
+				if !testenv.Alive(pid) {
+					_ = c.Wait()
+					t.Fatalf("round %d: the child is dead at once (%v)", round, c.ProcessState)
+				}
+				for _, d := range append([]string{dirs.V2}, values(dirs.V1)...) {
+					if d == "" {
+						continue
+					}
+					b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Contains(strings.Fields(string(b)), strconv.Itoa(pid)) {
+						t.Errorf("round %d: child %d not in %s", round, pid, d)
+					}
+					if slices.Contains(strings.Fields(string(b)), strconv.Itoa(os.Getpid())) {
+						t.Errorf("round %d: a thread of the test stayed in %s", round, d)
+					}
+				}
+				if err := g.Kill(10 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+				_ = c.Wait()
+			}
+		})
+	}
+}
+
+func values(m map[string]string) []string {
+	var out []string
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,13 @@ import (
 type Group struct {
 	v2     string            // cgroup2 directory, "" when none
 	v1     map[string]string // controller → directory
+	home   map[string]string // controller → the launcher's own v1 directory (to come back to)
 	report Report
+
+	mu sync.Mutex
+	// noClone: CLONE_INTO_CGROUP must not be used any more (the group was
+	// killed once, or a clone into it was killed at once; see Start).
+	noClone bool
 }
 
 // New makes the group described by o. It does not fail when the host
@@ -28,7 +35,7 @@ func (h *Host) New(o Options) (*Group, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	g := &Group{v1: map[string]string{}}
+	g := &Group{v1: map[string]string{}, home: map[string]string{}}
 	var reasons, tokens []string
 	note := func(token, format string, args ...any) {
 		reasons = append(reasons, fmt.Sprintf(format, args...))
@@ -91,6 +98,7 @@ func (h *Host) New(o Options) (*Group, error) {
 			continue
 		}
 		g.v1[c] = dir
+		g.home[c] = h.v1[c].dir(h.v1[c].own)
 	}
 	for _, c := range causes {
 		note("cgroup_unwritable", "cannot create the run's cgroup (%s): %s", strings.Join(failed[c], ", "), c)

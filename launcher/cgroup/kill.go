@@ -24,6 +24,9 @@ func (g *Group) Kill(timeout time.Duration) error {
 	}
 	deadline := time.Now().Add(timeout)
 	if g.v2 != "" {
+		g.mu.Lock()
+		g.noClone = true // see Start
+		g.mu.Unlock()
 		return g.killV2(deadline)
 	}
 	freezer := g.v1["freezer"]
