@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,6 +96,14 @@ func (u *procUpstream) Restart(ctx context.Context, paths []schema.CanonicalPath
 	u.mu.Unlock()
 	u.kill()
 	return u.start()
+}
+
+// terminate sends SIGTERM to the current process.
+func (u *procUpstream) terminate() {
+	u.mu.Lock()
+	cmd := u.cmd
+	u.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 }
 
 func (u *procUpstream) kill() {
@@ -284,6 +293,12 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	t.Cleanup(func() {
 		cw.Close()
 		defer pw.Close()
+		// As the launcher does after the client's EOF, a server that does not
+		// exit by itself is stopped after a grace period (server-everything
+		// asks roots/list 350 ms after initialized and lingers when the
+		// answer cannot reach it any more).
+		escalate := time.AfterFunc(2*time.Second, up.terminate)
+		defer escalate.Stop()
 		select {
 		case <-f.errc:
 		case <-time.After(10 * time.Second):

@@ -222,6 +222,23 @@ func (s *session) toServer(w *jsonrpc.Writer, frame []byte) {
 // internalCall sends a request of the proxy's own to the server and waits
 // for the answer (nil on timeout or stop).
 func (s *session) internalCall(method string, params any, timeout time.Duration) *jsonrpc.Message {
+	ch, done := s.internalStart(method, params)
+	defer done()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case m := <-ch:
+		return m
+	case <-t.C:
+	case <-s.life.done:
+	}
+	return nil
+}
+
+// internalStart sends a request of the proxy's own to the server; its
+// answer (nil when the process is replaced or answers too large) arrives
+// on the channel. done forgets the request if it is still unanswered.
+func (s *session) internalStart(method string, params any) (<-chan *jsonrpc.Message, func()) {
 	ch := make(chan *jsonrpc.Message, 1)
 	id := s.newID()
 	s.upst.mu.Lock()
@@ -231,16 +248,7 @@ func (s *session) internalCall(method string, params any, timeout time.Duration)
 	s.pend.mu.Unlock()
 	s.upst.mu.Unlock()
 	s.toServer(w, jsonrpc.Request(jsonrpc.IntID(id), method, params))
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case m := <-ch:
-		return m
-	case <-t.C:
-	case <-s.life.done:
-	}
-	s.pend.takeUp(id, gen)
-	return nil
+	return ch, func() { s.pend.takeUp(id, gen) }
 }
 
 // --- roots -----------------------------------------------------------------

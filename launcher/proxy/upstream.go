@@ -208,26 +208,55 @@ func (s *session) warmup(asked chan struct{}, wait bool) {
 		return
 	}
 	deadline := time.Now().Add(s.cfg.WarmupTimeout)
-	// A server known to ask for roots gets the whole warm-up to ask; one
-	// whose habits are unknown gets AskTimeout: a roots server asks at once
-	// after initialized, and a server that never asks should not hold the
-	// first call for long.
+	// A server known to ask for roots gets the whole warm-up to ask. For
+	// one whose habits are unknown, a ping sent right after initialized
+	// tells: a server handles its messages in order, and one that asks for
+	// roots does so when it handles initialized, so its roots/list arrives
+	// before the pong. A pong first means it does not ask (now): the first
+	// request waits one round trip, not a timeout. A server that does not
+	// answer the ping gets AskTimeout.
 	s.upst.mu.Lock()
-	askWait := s.cfg.WarmupTimeout
-	if !s.upst.rootsUser {
-		askWait = min(askWait, s.cfg.AskTimeout)
-	}
+	known := s.upst.rootsUser
 	s.upst.mu.Unlock()
+	askWait := s.cfg.WarmupTimeout
+	var pong <-chan *jsonrpc.Message
+	if !known {
+		askWait = min(askWait, s.cfg.AskTimeout)
+		var done func()
+		pong, done = s.internalStart("ping", nil)
+		defer done()
+	}
 	t := time.NewTimer(askWait)
 	defer t.Stop()
-	select {
-	case <-asked:
-	case <-t.C:
+	doesNotAsk := func() {
 		s.upst.mu.Lock()
 		if asked == s.upst.askedRoots { // still the same process: it does not ask for roots
 			s.upst.rootsKnown = true
 		}
 		s.upst.mu.Unlock()
+	}
+	select {
+	case <-asked:
+	case m := <-pong:
+		select {
+		case <-asked: // its roots/list came first (the reader handled it before the pong)
+		default:
+			if m != nil {
+				doesNotAsk()
+				return
+			}
+			// The process went away or the ping was dropped: fall back to the timeout.
+			select {
+			case <-asked:
+			case <-t.C:
+				doesNotAsk()
+				return
+			case <-s.life.done:
+				return
+			}
+		}
+	case <-t.C:
+		doesNotAsk()
 		return
 	case <-s.life.done:
 		return

@@ -285,7 +285,7 @@ func normalise(o outcome, which op, translated bool) string {
 		}
 	}
 	if m, ok := v.(map[string]any); ok {
-		if which.Method == "tools/list" || which.Method == "resources/list" {
+		if which.Method == "tools/list" || which.Method == "resources/list" || which.Method == "prompts/list" {
 			delete(m, "cacheScope")
 		}
 		if translated {
