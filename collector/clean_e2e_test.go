@@ -23,8 +23,8 @@ import (
 )
 
 // TestCleanRunsAreClean is issue 11's first promise, end to end: the
-// official filesystem server (node), go-sdk's everything-server (Go) and
-// the naive Go test server, each wrapped by `mcpwarden run` with the
+// official filesystem server (node), go-sdk's everything-server (Go), the
+// naive Go test server and a Python server in a virtual environment, each wrapped by `mcpwarden run` with the
 // default runtime profile and watched by the real daemon (eBPF probes,
 // Landlock audit records, its cross-check) and the collector, doing only
 // what their scope allows, come out CLEAN in `mcpwarden query runs`, in
@@ -43,13 +43,15 @@ func TestCleanRunsAreClean(t *testing.T) {
 	}
 	everything := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "everything-server")
 	testenv.RequireFile(t, everything, "run scripts/test-env.sh install")
+	python := testenv.RequireCommand(t, "/usr/bin/python3")
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)
 	dir := t.TempDir()
 	naive := filepath.Join(dir, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
+	venvServer := mcptest.InstallVenvServer(t, python, filepath.Join(dir, "venv"))
 
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func TestCleanRunsAreClean(t *testing.T) {
 	scope := filepath.Join(root, "scope.json")
 	testenv.WriteFiles(t, map[string]string{
 		inside: "INSIDE-CLEAN",
-		scope:  `{"scope_id":"clean-runs","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file","list_allowed_directories","test_simple_text"],"tool_classes":{"test_simple_text":"read"},"approval":"none","expires_after_minutes":30}`,
+		scope:  `{"scope_id":"clean-runs","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file","list_allowed_directories","test_simple_text","now"],"tool_classes":{"test_simple_text":"read","read_text_file":"read","now":"read"},"approval":"none","expires_after_minutes":30}`,
 	})
 	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
 	background(t, "collecting", bin, "collect", "--nats", ns.ClientURL(), "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
@@ -136,11 +138,15 @@ func TestCleanRunsAreClean(t *testing.T) {
 			mcpSession(t, mode, []string{everything}, "test_simple_text", map[string]any{}, "simple text")
 		})
 		t.Run("naive/"+mode, func(t *testing.T) { naiveSession(t, mode) })
+		t.Run("python-venv/"+mode, func(t *testing.T) {
+			mcpSession(t, mode, []string{venvServer}, "now", map[string]any{"tz": "Europe/Berlin"}, "+0")
+		})
 	}
 
 	type runRow struct {
 		RunID         string `json:"run_id"`
 		Mode          string `json:"mode"`
+		Server        string `json:"server"`
 		Verdict       string `json:"verdict"`
 		Findings      uint64 `json:"findings"`
 		KernelDenials uint64 `json:"kernel_denials"`
@@ -155,13 +161,13 @@ func TestCleanRunsAreClean(t *testing.T) {
 		if err == nil {
 			rows = parseRows[runRow](t, out)
 		}
-		if len(rows) == 6 && time.Since(settle) > 15*time.Second || time.Now().After(deadline) {
+		if len(rows) == 8 && time.Since(settle) > 15*time.Second || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(2 * time.Second)
 	}
-	if len(rows) != 6 {
-		t.Fatalf("query runs has %d runs of the scope, want 6: %+v", len(rows), rows)
+	if len(rows) != 8 {
+		t.Fatalf("query runs has %d runs of the scope, want 8: %+v", len(rows), rows)
 	}
 	type event struct {
 		Kind      string `json:"kind"`
@@ -170,7 +176,7 @@ func TestCleanRunsAreClean(t *testing.T) {
 	}
 	for _, r := range rows {
 		if r.Verdict != "CLEAN" || r.KernelDenials != 0 {
-			t.Errorf("run %s (%s): verdict %s, %d findings, %d kernel denials", r.RunID, r.Mode, r.Verdict, r.Findings, r.KernelDenials)
+			t.Errorf("run %s (%s, %s): verdict %s, %d findings, %d kernel denials", r.RunID, r.Server, r.Mode, r.Verdict, r.Findings, r.KernelDenials)
 		}
 		// CLEAN because the runtime's reads were seen and counted as
 		// runtime, not because nothing was seen.

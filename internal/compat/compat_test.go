@@ -252,7 +252,7 @@ func TestCompatibility(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.venv = filepath.Join(e.root, "venv")
-	installVenvServer(t, python, e.venv, filepath.Join(repo, "deploy", "mcp-servers", "python", "mcp_stdlib_server"))
+	mcptest.InstallVenvServer(t, python, e.venv)
 	e.httpPort = serveHTTP(t)
 
 	results := map[string]result{}
@@ -391,31 +391,6 @@ func checkTable(t *testing.T, doc string, results map[string]result) {
 		if !seen[name] {
 			t.Errorf("docs/compatibility.md has no row for %s", name)
 		}
-	}
-}
-
-func installVenvServer(t *testing.T, python, venv, pkg string) {
-	t.Helper()
-	if out, err := exec.Command(python, "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
-		testenv.Missing(t, "python3 -m venv (python3-venv): "+string(out))
-	}
-	ver := strings.TrimSpace(string(must(exec.Command(python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])").Output())))
-	site := filepath.Join(venv, "lib", "python"+ver, "site-packages", filepath.Base(pkg))
-	// What pip does for this package: copy it into site-packages and write
-	// the console script with the venv's interpreter on its "#!" line.
-	files, err := filepath.Glob(filepath.Join(pkg, "*.py"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("python server package %s: %v", pkg, err)
-	}
-	m := map[string]string{
-		filepath.Join(venv, "bin", "mcp-stdlib-server"): "#!" + filepath.Join(venv, "bin", "python3") + "\nimport sys\nfrom mcp_stdlib_server.server import main\nif __name__ == '__main__':\n    sys.exit(main())\n",
-	}
-	for _, f := range files {
-		m[filepath.Join(site, filepath.Base(f))] = string(must(os.ReadFile(f)))
-	}
-	testenv.WriteFiles(t, m)
-	if err := os.Chmod(filepath.Join(venv, "bin", "mcp-stdlib-server"), 0o755); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -120,6 +120,12 @@ var ErrNotELF = errors.New("not an ELF file")
 // environment without it. Libraries of another ELF class or machine are
 // skipped like the loader skips them.
 func ResolveELF(exe string, search LibSearch) (ELFDeps, error) {
+	return resolveELF(exe, search, nil)
+}
+
+// resolveELF is ResolveELF that does not walk into the libraries in done
+// (already granted, with their own closure) nor return them.
+func resolveELF(exe string, search LibSearch, done map[string]bool) (ELFDeps, error) {
 	f, err := elf.Open(exe)
 	if err != nil {
 		var fe *elf.FormatError
@@ -170,6 +176,9 @@ func ResolveELF(exe string, search LibSearch) (ELFDeps, error) {
 		runpaths, _ := cur.f.DynString(elf.DT_RUNPATH)
 		rpath, runpath := strings.Join(rpaths, ":"), strings.Join(runpaths, ":")
 		for _, name := range needed {
+			if done != nil && rpath == "" && runpath == "" && knownLib(name, search, done) {
+				continue // granted with its closure already; skip parsing it again
+			}
 			lib, literal, lf, err := findLib(name, cur.path, rpath, runpath, search, class, machine)
 			if err != nil {
 				return ELFDeps{}, fmt.Errorf("%s needs %s: %w", filepath.Base(cur.path), name, err)
@@ -177,7 +186,7 @@ func ResolveELF(exe string, search LibSearch) (ELFDeps, error) {
 			if literal != lib {
 				deps.Names = append(deps.Names, literal)
 			}
-			if seen[lib] {
+			if seen[lib] || done[lib] {
 				lf.Close()
 				continue
 			}
@@ -191,6 +200,23 @@ func ResolveELF(exe string, search LibSearch) (ELFDeps, error) {
 		}
 	}
 	return deps, nil
+}
+
+// knownLib reports whether the first file named name in the search
+// directories is one of done. It opens nothing; a wrong guess (a library of
+// another class first in the path) only costs the full lookup.
+func knownLib(name string, search LibSearch, done map[string]bool) bool {
+	if strings.Contains(name, "/") {
+		return false
+	}
+	for _, d := range search.Dirs {
+		real, err := filepath.EvalSymlinks(filepath.Join(d, name))
+		if err != nil {
+			continue
+		}
+		return done[real]
+	}
+	return false
 }
 
 type elfFile struct {

@@ -23,8 +23,25 @@ const maxNodeModulesEntries = 200000
 //
 // Symlinks are not followed: a link out of the tree grants nothing.
 func (b *builder) addNativeCode(nm string) error {
+	b.walkNative(nm, func(name string) bool { return strings.HasSuffix(name, ".node") }, true)
+	return nil
+}
+
+// addPythonNativeCode finds the extension modules (*.so) of a Python
+// library tree (lib-dynload, site-packages) and adds the libraries they
+// need: _ssl and _hashlib need libssl and libcrypto, _bz2 libbz2, _lzma
+// liblzma, and a wheel's native module its own.
+func (b *builder) addPythonNativeCode(dir string) {
+	b.walkNative(dir, func(name string) bool {
+		return strings.HasSuffix(name, ".so") || strings.Contains(name, ".so.")
+	}, false)
+}
+
+// walkNative walks root for native libraries (names for which isAddon is
+// true) and, when executables is set, for executable ELF files.
+func (b *builder) walkNative(root string, isAddon func(string) bool, executables bool) {
 	n := 0
-	_ = filepath.WalkDir(nm, func(p string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if d != nil && d.IsDir() {
 				return fs.SkipDir
@@ -37,9 +54,9 @@ func (b *builder) addNativeCode(nm string) error {
 		if !d.Type().IsRegular() {
 			return nil
 		}
-		addon := strings.HasSuffix(d.Name(), ".node")
-		if !addon && textExt[filepath.Ext(d.Name())] {
-			return nil // most of a node_modules tree: no need to lstat it
+		addon := isAddon(d.Name())
+		if !addon && (!executables || textExt[filepath.Ext(d.Name())]) {
+			return nil // most of the tree: no need to lstat it
 		}
 		if !addon {
 			info, err := d.Info()
@@ -50,9 +67,22 @@ func (b *builder) addNativeCode(nm string) error {
 		if !isELF(p) {
 			return nil
 		}
-		deps, err := ResolveELF(p, b.opt.Search)
+		if b.libsDone == nil {
+			// The libraries granted so far (the interpreter's) come with
+			// their closure already.
+			b.libsDone = map[string]bool{}
+			for _, e := range b.entries {
+				if e.Class == ClassRead || e.Class == ClassExec {
+					b.libsDone[e.Path] = true
+				}
+			}
+		}
+		deps, err := resolveELF(p, b.opt.Search, b.libsDone)
 		if err != nil {
 			return nil // the loader would fail the same way; the server reports it
+		}
+		for _, l := range deps.Libs {
+			b.libsDone[l] = true
 		}
 		if !addon {
 			b.add(p, ClassExec, "an executable shipped in an installed node package")
@@ -65,7 +95,6 @@ func (b *builder) addNativeCode(nm string) error {
 		}
 		return nil
 	})
-	return nil
 }
 
 // textExt are extensions of files in node packages that are never

@@ -163,6 +163,9 @@ type builder struct {
 	helpers map[string]bool // helper programs granted
 	env     []string        // Profile.Env
 	names   []string        // Profile.Names
+	// libsDone are the libraries granted with their closure by the walks
+	// for native code, so that each is resolved once.
+	libsDone map[string]bool
 }
 
 // name records a literal path that resolved to another.

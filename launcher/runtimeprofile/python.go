@@ -71,6 +71,7 @@ func (b *builder) addPython(invoked, exe, ver string, args []string) error {
 		if real, err := filepath.EvalSymlinks(d); err == nil {
 			if st, err := os.Stat(real); err == nil && st.IsDir() {
 				b.add(real, ClassReadTree, "python standard library and site packages")
+				b.addPythonNativeCode(real)
 			}
 		}
 	}
