@@ -28,6 +28,7 @@ var commands = map[string]command{
 	"approve": {"approve a pending call of a run (approve RUN_ID OP_ID)", cmdApprove},
 	"collect": {"move events from NATS JetStream into ClickHouse", cmdCollect},
 	"query":   {"run a canned fleet query against ClickHouse", cmdQuery},
+	"why":     {"turn a run's hashed denials and findings back into paths, and say what grants each (why RUN_ID)", cmdWhy},
 	"version": {"print the version", cmdVersion},
 }
 

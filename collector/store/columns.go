@@ -341,6 +341,33 @@ func (s *Store) ReadRun(ctx context.Context, run RunRef, limit int) ([]schema.Ev
 	return s.read(ctx, selectSQL+" WHERE host = ? AND run_id = ? ORDER BY time_ns, event_id LIMIT ?", run.Host, run.RunID, uint64(limit))
 }
 
+// RunHosts lists the hosts a run's events came from (one, unless a run id
+// was reused): the small kinds are looked at first, the file operations
+// only when a run has nothing else.
+func (s *Store) RunHosts(ctx context.Context, runID string) ([]string, error) {
+	for _, where := range []string{"kind != 'file_op' AND run_id = ?", "run_id = ?"} {
+		rows, err := s.conn.Query(ctx, "SELECT DISTINCT host FROM events WHERE "+where+" ORDER BY host", runID)
+		if err != nil {
+			return nil, fmt.Errorf("find the run's host in ClickHouse: %w", err)
+		}
+		var hosts []string
+		for rows.Next() {
+			var h string
+			if err := rows.Scan(&h); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			hosts = append(hosts, h)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil || len(hosts) > 0 {
+			return hosts, err
+		}
+	}
+	return nil, nil
+}
+
 // ReadRunArrived is ReadRun plus when each event arrived: the first time
 // it was inserted (inserted_at, server clock, rounded up to the next
 // second), as Unix ns by event id.

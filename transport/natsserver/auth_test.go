@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,7 +109,9 @@ func TestNoCredentialsNoConnection(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nc, err := stream.Connect(tc.opts(t), nats.RetryOnFailedConnect(false), nats.MaxReconnects(0))
+			// As the commands connect (retrying in the background when the
+			// server is away): a server that refuses is an error at once.
+			nc, err := stream.Connect(tc.opts(t))
 			if err == nil {
 				nc.Close()
 				t.Fatal("connected")
@@ -117,6 +120,19 @@ func TestNoCredentialsNoConnection(t *testing.T) {
 				t.Fatalf("refused with %v, want an authorization violation", err)
 			}
 		})
+	}
+}
+
+// TestConnectWaitsForAnAbsentServer: a server that is not there (yet) is
+// waited for, so a publisher spools meanwhile.
+func TestConnectWaitsForAnAbsentServer(t *testing.T) {
+	nc, err := stream.Connect(stream.ConnOptions{URL: "nats://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))})
+	if err != nil {
+		t.Fatalf("an absent server is an error: %v", err)
+	}
+	defer nc.Close()
+	if nc.IsConnected() {
+		t.Fatal("connected to nothing")
 	}
 }
 

@@ -6,6 +6,7 @@ package stream
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -214,11 +215,34 @@ func Connect(o ConnOptions, extra ...nats.Option) (*nats.Conn, error) {
 		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
 	}
 	opts = append(opts, extra...)
-	nc, err := nats.Connect(o.URL, opts...)
+	// A first attempt without retrying tells a server that refuses us (a
+	// wrong or missing credential, a certificate it does not trust) from
+	// one that is not there: the first is a configuration to fix, and is
+	// an error now (records would otherwise pile up in a spool that never
+	// drains); only the second is waited for in the background.
+	nc, err := nats.Connect(o.URL, append(opts, nats.RetryOnFailedConnect(false))...)
+	if err != nil && !refused(err) {
+		nc, err = nats.Connect(o.URL, opts...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(o.URL), err)
 	}
 	return nc, nil
+}
+
+// refused reports an error of a server that answered and would not have
+// us, rather than of one that could not be reached.
+func refused(err error) bool {
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
+		errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) {
+		return true
+	}
+	var certErr *tls.CertificateVerificationError
+	if errors.As(err, &certErr) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "authorization violation") || strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:")
 }
 
 // RedactURL drops user:password from a URL before it is shown.

@@ -1,0 +1,110 @@
+package explain
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
+)
+
+// StreamSource reads a run's events from the JetStream stream, the host's
+// own record of the last 7 days (what the single host without ClickHouse
+// has): every message of Host's subjects since Since, kept when its
+// envelope names the run.
+type StreamSource struct {
+	JS    jetstream.JetStream
+	Host  string
+	Since time.Duration // how far back to read; default the stream's 7 days
+}
+
+// Name names the source in the report.
+func (s *StreamSource) Name() string { return "the stream " + stream.Name + " (host " + s.Host + ")" }
+
+// RunEvents reads the host's subjects to the stream's end.
+func (s *StreamSource) RunEvents(ctx context.Context, runID string) ([]schema.Event, error) {
+	since := s.Since
+	if since <= 0 {
+		since = 7 * 24 * time.Hour
+	}
+	st, err := s.JS.Stream(ctx, stream.Name)
+	if err != nil {
+		return nil, fmt.Errorf("why: stream %s: %w (is 'mcpwarden daemon' running?)", stream.Name, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("why: stream %s: %w", stream.Name, err)
+	}
+	last := info.State.LastSeq
+	from := time.Now().Add(-since)
+	cons, err := s.JS.OrderedConsumer(ctx, stream.Name, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{stream.SubjectPrefix + "." + stream.HostToken(s.Host) + ".>"},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &from,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("why: read stream %s: %w", stream.Name, err)
+	}
+	// A run's envelope carries its id: "run_id":"<id>" in a v2 batch's
+	// first line, or in each line of a v1 batch.
+	needle := []byte(`"run_id":"` + runID + `"`)
+	var out []schema.Event
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			return out, nil // nothing more of the host's since 'last'
+		}
+		if err != nil {
+			return nil, fmt.Errorf("why: read stream %s: %w", stream.Name, err)
+		}
+		if bytes.Contains(msg.Data(), needle) {
+			evs, _, err := stream.DecodeBatch(msg.Subject(), msg.Data())
+			if err == nil {
+				for _, e := range evs {
+					if e.RunID == runID {
+						out = append(out, e)
+					}
+				}
+			}
+		}
+		if md, err := msg.Metadata(); err == nil && md.Sequence.Stream >= last {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// StoreSource reads a run's events from ClickHouse (a run older than the
+// stream keeps, or one from another host of a fleet sharing the key).
+type StoreSource struct {
+	Store *store.Store
+}
+
+// Name names the source in the report.
+func (s *StoreSource) Name() string { return "ClickHouse database " + s.Store.Database() }
+
+// RunEvents finds the run's host(s) and reads each by the primary key.
+func (s *StoreSource) RunEvents(ctx context.Context, runID string) ([]schema.Event, error) {
+	hosts, err := s.Store.RunHosts(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	var out []schema.Event
+	for _, h := range hosts {
+		evs, err := s.Store.ReadRun(ctx, store.RunRef{Host: h, RunID: runID}, 1_000_000)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, evs...)
+	}
+	return out, nil
+}
