@@ -27,6 +27,7 @@ var helpInvocations = [][]string{
 	{"approve", "--help"},
 	{"collect", "--help"},
 	{"query", "--help"},
+	{"why", "--help"},
 	{"version", "--help"},
 }
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,8 +36,7 @@ records stay hashed; the paths appear only here. Run it as root: the key
 `
 
 func cmdWhy(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("why", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, whyUsage); fs.PrintDefaults() }
+	fs := newFlags("why", whyUsage)
 	scopeFile := fs.String("scope", "", "the run's scope `FILE` (checked against its scope_hash): its trees become candidates, and the report says what the scope grants")
 	base := fs.String("base", ".", "the approved base `DIR` the run used with --scope")
 	var paths stringList
@@ -47,18 +45,17 @@ func cmdWhy(ctx context.Context, args []string) int {
 	dsn := fs.String("clickhouse", "", "read the run from ClickHouse at `DSN` instead of this host's stream (a run older than the stream's 7 days)")
 	host := fs.String("host", "", "the host whose stream subjects hold the run (default this host)")
 	since := fs.Duration("since", 7*24*time.Hour, "how far back to read the stream")
-	nf := addNATSFlags(fs, defaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
+	nf := addNATSFlags(fs.FlagSet, defaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
 	stateDir := fs.String("state-dir", daemonStateDir, "the daemon's state `DIR`: the path key and the embedded NATS credentials")
 	pathKey := fs.String("path-key", "", "the path hash key `FILE` (default STATE_DIR/path.key)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "debug logging")
-	pos, command, err := parseInterspersed(fs, args)
+	pos, command, err := parseInterspersed(fs.FlagSet, args)
 	if err != nil {
-		return flagExit(err)
+		return fs.exit(err)
 	}
 	if len(pos) != 1 {
-		fmt.Fprint(os.Stderr, "mcpwarden why: one RUN_ID is needed\n\n"+whyUsage)
-		return exitUsage
+		return fs.usageError("one RUN_ID is needed")
 	}
 	level := slog.LevelWarn
 	if *verbose {
