@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrStillPopulated means processes of the group were still alive when
@@ -40,9 +43,7 @@ func (g *Group) Kill(timeout time.Duration) error {
 		if err != nil {
 			return fmt.Errorf("cgroup: list the run's processes: %w", err)
 		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		g.killListed(pids)
 		if freezer != "" {
 			// SIGKILL is delivered once the members thaw.
 			_ = writeFile(filepath.Join(freezer, "freezer.state"), "THAWED")
@@ -78,9 +79,7 @@ func (g *Group) killV2(deadline time.Time) error {
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("cgroup: list the run's processes: %w", err)
 		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		g.killListed(pids)
 		if !g.populated() {
 			return nil
 		}
@@ -153,4 +152,36 @@ func (g *Group) dirs() []string {
 		}
 	}
 	return out
+}
+
+// killListed sends SIGKILL to each listed member. A listed process may
+// have exited and its pid been reused by a process outside the run before
+// the signal: each pid is pinned with a pidfd first and signalled only if
+// the group still lists it after that (without pidfds, kill(2) as is).
+func (g *Group) killListed(pids []int) {
+	if len(pids) == 0 {
+		return
+	}
+	type pinned struct{ pid, fd int }
+	var fds []pinned
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if errors.Is(err, unix.ENOSYS) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			continue
+		}
+		if err == nil {
+			fds = append(fds, pinned{pid, fd})
+		}
+	}
+	if len(fds) == 0 {
+		return
+	}
+	still, _ := g.Procs()
+	for _, p := range fds {
+		if slices.Contains(still, p.pid) {
+			_ = unix.PidfdSendSignal(p.fd, unix.SIGKILL, nil, 0)
+		}
+		unix.Close(p.fd)
+	}
 }
