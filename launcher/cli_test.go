@@ -433,7 +433,7 @@ func TestPythonServerUnderFence(t *testing.T) {
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	script := filepath.Join(t.TempDir(), "srv.py")
-	src := "import sys, json\nfor line in sys.stdin:\n    req = json.loads(line)\n    try:\n        print(json.dumps({'ok': True, 'data': open(req['path']).read()}), flush=True)\n    except OSError as e:\n        print(json.dumps({'ok': False, 'errno': 'EACCES' if e.errno == 13 else str(e.errno)}), flush=True)\n"
+	src := "import sys, json\nfor line in sys.stdin:\n    req = json.loads(line)\n    try:\n        print(json.dumps({'ok': True, 'data': open(req['path']).read()}), flush=True)\n    except OSError as e:\n        print(json.dumps({'ok': False, 'errno': 'EACCES' if e.errno == 13 else 'ENOENT' if e.errno == 2 else 'EROFS' if e.errno == 30 else str(e.errno)}), flush=True)\n"
 	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}

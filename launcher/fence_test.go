@@ -75,6 +75,9 @@ type fenceCase struct {
 	wantOK bool
 	errno  []string // acceptable errnos when denied
 	data   string   // expected data when allowed
+	// exact: only errno, even with namespaces (the layer that must say no
+	// is the one named).
+	exact bool
 }
 
 func runCases(t *testing.T, s *fencetest.Session, cases []fenceCase) {
@@ -97,12 +100,16 @@ func runCases(t *testing.T, s *fencetest.Session, cases []fenceCase) {
 			if r.Data != "" && strings.Contains(r.Data, "SECRET-42") {
 				t.Fatalf("%v: denied but leaked data %q", c.req, r.Data)
 			}
-			for _, e := range c.errno {
+			want := c.errno
+			if s.Namespaces && !c.exact {
+				want = append(append([]string(nil), want...), fencetest.NamespaceDenials...)
+			}
+			for _, e := range want {
 				if r.Errno == e {
 					return
 				}
 			}
-			t.Fatalf("%v: denied with %q (%s), want one of %v", c.req, r.Errno, r.Error, c.errno)
+			t.Fatalf("%v: denied with %q (%s), want one of %v", c.req, r.Errno, r.Error, want)
 		})
 	}
 }
@@ -111,7 +118,9 @@ var denied = []string{"EACCES", "EPERM"}
 
 // TestFenceReadScope proves that the kernel alone stops a naive server with a
 // read scope: it checks no paths itself.
-func TestFenceReadScope(t *testing.T) {
+func TestFenceReadScope(t *testing.T) { fencetest.ForEachLayering(t, testFenceReadScope) }
+
+func testFenceReadScope(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
@@ -147,7 +156,7 @@ func TestFenceReadScope(t *testing.T) {
 	inherited := os.NewFile(uintptr(fd), "secret")
 	defer inherited.Close()
 
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraFiles: []*os.File{inherited}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraFiles: []*os.File{inherited}, NoNamespaces: noNS})
 	pids := strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)
 	if len(pids) != 2 {
 		t.Fatalf("pid: %v (stderr %s)", pids, s.Stderr())
@@ -236,12 +245,14 @@ func TestFenceReadScope(t *testing.T) {
 
 // TestFenceWriteScope: a write scope may create, change, rename and remove
 // inside, but still nothing outside, and still no exec of what it wrote.
-func TestFenceWriteScope(t *testing.T) {
+func TestFenceWriteScope(t *testing.T) { fencetest.ForEachLayering(t, testFenceWriteScope) }
+
+func testFenceWriteScope(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
 	newFile := filepath.Join(w.allowed, "new.sh")
 	cases := []fenceCase{
 		{name: "create", req: map[string]any{"op": "write", "path": newFile, "data": "#!/bin/sh\necho pwned\n"}, wantOK: true},
@@ -269,7 +280,9 @@ func TestFenceWriteScope(t *testing.T) {
 }
 
 // TestFenceNetworkGrant: a granted port connects, others do not.
-func TestFenceNetworkGrant(t *testing.T) {
+func TestFenceNetworkGrant(t *testing.T) { fencetest.ForEachLayering(t, testFenceNetworkGrant) }
+
+func testFenceNetworkGrant(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
@@ -287,7 +300,7 @@ func TestFenceNetworkGrant(t *testing.T) {
 	go acceptAll(other)
 	port := granted.Addr().(*net.TCPAddr).Port
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "network": map[string]any{"connect_tcp": []int{port}}})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
 	runCases(t, s, []fenceCase{
 		{name: "granted port", req: map[string]any{"op": "connect", "addr": granted.Addr().String()}, wantOK: true},
 		{name: "other port", req: map[string]any{"op": "connect", "addr": other.Addr().String()}, errno: denied},
@@ -297,12 +310,14 @@ func TestFenceNetworkGrant(t *testing.T) {
 }
 
 // TestFenceAllowIOUring: allow_io_uring lifts only the io_uring block.
-func TestFenceAllowIOUring(t *testing.T) {
+func TestFenceAllowIOUring(t *testing.T) { fencetest.ForEachLayering(t, testFenceAllowIOUring) }
+
+func testFenceAllowIOUring(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "allow_io_uring": true})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
 	r := s.Do(map[string]any{"op": "io_uring"})
 	if !r.OK && r.Errno == "EPERM" {
 		t.Fatalf("io_uring still blocked with allow_io_uring: %s", r.Error)
@@ -358,25 +373,46 @@ func assertNoSecretFD(t *testing.T, s *fencetest.Session) {
 // TestNoProcessOutlivesTheRun: a descendant the server leaves behind is
 // killed when the run ends, and cannot leave the run's session.
 func TestNoProcessOutlivesTheRun(t *testing.T) {
+	fencetest.ForEachLayering(t, testNoProcessOutlivesTheRun)
+}
+
+func testNoProcessOutlivesTheRun(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
 	r := s.Do(map[string]any{"op": "spawn"})
 	if !r.OK {
 		t.Fatalf("spawn: %s", r.Error)
 	}
 	child, _ := strconv.Atoi(r.Data)
+	// With its own pid namespace, the pid the server knows is the run's;
+	// every process of the run is in that namespace.
+	pidNS := ""
+	if s.Namespaces {
+		pidNS = fencetest.RunPIDNamespace(t, s.Cmd.Process.Pid)
+	}
 	runCases(t, s, []fenceCase{{name: "setsid", req: map[string]any{"op": "setsid"}, errno: []string{"EPERM"}}})
 	if code := s.Close(); code != 0 {
 		t.Fatalf("exit %d: %s", code, s.Stderr())
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(child) {
+	for {
+		var left []int
+		if pidNS != "" {
+			left = fencetest.ProcessesIn(pidNS)
+		} else if alive(child) {
+			left = []int{child}
+		}
+		if len(left) == 0 {
+			return
+		}
 		if time.Now().After(deadline) {
-			syscall.Kill(child, syscall.SIGKILL)
-			t.Fatalf("descendant %d outlived the run", child)
+			for _, p := range left {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+			t.Fatalf("processes %v of the run outlived it", left)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

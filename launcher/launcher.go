@@ -106,6 +106,23 @@ type Config struct {
 	// NoCgroup turns the cgroup layer off (recorded as such): no process or
 	// memory limit, and the end of the run kills the server's session only.
 	NoCgroup bool
+
+	// Namespaces and identity (docs/launcher.md, "Namespaces").
+
+	// RequireNamespaces refuses the run (an *IsolationError, exit 69) when
+	// the namespaces cannot be made, instead of running with Landlock and
+	// seccomp alone; so does the scope's require_isolation.
+	RequireNamespaces bool
+	// NoNamespaces runs without namespaces (--no-namespaces), recorded as
+	// such; refused together with a requirement of them.
+	NoNamespaces bool
+	// Owner is who owns the files the server creates in a write scope,
+	// "USER[:GROUP]" (names or numbers); default: the owner of the base
+	// directory. Only a root launcher can choose another user.
+	Owner string
+	// RunUID is the dedicated host uid (and gid) a root launcher runs the
+	// server as; 0 picks one per run in [RunUIDBase, RunUIDBase+RunUIDCount).
+	RunUID int
 }
 
 // Launcher runs one server. Build it with New.
@@ -128,6 +145,7 @@ type Launcher struct {
 	// that dies with the launcher (set by the namespace layer); then no
 	// watcher is needed to end the run if the launcher is SIGKILLed.
 	pidNamespace bool
+	iso          *isolation
 }
 
 // DroppedEnv names the launcher's environment variables the server does
@@ -138,6 +156,8 @@ func (l *Launcher) DroppedEnv() []string { return l.droppedEnv }
 var (
 	// ErrAudit wraps any failure to write a launch record (fail closed).
 	ErrAudit = errors.New("audit log")
+	// ErrUsage wraps a configuration the operator must fix (a bad --owner).
+	ErrUsage = errors.New("usage")
 )
 
 // StartError says the server could not be started under the fence.
@@ -280,6 +300,9 @@ func New(cfg Config) (*Launcher, error) {
 		}
 	} else {
 		l.decision = ruleset.Decision{ABI: min(cfg.KernelABI(), ruleset.MaxABI)}
+	}
+	if l.iso, err = planIsolation(&l.cfg); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -62,9 +63,15 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		}
 	}()
 	// The helper boots while the rest of this function runs; it execs
-	// nothing before launch sends it a spec.
+	// nothing before launch sends it the go-ahead.
 	h, err := srv.spawn()
 	if err != nil {
+		var ie *IsolationError
+		if errors.As(err, &ie) {
+			if rerr := RecordRefusal(ctx, *cfg, schema.ExitRefusedKernel, l.decision.ABI); rerr != nil {
+				return fmt.Errorf("%w (and: %v)", err, rerr)
+			}
+		}
 		return err
 	}
 	launched := false
@@ -93,6 +100,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if real, err := filepath.EvalSymlinks(tmp); err == nil {
 		tmp = real
 	}
+	srv.tmp = tmp
 	rs, err := ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, TmpDir: tmp, AllowRuntime: cfg.AllowRuntime})
 	if err != nil {
 		return &StartError{Err: err}
@@ -107,6 +115,11 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		}
 		l.cgroupFiles = runtimeprofile.LimitFilesIn(dirs)
 		rs.AddRuntimeFiles(l.cgroupFiles, "the CPU and memory limits of the run's own cgroup")
+	}
+	// The helper sets up its namespaces and root while the start record
+	// is written; it execs nothing before launch says go.
+	if err := srv.sendSpec(h, rs); err != nil {
+		return err
 	}
 	if err := l.publish(ctx, l.record(schema.PhaseStart, start, 0, 0, "")); err != nil {
 		return err
@@ -129,7 +142,6 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		return &StartError{Err: err}
 	}
 
-	srv.tmp = tmp
 	launched = true
 	p, err := srv.launch(ctx, h, rs)
 	if err != nil {
@@ -193,6 +205,11 @@ func (l *Launcher) record(phase schema.LaunchPhase, start time.Time, pid, code i
 		ExitStatus:     code,
 		ExitReason:     reason,
 		Layers:         l.layers(),
+		ServerUID:      l.iso.serverUID,
+		FileOwner:      l.iso.fileOwner(),
+	}
+	if phase == schema.PhaseExit && code == -1 {
+		ev.Launch.ServerUID = -1 // it never started
 	}
 	if phase == schema.PhaseExit {
 		ev.Launch.DurationMS = now.Sub(start).Milliseconds()
@@ -201,16 +218,34 @@ func (l *Launcher) record(phase schema.LaunchPhase, start time.Time, pid, code i
 	return ev
 }
 
-// layers are the fence's layers as this run gets them.
+// layers are the fence's layers as this run gets them, in
+// schema.LayerNames order.
 func (l *Launcher) layers() []schema.Layer {
 	if l.base == nil {
 		return nil // refused before a ruleset existed
 	}
-	layers := []schema.Layer{SeccompLayer(l.cfg.Mode, SeccompOptions(l.cfg.Scope, l.base))}
+	out := []schema.Layer{l.landlockLayer(), SeccompLayer(l.cfg.Mode, SeccompOptions(l.cfg.Scope, l.base))}
+	out = append(out, l.iso.layers()...)
 	if l.lifeLayer != nil {
-		layers = append(layers, *l.lifeLayer)
+		out = append(out, *l.lifeLayer)
 	}
-	return layers
+	return out
+}
+
+// landlockLayer: on at the fence's full ABI; degraded with --best-effort
+// on an older kernel (the reason lists what is missing); off in audit mode
+// or without Landlock.
+func (l *Launcher) landlockLayer() schema.Layer {
+	ly := schema.Layer{Name: schema.LayerLandlock, State: schema.LayerOn, Reason: "abi" + strconv.Itoa(l.decision.ABI)}
+	switch {
+	case l.cfg.Mode != schema.ModeEnforce:
+		ly.State, ly.Reason = schema.LayerOff, "audit_mode"
+	case l.decision.ABI == 0:
+		ly.State, ly.Reason = schema.LayerOff, "kernel_without_landlock"
+	case l.decision.Degraded:
+		ly.State, ly.Reason = schema.LayerDegraded, l.decision.Reason()
+	}
+	return ly
 }
 
 // publish writes events to the audit log, then to the sink; either failing
@@ -254,8 +289,9 @@ func SeccompLayer(mode schema.RunMode, o seccomp.Options) schema.Layer {
 	return schema.Layer{Name: schema.LayerSeccomp, State: schema.LayerOn}
 }
 
-// spec turns a ruleset into what the helper applies.
-func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
+// spec turns a ruleset into what the helper applies; tmp is the run's
+// private temp dir (the staging directory of its new root).
+func (l *Launcher) spec(rs *ruleset.Ruleset, env []string, tmp string) *sandbox.Spec {
 	argv := l.cfg.Command
 	if l.profile.Argv != nil {
 		argv = l.profile.Argv // npx/uvx: the installed package they would run
@@ -264,6 +300,7 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
 		Exe:  l.profile.Exe,
 		Argv: argv,
 		Env:  env,
+		Dir:  l.cfg.Dir,
 	}
 	if l.cfg.Mode != schema.ModeEnforce {
 		return s
@@ -275,6 +312,15 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string) *sandbox.Spec {
 	if mb := l.limits.MaxFileSizeMB; mb > 0 {
 		s.Limits = sandbox.Limits{FileSizeBytes: uint64(mb) << 20, TmpSizeBytes: uint64(mb) << 20}
 	}
+	s.NS = l.iso.namespaces(rs, l.profile, tmp, l.cfg.Dir, int64(s.Limits.TmpSizeBytes))
+	s.Identity = l.iso.identity
+	// The filter leaves to the namespaces what they already close. With
+	// the minimal root, every mount but the write scope's and TMPDIR's is
+	// read-only, so metadata changes through a descriptor reach nothing
+	// else, whoever owns the files (DedicatedUID's concern).
+	s.Filter.IPCNamespace = s.NS != nil
+	s.Filter.MountNamespace = s.NS != nil
+	s.Filter.DedicatedUID = s.NS != nil
 	s.ABI = l.decision.ABI
 	fs, net, scoped := ruleset.Handled(s.ABI)
 	s.HandledFS, s.HandledNet, s.Scoped = uint64(fs), uint64(net), uint64(scoped)
@@ -327,10 +373,19 @@ type proc struct {
 	cmd        *exec.Cmd
 	stdin      *os.File
 	stdout     *os.File
-	done       chan struct{} // closed once cmd.Wait returned
+	done       chan struct{} // closed once cmd.Wait returned and the helper's last status was read
 	stderrTail *tailBuffer   // the last lines of the server's stderr, to explain a failed start
 	stderrDone chan struct{} // closed when the server's stderr is drained
+	// exit is the server's status as the run's init reported it (the
+	// helper's own status then says nothing about a signal); closed
+	// exitRead means it was read, or there is none to read.
+	exit     *sandbox.Status
+	exitRead chan struct{}
+	exitOnce sync.Once
 }
+
+// exitDone says there is no (more) status to read from the helper.
+func (p *proc) exitDone() { p.exitOnce.Do(func() { close(p.exitRead) }) }
 
 func (s *server) Stdin() io.Writer {
 	s.mu.Lock()
@@ -424,29 +479,43 @@ type pending struct {
 	p          *proc
 	specW      *os.File
 	statusR    *os.File
+	status     *bufio.Reader
 	errR       *os.File
 	stderrDone chan struct{}
 }
 
-// kill ends a helper that will not get a spec: it never execs anything.
+// kill ends a helper that will not get the go-ahead: it never execs anything.
 func (h *pending) kill() {
 	h.specW.Close()
 	h.statusR.Close()
+	h.p.exitDone()
 	_ = h.p.cmd.Process.Kill()
 	<-h.p.done
 	h.p.stdin.Close()
 	h.p.stdout.Close()
 }
 
-// spawn starts the sandbox helper. It boots (a Go runtime start-up, the
-// larger part of the launch overhead) while the launcher derives the
-// ruleset and writes the start record; it does nothing until launch sends
-// its spec.
+// spawn starts the fence helper, in the run's namespaces. It boots (a Go
+// runtime start-up) while the launcher derives the ruleset and writes the
+// start record; it does nothing until it gets its spec, and execs nothing
+// before launch sends the go-ahead. When the kernel refuses the namespaces
+// the run goes on without them and says so, unless they are required.
 func (s *server) spawn() (*pending, error) {
-	h, err := spawnHelper(s.l.cfg.HelperPath, s.l.cfg.Dir, s.l.cfg.Stderr, filepath.Base(s.l.cfg.Command[0]), s.life.grp)
+	cfg, iso := &s.l.cfg, s.l.iso
+	h, err := spawnHelper(cfg.HelperPath, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso)
+	if err != nil && iso.flags != 0 {
+		if derr := iso.degrade(err, cfg.Scope); derr != nil {
+			return nil, derr
+		}
+		fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: no namespaces (%s: %v); the server runs with Landlock and seccomp only, and sees the host's mounts, processes and network; --require-namespaces refuses instead\n", iso.nsReason, errors.Unwrap(err))
+		h, err = spawnHelper(cfg.HelperPath, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso)
+	}
 	if err != nil {
 		return nil, err
 	}
+	// Under the init of its own pid namespace, which dies with the
+	// launcher, the run needs no watcher to end with a SIGKILLed launcher.
+	s.l.pidNamespace = iso.flags&unix.CLONE_NEWPID != 0
 	s.mu.Lock()
 	if s.firstPID == 0 {
 		s.firstPID = h.p.cmd.Process.Pid
@@ -455,11 +524,11 @@ func (s *server) spawn() (*pending, error) {
 	return h, nil
 }
 
-// spawnHelper starts helperPath as the sandbox helper in dir, inside the
-// run's cgroup grp when there is one, copying its stderr (later: the
-// server's) to stderr as lines marked with name and its pid (package
-// serverlog).
-func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgroup.Group) (_ *pending, err error) {
+// spawnHelper starts helperPath as the fence helper in dir, inside the
+// run's cgroup grp when there is one, in the namespaces iso asks for,
+// copying its stderr (later: the server's) to stderr as lines marked with
+// name and its pid (package serverlog).
+func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgroup.Group, iso *isolation) (_ *pending, err error) {
 	var files []*os.File
 	defer func() {
 		if err != nil {
@@ -496,24 +565,31 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgr
 	if err != nil {
 		return nil, err
 	}
+	// Its own session: no controlling terminal to inject input into, and
+	// terminal signals reach only the launcher, which forwards them.
+	sys := &syscall.SysProcAttr{Setsid: true, Cloneflags: iso.flags}
+	if iso.userNS {
+		// Unprivileged: the helper is uid 0 of a user namespace of its own,
+		// which is this user on the host, and owns the other namespaces.
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+	}
 	cmd := &exec.Cmd{
 		Path: helperPath,
 		Args: []string{sandbox.HelperName},
 		// GOGC=off: the helper lives for a millisecond; collecting garbage
 		// during its start-up only delays the server.
-		Env:        []string{"GOGC=off"},
-		Dir:        dir,
-		Stdin:      inR,
-		Stdout:     outW,
-		Stderr:     errW,
-		ExtraFiles: []*os.File{specR, statusW}, // fds 3 and 4
-		// Its own session: no controlling terminal to inject input into, and
-		// terminal signals reach only the launcher, which forwards them.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		Env:         []string{"GOGC=off"},
+		Dir:         dir,
+		Stdin:       inR,
+		Stdout:      outW,
+		Stderr:      errW,
+		ExtraFiles:  []*os.File{specR, statusW}, // fds 3 and 4
+		SysProcAttr: sys,
 	}
-	done := make(chan struct{})
-	if err := startLocked(cmd, grp, done); err != nil {
-		return nil, &StartError{Err: fmt.Errorf("start sandbox helper: %w", err)}
+	p := &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{}), exitRead: make(chan struct{})}
+	if err := startLocked(cmd, grp, p); err != nil {
+		return nil, &StartError{Err: fmt.Errorf("start the fence helper: %w", err)}
 	}
 	// The child's ends now live in the child only.
 	for _, f := range []*os.File{specR, statusW, inR, outW, errW} {
@@ -521,10 +597,12 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgr
 	}
 	files = nil
 	tail := &tailBuffer{max: stderrTailSize}
+	p.stderrTail = tail
 	h := &pending{
-		p:          &proc{cmd: cmd, stdin: inW, stdout: outR, done: done, stderrTail: tail},
+		p:          p,
 		specW:      specW,
 		statusR:    statusR,
+		status:     bufio.NewReaderSize(statusR, 64<<10),
 		errR:       errR,
 		stderrDone: make(chan struct{}),
 	}
@@ -540,11 +618,12 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgr
 }
 
 // startLocked starts cmd (inside grp, when not nil) from a goroutine
-// locked to its OS thread, which then waits for cmd (closing done once
-// cmd.ProcessState is set): the helper's parent-death signal fires when
-// the thread that forked it exits, not the process, so that thread must
-// live as long as the helper and the server it becomes.
-func startLocked(cmd *exec.Cmd, grp *cgroup.Group, done chan struct{}) error {
+// locked to its OS thread, which then waits for cmd (closing p.done once
+// cmd.ProcessState is set and the helper's last status line was read):
+// the helper's parent-death signal fires when the thread that forked it
+// exits, not the process, so that thread must live as long as the helper
+// and the server it becomes.
+func startLocked(cmd *exec.Cmd, grp *cgroup.Group, p *proc) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -559,63 +638,128 @@ func startLocked(cmd *exec.Cmd, grp *cgroup.Group, done chan struct{}) error {
 		}
 		started <- nil
 		_ = cmd.Wait()
-		close(done)
+		// The init's last word (the server's status) is in the pipe before
+		// it exits.
+		<-p.exitRead
+		close(p.done)
 	}()
 	return <-started
 }
 
-// launch runs BeforeExec, sends the spec for rs and waits for the helper to
-// exec the server (or to report why it could not).
-func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*proc, error) {
-	cfg := &s.l.cfg
+// env is the server's environment for a run whose private temp dir is tmp.
+func (s *server) env() []string {
 	env := append(append([]string(nil), s.l.env...), "HOME="+s.tmp, "TMPDIR="+s.tmp)
 	for _, e := range s.l.profile.Env {
 		if name, _, _ := strings.Cut(e, "="); envValue(env, name) == "" {
 			env = append(env, e)
 		}
 	}
-	spec, err := json.Marshal(s.l.spec(rs, env))
+	return env
+}
+
+// sendSpec sends the helper its spec for rs.
+func (s *server) sendSpec(h *pending, rs *ruleset.Ruleset) error {
+	spec, err := json.Marshal(s.l.spec(rs, s.env(), s.tmp))
 	if err != nil {
 		h.kill()
-		return nil, fmt.Errorf("encode sandbox spec: %w", err)
+		return fmt.Errorf("encode the fence helper's spec: %w", err)
 	}
+	if _, err := h.specW.Write(append(spec, '\n')); err != nil {
+		h.kill()
+		return &StartError{Err: fmt.Errorf("send the fence helper its spec: %w", err)}
+	}
+	return nil
+}
+
+// launch runs BeforeExec, waits for the helper to be ready, sends the
+// go-ahead and waits for the server to start (or for the helper to report
+// why it could not).
+func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*proc, error) {
+	cfg := &s.l.cfg
 	if cfg.BeforeExec != nil {
 		if err := cfg.BeforeExec(withFence(ctx, rs), h.p.cmd.Process.Pid); err != nil {
 			h.kill()
 			return nil, fmt.Errorf("before exec: %w", err)
 		}
 	}
-	// Pin the helper's /proc/PID entry for the run: the fence's rule on the
-	// server's own /proc entry binds to the inode of that directory, and
-	// procfs makes a new inode when an unused /proc/PID dentry has been
-	// evicted (memory pressure, drop_caches) and is looked up again. An
-	// open descriptor here, outside the fence, keeps the dentry and so the
-	// inode the rule names.
-	if pin, err := os.OpenFile("/proc/"+strconv.Itoa(h.p.cmd.Process.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-		s.mu.Lock()
-		s.pins = append(s.pins, pin)
-		s.mu.Unlock()
+	if s.l.iso.flags == 0 {
+		// Pin the helper's /proc/PID entry for the run: the fence's rule on
+		// the server's own /proc entry binds to the inode of that directory,
+		// and procfs makes a new inode when an unused /proc/PID dentry has
+		// been evicted (memory pressure, drop_caches) and is looked up
+		// again. An open descriptor here, outside the fence, keeps the
+		// dentry and so the inode the rule names. (With its own pid
+		// namespace, the run's init holds the server's entry in the run's
+		// /proc.)
+		pinned := []string{"/proc/" + strconv.Itoa(h.p.cmd.Process.Pid)}
+		for _, r := range rs.Rules {
+			// The same holds for every procfs entry a rule names.
+			if hasPathPrefix(r.Path, "/proc") && !hasPathPrefix(r.Path, runtimeprofile.ProcSelf) {
+				pinned = append(pinned, r.Path)
+			}
+		}
+		for _, p := range pinned {
+			if pin, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
+				s.mu.Lock()
+				s.pins = append(s.pins, pin)
+				s.mu.Unlock()
+			}
+		}
 	}
-	_, werr := h.specW.Write(spec)
+	st, err := sandbox.ReadStatus(h.status)
+	if err != nil || st.Stage != sandbox.StageReady {
+		return nil, s.failed(h, st, err)
+	}
+	_, werr := h.specW.Write([]byte{sandbox.GoByte})
 	h.specW.Close()
 	if werr != nil {
 		h.kill()
-		return nil, &StartError{Err: fmt.Errorf("send spec to the sandbox helper: %w", werr)}
+		return nil, &StartError{Err: fmt.Errorf("start the fence helper: %w", werr)}
 	}
-	status, err := io.ReadAll(io.LimitReader(h.statusR, 64<<10))
+	st, err = sandbox.ReadStatus(h.status)
+	switch {
+	case errors.Is(err, io.EOF):
+		// A plain helper: the status pipe closed on exec.
+		h.statusR.Close()
+		h.p.exitDone()
+		return h.p, nil
+	case err == nil && st.Stage == sandbox.StageStarted:
+		// The run's init: its last line will be the server's status.
+		go func() {
+			defer h.p.exitDone()
+			defer h.statusR.Close()
+			for {
+				st, err := sandbox.ReadStatus(h.status)
+				if err != nil {
+					return
+				}
+				if st.Stage == sandbox.StageExit {
+					h.p.exit = st
+				}
+			}
+		}()
+		return h.p, nil
+	}
+	return nil, s.failed(h, st, err)
+}
+
+// failed collects a helper that reported st (or failed to report, err)
+// instead of starting the server, and says why.
+func (s *server) failed(h *pending, st *sandbox.Status, err error) error {
+	h.specW.Close()
+	if st == nil || !st.Failed() {
+		msg := "the fence helper exited without saying why (its stderr is above)"
+		switch {
+		case err != nil && !errors.Is(err, io.EOF):
+			msg = err.Error()
+		case st != nil:
+			msg = fmt.Sprintf("the fence helper reported %q out of turn", st.Stage)
+		}
+		h.kill()
+		return &StartError{Err: errors.New(msg)}
+	}
 	h.statusR.Close()
-	if err != nil {
-		h.kill()
-		return nil, &StartError{Err: fmt.Errorf("read sandbox helper status: %w", err)}
-	}
-	if len(status) == 0 {
-		return h.p, nil // exec succeeded: the status pipe closed on exec
-	}
-	var st sandbox.Status
-	if err := json.Unmarshal(status, &st); err != nil {
-		h.kill()
-		return nil, &StartError{Err: errors.New("sandbox helper failed with an unreadable status")}
-	}
+	h.p.exitDone()
 	<-h.p.done
 	<-h.stderrDone
 	h.p.stdin.Close()
@@ -627,13 +771,19 @@ func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*
 	if st.Stage == sandbox.StageLandlock && st.Path != "" {
 		path = st.Path
 	}
-	return nil, &StartError{Path: path, Err: &st}
+	if st.Stage == sandbox.StageRoot || st.Stage == sandbox.StageNamespaces {
+		return &StartError{Path: path, Err: fmt.Errorf("%w (setting up the run's namespaces failed; --no-namespaces runs without them)", st)}
+	}
+	return &StartError{Path: path, Err: st}
 }
 
-// start is spawn then launch, for Restart.
+// start is spawn, the spec, then launch, for Restart.
 func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) {
 	h, err := s.spawn()
 	if err != nil {
+		return nil, err
+	}
+	if err := s.sendSpec(h, rs); err != nil {
 		return nil, err
 	}
 	return s.launch(ctx, h, rs)
@@ -715,7 +865,7 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 		if err := s.life.kill(p.cmd.Process.Pid, p.cmd.Process.Pid); err != nil {
 			cfg.Logger.Warn("processes of the run did not die", "run_id", cfg.RunID, "err", err)
 		}
-		code, why := exitCode(p.cmd.ProcessState) // set by Wait before done closed
+		code, why := exitCode(p) // set by Wait before done closed
 		if reason != "" {
 			why = reason
 		}
@@ -749,7 +899,14 @@ func (s *server) escalate(p *proc) {
 	}
 }
 
-func exitCode(st *os.ProcessState) (int, schema.ExitReason) {
+func exitCode(p *proc) (int, schema.ExitReason) {
+	if e := p.exit; e != nil {
+		if e.Signal > 0 {
+			return 128 + e.Signal, schema.ExitSignaled
+		}
+		return e.Code, schema.ExitExited
+	}
+	st := p.cmd.ProcessState
 	if st == nil {
 		return -1, schema.ExitUnknown
 	}

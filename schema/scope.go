@@ -111,6 +111,10 @@ type Scope struct {
 	AllowIOUring bool `json:"allow_io_uring,omitempty"`
 	// Limits narrow the operator's bounds on processes, memory and file size.
 	Limits *Limits `json:"limits,omitempty"`
+	// RequireIsolation refuses to run the server without its namespaces
+	// (mount, pid, ipc, uts, and net without a network grant) and identity
+	// layer, instead of running with Landlock and seccomp alone.
+	RequireIsolation bool `json:"require_isolation,omitempty"`
 }
 
 // ScopeError names the field that is wrong and why. Every refusal of a scope is one.
@@ -444,6 +448,9 @@ type CanonicalScope struct {
 	PromptAllowlist     []string            `json:"prompt_allowlist,omitempty"`
 	AllowIOUring        bool                `json:"allow_io_uring"`
 	Limits              *Limits             `json:"limits,omitempty"`
+	// RequireIsolation is omitted when false, so that the hash of every
+	// scope that does not set it stays what it was.
+	RequireIsolation bool `json:"require_isolation,omitempty"`
 
 	// Hash is "sha256:" + hex SHA-256 of the canonical JSON of every field
 	// above. It does not depend on when the scope was loaded.
@@ -478,6 +485,7 @@ func Canonicalize(s *Scope, base string, now time.Time) (*CanonicalScope, error)
 		PromptAllowlist:     sortedUnique(s.PromptAllowlist),
 		AllowIOUring:        s.AllowIOUring,
 		Limits:              s.Limits,
+		RequireIsolation:    s.RequireIsolation,
 	}
 	if c.Attribution != nil && c.Attribution.MetaKey == "" {
 		a := *c.Attribution

@@ -19,7 +19,8 @@ import (
 
 const runUsage = `usage: mcpwarden run --scope FILE [--base DIR] [--mode enforce|audit] [--best-effort]
                      [--audit-log FILE] [--state-dir DIR] [--allow-runtime PATH]... [--allow-exec PROGRAM]...
-                     [--env NAME[=VALUE]]... [--clean-env]
+                     [--env NAME[=VALUE]]... [--clean-env] [--require-namespaces | --no-namespaces]
+                     [--owner USER[:GROUP]] [--run-uid UID]
                      [--max-processes N] [--max-memory-mb N] [--max-file-size-mb N] [--cgroup-parent PATH]
                      -- CMD [ARGS...]
 
@@ -29,10 +30,11 @@ directory), relays its stdio, and writes launch records to the audit log.
 
 Exit status: the server's own status (128+N when killed by signal N); 64
 usage; 65 scope refused; 69 the kernel lacks a Landlock feature the fence
-needs (see --best-effort) or the host cannot enforce a limit given on the
-command line or in the scope; 70 the server could not start under the
-fence; 71 internal error; 74 the audit log or sink cannot take records;
-77 the scope expired or was revoked during the run, which was stopped.
+needs (see --best-effort), the host cannot enforce a limit given on the
+command line or in the scope, or namespaces are required and cannot be
+made; 70 the server could not start under the fence; 71 internal error;
+74 the audit log or sink cannot take records; 77 the scope expired or was
+revoked during the run, which was stopped.
 `
 
 // runExtension lets other areas plug into `run` from their own files (they
@@ -74,6 +76,10 @@ func cmdRun(ctx context.Context, args []string) int {
 	fs.Var(&env, "env", "pass `NAME` (from this environment, even one that looks like a credential) or NAME=VALUE to the server (repeatable)")
 	cleanEnv := fs.Bool("clean-env", false, "give the server only PATH, the locale, TZ and TERM plus --env, instead of this environment minus credentials")
 	lim := addLimitFlags(fs.FlagSet)
+	requireNS := fs.Bool("require-namespaces", false, "refuse to run (exit 69) when the server's namespaces cannot be made, instead of running with Landlock and seccomp only (the scope's require_isolation does the same)")
+	noNS := fs.Bool("no-namespaces", false, "run without the server's namespaces (recorded as such); refused with --require-namespaces or require_isolation")
+	owner := fs.String("owner", "", "`USER[:GROUP]` that owns the files the server creates in a write scope (root launchers; default: the owner of --base)")
+	runUID := fs.Int("run-uid", 0, "dedicated host `UID` a root launcher runs the server as (default: a fresh one per run, 1879048192-1895825407)")
 	for _, ext := range runExtensions {
 		ext.Flags(fs.FlagSet)
 	}
@@ -121,22 +127,26 @@ func cmdRun(ctx context.Context, args []string) int {
 	signal.Ignore(syscall.SIGPIPE)
 
 	cfg := launcher.Config{
-		Scope:         scope,
-		Command:       command,
-		Mode:          runMode,
-		BestEffort:    *bestEffort,
-		AllowRuntime:  allowRuntime,
-		AllowExec:     allowExec,
-		Env:           env,
-		CleanEnv:      *cleanEnv,
-		RunID:         schema.NewID(),
-		AuditLog:      alog,
-		Signals:       sigs,
-		Logger:        logger,
-		Limits:        lim.limits(),
-		RequireLimits: lim.required(),
-		CgroupParent:  *lim.cgroupParent,
-		NoCgroup:      !*lim.cgroup,
+		Scope:             scope,
+		Command:           command,
+		Mode:              runMode,
+		BestEffort:        *bestEffort,
+		AllowRuntime:      allowRuntime,
+		AllowExec:         allowExec,
+		Env:               env,
+		CleanEnv:          *cleanEnv,
+		RunID:             schema.NewID(),
+		AuditLog:          alog,
+		Signals:           sigs,
+		Logger:            logger,
+		Limits:            lim.limits(),
+		RequireLimits:     lim.required(),
+		CgroupParent:      *lim.cgroupParent,
+		NoCgroup:          !*lim.cgroup,
+		RequireNamespaces: *requireNS,
+		NoNamespaces:      *noNS,
+		Owner:             *owner,
+		RunUID:            *runUID,
 	}
 	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, AuditLog: alog, Logger: logger, Config: &cfg}
 	for _, ext := range runExtensions {
@@ -197,15 +207,18 @@ func exitCodeOf(err error) int {
 	var le *launcher.LimitsError
 	var se *launcher.StartError
 	var sce *schema.ScopeError
+	var ie *launcher.IsolationError
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, launcher.ErrScopeExpired), errors.Is(err, launcher.ErrScopeRevoked):
 		return exitScopeEnded
-	case errors.As(err, &ke), errors.As(err, &le):
+	case errors.As(err, &ke), errors.As(err, &le), errors.As(err, &ie):
 		return exitKernel
 	case errors.As(err, &sce):
 		return exitBadScope
+	case errors.Is(err, launcher.ErrUsage):
+		return exitUsage
 	case errors.Is(err, launcher.ErrAudit):
 		return exitAuditSink
 	case errors.As(err, &se):

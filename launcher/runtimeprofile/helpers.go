@@ -64,6 +64,9 @@ func (b *builder) addHelperProgram(invoked, exe string) error {
 		if err != nil {
 			continue
 		}
+		if real != h.path {
+			b.name(h.path)
+		}
 		switch {
 		case h.tree && st.IsDir():
 			c := ClassReadTree

@@ -99,6 +99,9 @@ func (b *builder) addHost() error {
 		if err != nil {
 			continue
 		}
+		if real != h.path {
+			b.name(h.path) // /etc/localtime is opened by that name
+		}
 		switch {
 		case h.tree && st.IsDir():
 			b.add(real, ClassReadTree, h.reason)

@@ -1,11 +1,9 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,78 +13,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Main is the helper's whole life: read the Spec, fence, exec. It returns
-// only on failure, with the exit code to use; the failure has been reported
-// on StatusFD.
-func Main() int {
-	runtime.LockOSThread() // never unlocked: the fence is per thread until execve
-	if !launcherDescriptors() {
-		fmt.Fprintln(os.Stderr, "mcpwarden-fence: this is the fence helper of 'mcpwarden run', which starts it with a spec on fd 3 and a status pipe on fd 4; it is not run by hand")
-		return 2
-	}
-	status := os.NewFile(StatusFD, "status")
-	specFile := os.NewFile(SpecFD, "spec")
-	spec, err := ReadSpec(specFile)
-	specFile.Close()
-	if err != nil {
-		return report(status, &Status{Stage: StageSpec, Message: err.Error()})
-	}
-	if st := apply(spec); st != nil {
-		return report(status, st)
-	}
-	if err := dieWithLauncher(status); err != nil {
-		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()})
-	}
-	// Everything but stdio is closed by execve, including the status pipe,
-	// whose EOF tells the launcher that exec succeeded.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: "mark descriptors close-on-exec: " + err.Error()})
-	}
-	err = syscall.Exec(spec.Exe, spec.Argv, spec.Env)
-	st := &Status{Stage: StageExec, Errno: errnoOf(err), Path: spec.Exe, Message: err.Error()}
-	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOENT) {
-		// Find which file of the exec chain the fence (or the file system) refused.
-		if p := deniedExecPath(spec.Exe); p != "" {
-			st.Path = p
-		}
-	}
-	return report(status, st)
-}
-
-// launcherDescriptors reports whether fds 3 and 4 are the pipes (or
-// sockets) the launcher passes.
-func launcherDescriptors() bool {
-	for _, fd := range []int{SpecFD, StatusFD} {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return false
-		}
-		if t := st.Mode & unix.S_IFMT; t != unix.S_IFIFO && t != unix.S_IFSOCK {
-			return false
-		}
-	}
-	return true
-}
-
-func report(status *os.File, st *Status) int {
-	_ = json.NewEncoder(status).Encode(st)
-	status.Close()
-	return 127
-}
-
-func errnoOf(err error) int {
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return int(e)
-	}
-	return 0
-}
-
 // apply fences the calling thread. Order matters: the bounding set can only
 // be dropped while CAP_SETPCAP is still held; no_new_privs must precede
 // landlock_restrict_self and the seccomp filter (both need it when not
 // privileged); the effective capabilities go last.
 func apply(s *Spec) *Status {
+	if s.Dir != "" {
+		// Again: after a new root, the inherited working directory is the
+		// old root's.
+		if err := unix.Chdir(s.Dir); err != nil {
+			return &Status{Stage: StagePrivs, Errno: errnoOf(err), Path: s.Dir, Message: "enter the working directory: " + err.Error()}
+		}
+	}
 	if !s.Enforce {
 		return nil
 	}
@@ -95,6 +33,11 @@ func apply(s *Spec) *Status {
 	}
 	if s.DropCaps {
 		if err := dropBoundingSet(); err != nil {
+			return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()}
+		}
+	}
+	if s.Identity != nil {
+		if err := becomeIdentity(*s.Identity); err != nil {
 			return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()}
 		}
 	}
@@ -199,6 +142,36 @@ func ownProc(path string) (string, error) {
 		return "", fmt.Errorf("%s points to %q, not a process id", procSelf, pid)
 	}
 	return "/proc/" + pid + rest, nil
+}
+
+// becomeIdentity switches every thread to id (no supplementary groups).
+// Leaving uid 0 clears the capability sets; the parent-death signal, which
+// the kernel clears on a change of credentials, is set again.
+func becomeIdentity(id Identity) error {
+	sig := pdeathsig()
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("drop supplementary groups: %w", err)
+	}
+	if err := syscall.Setresgid(id.GID, id.GID, id.GID); err != nil {
+		return fmt.Errorf("switch to gid %d: %w", id.GID, err)
+	}
+	if err := syscall.Setresuid(id.UID, id.UID, id.UID); err != nil {
+		return fmt.Errorf("switch to uid %d: %w", id.UID, err)
+	}
+	if sig != 0 {
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(sig), 0, 0, 0); err != nil {
+			return fmt.Errorf("set the parent-death signal again: %w", err)
+		}
+	}
+	return nil
+}
+
+func pdeathsig() int {
+	var sig int32
+	if _, _, e := unix.Syscall(unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0); e != 0 {
+		return 0
+	}
+	return int(sig)
 }
 
 // dropBoundingSet empties the capability bounding set and the ambient set,

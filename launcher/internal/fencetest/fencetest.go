@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,13 @@ type Response struct {
 
 // Session is a naive server running under `mcpwarden run`.
 type Session struct {
+	// Namespaces: the run was started with its namespaces (the default;
+	// not with StartOptions.NoNamespaces). Denials then come from the layer
+	// that says no first: a path outside the minimal root does not exist
+	// (ENOENT), a read-only mount refuses writes (EROFS), a process outside
+	// the run's pid namespace does not exist (ESRCH).
+	Namespaces bool
+
 	tb     testing.TB
 	Cmd    *exec.Cmd
 	in     io.WriteCloser
@@ -121,6 +129,9 @@ type StartOptions struct {
 	Command    []string // default: the naive server
 	ExtraFiles []*os.File
 	Dir        string
+	// NoNamespaces runs with --no-namespaces: Landlock and seccomp alone,
+	// so that what they deny is denied with their own errno.
+	NoNamespaces bool
 }
 
 // RelayFlag makes `mcpwarden run` relay bytes unchanged instead of running
@@ -135,6 +146,9 @@ func Start(tb testing.TB, b Binaries, o StartOptions) *Session {
 		o.AuditLog = filepath.Join(tb.TempDir(), "audit.jsonl")
 	}
 	args := []string{"run", RelayFlag, "--scope", o.Scope, "--base", o.Base, "--audit-log", o.AuditLog}
+	if o.NoNamespaces {
+		args = append(args, "--no-namespaces")
+	}
 	args = append(args, o.ExtraArgs...)
 	if o.Command == nil {
 		o.Command = []string{b.Naive}
@@ -146,7 +160,12 @@ func Start(tb testing.TB, b Binaries, o StartOptions) *Session {
 		cmd.Dir = o.Base
 	}
 	cmd.ExtraFiles = o.ExtraFiles
-	s := &Session{tb: tb, Cmd: cmd, lines: make(chan string, 16), stderr: &testenv.LockedBuffer{}}
+	s := &Session{tb: tb, Cmd: cmd, lines: make(chan string, 16), stderr: &testenv.LockedBuffer{}, Namespaces: !o.NoNamespaces}
+	for _, a := range o.ExtraArgs {
+		if a == "--no-namespaces" || a == "--mode=audit" || a == "audit" {
+			s.Namespaces = false
+		}
+	}
 	cmd.Stderr = s.stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -270,4 +289,55 @@ func ContainsAll(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+// NamespaceDenials are the errnos with which the namespace layers deny
+// what Landlock and seccomp would deny with EACCES or EPERM.
+var NamespaceDenials = []string{"ENOENT", "EROFS", "ESRCH", "EXDEV"}
+
+// ForEachLayering runs f twice: with the run's namespaces (the default)
+// and with Landlock and seccomp alone (--no-namespaces), so that a test of
+// what the fence denies shows each layer holding on its own.
+func ForEachLayering(t *testing.T, f func(t *testing.T, noNamespaces bool)) {
+	t.Run("namespaces", func(t *testing.T) { f(t, false) })
+	t.Run("landlock-seccomp", func(t *testing.T) { f(t, true) })
+}
+
+// RunPIDNamespace is the pid namespace (the /proc/PID/ns/pid link) of the
+// run whose launcher is launcherPID: its helper's, a child of the launcher
+// in another pid namespace than this process.
+func RunPIDNamespace(tb testing.TB, launcherPID int) string {
+	tb.Helper()
+	self, _ := os.Readlink("/proc/self/ns/pid")
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", launcherPID))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", launcherPID, task.Name()))
+		for _, c := range strings.Fields(string(b)) {
+			if ns, err := os.Readlink("/proc/" + c + "/ns/pid"); err == nil && ns != self {
+				return ns
+			}
+		}
+	}
+	tb.Fatalf("the launcher %d has no child in a pid namespace of its own", launcherPID)
+	return ""
+}
+
+// ProcessesIn lists the live (not zombie) processes in pid namespace ns.
+func ProcessesIn(ns string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || l != ns {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if i := strings.LastIndexByte(string(b), ')'); err == nil && i > 0 && i+2 < len(b) && b[i+2] != 'Z' {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

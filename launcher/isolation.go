@@ -1,0 +1,493 @@
+package launcher
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+
+	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// The dedicated host uids a root launcher runs servers as: one per run,
+// picked at random in [RunUIDBase, RunUIDBase+RunUIDCount), above the
+// ranges distributions and systemd hand out (systemd's container range
+// ends at 0x6FFFFFFF), so that no host file, process or account has it.
+const (
+	RunUIDBase  = 0x70000000
+	RunUIDCount = 1 << 24
+)
+
+// hostname is the run's host name in its uts namespace.
+const hostname = "mcpwarden"
+
+// isolation is how a run is isolated beyond Landlock and seccomp: which
+// namespaces the helper is cloned into, who the server runs as, who owns
+// what it creates. New plans it from the configuration and what this
+// process may do; spawn drops the namespaces when the kernel refuses them.
+type isolation struct {
+	// privileged: root with CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID. The
+	// helper gets no user namespace (its namespaces belong to the host's);
+	// the server runs in a user namespace of its own, mapped to a
+	// dedicated uid.
+	privileged bool
+	flags      uintptr // CLONE_NEW* for the helper; 0: none
+	userNS     bool    // the helper's own user namespace (unprivileged launcher)
+	net        bool    // a network namespace with loopback only
+	memfd      bool    // vm.memfd_noexec=2 in the run's pid namespace
+
+	server   *sandbox.ServerUserNS // privileged, with idmapped scope mounts
+	identity *sandbox.Identity     // privileged without idmapped mounts: run as the owner
+	owner    sandbox.Identity      // who owns the files the server creates
+	// serverUID is the host uid the server runs as.
+	serverUID int
+
+	nsReason string // why there are no namespaces (flags == 0), a token
+	idReason string // the identity layer's reason
+	idState  schema.LayerState
+	required bool // namespaces are required (--require-namespaces or require_isolation)
+}
+
+// IsolationError says the run requires namespaces that cannot be made
+// here; cmd maps it to exit 69.
+type IsolationError struct {
+	Missing string // what is missing, a token (the layer reason)
+	Err     error  // the kernel's answer, when there was one
+	Hint    string
+}
+
+func (e *IsolationError) Error() string {
+	msg := "the run requires namespaces (--require-namespaces or the scope's require_isolation), but " + e.Missing
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	if e.Hint != "" {
+		msg += ". " + e.Hint
+	}
+	return msg
+}
+
+func (e *IsolationError) Unwrap() error { return e.Err }
+
+// planIsolation decides what to try; it does not touch the kernel beyond
+// reading this process's credentials and a few /proc files.
+func planIsolation(cfg *Config) (*isolation, error) {
+	iso := &isolation{required: cfg.RequireNamespaces || cfg.Scope.RequireIsolation}
+	euid, egid := os.Geteuid(), os.Getegid()
+	iso.serverUID = euid
+	iso.owner = sandbox.Identity{UID: euid, GID: egid}
+	if cfg.Mode != schema.ModeEnforce {
+		iso.nsReason, iso.idState, iso.idReason = "audit_mode", schema.LayerOff, "audit_mode"
+		if iso.required {
+			return nil, &IsolationError{Missing: "audit_mode", Hint: "--mode audit runs the server without the fence; drop --require-namespaces or run in enforce mode"}
+		}
+		return iso, nil
+	}
+	if cfg.NoNamespaces {
+		if iso.required {
+			return nil, &IsolationError{Missing: "operator_disabled", Hint: "--no-namespaces and a requirement of namespaces contradict each other"}
+		}
+		iso.nsReason = "operator_disabled"
+	}
+	caps := effectiveCaps()
+	iso.privileged = euid == 0 && caps&(1<<unix.CAP_SYS_ADMIN) != 0 && caps&(1<<unix.CAP_SETUID) != 0 && caps&(1<<unix.CAP_SETGID) != 0
+	if cfg.Owner != "" && !iso.privileged {
+		if o, err := parseOwner(cfg.Owner); err != nil {
+			return nil, err
+		} else if o.UID != euid {
+			return nil, fmt.Errorf("%w: --owner %s: only a root launcher can make another user own the files the server creates", ErrUsage, cfg.Owner)
+		}
+	}
+	if cfg.RunUID != 0 && !iso.privileged {
+		return nil, fmt.Errorf("%w: --run-uid: only a root launcher can run the server as another uid", ErrUsage)
+	}
+	iso.net = !networkGranted(cfg.Scope)
+	// vm.memfd_noexec is per pid namespace, but /proc/sys writes need the
+	// host's root: an unprivileged launcher's init cannot set it.
+	iso.memfd = fileExists("/proc/sys/vm/memfd_noexec") && iso.privileged
+	if iso.nsReason == "" {
+		iso.flags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
+		if iso.net {
+			iso.flags |= unix.CLONE_NEWNET
+		}
+		if !iso.privileged {
+			iso.flags |= unix.CLONE_NEWUSER
+			iso.userNS = true
+		}
+	}
+	if !iso.privileged {
+		iso.idState, iso.idReason = schema.LayerOn, "unprivileged_launcher"
+		if euid == 0 {
+			// Root, but not allowed to change uid or mount: the server keeps uid 0.
+			iso.idState, iso.idReason = schema.LayerOff, "root_without_setuid"
+		}
+		return iso, nil
+	}
+	owner, err := resolveOwner(cfg.Owner, cfg.Scope.Base)
+	if err != nil {
+		return nil, err
+	}
+	iso.owner = owner
+	run := cfg.RunUID
+	if run == 0 {
+		run = pickRunUID(owner)
+	} else if run < 0 || run == owner.UID || run > 0x7fffffff {
+		return nil, fmt.Errorf("%w: --run-uid %d: pick an unused uid that is not the owner's (default: one in %d-%d per run)", ErrUsage, run, RunUIDBase, RunUIDBase+RunUIDCount-1)
+	}
+	iso.setPrivilegedIdentity(run, cfg.Scope)
+	return iso, nil
+}
+
+// setPrivilegedIdentity decides, for a root launcher, between the
+// dedicated uid with idmapped scope mounts and, where those cannot be made
+// (no mount namespace, a file system without idmap support), running the
+// server as the owner.
+func (iso *isolation) setPrivilegedIdentity(run int, scope *schema.CanonicalScope) {
+	why := ""
+	if iso.flags == 0 {
+		why = "no_mount_namespace"
+	} else {
+		for _, p := range scope.AllowedPaths {
+			if !idmapSupported(p.Path) {
+				why = "no_idmap_fs"
+				break
+			}
+		}
+	}
+	if why == "" {
+		iso.server = &sandbox.ServerUserNS{Inside: iso.owner, Host: sandbox.Identity{UID: run, GID: run}}
+		iso.identity = nil
+		iso.serverUID = run
+		iso.idState, iso.idReason = schema.LayerOn, "dedicated_uid"
+		return
+	}
+	// The server runs as the owner: not root, owns what the owner owns.
+	iso.server = nil
+	id := iso.owner
+	iso.identity = &id
+	iso.serverUID = id.UID
+	iso.idState, iso.idReason = schema.LayerDegraded, "runs_as_owner_"+why
+	if id.UID == 0 {
+		iso.identity = nil
+		iso.idState, iso.idReason = schema.LayerOff, "owner_is_root_"+why
+	}
+}
+
+// degrade drops the namespaces after the kernel refused them (err from
+// starting the helper): the run goes on with Landlock and seccomp, and
+// says so. With namespaces required it is an *IsolationError instead.
+func (iso *isolation) degrade(err error, scope *schema.CanonicalScope) error {
+	reason, hint := "namespaces_failed", ""
+	switch {
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		reason = "namespaces_denied"
+		if iso.userNS {
+			reason = "userns_denied"
+			hint = "unprivileged user namespaces are restricted on this host (Ubuntu 24.04+: AppArmor's kernel.apparmor_restrict_unprivileged_userns; elsewhere kernel.unprivileged_userns_clone=0): allow them for mcpwarden, or run mcpwarden as root"
+		}
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EUSERS):
+		reason = "namespace_limit"
+		if iso.userNS {
+			reason = "userns_limit"
+		}
+		hint = "a namespace limit is reached (sysctl user.max_user_namespaces and friends): raise it"
+	case errors.Is(err, syscall.EINVAL):
+		reason = "namespaces_unsupported"
+		hint = "this kernel lacks a namespace type the fence uses (CONFIG_USER_NS, CONFIG_PID_NS, CONFIG_NET_NS, ...)"
+	}
+	if iso.required {
+		return &IsolationError{Missing: reason, Err: err, Hint: hint}
+	}
+	iso.flags, iso.userNS, iso.nsReason = 0, false, reason
+	if iso.privileged {
+		iso.setPrivilegedIdentity(iso.serverUID, scope)
+	}
+	return nil
+}
+
+// layers are the namespace and identity layers of the run.
+func (iso *isolation) layers() []schema.Layer {
+	state := func(on bool, reason string) schema.Layer {
+		if on {
+			return schema.Layer{State: schema.LayerOn, Reason: reason}
+		}
+		return schema.Layer{State: schema.LayerOff, Reason: reason}
+	}
+	ns := iso.flags != 0
+	var out []schema.Layer
+	add := func(name schema.LayerName, l schema.Layer) {
+		l.Name = name
+		out = append(out, l)
+	}
+	switch {
+	case !ns:
+		add(schema.LayerUserNS, state(false, iso.nsReason))
+	case iso.userNS:
+		add(schema.LayerUserNS, state(true, "launcher_userns"))
+	case iso.server != nil:
+		add(schema.LayerUserNS, state(true, "server_userns"))
+	default:
+		add(schema.LayerUserNS, state(false, "runs_as_owner"))
+	}
+	pid := schema.Layer{State: schema.LayerOff, Reason: iso.nsReason}
+	if ns {
+		pid = state(true, "memfd_noexec")
+		switch {
+		case !iso.memfd && iso.userNS:
+			pid.Reason = "no_memfd_noexec_unprivileged"
+		case !iso.memfd:
+			pid.Reason = "no_memfd_noexec_kernel"
+		}
+	}
+	add(schema.LayerMountNS, state(ns, iso.nsReason))
+	add(schema.LayerPIDNS, pid)
+	add(schema.LayerIPCNS, state(ns, iso.nsReason))
+	add(schema.LayerUTSNS, state(ns, iso.nsReason))
+	switch {
+	case iso.net && ns:
+		add(schema.LayerNetNS, state(true, "loopback_only"))
+	case !iso.net:
+		add(schema.LayerNetNS, state(false, "scope_grants_network"))
+	default:
+		add(schema.LayerNetNS, state(false, iso.nsReason))
+	}
+	add(schema.LayerIdentity, schema.Layer{State: iso.idState, Reason: iso.idReason})
+	return out
+}
+
+// fileOwner is the record's file_owner: "uid:gid".
+func (iso *isolation) fileOwner() string {
+	if iso.idState == schema.LayerOff && iso.idReason == "audit_mode" {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", iso.owner.UID, iso.owner.GID)
+}
+
+// namespaces is the helper's namespace spec for ruleset rs; nil without
+// namespaces.
+func (iso *isolation) namespaces(rs *ruleset.Ruleset, prof *runtimeprofile.Profile, tmp, dir string, tmpSize int64) *sandbox.Namespaces {
+	if iso.flags == 0 {
+		return nil
+	}
+	ns := &sandbox.Namespaces{
+		User: iso.userNS, Mount: true, PID: true, IPC: true, UTS: true, Net: iso.net,
+		Hostname: hostname, MemfdNoexec: iso.memfd, NoNestedUserNS: iso.userNS,
+		Server: iso.server,
+	}
+	r := &ns.Root
+	r.Staging, r.Tmp, r.TmpSize = tmp, tmp, tmpSize
+	switch {
+	case iso.server != nil:
+		r.TmpOwner = iso.server.Host
+	case iso.identity != nil:
+		r.TmpOwner = *iso.identity
+	}
+	for _, rule := range rs.Rules {
+		if rule.Origin == ruleset.OriginTmp || hasPathPrefix(rule.Path, "/proc") {
+			continue // the private tmpfs, the run's own /proc
+		}
+		m := sandbox.Mount{Path: rule.Path, Dir: rule.Kind == schema.KindDir}
+		if rule.Origin == ruleset.OriginScope {
+			m.Write = rule.Access&writeRights != 0
+			m.Exec = rule.Access&ll.AccessFSExecute != 0
+			m.Idmap = iso.server != nil
+		} else {
+			// Runtime: executables, the loader and libraries are mapped
+			// executable; the files are read-only either way.
+			m.Exec = true
+			m.Dev = isDevice(rule.Path)
+			m.Write = m.Dev && rule.Access&ll.AccessFSWriteFile != 0
+		}
+		r.Mounts = append(r.Mounts, m)
+	}
+	var names []string
+	if prof != nil {
+		names = append(names, prof.Names...)
+	}
+	r.Links = symlinkChains(names)
+	if dir != "" {
+		r.Dirs = []string{dir}
+	}
+	return ns
+}
+
+// writeRights are the Landlock rights that need a writable mount.
+const writeRights = landlock.AccessFSSet(ll.AccessFSWriteFile | ll.AccessFSTruncate | ll.AccessFSMakeReg | ll.AccessFSMakeDir | ll.AccessFSRemoveFile | ll.AccessFSRemoveDir | ll.AccessFSRefer)
+
+// devices are the character devices a runtime bind keeps openable (no
+// nodev); anything else is mounted nodev.
+var devices = map[string]bool{"/dev/null": true, "/dev/zero": true, "/dev/full": true, "/dev/random": true, "/dev/urandom": true}
+
+func isDevice(p string) bool {
+	if !devices[p] {
+		return false
+	}
+	st, err := os.Stat(p)
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func hasPathPrefix(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// symlinkChains lists the symlinks met resolving each name on the host,
+// including those inside their targets, in a stable order: the minimal
+// root recreates them so that a literal path resolves there as here.
+func symlinkChains(names []string) []sandbox.Link {
+	seen := map[string]bool{}
+	var out []sandbox.Link
+	for _, n := range names {
+		p := filepath.Clean(n)
+		if !filepath.IsAbs(p) {
+			continue
+		}
+		for hops := 0; hops < 40; hops++ {
+			link, target, rest, ok := firstSymlink(p)
+			if !ok {
+				break
+			}
+			if !seen[link] {
+				seen[link] = true
+				out = append(out, sandbox.Link{Path: link, Target: target})
+			}
+			next := target
+			if !filepath.IsAbs(next) {
+				next = filepath.Join(filepath.Dir(link), target)
+			}
+			p = filepath.Join(next, rest)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// firstSymlink finds the first component of p that is a symlink: the
+// link's path, its target, and the rest of p after it.
+func firstSymlink(p string) (link, target, rest string, ok bool) {
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	cur := ""
+	for i, part := range parts {
+		cur += "/" + part
+		st, err := os.Lstat(cur)
+		if err != nil {
+			return "", "", "", false
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			t, err := os.Readlink(cur)
+			if err != nil {
+				return "", "", "", false
+			}
+			return cur, t, strings.Join(parts[i+1:], "/"), true
+		}
+	}
+	return "", "", "", false
+}
+
+// idmapSupported reports whether path lies on a file system that takes
+// idmapped mounts (FS_ALLOW_IDMAP, Linux 6.3+ for tmpfs).
+func idmapSupported(path string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false
+	}
+	switch uint32(st.Type) {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.TMPFS_MAGIC,
+		unix.F2FS_SUPER_MAGIC, unix.OVERLAYFS_SUPER_MAGIC, 0xE0F5E1E2, unix.MSDOS_SUPER_MAGIC:
+		return true
+	}
+	return false
+}
+
+// resolveOwner parses --owner USER[:GROUP] (names or numbers); empty: the
+// owner of the base directory.
+func resolveOwner(spec, base string) (sandbox.Identity, error) {
+	if spec == "" {
+		st, err := os.Stat(base)
+		if err != nil {
+			return sandbox.Identity{}, fmt.Errorf("the owner of the base directory (the default --owner): %w", err)
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		return sandbox.Identity{UID: int(sys.Uid), GID: int(sys.Gid)}, nil
+	}
+	return parseOwner(spec)
+}
+
+func parseOwner(spec string) (sandbox.Identity, error) {
+	name, group, hasGroup := strings.Cut(spec, ":")
+	bad := func(what string, err error) (sandbox.Identity, error) {
+		return sandbox.Identity{}, fmt.Errorf("%w: --owner %s: %s: %v (give USER[:GROUP], names or numbers)", ErrUsage, spec, what, err)
+	}
+	var id sandbox.Identity
+	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
+		id.UID, id.GID = n, n
+		if u, err := user.LookupId(name); err == nil {
+			if g, err := strconv.Atoi(u.Gid); err == nil {
+				id.GID = g
+			}
+		}
+	} else {
+		u, err := user.Lookup(name)
+		if err != nil {
+			return bad("no such user", err)
+		}
+		id.UID, _ = strconv.Atoi(u.Uid)
+		id.GID, _ = strconv.Atoi(u.Gid)
+	}
+	if hasGroup {
+		if n, err := strconv.Atoi(group); err == nil && n >= 0 {
+			id.GID = n
+		} else {
+			g, err := user.LookupGroup(group)
+			if err != nil {
+				return bad("no such group", err)
+			}
+			id.GID, _ = strconv.Atoi(g.Gid)
+		}
+	}
+	return id, nil
+}
+
+// pickRunUID picks this run's dedicated uid.
+func pickRunUID(owner sandbox.Identity) int {
+	var b [4]byte
+	for {
+		_, _ = rand.Read(b[:])
+		uid := RunUIDBase + int(binary.LittleEndian.Uint32(b[:])%RunUIDCount)
+		if uid != owner.UID && uid != owner.GID {
+			return uid
+		}
+	}
+}
+
+// effectiveCaps is this thread's effective capability set (low 64 bits).
+func effectiveCaps() uint64 {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return 0
+	}
+	return uint64(data[0].Effective) | uint64(data[1].Effective)<<32
+}
+
+func networkGranted(s *schema.CanonicalScope) bool {
+	return len(s.Network.ConnectTCP) > 0 || len(s.Network.BindTCP) > 0
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,136 @@
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Main is the helper's whole life. Started as pid 1 of a new pid namespace
+// it is the run's init (runInit); otherwise it reads the Spec, fences
+// itself and execs the server (runPlain). It returns only on failure or
+// when the launcher refused the run, with the exit code to use; a failure
+// has been reported on StatusFD.
+func Main() int {
+	runtime.LockOSThread() // never unlocked: the fence is per thread until execve
+	if !launcherDescriptors() {
+		fmt.Fprintln(os.Stderr, "mcpwarden-fence: this is the fence helper of 'mcpwarden run', which starts it with a spec on fd 3 and a status pipe on fd 4; it is not run by hand")
+		return 2
+	}
+	status := os.NewFile(StatusFD, "status")
+	in := bufio.NewReader(os.NewFile(SpecFD, "spec"))
+	if os.Getpid() == 1 {
+		return runInit(in, status)
+	}
+	return runPlain(in, status)
+}
+
+// runPlain fences this process and execs the server in its place: the
+// helper started without namespaces, or the exec stage the run's init
+// starts.
+func runPlain(in *bufio.Reader, status *os.File) int {
+	spec, err := readSpec(in)
+	if err != nil {
+		return report(status, &Status{Stage: StageSpec, Message: err.Error()})
+	}
+	if spec.NS != nil {
+		return report(status, &Status{Stage: StageNamespaces, Message: "the spec asks for namespaces, but the helper is not pid 1 of its own pid namespace"})
+	}
+	if err := send(status, &Status{Stage: StageReady}); err != nil {
+		return 127
+	}
+	if !waitGo(in) {
+		return 0 // the launcher refused the run: exec nothing
+	}
+	if st := apply(spec); st != nil {
+		return report(status, st)
+	}
+	if err := dieWithLauncher(status); err != nil {
+		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()})
+	}
+	// Everything but stdio is closed by execve, including the status pipe,
+	// whose EOF tells the launcher (or the init) that exec succeeded.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: "mark descriptors close-on-exec: " + err.Error()})
+	}
+	err = syscall.Exec(spec.Exe, spec.Argv, spec.Env)
+	st := &Status{Stage: StageExec, Errno: errnoOf(err), Path: spec.Exe, Message: err.Error()}
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOENT) {
+		// Find which file of the exec chain the fence (or the file system) refused.
+		if p := deniedExecPath(spec.Exe); p != "" {
+			st.Path = p
+		}
+	}
+	return report(status, st)
+}
+
+// waitGo waits for GoByte on the spec descriptor. Anything else (EOF: the
+// launcher exited or refused the run) means the server must not start.
+func waitGo(in *bufio.Reader) bool {
+	b, err := in.ReadByte()
+	return err == nil && b == GoByte
+}
+
+// launcherDescriptors reports whether fds 3 and 4 are the pipes (or
+// sockets) the launcher passes.
+func launcherDescriptors() bool {
+	for _, fd := range []int{SpecFD, StatusFD} {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return false
+		}
+		if t := st.Mode & unix.S_IFMT; t != unix.S_IFIFO && t != unix.S_IFSOCK {
+			return false
+		}
+	}
+	return true
+}
+
+// send writes one status line.
+func send(w io.Writer, st *Status) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// report sends a failure and closes the status descriptor.
+func report(status *os.File, st *Status) int {
+	_ = send(status, st)
+	status.Close()
+	return 127
+}
+
+// ReadStatus reads the next status line; io.EOF when the writer closed
+// (a plain helper's exec succeeded) without one.
+func ReadStatus(r *bufio.Reader) (*Status, error) {
+	line, err := r.ReadSlice('\n')
+	if len(line) == 0 && err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return nil, errors.New("status line too long")
+		}
+		return nil, err
+	}
+	var st Status
+	if err := json.Unmarshal(line, &st); err != nil {
+		return nil, fmt.Errorf("unreadable status from the fence helper: %w", err)
+	}
+	return &st, nil
+}
+
+func errnoOf(err error) int {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return int(e)
+	}
+	return 0
+}

@@ -1,0 +1,321 @@
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// forwarded are the signals the run's init passes on to the server. The
+// launcher sends them to the helper's pid, which is the init: without a
+// handler, pid 1 of a pid namespace would drop them (a node server that
+// installs no SIGTERM handler could then not be stopped but by SIGKILL).
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
+// runInit is the helper started as pid 1 of the run's new pid namespace:
+//
+//  1. read the spec; start the exec stage (this program again, as pid 2:
+//     a plain helper, in the server's own user namespace when the spec
+//     says so) so that its start-up overlaps the rest;
+//  2. set up the namespaces and the minimal root (setupNamespaces);
+//  3. hand the exec stage its spec (without the namespaces) and relay its
+//     readiness, then the launcher's go, to it;
+//  4. give up every privilege of its own, report the server's start, and
+//     be the run's init: reap every process, forward signals to the
+//     server, and exit with its status when it exits — which ends every
+//     other process of the run with it (the kernel kills a pid namespace
+//     whose init exits).
+func runInit(in *bufio.Reader, status *os.File) int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	spec, err := readSpec(in)
+	if err != nil {
+		return report(status, &Status{Stage: StageSpec, Message: err.Error()})
+	}
+	if spec.NS == nil || !spec.NS.PID {
+		return report(status, &Status{Stage: StageNamespaces, Message: "started as pid 1 of a pid namespace, but the spec does not say so"})
+	}
+	// The run's /proc first: the pids this process sees (and forks) are the
+	// run's, and the exec stage's uid_map is written through /proc/PID.
+	if err := mountRunProc(); err != nil {
+		return report(status, &Status{Stage: StageRoot, Errno: errnoOf(err), Path: "/proc", Message: "mount the run's /proc: " + err.Error()})
+	}
+	stage, err := startExecStage(spec.NS.Server)
+	if err != nil {
+		return report(status, &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "start the exec stage: " + err.Error()})
+	}
+	fail := func(st *Status) int {
+		stage.kill()
+		return report(status, st)
+	}
+	idmap := -1
+	if spec.NS.Server != nil {
+		// The exec stage's user namespace maps the file owner to the
+		// dedicated uid: the idmap of the scope's mounts.
+		if idmap, err = unix.Open("/proc/"+strconv.Itoa(stage.pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "open the server's user namespace: " + err.Error()})
+		}
+	}
+	st := setupNamespaces(spec, idmap)
+	if idmap >= 0 {
+		unix.Close(idmap)
+	}
+	if st != nil {
+		return fail(st)
+	}
+	// Hold, for the run, the exec stage's entry in the run's /proc and
+	// every other /proc path a rule names: a Landlock rule binds to an
+	// inode, and procfs makes a new inode when an entry whose dentry was
+	// dropped (memory pressure, drop_caches) is looked up again.
+	if _, err := unix.Open("/proc/"+strconv.Itoa(stage.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "open the server's entry in the run's /proc: " + err.Error()})
+	}
+	for _, r := range spec.Paths {
+		if strings.HasPrefix(r.Path, "/proc/") && !strings.HasPrefix(r.Path+"/", procSelf+"/") {
+			_, _ = unix.Open(r.Path, unix.O_PATH|unix.O_CLOEXEC, 0) // a path the kernel lacks fails the exec stage's rule
+		}
+	}
+	sub := *spec
+	sub.NS = nil
+	if spec.NS.Server != nil {
+		sub.Identity = nil // the exec stage already runs as the server's identity
+	}
+	if err := stage.sendSpec(&sub); err != nil {
+		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "send the exec stage its spec: " + err.Error()})
+	}
+	if st := stage.next(); st == nil || st.Stage != StageReady {
+		return fail(stageFailure(st))
+	}
+	if err := dropInitPrivileges(spec); err != nil {
+		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: err.Error()})
+	}
+	// After the last change of credentials: the init (and with it the
+	// whole pid namespace) dies with the launcher.
+	if err := dieWithLauncher(status); err != nil {
+		return fail(&Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()})
+	}
+	if err := send(status, &Status{Stage: StageReady}); err != nil {
+		stage.kill()
+		return 127
+	}
+	if !waitGo(in) {
+		stage.kill()
+		return 0
+	}
+	if _, err := stage.spec.Write([]byte{GoByte}); err != nil {
+		return fail(&Status{Stage: StageExec, Errno: errnoOf(err), Message: "start the exec stage: " + err.Error()})
+	}
+	stage.spec.Close()
+	// EOF: the exec stage exec'd the server; a Status: it could not.
+	if st := stage.next(); st != nil {
+		stage.wait()
+		return report(status, stageFailure(st))
+	}
+	if err := send(status, &Status{Stage: StageStarted, PID: stage.pid}); err != nil {
+		stage.kill()
+		return 127
+	}
+	// The init keeps no end of the server's stdio: the server's EOF on
+	// stdout is the launcher's sign that it is done with it.
+	unix.Close(0)
+	unix.Close(1)
+	return initLoop(stage.pid, sigs, status)
+}
+
+// stageFailure is what to report when the exec stage failed with st (nil:
+// it died without a word).
+func stageFailure(st *Status) *Status {
+	if st == nil {
+		return &Status{Stage: StageExec, Message: "the exec stage exited without a status"}
+	}
+	if !st.Failed() {
+		return &Status{Stage: StageExec, Message: fmt.Sprintf("the exec stage reported %q out of turn", st.Stage)}
+	}
+	return st
+}
+
+// initLoop reaps every process of the run and forwards signals to the
+// server until it exits; it returns the server's status (128+N when killed
+// by signal N), reported first on status as StageExit.
+func initLoop(server int, sigs <-chan os.Signal, status io.Writer) int {
+	done := make(chan syscall.WaitStatus, 1)
+	go func() {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, 0, nil)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil {
+				// ECHILD: cannot happen while the server lives; say it ended.
+				done <- syscall.WaitStatus(0x7f << 8)
+				return
+			}
+			if pid == server {
+				done <- ws
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case sig := <-sigs:
+			if s, ok := sig.(syscall.Signal); ok {
+				_ = syscall.Kill(server, s)
+			}
+		case ws := <-done:
+			st := &Status{Stage: StageExit}
+			code := ws.ExitStatus()
+			if ws.Signaled() {
+				st.Signal = int(ws.Signal())
+				code = 128 + st.Signal
+			} else {
+				st.Code = code
+			}
+			_ = send(status, st)
+			return code
+		}
+	}
+}
+
+// execStage is the second copy of the helper, which fences itself and
+// execs the server, with its spec pipe and status pipe.
+type execStage struct {
+	pid    int
+	spec   *os.File
+	status *bufio.Reader
+	statF  *os.File
+}
+
+// startExecStage starts this program again with the plain helper's
+// descriptors. srv, when set, puts it in a new user namespace mapping its
+// ids to the dedicated host ids (written by this process, root) and makes
+// it switch to them before exec: it starts without a capability and as
+// the server's identity.
+func startExecStage(srv *ServerUserNS) (*execStage, error) {
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		specR.Close()
+		specW.Close()
+		return nil, err
+	}
+	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if srv != nil {
+		sys.Cloneflags = syscall.CLONE_NEWUSER
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: srv.Inside.UID, HostID: srv.Host.UID, Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: srv.Inside.GID, HostID: srv.Host.GID, Size: 1}}
+		sys.GidMappingsEnableSetgroups = true
+		sys.Credential = &syscall.Credential{Uid: uint32(srv.Inside.UID), Gid: uint32(srv.Inside.GID), Groups: []uint32{}}
+	}
+	// /proc/self/exe: exec'd through the magic link, the helper's own file
+	// needs no search permission on its directories for the new uid.
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{HelperName}, &syscall.ProcAttr{
+		Env:   []string{"GOGC=off"},
+		Files: []uintptr{0, 1, 2, specR.Fd(), statusW.Fd()},
+		Sys:   sys,
+	})
+	specR.Close()
+	statusW.Close()
+	if err != nil {
+		specW.Close()
+		statusR.Close()
+		return nil, err
+	}
+	return &execStage{pid: pid, spec: specW, status: bufio.NewReader(statusR), statF: statusR}, nil
+}
+
+func (e *execStage) sendSpec(s *Spec) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	_, err = e.spec.Write(append(b, '\n'))
+	return err
+}
+
+// next is the exec stage's next status line; nil at EOF.
+func (e *execStage) next() *Status {
+	st, err := ReadStatus(e.status)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return &Status{Stage: StageExec, Message: err.Error()}
+	}
+	return st
+}
+
+func (e *execStage) kill() {
+	_ = syscall.Kill(e.pid, syscall.SIGKILL)
+	e.wait()
+}
+
+func (e *execStage) wait() {
+	e.spec.Close()
+	e.statF.Close()
+	for {
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(e.pid, &ws, 0, nil); !errors.Is(err, syscall.EINTR) {
+			return
+		}
+	}
+}
+
+// dropInitPrivileges leaves the init with nothing worth taking over: the
+// server's own host identity when the helper is root (or, in the
+// launcher's user namespace, no capability on any thread), no_new_privs,
+// not dumpable (so that a server of the same uid cannot ptrace it or read
+// its memory), and SIGKILL when the launcher dies.
+func dropInitPrivileges(spec *Spec) error {
+	id := spec.Identity
+	if spec.NS.Server != nil {
+		id = &spec.NS.Server.Host
+	}
+	if id != nil {
+		if err := becomeIdentity(*id); err != nil {
+			return err
+		}
+	} else if err := clearCapsAllThreads(); err != nil {
+		return err
+	}
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return fmt.Errorf("set no_new_privs on the init: %w", e)
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("make the init not dumpable: %w", err)
+	}
+	return nil
+}
+
+// clearCapsAllThreads empties the bounding, ambient and other capability
+// sets of every thread of this process.
+func clearCapsAllThreads() error {
+	for c := 0; c <= lastCap(); c++ {
+		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 && e != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the init's bounding set: %w", c, e)
+		}
+	}
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 && e != unix.EINVAL {
+		return fmt.Errorf("clear the init's ambient capabilities: %w", e)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("clear the init's capabilities: %w", e)
+	}
+	return nil
+}

@@ -1,0 +1,243 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sizes of the run's tmpfs mounts.
+const (
+	rootTmpfsOptions = "mode=0755,size=4m,nr_inodes=16384" // directories, mount points and links only
+	// DefaultTmpSize bounds the run's private TMPDIR (also HOME).
+	DefaultTmpSize = 256 << 20
+)
+
+// setupNamespaces does, as the run's init, what the namespaces it was
+// started in need: a private mount tree, the host name, loopback, and the
+// minimal root with the run's /proc.
+func setupNamespaces(s *Spec, idmap int) *Status {
+	ns := s.NS
+	if ns.UTS && ns.Hostname != "" {
+		if err := unix.Sethostname([]byte(ns.Hostname)); err != nil {
+			return &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "set the run's host name: " + err.Error()}
+		}
+	}
+	if ns.Net {
+		if err := loopbackUp(); err != nil {
+			return &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "bring up loopback in the run's network namespace: " + err.Error()}
+		}
+	}
+	if ns.Mount {
+		return buildRoot(ns, idmap)
+	}
+	return nil
+}
+
+// mountRunProc makes the mount tree private (nothing mounted here may
+// propagate back to the host) and mounts the run's own /proc over the
+// host's: only the run's processes. hidepid: a process sees the /proc
+// entries of its own uid only. buildRoot moves it into the new root.
+func mountRunProc() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the run's mounts private: %w", err)
+	}
+	return unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible")
+}
+
+// buildRoot mounts a fresh tmpfs on the staging directory, bind-mounts
+// every path of the spec onto the same path below it, recreates the links,
+// mounts the private TMPDIR and the run's /proc, and makes it the root.
+func buildRoot(ns *Namespaces, idmap int) *Status {
+	r := &ns.Root
+	top := r.Staging
+	fail := func(path, what string, err error) *Status {
+		return &Status{Stage: StageRoot, Errno: errnoOf(err), Path: path, Message: fmt.Sprintf("%s %s: %v", what, path, err)}
+	}
+	if err := unix.Mount("tmpfs", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, rootTmpfsOptions); err != nil {
+		return fail(top, "mount the new root's tmpfs on", err)
+	}
+	mounts := append([]Mount(nil), r.Mounts...)
+	// Parents first: a file granted inside a granted directory is mounted
+	// over that directory's bind.
+	sort.SliceStable(mounts, func(i, j int) bool { return mounts[i].Path < mounts[j].Path })
+	for _, m := range mounts {
+		if err := bindInto(top, m, idmap); err != nil {
+			return fail(m.Path, "bind", err)
+		}
+	}
+	for _, l := range r.Links {
+		at := top + l.Path
+		if _, err := os.Lstat(at); err == nil {
+			continue // there already, through a bind
+		}
+		if err := os.MkdirAll(filepath.Dir(at), 0o755); err != nil {
+			return fail(l.Path, "make the directory of link", err)
+		}
+		if err := os.Symlink(l.Target, at); err != nil {
+			return fail(l.Path, "recreate link", err)
+		}
+	}
+	for _, d := range r.Dirs {
+		if err := os.MkdirAll(top+d, 0o755); err != nil {
+			return fail(d, "make directory", err)
+		}
+	}
+	if r.Tmp != "" {
+		if err := os.MkdirAll(top+r.Tmp, 0o755); err != nil {
+			return fail(r.Tmp, "make the private TMPDIR", err)
+		}
+		size := r.TmpSize
+		if size <= 0 {
+			size = DefaultTmpSize
+		}
+		owner := r.TmpOwner
+		opts := fmt.Sprintf("mode=0700,size=%d,uid=%d,gid=%d", size, owner.UID, owner.GID)
+		if err := unix.Mount("tmpfs", top+r.Tmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+			return fail(r.Tmp, "mount the private TMPDIR's tmpfs on", err)
+		}
+	}
+	if ns.PID {
+		proc := top + "/proc"
+		if err := os.MkdirAll(proc, 0o555); err != nil {
+			return fail("/proc", "make", err)
+		}
+		if err := unix.Mount("/proc", proc, "", unix.MS_MOVE, ""); err != nil {
+			return fail("/proc", "move the run's /proc into the new root:", err)
+		}
+		if ns.MemfdNoexec {
+			if err := os.WriteFile(proc+"/sys/vm/memfd_noexec", []byte("2"), 0); err != nil {
+				return fail("/proc/sys/vm/memfd_noexec", "set", err)
+			}
+		}
+		if ns.NoNestedUserNS {
+			if err := os.WriteFile(proc+"/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
+				return fail("/proc/sys/user/max_user_namespaces", "set", err)
+			}
+		}
+	}
+	if err := unix.Chdir(top); err != nil {
+		return fail(top, "enter the new root", err)
+	}
+	// pivot_root(".", "."): the old root ends up stacked on the new one
+	// and is detached at once; nothing of it stays reachable.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fail(top, "pivot_root into", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fail("/", "detach the old root from", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fail("/", "enter", err)
+	}
+	// The root itself holds only directories, mount points and links.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &attr); err != nil {
+		return fail("/", "make the new root read-only:", err)
+	}
+	return nil
+}
+
+// bindInto bind-mounts m.Path onto the same path below top. The source is
+// opened with RESOLVE_NO_SYMLINKS, like the Landlock rules: the launcher
+// sends canonical paths, so a symlink now means a swap since the scope was
+// checked.
+func bindInto(top string, m Mount, idmap int) error {
+	src, err := unix.Openat2(unix.AT_FDCWD, m.Path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return fmt.Errorf("it became a symlink after the scope was checked; refusing to run")
+		}
+		return err
+	}
+	defer unix.Close(src)
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return fmt.Errorf("it became a symlink after the scope was checked; refusing to run")
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if isDir != m.Dir {
+		return fmt.Errorf("it is no longer a %s", map[bool]string{true: "directory", false: "file"}[m.Dir])
+	}
+	if m.Dev && st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return errors.New("not a character device")
+	}
+	at := top + m.Path
+	if _, err := os.Lstat(at); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(at), 0o755); err != nil {
+			return err
+		}
+		if isDir {
+			err = unix.Mkdir(at, 0o755)
+		} else {
+			var fd int
+			fd, err = unix.Open(at, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			if err == nil {
+				unix.Close(fd)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("make its mount point: %w", err)
+		}
+	}
+	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("clone its mount: %w", err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+	if !m.Write {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if !m.Exec {
+		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
+	}
+	if !m.Dev {
+		attr.Attr_set |= unix.MOUNT_ATTR_NODEV
+	}
+	if m.Idmap {
+		if idmap < 0 {
+			return errors.New("an idmapped mount without the server's user namespace")
+		}
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(idmap)
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		if m.Idmap && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM)) {
+			return fmt.Errorf("set its mount attributes (its file system may not support idmapped mounts; --owner with the files' owner or a scope on ext4, xfs, btrfs or tmpfs avoids them): %w", err)
+		}
+		return fmt.Errorf("set its mount attributes: %w", err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach it: %w", err)
+	}
+	return nil
+}
+
+// loopbackUp brings up lo, the only interface of a new network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
