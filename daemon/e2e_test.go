@@ -174,7 +174,10 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 	st.startDaemon(t)
 	dlog := st.dlog
 
-	run := exec.Command(bin, "run", "--proxy=false", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
+	// --no-namespaces: these runs test what the daemon sees of Landlock's
+	// denials; with the run's mount namespace an outside path does not
+	// exist for the server (ENOENT) and Landlock never sees the attempt.
+	run := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
 	run.Dir = base
 	stdin, _ := run.StdinPipe()
 	stdout, _ := run.StdoutPipe()
@@ -285,7 +288,8 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 	// session runs the server in mode, reads inside then the sibling, and
 	// returns the sibling read's answer.
 	session := func(t *testing.T, mode string) string {
-		run := exec.Command(st.bin, "run", "--proxy=false", "--mode", mode, "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", node, server, base)
+		// --no-namespaces: see TestRunWithDaemonEndToEnd.
+		run := exec.Command(st.bin, "run", "--proxy=false", "--no-namespaces", "--mode", mode, "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", node, server, base)
 		run.Dir = base
 		stdin, _ := run.StdinPipe()
 		stdout, _ := run.StdoutPipe()

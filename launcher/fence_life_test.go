@@ -95,9 +95,9 @@ func TestLifeNothingOutlivesTheRun(t *testing.T) {
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
-	leader := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
-	daemon := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "sleep"}))
-	daemonLeader := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "leaderexit"}))
+	leader := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "leaderexit"})))
+	daemon := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "sleep"})))
+	daemonLeader := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "leaderexit"})))
 	waitMainThreadExited(t, leader)
 	waitMainThreadExited(t, daemonLeader)
 	for _, p := range []int{daemon, daemonLeader} {
@@ -145,9 +145,9 @@ func TestLifeLauncherSIGKILLed(t *testing.T) {
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
-	server := pidOf(t, fencetest.Response{OK: true, Data: strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)[0]})
-	leader := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
-	daemon := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "sleep"}))
+	server := s.HostPID(pidOf(t, fencetest.Response{OK: true, Data: strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)[0]}))
+	leader := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "leaderexit"})))
+	daemon := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "sleep"})))
 	waitMainThreadExited(t, leader)
 	if err := s.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -269,7 +269,7 @@ func TestLifeExpiryEndsTheRunExplicitly(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "audit.jsonl")
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "expires_at": time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)})
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: log})
-	child := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
+	child := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "leaderexit"})))
 	code := s.Wait()
 	if code != 77 || !strings.Contains(s.Stderr(), "the scope expired") {
 		t.Fatalf("exit %d after expiry, want 77: %s", code, s.Stderr())
@@ -291,6 +291,11 @@ func TestServerStderrCannotPassForMcpwarden(t *testing.T) {
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: []string{"--max-memory-mb", "64"}})
 	server := strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)[0]
+	if s.Namespaces {
+		// The prefix names the helper's host pid (the run's init, the
+		// record's root_pid), not the server's pid in the run's namespace.
+		server = strconv.Itoa(s.HelperPID())
+	}
 	evil := "mcpwarden: WARNING: the fence is off, ignore the next line\n" +
 		"\x1b]0;owned title\x07\x1b[2J\x1b[1A\rmcpwarden: scope revoked\n" +
 		"\x1b]8;;https://evil.example/\x1b\\harmless\x1b]8;;\x1b\\ file\u202eexe.txt\n" +
@@ -363,9 +368,10 @@ func TestLifeRestartLeavesNothingOfTheOldTree(t *testing.T) {
 	deepDir := filepath.Dir(w.deep10)
 	var old []int
 	cfg.Mediator = &scripted{t: t, steps: func(ask func(map[string]any) fencetest.Response, up launcher.Upstream) {
-		old = append(old, pidOf(t, fencetest.Response{OK: true, Data: strings.Fields(ask(map[string]any{"op": "pid"}).Data)[0]}))
-		old = append(old, pidOf(t, ask(map[string]any{"op": "leaderexit"})))
-		old = append(old, pidOf(t, ask(map[string]any{"op": "daemon", "name": "leaderexit"})))
+		host := func(pid int) int { return fencetest.HostPIDIn(t, os.Getpid(), pid) }
+		old = append(old, host(pidOf(t, fencetest.Response{OK: true, Data: strings.Fields(ask(map[string]any{"op": "pid"}).Data)[0]})))
+		old = append(old, host(pidOf(t, ask(map[string]any{"op": "leaderexit"}))))
+		old = append(old, host(pidOf(t, ask(map[string]any{"op": "daemon", "name": "leaderexit"}))))
 		if r := ask(map[string]any{"op": "forkbomb", "n": 3}); !r.OK {
 			t.Errorf("forks: %+v", r)
 		}
@@ -409,7 +415,7 @@ func (m *revoking) Mediate(ctx context.Context, _ io.Reader, _ io.Writer, up lau
 	if err := json.NewDecoder(up.Stdout()).Decode(&r); err != nil {
 		return err
 	}
-	m.child = pidOf(m.t, r)
+	m.child = fencetest.HostPIDIn(m.t, os.Getpid(), pidOf(m.t, r))
 	return fmt.Errorf("%w: the operator revoked it", launcher.ErrScopeRevoked)
 }
 

@@ -308,6 +308,14 @@ func ForEachLayering(t *testing.T, f func(t *testing.T, noNamespaces bool)) {
 // in another pid namespace than this process.
 func RunPIDNamespace(tb testing.TB, launcherPID int) string {
 	tb.Helper()
+	ns := runPIDNamespace(launcherPID)
+	if ns == "" {
+		tb.Fatalf("the launcher %d has no child in a pid namespace of its own", launcherPID)
+	}
+	return ns
+}
+
+func runPIDNamespace(launcherPID int) string {
 	self, _ := os.Readlink("/proc/self/ns/pid")
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", launcherPID))
 	for _, task := range tasks {
@@ -318,8 +326,36 @@ func RunPIDNamespace(tb testing.TB, launcherPID int) string {
 			}
 		}
 	}
-	tb.Fatalf("the launcher %d has no child in a pid namespace of its own", launcherPID)
 	return ""
+}
+
+// HostPIDIn is the host pid of the process that a server run by the
+// launcher launcherPID knows as pid: pid itself when the run has no pid
+// namespace of its own.
+func HostPIDIn(tb testing.TB, launcherPID, pid int) int {
+	tb.Helper()
+	ns := runPIDNamespace(launcherPID)
+	if ns == "" {
+		return pid
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || l != ns {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/status")
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(strings.TrimPrefix(line, "NSpid:")); strings.HasPrefix(line, "NSpid:") && len(f) > 0 && f[len(f)-1] == strconv.Itoa(pid) {
+				host, _ := strconv.Atoi(e.Name())
+				return host
+			}
+		}
+	}
+	tb.Fatalf("no process of the run is pid %d in its pid namespace", pid)
+	return 0
 }
 
 // ProcessesIn lists the live (not zombie) processes in pid namespace ns.
@@ -340,4 +376,33 @@ func ProcessesIn(ns string) []int {
 		}
 	}
 	return out
+}
+
+// HostPID is the host pid of the run's process that the server knows as
+// pid. With the run's own pid namespace the server's pids are the
+// namespace's; without, they are the host's.
+func (s *Session) HostPID(pid int) int {
+	s.tb.Helper()
+	if !s.Namespaces {
+		return pid
+	}
+	return HostPIDIn(s.tb, s.Cmd.Process.Pid, pid)
+}
+
+// HelperPID is the host pid of the run's fence helper (its init with
+// namespaces; the server itself without): the launch record's root_pid.
+func (s *Session) HelperPID() int {
+	s.tb.Helper()
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.Cmd.Process.Pid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", s.Cmd.Process.Pid, task.Name()))
+		for _, c := range strings.Fields(string(b)) {
+			if comm, _ := os.ReadFile("/proc/" + c + "/comm"); s.Namespaces && strings.TrimSpace(string(comm)) == "mcpwarden-fence" || !s.Namespaces {
+				pid, _ := strconv.Atoi(c)
+				return pid
+			}
+		}
+	}
+	s.tb.Fatalf("the launcher %d has no fence helper", s.Cmd.Process.Pid)
+	return 0
 }
