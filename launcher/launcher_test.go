@@ -252,31 +252,64 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 }
 
 // TestScopeSwapBeforeFenceRefused: if an allowed directory is swapped for a
-// symlink between the scope check and the fence (here: in BeforeExec), the
-// helper refuses instead of granting the symlink's target.
+// symlink between the scope check and the fence, the helper refuses
+// instead of granting the symlink's target: when it opens the rule (here
+// the swap is in BeforeExec, without namespaces) or the bind (with them,
+// the swap is before Run: the helper binds the scope as soon as it has
+// its spec). A swap racing with the bind is refused or comes after it, and
+// then cannot reach the target either: the server sees the directory that
+// was checked.
 func TestScopeSwapBeforeFenceRefused(t *testing.T) {
 	fencetest.RequireFence(t)
-	w := newWorkspace(t)
-	marker := filepath.Join(t.TempDir(), "started")
-	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
-	cfg, _, _ := inProcessConfig(t, scope, []string{"/bin/sh", "-c", "echo > " + marker})
-	cfg.BeforeExec = func(context.Context, int) error {
-		if err := os.Rename(w.allowed, w.allowed+".old"); err != nil {
-			return err
-		}
-		return os.Symlink(w.outside, w.allowed)
-	}
-	l, err := launcher.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = l.Run(context.Background())
-	var se *launcher.StartError
-	if !errors.As(err, &se) || !strings.Contains(err.Error(), "symlink") {
-		t.Fatalf("run: %v, want a StartError about the symlink", err)
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Fatal("server ran with a swapped scope")
+	for _, c := range []struct {
+		name               string
+		noNS, inBeforeExec bool
+		refused            bool
+	}{
+		{"landlock rule, swap in BeforeExec", true, true, true},
+		{"bind, swap before Run", false, false, true},
+		{"bind, swap in BeforeExec", false, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorkspace(t)
+			marker := filepath.Join(t.TempDir(), "started")
+			scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+			// The server succeeds only if it sees the symlink's target.
+			cfg, _, _ := inProcessConfig(t, scope, []string{"/bin/sh", "-c", "test -e " + filepath.Join(w.allowed, "secret.txt") + " && echo > " + marker})
+			cfg.NoNamespaces = c.noNS
+			swap := func() error {
+				if err := os.Rename(w.allowed, w.allowed+".old"); err != nil {
+					return err
+				}
+				return os.Symlink(w.outside, w.allowed)
+			}
+			if c.inBeforeExec {
+				cfg.BeforeExec = func(context.Context, int) error { return swap() }
+			}
+			l, err := launcher.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.inBeforeExec {
+				if err := swap(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = l.Run(context.Background())
+			var se *launcher.StartError
+			var ee *launcher.ExitError
+			switch {
+			case c.refused && (!errors.As(err, &se) || !strings.Contains(err.Error(), "symlink")):
+				t.Fatalf("run: %v, want a StartError about the symlink", err)
+			case !c.refused && !errors.As(err, &ee) && !(errors.As(err, &se) && strings.Contains(err.Error(), "symlink")):
+				// The swap races with the helper's bind: refused, or the
+				// server sees the checked directory; never the target.
+				t.Fatalf("run: %v, want a refusal or the server's own failure", err)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the server saw the symlink's target")
+			}
+		})
 	}
 }
 

@@ -80,7 +80,11 @@ var (
 	// node's "EACCES: permission denied, open '/x'", Go's "open /x:
 	// permission denied", CPython's "[Errno 13] Permission denied: '/x'",
 	// sh's "/x: Permission denied", EPERM for the ones seccomp refuses.
-	deniedLine = regexp.MustCompile(`(?i)permission denied|\bEACCES\b|\[Errno 13\]|\bEPERM\b|operation not permitted`)
+	// With the run's mount namespace a path outside its root does not
+	// exist there: "ENOENT: no such file or directory", "[Errno 2]", sh's
+	// "/x: not found". Only a path that exists on the host counts, so a
+	// file that is missing everywhere is never blamed on the fence.
+	deniedLine = regexp.MustCompile(`(?i)permission denied|\bEACCES\b|\[Errno 13\]|\bEPERM\b|operation not permitted|no such file or directory|\bENOENT\b|\[Errno 2\]|: not found`)
 	// absPath is an absolute path in a message, quoted or not.
 	absPath = regexp.MustCompile("(?:^|[\\s'\"`(=:,])(/[^\\s'\"`(),:;]+)")
 	// execLine is a failed exec: execve, spawn, "exec format"...

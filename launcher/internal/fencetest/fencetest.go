@@ -329,6 +329,11 @@ func runPIDNamespace(launcherPID int) string {
 	return ""
 }
 
+func nsOf(pid string) string {
+	l, _ := os.Readlink("/proc/" + pid + "/ns/pid")
+	return l
+}
+
 // HostPIDIn is the host pid of the process that a server run by the
 // launcher launcherPID knows as pid: pid itself when the run has no pid
 // namespace of its own.
@@ -397,7 +402,11 @@ func (s *Session) HelperPID() int {
 	for _, task := range tasks {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", s.Cmd.Process.Pid, task.Name()))
 		for _, c := range strings.Fields(string(b)) {
-			if comm, _ := os.ReadFile("/proc/" + c + "/comm"); s.Namespaces && strings.TrimSpace(string(comm)) == "mcpwarden-fence" || !s.Namespaces {
+			// Without namespaces the helper became the server; with them it
+			// is the child in a pid namespace of its own (the launcher's
+			// other children, such as the cgroup watcher, are not).
+			if comm, _ := os.ReadFile("/proc/" + c + "/comm"); strings.TrimSpace(string(comm)) != testenv.HelperName && !s.Namespaces ||
+				s.Namespaces && runPIDNamespace(s.Cmd.Process.Pid) != "" && nsOf(c) == runPIDNamespace(s.Cmd.Process.Pid) {
 				pid, _ := strconv.Atoi(c)
 				return pid
 			}
