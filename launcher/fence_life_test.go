@@ -122,8 +122,8 @@ func TestLifeNoCgroupStillKillsTheSession(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "audit.jsonl")
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: log, ExtraArgs: []string{"--cgroup=false"}})
-	leader := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
-	daemon := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "leaderexit"}))
+	leader := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "leaderexit"})))
+	daemon := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "leaderexit"})))
 	waitMainThreadExited(t, leader)
 	waitMainThreadExited(t, daemon)
 	if code := s.Close(); code != 0 {
