@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/approval"
@@ -11,15 +12,18 @@ import (
 )
 
 const approveUsage = `usage: mcpwarden approve [--state-dir DIR] [--deny] RUN_ID OP_ID
-       mcpwarden approve [--state-dir DIR] --list RUN_ID
+       mcpwarden approve [--state-dir DIR] --list [RUN_ID]
        mcpwarden approve [--state-dir DIR] --revoke RUN_ID
 
 Approves (or with --deny refuses) one pending call of a running
 'mcpwarden run', over the run's local socket in the state directory. The
 run's stderr names each call that waits ("call waiting for approval",
-op_id=...); --list shows them. --revoke revokes the run's whole scope: every
-later call is denied and the server is stopped. Only root and the user
-running the launcher can reach the socket.
+op_id=...). --list shows the pending calls of one run, or without RUN_ID of
+every run on the host: run and op ids, action class, tool, and the paths the
+call would touch (resolved, in clear: only this socket shows them; records
+keep keyed hashes). --revoke revokes the run's whole scope: every later call
+is denied and the server is stopped. Only root and the user running the
+launcher can reach the socket.
 `
 
 func cmdApprove(ctx context.Context, args []string) int {
@@ -51,9 +55,11 @@ func cmdApprove(ctx context.Context, args []string) int {
 	switch {
 	case modes > 1:
 		return fail(exitUsage, errors.New("approve: use only one of --deny, --list, --revoke"))
+	case *list && len(pos) == 0:
+		return listAll(ctx, *stateDir)
 	case *list || *revoke:
 		if len(pos) != 1 {
-			return fs.usageError("--list and --revoke take one RUN_ID")
+			return fs.usageError("--list takes at most one RUN_ID, --revoke one")
 		}
 		req.Action = approval.ActionList
 		if *revoke {
@@ -87,7 +93,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 			fmt.Println("no pending calls")
 		}
 		for _, p := range resp.Pending {
-			fmt.Printf("%s  %-12s %s  since %s\n", p.OpID, p.Class, p.Tool, p.Since)
+			printPending(p, false)
 		}
 	case approval.ActionRevoke:
 		fmt.Println("scope revoked; the run denies every call and stops its server")
@@ -96,4 +102,43 @@ func cmdApprove(ctx context.Context, args []string) int {
 		fmt.Printf("%s %s\n", verb, req.OpID)
 	}
 	return exitOK
+}
+
+// listAll lists the pending calls of every run on the host.
+func listAll(ctx context.Context, stateDir string) int {
+	if stateDir == "" {
+		d, err := auditlog.DefaultStateDir()
+		if err != nil {
+			return fail(exitUsage, err)
+		}
+		stateDir = d
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pending, errs := approval.ListAll(ctx, stateDir)
+	for _, err := range errs {
+		fmt.Fprintln(os.Stderr, "mcpwarden:", err)
+	}
+	if len(pending) == 0 {
+		fmt.Println("no pending calls")
+	}
+	for _, p := range pending {
+		printPending(p, true)
+	}
+	if len(errs) > 0 {
+		return exitInternal
+	}
+	return exitOK
+}
+
+// printPending prints one pending call: its ids, class and tool on one
+// line, then each path it would touch.
+func printPending(p approval.Pending, withRun bool) {
+	if withRun {
+		fmt.Printf("%s  ", p.RunID)
+	}
+	fmt.Printf("%s  %-12s %s  since %s\n", p.OpID, p.Class, p.Tool, p.Since)
+	for _, path := range p.Paths {
+		fmt.Printf("    path %q\n", path)
+	}
 }

@@ -95,8 +95,13 @@ func TestRunApproveRevoke(t *testing.T) {
 		t.Fatal("the write never waited for approval")
 	}
 	out, err := exec.Command(bin, "approve", "--state-dir", state, "--list", ids[0]).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), ids[1]) || !strings.Contains(string(out), "write_file") {
+	if err != nil || !strings.Contains(string(out), ids[1]) || !strings.Contains(string(out), "write_file") || !strings.Contains(string(out), target) {
 		t.Fatalf("approve --list: %v\n%s", err, out)
+	}
+	// Without a run id: every pending call on the host, with its run.
+	out, err = exec.Command(bin, "approve", "--state-dir", state, "--list").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), ids[0]+"  "+ids[1]) || !strings.Contains(string(out), `path "`+target+`"`) {
+		t.Fatalf("approve --list (all runs): %v\n%s", err, out)
 	}
 	if _, err := os.Stat(target); err == nil {
 		t.Fatal("written before approval")

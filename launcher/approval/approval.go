@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,13 +41,21 @@ type Request struct {
 	OpID   string `json:"op_id,omitempty"`
 }
 
-// Pending describes a call waiting for approval. No paths, no arguments.
+// Pending describes a call waiting for approval, so that the approver can
+// judge it: the tool, its action class and the paths it would touch, in
+// clear (resolved, as checked). Only this local socket shows the paths:
+// decision records carry keyed hashes, and nothing is logged.
 type Pending struct {
-	OpID  string `json:"op_id"`
-	Tool  string `json:"tool"`
-	Class string `json:"action_class"`
-	Since string `json:"since"` // RFC 3339
+	RunID string   `json:"run_id,omitempty"`
+	OpID  string   `json:"op_id"`
+	Tool  string   `json:"tool"`
+	Class string   `json:"action_class"`
+	Paths []string `json:"paths,omitempty"`
+	Since string   `json:"since"` // RFC 3339
 }
+
+// MaxPendingPaths bounds the paths one pending call shows.
+const MaxPendingPaths = 32
 
 // Response is the server's answer.
 type Response struct {
@@ -71,6 +80,7 @@ func SocketPath(stateDir, runID string) (string, error) {
 type Server struct {
 	ln       *net.UnixListener
 	path     string
+	runID    string
 	log      *slog.Logger
 	onRevoke func()
 
@@ -111,7 +121,7 @@ func Listen(stateDir, runID string, log *slog.Logger, onRevoke func()) (*Server,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{ln: ln, path: path, log: log, onRevoke: onRevoke, pending: map[string]*waiter{}}, nil
+	return &Server{ln: ln, path: path, runID: runID, log: log, onRevoke: onRevoke, pending: map[string]*waiter{}}, nil
 }
 
 // Path is the socket's path.
@@ -142,6 +152,12 @@ func (s *Server) Close() error {
 // Register announces a pending call and returns the channel its verdict
 // arrives on. The caller must Unregister when it stops waiting.
 func (s *Server) Register(p Pending) <-chan bool {
+	if p.RunID == "" {
+		p.RunID = s.runID
+	}
+	if len(p.Paths) > MaxPendingPaths {
+		p.Paths = p.Paths[:MaxPendingPaths]
+	}
 	w := &waiter{info: p, ch: make(chan bool, 1)}
 	s.mu.Lock()
 	s.pending[p.OpID] = w
@@ -296,4 +312,38 @@ func Send(ctx context.Context, stateDir, runID string, req Request) (Response, e
 		return resp, fmt.Errorf("run %s refused the request: %s", runID, resp.Error)
 	}
 	return resp, nil
+}
+
+// ListAll lists the pending calls of every run on the host that keeps its
+// approval socket in stateDir (a socket no run answers on, left by a run
+// that crashed, is skipped). The errors name runs that answered wrongly.
+func ListAll(ctx context.Context, stateDir string) ([]Pending, []error) {
+	socks, err := filepath.Glob(filepath.Join(stateDir, "approvals", "*.sock"))
+	if err != nil {
+		return nil, []error{err}
+	}
+	slices.Sort(socks)
+	var out []Pending
+	var errs []error
+	for _, sock := range socks {
+		runID := strings.TrimSuffix(filepath.Base(sock), ".sock")
+		if !idPattern().MatchString(runID) {
+			continue
+		}
+		resp, err := Send(ctx, stateDir, runID, Request{Action: ActionList})
+		if err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
+				continue // a stale socket: its run is gone
+			}
+			errs = append(errs, err)
+			continue
+		}
+		for _, p := range resp.Pending {
+			if p.RunID == "" {
+				p.RunID = runID
+			}
+			out = append(out, p)
+		}
+	}
+	return out, errs
 }

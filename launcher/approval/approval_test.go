@@ -188,3 +188,42 @@ func rawRequest(t *testing.T, path, line string) Response {
 	}
 	return r
 }
+
+// TestListAll lists the pending calls of every run in a state directory,
+// skipping the stale socket of a run that is gone, with run ids and paths.
+func TestListAll(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var servers []*Server
+	for _, run := range []string{"run-a", "run-b"} {
+		s, err := Listen(dir, run, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		go s.Serve(ctx)
+		servers = append(servers, s)
+	}
+	// A stale socket: bound once, its listener gone.
+	stale, err := Listen(dir, "run-gone", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.ln.SetUnlinkOnClose(false)
+	stale.ln.Close()
+	many := make([]string, MaxPendingPaths+5)
+	for i := range many {
+		many[i] = "/work/f" + strings.Repeat("x", i)
+	}
+	servers[0].Register(Pending{OpID: "op1", Tool: "write_file", Class: "destructive", Paths: []string{"/work/a.txt"}})
+	servers[1].Register(Pending{OpID: "op2", Tool: "move_file", Class: "destructive", Paths: many})
+	got, errs := ListAll(ctx, dir)
+	if len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if len(got) != 2 || got[0].RunID != "run-a" || got[0].OpID != "op1" || got[0].Paths[0] != "/work/a.txt" ||
+		got[1].RunID != "run-b" || len(got[1].Paths) != MaxPendingPaths {
+		t.Fatalf("ListAll = %+v", got)
+	}
+}

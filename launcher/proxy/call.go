@@ -165,8 +165,8 @@ func (s *session) decideListen(rq *request) (admission, *policy.Denial) {
 
 // approve asks for an approval and returns "" when it was given, else the
 // denial's code (recording how it ended).
-func (s *session) approve(rq *request, a admission) schema.ErrorCode {
-	verdict := s.awaitApproval(rq, a.tool, a.class)
+func (s *session) approve(rq *request, a admission, paths []string) schema.ErrorCode {
+	verdict := s.awaitApproval(rq, a.tool, a.class, paths)
 	rq.dec.Approval = verdict
 	switch verdict {
 	case schema.ApprovalApproved:
@@ -180,12 +180,15 @@ func (s *session) approve(rq *request, a admission) schema.ErrorCode {
 
 // awaitApproval asks for an approval over every channel this run has and
 // waits for the first answer or the timeout. It returns ApprovalNotRequired
-// when no channel exists.
-func (s *session) awaitApproval(rq *request, tool string, class policy.Class) schema.ApprovalState {
+// when no channel exists. The approval socket shows the approver the
+// resolved paths in clear (it is local and peer-checked); the log line and
+// the elicitation name the tool and class only.
+func (s *session) awaitApproval(rq *request, tool string, class policy.Class, paths []string) schema.ApprovalState {
 	opID := rq.dec.OpID
 	var socket <-chan bool
 	if s.cfg.Approvals != nil {
-		socket = s.cfg.Approvals.Register(approval.Pending{OpID: opID, Tool: truncate(tool, 128), Class: string(class), Since: time.Now().UTC().Format(time.RFC3339)})
+		socket = s.cfg.Approvals.Register(approval.Pending{RunID: s.cfg.RunID, OpID: opID, Tool: truncate(tool, 128), Class: string(class),
+			Paths: paths, Since: time.Now().UTC().Format(time.RFC3339)})
 		defer s.cfg.Approvals.Unregister(opID)
 	}
 	var elicit chan *jsonrpc.Message

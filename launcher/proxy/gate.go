@@ -40,6 +40,7 @@ type admission struct {
 // is pending, an approval is needed) continues on a goroutine of its own.
 func (s *session) admit(rq *request, a admission, inline bool) {
 	var checked uint64 // the scope generation the request was last checked against; 0: not yet
+	var paths []string // what the last check resolved, for the approver
 	approved := !a.approval
 	for {
 		if code, reason := s.scopeStop(); code != "" {
@@ -63,7 +64,8 @@ func (s *session) admit(rq *request, a admission, inline bool) {
 		view := s.scope.current()
 		if checked != view.gen {
 			if a.check != nil {
-				paths, d := a.check(view)
+				var d *policy.Denial
+				paths, d = a.check(view)
 				rq.dec.PathHashes = rq.dec.PathHashes[:0]
 				s.hashPaths(rq, paths)
 				if d != nil {
@@ -78,7 +80,7 @@ func (s *session) admit(rq *request, a admission, inline bool) {
 				s.continueAsync(rq, a)
 				return
 			}
-			if code := s.approve(rq, a); code != "" {
+			if code := s.approve(rq, a, paths); code != "" {
 				if stop, reason := s.scopeStop(); stop != "" {
 					s.deny(rq, stop, reason) // the run stopped during the wait: say why
 					return

@@ -66,8 +66,8 @@ func TestApprovals(t *testing.T) {
 	// Approved out of band: the write happens once.
 	ch := write()
 	op := pendingOp(t, dir, runID)
-	if op.Tool != "write_file" || op.Class != "destructive" {
-		t.Fatalf("pending = %+v", op)
+	if op.Tool != "write_file" || op.Class != "destructive" || len(op.Paths) != 1 || op.Paths[0] != target || op.RunID == "" {
+		t.Fatalf("pending = %+v: the approver must see the tool, its class and the path in clear", op)
 	}
 	if _, err := os.Stat(target); err == nil {
 		t.Fatal("the write ran before it was approved")
