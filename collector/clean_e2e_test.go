@@ -197,6 +197,15 @@ func TestCleanRunsAreClean(t *testing.T) {
 			t.Errorf("run %s (%s): no file operation of its runtime was observed", r.RunID, r.Mode)
 		}
 	}
+	// The proxied runs name their server (the launch record the proxy
+	// writes once it knows serverInfo); the relayed naive runs cannot.
+	named := map[string]int{}
+	for _, r := range rows {
+		named[r.Server]++
+	}
+	if named["secure-filesystem-server"] != 2 || named[""] != 2 || len(named) != 4 {
+		t.Errorf("the SERVER column of query runs: %v, want the filesystem server's name twice, two more servers twice each, and the two relayed runs unnamed", named)
+	}
 	if t.Failed() {
 		for _, q := range []string{"findings", "denials"} {
 			out, _ := exec.Command(bin, "query", q, "--clickhouse", dsn, "--scope", "clean-runs", "--from", start.UTC().Format(time.RFC3339)).CombinedOutput()

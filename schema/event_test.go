@@ -454,3 +454,34 @@ func TestBatchV2Hostile(t *testing.T) {
 		t.Fatalf("a path as host: got %d events, %d rejected, %v", len(got), rejected, err)
 	}
 }
+
+func TestSanitizeToken(t *testing.T) {
+	for in, want := range map[string]string{
+		"secure-filesystem-server":                "secure-filesystem-server",
+		"@modelcontextprotocol/server-everything": "@modelcontextprotocol_server-everything",
+		"0.6.2-beta+build.7":                      "0.6.2-beta+build.7",
+		"my server \"v2\"":                        "my_server__v2_",
+		"":                                        "",
+		strings.Repeat("a", 200):                  strings.Repeat("a", 128),
+	} {
+		if got := SanitizeToken(in); got != want {
+			t.Errorf("SanitizeToken(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzSanitizeToken: whatever a server calls itself, the result is a token
+// (or empty for an empty name), so a launch record carrying it validates.
+func FuzzSanitizeToken(f *testing.F) {
+	f.Add("server/../../etc")
+	f.Add("\x00\xff name")
+	f.Fuzz(func(t *testing.T, s string) {
+		got := SanitizeToken(s)
+		if (got == "") != (s == "") {
+			t.Fatalf("SanitizeToken(%q) = %q", s, got)
+		}
+		if got != "" && !IsToken(got) {
+			t.Fatalf("SanitizeToken(%q) = %q, not a token", s, got)
+		}
+	})
+}
