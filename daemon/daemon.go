@@ -169,6 +169,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
 	}
+	srv.PathKeyID = d.cfg.Hasher.KeyID()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

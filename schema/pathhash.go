@@ -36,6 +36,17 @@ func (h *PathHasher) Hash(path string) PathHash {
 	return PathHash(hex.EncodeToString(m.Sum(nil)))
 }
 
+// KeyID names the key without revealing it: the first 16 hex digits of
+// its HMAC over a fixed label with a NUL in it, which no path can hold, so
+// the id is no path's hash. The daemon reports it, and a launcher whose
+// key differs refuses to run (their hashes of the same path would never
+// match, and the cross-check would see every path as unexplained).
+func (h *PathHasher) KeyID() string {
+	m := hmac.New(sha256.New, h.key)
+	m.Write([]byte("mcpwarden\x00path key id v1"))
+	return "pk1-" + hex.EncodeToString(m.Sum(nil))[:16]
+}
+
 // LoadOrCreatePathKey reads the key at file, creating it (mode 0600, parent
 // 0700) with random bytes when it does not exist yet.
 func LoadOrCreatePathKey(file string) ([]byte, error) {

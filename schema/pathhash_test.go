@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -45,5 +46,22 @@ func TestLoadOrCreatePathKey(t *testing.T) {
 	}
 	if _, err := LoadOrCreatePathKey(file); err == nil {
 		t.Fatal("corrupt key accepted")
+	}
+}
+
+// TestKeyID: the id depends on the key, is stable, and is not a hash any
+// path could produce.
+func TestKeyID(t *testing.T) {
+	a, _ := NewPathHasher(make([]byte, PathKeySize))
+	k := make([]byte, PathKeySize)
+	k[0] = 1
+	b, _ := NewPathHasher(k)
+	if a.KeyID() == b.KeyID() || !strings.HasPrefix(a.KeyID(), "pk1-") || len(a.KeyID()) != 20 {
+		t.Errorf("key ids %q %q", a.KeyID(), b.KeyID())
+	}
+	for _, p := range []string{"mcpwarden path key id v1", "mcpwarden", "/mcpwarden/path key id v1"} { // a path holds no NUL
+		if strings.HasPrefix(string(a.Hash(p)), strings.TrimPrefix(a.KeyID(), "pk1-")) {
+			t.Errorf("the key id is the hash of %q", p)
+		}
 	}
 }

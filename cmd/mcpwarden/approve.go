@@ -45,6 +45,9 @@ func cmdApprove(ctx context.Context, args []string) int {
 		pos = append(pos, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
+	if err := applyConfig(fs.FlagSet, map[string]string{"state_dir": "state-dir"}); err != nil {
+		return configFail(err)
+	}
 	modes := 0
 	for _, b := range []bool{*deny, *list, *revoke} {
 		if b {

@@ -40,6 +40,9 @@ func cmdCollect(ctx context.Context, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return fs.exit(err)
 	}
+	if err := applyConfig(fs.FlagSet, withKeys(daemonStateKeys(map[string]string{"clickhouse_dsn": "clickhouse"}))); err != nil {
+		return configFail(err)
+	}
 	if fs.NArg() > 0 {
 		return fs.usageError("takes no arguments, got %q", fs.Args())
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/daemon/probes"
 	"github.com/mcpwarden/mcpwarden/daemon/xcheck"
+	"github.com/mcpwarden/mcpwarden/hostconfig"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
@@ -51,6 +52,12 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
 		return fs.exit(err)
+	}
+	if err := applyConfig(fs.FlagSet, withKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "socket", "path_key": "path-key"})); err != nil {
+		return configFail(err)
+	}
+	if *socket == hostconfig.Off {
+		return configFail(errors.New("daemon_socket is \"off\": the daemon needs a socket path to serve"))
 	}
 	if fs.NArg() > 0 {
 		return fs.usageError("unexpected argument %q", fs.Arg(0))

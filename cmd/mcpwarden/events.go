@@ -40,6 +40,9 @@ func cmdEvents(ctx context.Context, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return fs.exit(err)
 	}
+	if err := applyConfig(fs.FlagSet, withKeys(daemonStateKeys(map[string]string{}))); err != nil {
+		return configFail(err)
+	}
 	if fs.NArg() > 0 {
 		return fs.usageError("unexpected argument %q", fs.Arg(0))
 	}

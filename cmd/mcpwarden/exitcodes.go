@@ -12,4 +12,5 @@ const (
 	exitInternal    = 71 // an internal or environment failure (state dir, audit log, daemon)
 	exitAuditSink   = 74 // EX_IOERR: the audit sink could not take records
 	exitScopeEnded  = 77 // EX_NOPERM: the scope expired or was revoked during the run, which was stopped
+	exitConfig      = 78 // EX_CONFIG: the host configuration cannot be read or used (a daemon with another path key)
 )

@@ -29,6 +29,8 @@ var helpInvocations = [][]string{
 	{"query", "--help"},
 	{"why", "--help"},
 	{"version", "--help"},
+	{"config", "--help"},
+	{"config", "show", "--help"},
 }
 
 // cleanEnv is an environment in which no configuration file or variable of
@@ -106,7 +108,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	}
 	flagLine := regexp.MustCompile(`(?m)^  -[a-z]`)
 	for _, args := range helpInvocations {
-		if args[0] == "help" || args[0] == "version" || (args[0] == "scope" && len(args) == 2) {
+		if args[0] == "help" || args[0] == "version" || ((args[0] == "scope" || args[0] == "config") && len(args) == 2) {
 			continue
 		}
 		b, err := os.ReadFile(goldenName(args))

@@ -30,6 +30,7 @@ var commands = map[string]command{
 	"query":   {"run a canned fleet query against ClickHouse", cmdQuery},
 	"why":     {"turn a run's hashed denials and findings back into paths, and say what grants each (why RUN_ID)", cmdWhy},
 	"version": {"print the version", cmdVersion},
+	"config":  {"print the effective host configuration (config show)", cmdConfig},
 }
 
 // version is set at build time with -ldflags "-X main.version=..." (make

@@ -35,6 +35,9 @@ func cmdQuery(ctx context.Context, args []string) int {
 	if err != nil {
 		return fs.exit(err)
 	}
+	if err := applyConfig(fs.FlagSet, map[string]string{"clickhouse_dsn": "clickhouse"}); err != nil {
+		return configFail(err)
+	}
 	if len(pos) != 1 {
 		return fs.usageError("give one query NAME")
 	}

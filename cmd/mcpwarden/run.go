@@ -32,9 +32,15 @@ Exit status: the server's own status (128+N when killed by signal N); 64
 usage; 65 scope refused; 69 the kernel lacks a Landlock feature the fence
 needs (see --best-effort), the host cannot enforce a limit given on the
 command line or in the scope, or namespaces are required and cannot be
-made; 70 the server could not start under the fence; 71 internal error;
-74 the audit log or sink cannot take records; 77 the scope expired or was
-revoked during the run, which was stopped.
+made; 70 the server could not start under the fence; 71 internal error (a
+daemon that does not answer); 74 the audit log or sink cannot take
+records; 77 the scope expired or was revoked during the run, which was
+stopped; 78 the configuration cannot be used (a daemon whose path key
+differs from the run's).
+
+Settings not given as flags come from the host configuration (MCPWARDEN_*
+variables, then the configuration file; 'mcpwarden config show' prints
+them), so a client's entry needs only --scope FILE -- CMD.
 `
 
 // runExtension lets other areas plug into `run` from their own files (they
@@ -50,17 +56,22 @@ var runExtensions []runExtension
 // runContext is what an extension sees: the checked scope, the run id, the
 // local audit log (a launcher.Sink) and the config it may adjust.
 type runContext struct {
-	Scope    *schema.CanonicalScope
-	RunID    string
-	StateDir string
-	AuditLog launcher.Sink
-	Logger   *slog.Logger
-	Config   *launcher.Config
+	Scope       *schema.CanonicalScope
+	RunID       string
+	StateDir    string
+	PathKeyFile string // the path-hash key, shared with the daemon
+	AuditLog    launcher.Sink
+	Logger      *slog.Logger
+	Config      *launcher.Config
 	// Launched are called with the launcher once it is built, before it
 	// runs (an extension that needs it, e.g. to record what the proxy
 	// learns about the server).
 	Launched []func(*launcher.Launcher)
 }
+
+// errConfig marks an extension's error as a configuration the run cannot
+// use (exit 78): a daemon with another path key.
+var errConfig = errors.New("configuration")
 
 func cmdRun(ctx context.Context, args []string) int {
 	fs := newFlags("run", runUsage)
@@ -69,7 +80,8 @@ func cmdRun(ctx context.Context, args []string) int {
 	mode := fs.String("mode", "enforce", "enforce: run inside the fence; audit: run WITHOUT the fence, records marked audit")
 	bestEffort := fs.Bool("best-effort", false, "run degraded (loudly) when the kernel lacks a Landlock feature, instead of refusing")
 	auditLog := fs.String("audit-log", "", "local JSONL audit log (default STATE_DIR/audit.jsonl)")
-	stateDir := fs.String("state-dir", "", "state directory (default /var/lib/mcpwarden as root, else $XDG_STATE_HOME/mcpwarden)")
+	stateDir := fs.String("state-dir", "", "state `DIR` (default /var/lib/mcpwarden as root, else $XDG_STATE_HOME/mcpwarden; or state_dir in the configuration)")
+	pathKey := fs.String("path-key", "", "key `FILE` for path hashes in records, shared with the daemon (default STATE_DIR/path.key, created if missing; or path_key in the configuration)")
 	var allowRuntime, allowExec, env stringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH` the server needs (operator-chosen; repeatable)")
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns (e.g. git), found on PATH and granted with what it needs to run, inside the same fence (repeatable)")
@@ -85,6 +97,9 @@ func cmdRun(ctx context.Context, args []string) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		return fs.exit(err)
+	}
+	if err := applyConfig(fs.FlagSet, withKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "daemon-socket", "path_key": "path-key"})); err != nil {
+		return configFail(err)
 	}
 	command := fs.Args()
 	if *scopeFile == "" || len(command) == 0 {
@@ -107,7 +122,10 @@ func cmdRun(ctx context.Context, args []string) int {
 	if *auditLog == "" {
 		*auditLog = auditlog.DefaultPath(*stateDir)
 	}
-	for _, p := range []struct{ path, flag string }{{*auditLog, "--audit-log"}, {*stateDir, "--state-dir"}} {
+	if *pathKey == "" {
+		*pathKey = filepath.Join(*stateDir, "path.key")
+	}
+	for _, p := range []struct{ path, flag string }{{*auditLog, "--audit-log"}, {*stateDir, "--state-dir"}, {*pathKey, "--path-key"}} {
 		if insideScope(scope, p.path) {
 			return fail(exitBadScope, fmt.Errorf("%s lies inside the scope's allowed paths, where the server could read or rewrite it; put it elsewhere with %s", p.flag, p.flag))
 		}
@@ -148,9 +166,12 @@ func cmdRun(ctx context.Context, args []string) int {
 		Owner:             *owner,
 		RunUID:            *runUID,
 	}
-	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, AuditLog: alog, Logger: logger, Config: &cfg}
+	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, PathKeyFile: *pathKey, AuditLog: alog, Logger: logger, Config: &cfg}
 	for _, ext := range runExtensions {
 		if err := ext.Configure(ctx, rc); err != nil {
+			if errors.Is(err, errConfig) {
+				return fail(exitConfig, err)
+			}
 			return fail(exitInternal, err)
 		}
 	}

@@ -12,30 +12,51 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/api"
 	"github.com/mcpwarden/mcpwarden/daemon/classify"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
+	"github.com/mcpwarden/mcpwarden/hostconfig"
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
 	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
+	"github.com/mcpwarden/mcpwarden/schema"
 )
 
 // daemonExtension adds --daemon-socket to `run`: the run is registered with
 // the daemon before the server is exec'd, and refuses to start when it
-// cannot be.
+// cannot be. Without a socket from the flag or the configuration, a daemon
+// whose socket is at the default path is used (discovered) and is then
+// just as required; "off" turns both off. The daemon names its path-hash
+// key, and a run with another key is refused: their hashes of one path
+// would never match.
 type daemonExtension struct{ socket string }
 
 func init() { runExtensions = append(runExtensions, &daemonExtension{}) }
 
 func (e *daemonExtension) Flags(fs *flag.FlagSet) {
-	fs.StringVar(&e.socket, "daemon-socket", "", "register the run with 'mcpwarden daemon' at `PATH` (e.g. "+client.DefaultSocket+") before the server starts; the run refuses to start if that fails")
+	fs.StringVar(&e.socket, "daemon-socket", "", "register the run with 'mcpwarden daemon' at `PATH` before the server starts; the run refuses to start if that fails. Default: daemon_socket in the configuration, else "+client.DefaultSocket+" when a daemon's socket is there; 'off': no daemon")
 }
 
 func (e *daemonExtension) Configure(ctx context.Context, rc *runContext) error {
-	if e.socket == "" {
+	socket := e.socket
+	switch socket {
+	case hostconfig.Off:
 		return nil
+	case "":
+		found, err := discoverDaemon(client.DefaultSocket)
+		if err != nil {
+			return fmt.Errorf("the run is refused: %w", err)
+		}
+		if !found {
+			return nil
+		}
+		socket = client.DefaultSocket
 	}
-	c := client.New(e.socket)
+	c := client.New(socket)
 	// Fail before anything starts when the daemon is not there.
-	if _, err := c.Status(ctx); err != nil {
+	info, err := c.Info(ctx)
+	if err != nil {
 		return fmt.Errorf("the run is refused because the daemon cannot watch it: %w", err)
+	}
+	if err := sameKey(info.PathKeyID, rc.PathKeyFile, socket); err != nil {
+		return err
 	}
 	abi, _ := ll.LandlockGetABIVersion()
 	prev := rc.Config.BeforeExec
@@ -59,6 +80,25 @@ func (e *daemonExtension) Configure(ctx context.Context, rc *runContext) error {
 			return fmt.Errorf("register run with the daemon: %w", err)
 		}
 		return nil
+	}
+	return nil
+}
+
+// sameKey refuses a run whose path key is not the daemon's.
+func sameKey(daemonKeyID, keyFile, socket string) error {
+	if daemonKeyID == "" {
+		return fmt.Errorf("%w: the run is refused because the daemon at %s does not name its path key (an older mcpwarden daemon?): upgrade it so launcher and daemon match", errConfig, socket)
+	}
+	key, err := schema.LoadOrCreatePathKey(keyFile)
+	if err != nil {
+		return fmt.Errorf("%w: the run is refused: %w", errConfig, err)
+	}
+	h, err := schema.NewPathHasher(key)
+	if err != nil {
+		return fmt.Errorf("%w: the run is refused: %w", errConfig, err)
+	}
+	if id := h.KeyID(); id != daemonKeyID {
+		return fmt.Errorf("%w: the run is refused because its path key (%s, id %s) is not the daemon's (id %s): the daemon could not match the run's path hashes; set path_key in the configuration (or --path-key) to the daemon's key file, e.g. /var/lib/mcpwarden/path.key", errConfig, keyFile, id, daemonKeyID)
 	}
 	return nil
 }

@@ -30,7 +30,6 @@ type proxyExtension struct {
 	rootsTimeout     time.Duration
 	secretFile       string
 	secretExtra      stringList
-	pathKey          string
 }
 
 func init() { runExtensions = append(runExtensions, &proxyExtension{}) }
@@ -43,18 +42,13 @@ func (e *proxyExtension) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&e.rootsTimeout, "roots-timeout", proxy.DefaultRootsTimeout, "how long a call waits for the client's answer to a roots refresh before it is denied")
 	fs.StringVar(&e.secretFile, "secret-patterns", "", "`FILE` of secret path patterns, one per line, replacing the built-in list")
 	fs.Var(&e.secretExtra, "secret-pattern", "an extra secret path `PATTERN` (glob per path component, e.g. '*.sqlite'); repeatable")
-	fs.StringVar(&e.pathKey, "path-key", "", "key file for path hashes in records (default STATE_DIR/path.key, created if missing)")
 }
 
 func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 	if !e.enabled {
 		return nil
 	}
-	keyFile := e.pathKey
-	if keyFile == "" {
-		keyFile = filepath.Join(rc.StateDir, "path.key")
-	}
-	key, err := schema.LoadOrCreatePathKey(keyFile)
+	key, err := schema.LoadOrCreatePathKey(rc.PathKeyFile)
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}

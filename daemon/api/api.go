@@ -56,6 +56,10 @@ type Response struct {
 	Error  string         `json:"error,omitempty"`
 	Slot   uint32         `json:"slot,omitempty"`
 	Health *schema.Health `json:"health,omitempty"`
+	// PathKeyID names the daemon's path-hash key (schema.PathHasher.KeyID),
+	// in answers to status and register: a launcher with another key
+	// refuses to run.
+	PathKeyID string `json:"path_key_id,omitempty"`
 }
 
 // Validate checks a registration before the daemon acts on it.

@@ -209,3 +209,23 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestStatusNamesPathKey: the status answer carries the key id the server
+// was given, which launchers compare with their own.
+func TestStatusNamesPathKey(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d", "daemon.sock")
+	srv, err := api.Listen(sock, &recorder{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := schema.NewPathHasher(make([]byte, schema.PathKeySize))
+	srv.PathKeyID = h.KeyID()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	info, err := client.New(sock).Info(context.Background())
+	if err != nil || info.PathKeyID != h.KeyID() || info.Health.Component != "daemon" {
+		t.Fatalf("info %+v, %v; want key id %s", info, err, h.KeyID())
+	}
+}

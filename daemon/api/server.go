@@ -34,6 +34,9 @@ type Server struct {
 	handler Handler
 	log     *slog.Logger
 	wg      sync.WaitGroup
+	// PathKeyID is reported in answers to status and register; set it
+	// before Serve.
+	PathKeyID string
 }
 
 // requestTimeout bounds how long one connection may take to send a request.
@@ -202,7 +205,7 @@ func (s *Server) handle(ctx context.Context, line []byte) Response {
 		if err != nil {
 			return Response{Error: "register: " + err.Error()}
 		}
-		return Response{OK: true, Slot: slot}
+		return Response{OK: true, Slot: slot, PathKeyID: s.PathKeyID}
 	case OpUnregister:
 		if err := s.handler.Unregister(ctx, req.RunID); err != nil {
 			return Response{Error: "unregister: " + err.Error()}
@@ -210,7 +213,7 @@ func (s *Server) handle(ctx context.Context, line []byte) Response {
 		return Response{OK: true}
 	case OpStatus:
 		h := s.handler.Status(ctx)
-		return Response{OK: true, Health: &h}
+		return Response{OK: true, Health: &h, PathKeyID: s.PathKeyID}
 	}
 	return Response{Error: fmt.Sprintf("unknown op %q: want register, unregister or status", req.Op)}
 }

@@ -51,14 +51,26 @@ func (c *Client) Unregister(ctx context.Context, runID string) error {
 
 // Status returns the daemon's current health.
 func (c *Client) Status(ctx context.Context) (schema.Health, error) {
+	i, err := c.Info(ctx)
+	return i.Health, err
+}
+
+// Info is the daemon's answer to a status request.
+type Info struct {
+	Health    schema.Health
+	PathKeyID string // schema.PathHasher.KeyID of the daemon's key
+}
+
+// Info asks the daemon for its health and the id of its path-hash key.
+func (c *Client) Info(ctx context.Context) (Info, error) {
 	resp, err := c.do(ctx, api.Request{Version: api.Version, Op: api.OpStatus})
 	if err != nil {
-		return schema.Health{}, err
+		return Info{}, err
 	}
 	if resp.Health == nil {
-		return schema.Health{}, fmt.Errorf("%w: status answer without health", ErrDaemon)
+		return Info{}, fmt.Errorf("%w: status answer without health", ErrDaemon)
 	}
-	return *resp.Health, nil
+	return Info{Health: *resp.Health, PathKeyID: resp.PathKeyID}, nil
 }
 
 func (c *Client) do(ctx context.Context, req api.Request) (*api.Response, error) {
