@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, starts and stops what mcpwarden's tests need. Idempotent.
-#   install      Debian packages, pinned npm servers, Go tools
+#   install      Debian packages, pinned npm servers, Go tools, Debian's
+#                nats-server unpacked into build/nats-server-debian
 #   install-npm  only the pinned npm MCP servers (for `make demo`)
 #                (install also installs deploy/interop: the interop tests' clients)
 #   up           start services that are not running; remember which we started
@@ -71,6 +72,21 @@ install_clickhouse_current() {
 		gcc -O2 -Wall -Wextra -Werror -o "$CH_CURRENT_BIN" "$CH_CURRENT_DIR/chdb-listen.c" \
 			-L"$lib" -l:libchdb.so -Wl,-rpath,"$lib"
 	fi
+}
+
+# Debian's own nats-server (2.9.10), for the test that runs deploy/nats on the
+# distribution's server: the package is unpacked, not installed, so no
+# service of it starts and takes a port the tests use.
+NATS_DEBIAN_DIR="$ROOT/build/nats-server-debian"
+install_nats_debian() {
+	[ -x "$NATS_DEBIAN_DIR/usr/sbin/nats-server" ] && return 0
+	echo "test-env: unpacking Debian's nats-server"
+	local tmp
+	tmp=$(mktemp -d)
+	(cd "$tmp" && apt-get download nats-server >/dev/null 2>&1 || { as_root apt-get update -qq && apt-get download nats-server >/dev/null; })
+	rm -rf "$NATS_DEBIAN_DIR"
+	dpkg -x "$tmp"/nats-server_*.deb "$NATS_DEBIAN_DIR"
+	rm -rf "$tmp"
 }
 
 install_go_tools() {
@@ -199,7 +215,7 @@ clickhouse_down() {
 }
 
 case "${1:-}" in
-install) install_apt; install_npm; install_interop; install_clickhouse_current; install_go_tools ;;
+install) install_apt; install_npm; install_interop; install_clickhouse_current; install_nats_debian; install_go_tools ;;
 install-npm) install_npm ;;
 up) mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
 down) clickhouse_down; clickhouse_current_down ;;
