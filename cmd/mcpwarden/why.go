@@ -57,6 +57,11 @@ func cmdWhy(ctx context.Context, args []string) int {
 	if len(pos) != 1 {
 		return fs.usageError("one RUN_ID is needed")
 	}
+	// The host's configuration names the daemon's state dir, path key and
+	// NATS; not the ClickHouse DSN: the stream stays the default source.
+	if err := applyConfig(fs.FlagSet, withKeys(daemonStateKeys(map[string]string{"path_key": "path-key"}))); err != nil {
+		return configFail(err)
+	}
 	level := slog.LevelWarn
 	if *verbose {
 		level = slog.LevelDebug
