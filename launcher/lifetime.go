@@ -94,7 +94,7 @@ func (l *Launcher) newLife() (*life, error) {
 	case err != nil:
 		lf.report = cgroup.Report{State: cgroup.Off, Reason: err.Error(), Token: "no_cgroups"}
 	default:
-		grp, err := host.New(cgroup.Options{Name: "mcpwarden-" + l.cfg.RunID, Limits: lim, Parent: l.cfg.CgroupParent})
+		grp, err := host.New(cgroup.Options{Name: "mcpwarden-" + l.cfg.RunID, Limits: lim, Parent: l.cfg.CgroupParent, Stale: "mcpwarden-"})
 		if err != nil {
 			return nil, err
 		}

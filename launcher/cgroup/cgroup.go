@@ -212,6 +212,9 @@ type Options struct {
 	Parent string
 	// NoV2 ignores cgroup2 (to exercise the v1 kill on a hybrid host).
 	NoV2 bool
+	// Stale, when set, is the name prefix of groups that dead launchers may
+	// have left next to this one; they are removed first (see sweep).
+	Stale string
 }
 
 // ErrName is returned for a group name that is not one path element.

@@ -490,3 +490,49 @@ func values(m map[string]string) []string {
 	}
 	return out
 }
+
+// TestSweepRemovesAbandonedGroupsOnly: making a group removes the empty
+// groups with the same prefix that no live launcher holds, and nothing else.
+func TestSweepRemovesAbandonedGroupsOnly(t *testing.T) {
+	h := requireCgroups(t, true)
+	defer cgroup.SetStaleAgeForTest(0)()
+	prefix := fmt.Sprintf("mcpwarden-sweep-%d-", os.Getpid())
+	mk := func(n string) *cgroup.Group {
+		g, err := h.New(cgroup.Options{Name: prefix + n, Limits: cgroup.Limits{Processes: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Remove(10 * time.Second) })
+		return g
+	}
+	dead := mk("dead")
+	live := mk("live")
+	busy := mk("busy")
+	busy.AbandonForTest() // abandoned, but a member still runs in it
+	c := child("sleep")
+	startIn(t, busy, c)
+	dead.AbandonForTest()
+	g, err := h.New(cgroup.Options{Name: prefix + "sweeper", Stale: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Remove(10 * time.Second) })
+	exists := func(hd cgroup.Handle) bool {
+		_, err := os.Stat(hd.V2)
+		return err == nil
+	}
+	if exists(dead.Handle()) {
+		t.Error("the abandoned empty group was not removed")
+	}
+	for _, d := range values(dead.Handle().V1) {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("its v1 directory %s was not removed", d)
+		}
+	}
+	if !exists(live.Handle()) {
+		t.Error("a live launcher's group was removed")
+	}
+	if !exists(busy.Handle()) {
+		t.Error("a group with a running member was removed")
+	}
+}

@@ -1,5 +1,10 @@
 package cgroup
 
+import (
+	"syscall"
+	"time"
+)
+
 // ParseHostForTest exposes parseHost.
 func ParseHostForTest(mountinfo, self []byte) *Host { return parseHost(mountinfo, self) }
 
@@ -7,4 +12,20 @@ func ParseHostForTest(mountinfo, self []byte) *Host { return parseHost(mountinfo
 // without making them.
 func (h *Host) PlanForTest(name string) Handle {
 	return h.plan(Options{Name: name, Limits: Limits{MemoryBytes: 1}})
+}
+
+// SetStaleAgeForTest changes how old an abandoned group must be.
+func SetStaleAgeForTest(d time.Duration) (restore func()) {
+	old := staleAge
+	staleAge = d
+	return func() { staleAge = old }
+}
+
+// AbandonForTest drops the group's lock without removing it, as a
+// launcher that died would.
+func (g *Group) AbandonForTest() {
+	if g.lockFD >= 0 {
+		syscall.Close(g.lockFD)
+		g.lockFD = -1
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,6 +27,10 @@ type Group struct {
 	// noClone: CLONE_INTO_CGROUP must not be used any more (the group was
 	// killed once, or a clone into it was killed at once; see Start).
 	noClone bool
+	// lockFD holds an exclusive flock on the group's first directory for as
+	// long as the group is in use: a group whose lock is free belongs to a
+	// launcher that is gone (see sweep). -1 when none.
+	lockFD int
 }
 
 // New makes the group described by o. It does not fail when the host
@@ -35,7 +41,7 @@ func (h *Host) New(o Options) (*Group, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	g := &Group{v1: map[string]string{}, home: map[string]string{}}
+	g := &Group{v1: map[string]string{}, home: map[string]string{}, lockFD: -1}
 	var reasons, tokens []string
 	note := func(token, format string, args ...any) {
 		reasons = append(reasons, fmt.Sprintf(format, args...))
@@ -54,6 +60,9 @@ func (h *Host) New(o Options) (*Group, error) {
 		failed[c] = append(failed[c], where)
 	}
 	plan := h.plan(o)
+	if o.Stale != "" {
+		h.sweep(plan, o.Name, o.Stale)
+	}
 	// Which limits cgroup2 must carry: those no v1 hierarchy serves.
 	var v2need []string
 	if o.Limits.Processes > 0 && h.v1["pids"] == nil {
@@ -99,6 +108,15 @@ func (h *Host) New(o Options) (*Group, error) {
 		}
 		g.v1[c] = dir
 		g.home[c] = h.v1[c].dir(h.v1[c].own)
+	}
+	if dirs := g.dirs(); len(dirs) > 0 {
+		if fd, err := unix.Open(dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
+				g.lockFD = fd
+			} else {
+				unix.Close(fd)
+			}
+		}
 	}
 	for _, c := range causes {
 		note("cgroup_unwritable", "cannot create the run's cgroup (%s): %s", strings.Join(failed[c], ", "), c)
@@ -162,6 +180,66 @@ func (h *Host) New(o Options) (*Group, error) {
 	r.Reason = strings.Join(reasons, "; ")
 	r.Token = strings.Join(tokens, ",")
 	return g, nil
+}
+
+// staleAge is how old an abandoned group must be before sweep removes it:
+// a group is locked by its launcher within microseconds of being made.
+var staleAge = time.Minute
+
+// sweep removes the groups a dead launcher left next to the one about to
+// be made (its watcher died with it, or never started): siblings whose
+// name starts with prefix, older than StaleAge, without members, and whose
+// lock no live process holds.
+func (h *Host) sweep(plan Handle, name, prefix string) {
+	anchor := plan.V2
+	if anchor == "" {
+		for _, c := range v1Controllers {
+			if anchor = plan.V1[c]; anchor != "" {
+				break
+			}
+		}
+	}
+	if anchor == "" {
+		return
+	}
+	parent := filepath.Dir(anchor)
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if !e.IsDir() || n == name || !strings.HasPrefix(n, prefix) {
+			continue
+		}
+		dir := filepath.Join(parent, n)
+		st, err := os.Stat(dir)
+		if err != nil || time.Since(st.ModTime()) < staleAge {
+			continue
+		}
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
+			// Its launcher is gone. The same name in the other hierarchies
+			// first, then the anchor; rmdir refuses a group with members.
+			var others []string
+			for _, c := range v1Controllers {
+				if d := plan.V1[c]; d != "" && d != anchor {
+					others = append(others, filepath.Join(filepath.Dir(d), n))
+				}
+			}
+			if plan.V2 != "" && plan.V2 != anchor {
+				others = append(others, filepath.Join(filepath.Dir(plan.V2), n))
+			}
+			for _, d := range others {
+				_ = syscall.Rmdir(d)
+			}
+			_ = syscall.Rmdir(dir)
+		}
+		unix.Close(fd)
+	}
 }
 
 // plan is the directories a group made with o would have, before any is

@@ -138,6 +138,10 @@ func (g *Group) Remove(timeout time.Duration) error {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	if g.lockFD >= 0 {
+		syscall.Close(g.lockFD)
+		g.lockFD = -1
+	}
 	return err
 }
 

@@ -35,7 +35,7 @@ func (g *Group) Handle() Handle {
 // directory below a cgroup mount of this host: the handle crosses a process
 // boundary, and the watcher must not be talked into killing anything else.
 func (h *Host) Open(hd Handle) (*Group, error) {
-	g := &Group{v1: map[string]string{}, home: map[string]string{}}
+	g := &Group{v1: map[string]string{}, home: map[string]string{}, lockFD: -1}
 	under := func(dir string, hh *hierarchy) bool {
 		if hh == nil || !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 			return false
