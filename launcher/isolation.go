@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"sort"
@@ -160,6 +161,8 @@ func (iso *isolation) setPrivilegedIdentity(run int, scope *schema.CanonicalScop
 	why := ""
 	if iso.flags == 0 {
 		why = "no_mount_namespace"
+	} else if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		why = "no_userns" // the server's own user namespace cannot be made
 	} else {
 		for _, p := range scope.AllowedPaths {
 			if !idmapSupported(p.Path) {
@@ -490,4 +493,46 @@ func networkGranted(s *schema.CanonicalScope) bool {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// ProbeIsolation is the namespace and identity layers a run of cfg would
+// get here (for `scope check`): the plan New makes, with the namespaces
+// tried for real by starting the fence helper in them (it exits at once
+// without the launcher's descriptors). An *IsolationError when they are
+// required and cannot be made.
+func ProbeIsolation(cfg Config) ([]schema.Layer, error) {
+	if cfg.Mode == "" {
+		cfg.Mode = schema.ModeEnforce
+	}
+	if cfg.HelperPath == "" {
+		p, err := DefaultHelperPath()
+		if err != nil {
+			return nil, err
+		}
+		cfg.HelperPath = p
+	}
+	if err := checkHelper(cfg.HelperPath); err != nil {
+		return nil, err
+	}
+	iso, err := planIsolation(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	if iso.flags != 0 {
+		cmd := exec.Command(cfg.HelperPath)
+		sys := &syscall.SysProcAttr{Cloneflags: iso.flags}
+		if iso.userNS {
+			sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+			sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		}
+		cmd.SysProcAttr = sys
+		if err := cmd.Start(); err != nil {
+			if derr := iso.degrade(err, cfg.Scope); derr != nil {
+				return nil, derr
+			}
+		} else {
+			_ = cmd.Wait()
+		}
+	}
+	return iso.layers(), nil
 }

@@ -49,6 +49,9 @@ func cmdScope(ctx context.Context, args []string) int {
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH`, as for run (repeatable)")
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns, as for run (repeatable)")
 	lim := addLimitFlags(fs.FlagSet)
+	requireNS := fs.Bool("require-namespaces", false, "as for run: exit 69 when the server's namespaces cannot be made here")
+	noNS := fs.Bool("no-namespaces", false, "as for run: without the server's namespaces")
+	owner := fs.String("owner", "", "as for run: `USER[:GROUP]` owning the files the server creates")
 	pos, command, err := parseInterspersed(fs.FlagSet, args[1:])
 	if err != nil {
 		return fs.exit(err)
@@ -68,6 +71,9 @@ func cmdScope(ctx context.Context, args []string) int {
 		return fail(c, err)
 	} else if code == exitOK {
 		code = c
+	}
+	if c, err := report.addLayers(launcher.Config{Scope: scope, RequireNamespaces: *requireNS, NoNamespaces: *noNS, Owner: *owner}); err != nil {
+		return fail(c, err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -98,6 +104,43 @@ type scopeReport struct {
 	Ruleset   rulesetReport          `json:"ruleset"`
 	Seccomp   seccompReport          `json:"seccomp"`
 	Limits    limitsReport           `json:"limits"`
+	// Layers are the fence's layers as a run of this scope would get them
+	// here, as its launch records would carry them (docs/events.md).
+	Layers []schema.Layer `json:"layers"`
+}
+
+// addLayers fills in every layer: Landlock from the kernel decision,
+// seccomp from its filter, the namespaces and identity as probed here
+// (namespaces made for real), the cgroup from its probe. Namespaces that
+// are required and cannot be made exit 69, as the run would.
+func (r *scopeReport) addLayers(cfg launcher.Config) (int, error) {
+	ll := schema.Layer{Name: schema.LayerLandlock, State: schema.LayerOn, Reason: fmt.Sprintf("abi%d", r.Kernel.FenceABI)}
+	if !r.Kernel.Strict {
+		ll.State, ll.Reason = schema.LayerDegraded, strings.Join(r.Kernel.Missing, ",")
+	}
+	if r.Kernel.FenceABI == 0 {
+		ll.State, ll.Reason = schema.LayerOff, "kernel_without_landlock"
+	}
+	sc := schema.Layer{Name: schema.LayerSeccomp, State: schema.LayerOn}
+	if r.Seccomp.Error != "" {
+		sc.State, sc.Reason = schema.LayerOff, "cannot_build"
+	} else if !r.Ruleset.BlockIOUring {
+		sc.State, sc.Reason = schema.LayerDegraded, "io_uring_allowed"
+	}
+	ns, err := launcher.ProbeIsolation(cfg)
+	if err != nil {
+		var ie *launcher.IsolationError
+		switch {
+		case errors.As(err, &ie):
+			return exitKernel, err
+		case errors.Is(err, launcher.ErrUsage):
+			return exitUsage, err
+		}
+		return exitInternal, err
+	}
+	cg := schema.Layer{Name: schema.LayerCgroup, State: schema.LayerState(r.Limits.Cgroup.State), Reason: r.Limits.Cgroup.Token}
+	r.Layers = append(append([]schema.Layer{ll, sc}, ns...), cg)
+	return exitOK, nil
 }
 
 // limitsReport is the lifetime and bounds layer as a run of this scope
@@ -299,6 +342,11 @@ func envOr(env []string, def string) string {
 }
 
 func (r *scopeReport) writeText(w io.Writer) {
+	r.writeBody(w)
+	r.writeLayers(w)
+}
+
+func (r *scopeReport) writeBody(w io.Writer) {
 	s := r.Scope
 	fmt.Fprintf(w, "scope OK\n")
 	fmt.Fprintf(w, "  scope_id:      %s\n", s.ScopeID)
@@ -362,4 +410,12 @@ func ports(p []uint16) string {
 		s[i] = fmt.Sprint(v)
 	}
 	return strings.Join(s, ",")
+}
+
+// writeLayers lists every layer as a run of this scope would get it here.
+func (r *scopeReport) writeLayers(w io.Writer) {
+	fmt.Fprintf(w, "\nLayers (as a run here would get them; every launch record carries them):\n")
+	for _, l := range r.Layers {
+		fmt.Fprintf(w, "  %-9s %-9s %s\n", l.Name, l.State, l.Reason)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +133,11 @@ type StartOptions struct {
 	// NoNamespaces runs with --no-namespaces: Landlock and seccomp alone,
 	// so that what they deny is denied with their own errno.
 	NoNamespaces bool
+	// Wrapper runs the launcher under a program (setpriv to another user,
+	// a shell in a user namespace): Wrapper + [mcpwarden, args...].
+	Wrapper []string
+	// SysProcAttr is given to the (wrapped) launcher's process.
+	SysProcAttr *syscall.SysProcAttr
 }
 
 // RelayFlag makes `mcpwarden run` relay bytes unchanged instead of running
@@ -154,7 +160,9 @@ func Start(tb testing.TB, b Binaries, o StartOptions) *Session {
 		o.Command = []string{b.Naive}
 	}
 	args = append(append(args, "--"), o.Command...)
-	cmd := exec.Command(b.Mcpwarden, args...)
+	argv := append(append(append([]string(nil), o.Wrapper...), b.Mcpwarden), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = o.SysProcAttr
 	cmd.Dir = o.Dir
 	if cmd.Dir == "" {
 		cmd.Dir = o.Base
@@ -391,6 +399,7 @@ func (s *Session) HostPID(pid int) int {
 	if !s.Namespaces {
 		return pid
 	}
+	RunPIDNamespace(s.tb, s.Cmd.Process.Pid) // fails the test when there is none
 	return HostPIDIn(s.tb, s.Cmd.Process.Pid, pid)
 }
 
