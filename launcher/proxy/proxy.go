@@ -34,7 +34,7 @@ import (
 var (
 	ErrScopeExpired = fmt.Errorf("%w: every call is denied and the server was stopped; issue a new scope", launcher.ErrScopeExpired)
 	ErrScopeRevoked = fmt.Errorf("%w: every call is denied and the server was stopped", launcher.ErrScopeRevoked)
-	ErrAuditSink    = errors.New("decision records cannot be written: every call is denied and the server was stopped; fix the audit log or sink")
+	ErrAuditSink    = fmt.Errorf("%w: decision records cannot be written: every call is denied and the server was stopped; fix the audit log or sink", launcher.ErrAudit)
 	ErrUpstream     = errors.New("upstream server")
 )
 

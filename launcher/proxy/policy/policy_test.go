@@ -423,3 +423,23 @@ func FuzzCheckArguments(f *testing.F) {
 		}
 	})
 }
+
+func TestProposeClass(t *testing.T) {
+	yes, no := true, false
+	for _, c := range []struct {
+		name string
+		h    Hints
+		want Class
+	}{
+		{"read_text_file", Hints{Destructive: &yes}, ClassRead}, // the table wins over hints
+		{"write_file", Hints{ReadOnly: &yes}, ClassDestructive},
+		{"search", Hints{ReadOnly: &yes}, ClassRead},
+		{"append_note", Hints{Destructive: &no}, ClassWrite},
+		{"drop_table", Hints{}, ClassDestructive},
+		{"x", Hints{ReadOnly: &no, Destructive: &yes}, ClassDestructive},
+	} {
+		if got := ProposeClass(c.name, c.h); got != c.want {
+			t.Errorf("ProposeClass(%q) = %s, want %s", c.name, got, c.want)
+		}
+	}
+}

@@ -106,3 +106,29 @@ func nameWords(name string) []string {
 	flush()
 	return words
 }
+
+// Hints are a server's tool annotations (MCP ToolAnnotations), which are
+// untrusted: they only propose a class for an operator to review.
+type Hints struct {
+	ReadOnly    *bool // readOnlyHint (default false)
+	Destructive *bool // destructiveHint (default true)
+}
+
+// ProposeClass proposes a tool_classes entry for a tool seen in a
+// tools/list probe (mcpwarden wrap, profile learn): the built-in table's
+// class when it knows the tool, else what the annotations claim — read for
+// readOnlyHint true, write for destructiveHint false, else destructive
+// (MCP's defaults). The proxy itself never reads annotations: a proposal
+// takes effect only once a reviewer writes it into the scope.
+func ProposeClass(name string, h Hints) Class {
+	if t, ok := fsTools[name]; ok {
+		return t.Class
+	}
+	switch {
+	case h.ReadOnly != nil && *h.ReadOnly:
+		return ClassRead
+	case h.Destructive != nil && !*h.Destructive:
+		return ClassWrite
+	}
+	return ClassDestructive
+}
