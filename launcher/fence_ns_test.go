@@ -501,6 +501,8 @@ func (u *unprivilegedRun) start(t *testing.T, wrapper []string, attr *syscall.Sy
 	return fencetest.Start(t, u.bins, fencetest.StartOptions{
 		Scope: u.scope, Base: u.base, AuditLog: filepath.Join(u.state, "audit.jsonl"),
 		Wrapper: wrapper, SysProcAttr: attr,
+		// A home nobody can use holds no configuration of root's.
+		Env:       []string{"HOME=" + filepath.Dir(u.base)},
 		ExtraArgs: append([]string{"--state-dir", u.state, "--cgroup=false"}, extra...),
 	})
 }

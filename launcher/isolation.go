@@ -322,8 +322,8 @@ func (iso *isolation) namespaces(rs *ruleset.Ruleset, prof *runtimeprofile.Profi
 		names = append(names, prof.Names...)
 	}
 	r.Links = symlinkChains(names)
-	if dir != "" {
-		r.Dirs = []string{dir}
+	if dir != "" && dir != "/" {
+		r.Dirs = []string{filepath.Clean(dir)} // the working directory, empty unless granted
 	}
 	return ns
 }

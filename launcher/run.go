@@ -579,7 +579,7 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgr
 		Args: []string{sandbox.HelperName},
 		// GOGC=off: the helper lives for a millisecond; collecting garbage
 		// during its start-up only delays the server.
-		Env:         []string{"GOGC=off"},
+		Env:         []string{"GOGC=off", "GOMAXPROCS=1"},
 		Dir:         dir,
 		Stdin:       inR,
 		Stdout:      outW,

@@ -224,7 +224,7 @@ func startExecStage(srv *ServerUserNS) (*execStage, error) {
 	// /proc/self/exe: exec'd through the magic link, the helper's own file
 	// needs no search permission on its directories for the new uid.
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{HelperName}, &syscall.ProcAttr{
-		Env:   []string{"GOGC=off"},
+		Env:   []string{"GOGC=off", "GOMAXPROCS=1"},
 		Files: []uintptr{0, 1, 2, specR.Fd(), statusW.Fd()},
 		Sys:   sys,
 	})

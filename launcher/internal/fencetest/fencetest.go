@@ -138,6 +138,8 @@ type StartOptions struct {
 	Wrapper []string
 	// SysProcAttr is given to the (wrapped) launcher's process.
 	SysProcAttr *syscall.SysProcAttr
+	// Env is added to the launcher's environment.
+	Env []string
 }
 
 // RelayFlag makes `mcpwarden run` relay bytes unchanged instead of running
@@ -163,6 +165,9 @@ func Start(tb testing.TB, b Binaries, o StartOptions) *Session {
 	argv := append(append(append([]string(nil), o.Wrapper...), b.Mcpwarden), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = o.SysProcAttr
+	if o.Env != nil {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	cmd.Dir = o.Dir
 	if cmd.Dir == "" {
 		cmd.Dir = o.Base

@@ -1,0 +1,137 @@
+package launcher_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+)
+
+// EnvLandrun names the landrun binary BenchmarkLaunchVsLandrun compares
+// with: landrun 0.1.18, built from its source outside this repository
+// (github.com/zouuup/landrun, tag v0.1.18; it is not on the Go module
+// proxy), e.g. `go build -o /tmp/landrun ./cmd/landrun` in a checkout.
+const EnvLandrun = "MCPWARDEN_LANDRUN_BIN"
+
+// initializeRequest is what a client sends first.
+const initializeRequest = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}` + "\n"
+
+// firstInitialize starts cmd, sends initialize and returns the time from
+// the start until the answer line, then ends the process
+// (stdin EOF) and waits for it.
+func firstInitialize(b *testing.B, cmd *exec.Cmd) time.Duration {
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.WriteString(in, initializeRequest); err != nil {
+		b.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	took := time.Since(start)
+	if err != nil || !strings.Contains(line, `"id":1`) || !strings.Contains(line, `"result"`) {
+		b.Fatalf("%s: first answer %q: %v\n%s", filepath.Base(cmd.Path), line, err, stderr.String())
+	}
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("%s: %v\n%s", filepath.Base(cmd.Path), err, stderr.String())
+	}
+	return took
+}
+
+// BenchmarkLaunchVsLandrun is the launch cost the user waits for: time
+// from spawning a process to a trivial MCP server's (internal/mcpecho)
+// answer to initialize, for the server started directly, under
+// `mcpwarden run` with its defaults (the protocol proxy, every layer on:
+// Landlock, seccomp, the namespaces, the dedicated identity, the cgroup),
+// and under landrun 0.1.18 (`--best-effort --ldd --add-exec --ro DIR`;
+// --best-effort because it asks for Landlock ABI 9 and this kernel has 7),
+// each as its own process, alternating in a rotating order in one run.
+// It reports the medians, what each adds to the direct start, and
+// mcpwarden's margin over landrun (target: at most 1 ms). Run with
+// -benchtime 20x or more: each iteration is one launch of each.
+func BenchmarkLaunchVsLandrun(b *testing.B) {
+	fencetest.RequireFence(b)
+	bins := fencetest.Build(b)
+	dir := b.TempDir()
+	echo := filepath.Join(dir, "mcpecho")
+	if err := testenv.GoBuild(echo, "./internal/mcpecho", "CGO_ENABLED=0"); err != nil {
+		b.Fatal(err)
+	}
+	landrun := os.Getenv(EnvLandrun)
+	if landrun == "" {
+		b.Logf("%s is not set: landrun is left out (build landrun 0.1.18 outside the repository and point %s at it)", EnvLandrun, EnvLandrun)
+	} else if _, err := os.Stat(landrun); err != nil {
+		b.Fatalf("%s=%s: %v", EnvLandrun, landrun, err)
+	}
+	base := filepath.Join(dir, "base")
+	allowed := filepath.Join(base, "allowed")
+	if err := os.MkdirAll(allowed, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	scope := fencetest.WriteScope(b, dir, map[string]any{"allowed_paths": []string{"allowed"}})
+	log := filepath.Join(dir, "audit.jsonl")
+	kinds := []string{"direct", "mcpwarden"}
+	if landrun != "" {
+		kinds = append(kinds, "landrun")
+	}
+	command := func(kind string) *exec.Cmd {
+		var cmd *exec.Cmd
+		switch kind {
+		case "direct":
+			cmd = exec.Command(echo)
+		case "mcpwarden":
+			cmd = exec.Command(bins.Mcpwarden, "run", "--scope", scope, "--base", base, "--audit-log", log, "--", echo)
+		case "landrun":
+			cmd = exec.Command(landrun, "--best-effort", "--ldd", "--add-exec", "--ro", allowed, echo)
+		}
+		cmd.Dir = base
+		return cmd
+	}
+	times := map[string][]time.Duration{}
+	i := 0
+	for b.Loop() {
+		for k := range kinds {
+			kind := kinds[(i+k)%len(kinds)]
+			times[kind] = append(times[kind], firstInitialize(b, command(kind)))
+		}
+		i++
+	}
+	median := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	direct := median(times["direct"])
+	b.ReportMetric(direct, "direct-ms")
+	b.ReportMetric(median(times["mcpwarden"]), "mcpwarden-ms")
+	b.ReportMetric(median(times["mcpwarden"])-direct, "mcpwarden-added-ms")
+	summary := fmt.Sprintf("medians over %d alternating launches: direct %.2f ms, mcpwarden %.2f ms (+%.2f)", len(times["direct"]), direct, median(times["mcpwarden"]), median(times["mcpwarden"])-direct)
+	if landrun != "" {
+		b.ReportMetric(median(times["landrun"]), "landrun-ms")
+		b.ReportMetric(median(times["landrun"])-direct, "landrun-added-ms")
+		b.ReportMetric(median(times["mcpwarden"])-median(times["landrun"]), "over-landrun-ms")
+		summary += fmt.Sprintf(", landrun %.2f ms (+%.2f); mcpwarden adds %.2f ms more than landrun (target: at most 1)",
+			median(times["landrun"]), median(times["landrun"])-direct, median(times["mcpwarden"])-median(times["landrun"]))
+	}
+	b.Log(summary)
+}
