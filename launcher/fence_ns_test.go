@@ -122,6 +122,13 @@ func TestNSWhatTheServerSees(t *testing.T) {
 	if r := s.Do(map[string]any{"op": "lstat", "path": "/proc/1"}); r.OK || r.Errno != "ENOENT" {
 		t.Errorf("lstat /proc/1 (the run's init): %+v", r)
 	}
+	// The granted devices work on their read-only, dev-enabled binds.
+	if r := s.Do(map[string]any{"op": "write", "path": "/dev/null", "data": "x"}); !r.OK {
+		t.Errorf("write /dev/null: %+v", r)
+	}
+	if r := s.Do(map[string]any{"op": "read", "path": "/dev/null"}); !r.OK {
+		t.Errorf("read /dev/null: %+v", r)
+	}
 	if r := s.Do(map[string]any{"op": "hostname"}); !r.OK || r.Data == hostName || r.Data != "mcpwarden" {
 		t.Errorf("host name %+v, want mcpwarden, not the host's %q", r, hostName)
 	}
@@ -531,6 +538,13 @@ func TestNSUnprivilegedLauncher(t *testing.T) {
 	hostPID := s.HostPID(mustAtoi(t, strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)[0]))
 	if uid := statusIDs(t, hostPID, "Uid:"); uid != nobody {
 		t.Errorf("the server runs as host uid %d, want %d", uid, nobody)
+	}
+	// Nothing in the run can make another user namespace: the limit in
+	// the run's own is 0 (read from there).
+	if nsenter, err := exec.LookPath("nsenter"); err != nil {
+		testenv.Missing(t, "nsenter is not installed")
+	} else if out, err := exec.Command(nsenter, "--target", strconv.Itoa(hostPID), "--user", "--", "cat", "/proc/sys/user/max_user_namespaces").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Errorf("user.max_user_namespaces in the run's user namespace: %q %v, want 0", out, err)
 	}
 	if code := s.Close(); code != 0 {
 		t.Fatalf("exit %d: %s", code, s.Stderr())
