@@ -31,6 +31,8 @@ var commands = map[string]command{
 	"why":     {"turn a run's hashed denials and findings back into paths, and say what grants each (why RUN_ID)", cmdWhy},
 	"version": {"print the version", cmdVersion},
 	"config":  {"print the effective host configuration (config show)", cmdConfig},
+	"wrap":    {"put every stdio server of an MCP client's configuration under mcpwarden run", cmdWrap},
+	"unwrap":  {"restore a configuration mcpwarden wrap rewrote", cmdUnwrap},
 }
 
 // version is set at build time with -ldflags "-X main.version=..." (make
