@@ -71,7 +71,7 @@ func Review(h ReviewHeader, in Input, out *Output, notes []string) string {
 		}
 	}
 	if len(out.Unknown) > 0 {
-		fmt.Fprintf(&b, "\nTo let a tool marked REVIEW run, decide what it does and add it to `tool_classes`, e.g.\n\n    \"tool_classes\": {%s}\n\n", exampleClasses(out.Unknown))
+		fmt.Fprintf(&b, "\nTo let a tool marked REVIEW run, decide what it does and add it to `tool_classes`. What the server's hints would suggest (check each yourself):\n\n    \"tool_classes\": {%s}\n\n", suggestClasses(out))
 		fmt.Fprintf(&b, "`read` calls run in this scope; `write` and `destructive` ones need `\"access_mode\": \"write\"` and then wait for `mcpwarden approve`. Name a tool's path arguments in `tool_path_args` (e.g. `{\"%s\": [\"path\"]}`) so the proxy checks them against the scope.\n", out.Unknown[0])
 	}
 	if len(out.Prompts) > 0 {
@@ -87,15 +87,30 @@ func Review(h ReviewHeader, in Input, out *Output, notes []string) string {
 	return b.String()
 }
 
-func exampleClasses(names []string) string {
+// suggestClasses maps each unknown tool to the class its hints suggest:
+// readOnlyHint true → read, destructiveHint false → write, else
+// destructive (MCP's defaults are readOnly false, destructive true).
+func suggestClasses(out *Output) string {
 	var parts []string
-	for i, n := range names {
-		if i == 3 {
-			break
+	for _, t := range out.Tools {
+		if !t.Allowed || t.Class != "" {
+			continue
 		}
-		parts = append(parts, fmt.Sprintf("%q: \"read\"", n))
+		parts = append(parts, fmt.Sprintf("%q: %q", t.Name, SuggestedClass(t)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// SuggestedClass is the class a tool's hints suggest (never applied on
+// its own: the hints are the server's word).
+func SuggestedClass(t ToolNote) string {
+	switch {
+	case strings.Contains(t.Hint, "readOnlyHint=true"):
+		return "read"
+	case strings.Contains(t.Hint, "destructiveHint=false"):
+		return "write"
+	}
+	return "destructive"
 }
 
 func isHome(p string) bool {

@@ -33,6 +33,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/adopt/probe"
 	"github.com/mcpwarden/mcpwarden/adopt/scopegen"
 	"github.com/mcpwarden/mcpwarden/adopt/textdiff"
+	"github.com/mcpwarden/mcpwarden/schema"
 )
 
 // Options are one wrap or unwrap.
@@ -441,10 +442,25 @@ func (o *Options) wrapEntry(ctx context.Context, c *clientconfig.Config, e *clie
 			newArgs = append(newArgs, c.ArgRaw(e, i))
 		}
 	}
+	scopeJSON := out.JSON
+	if old, err := os.ReadFile(scopeFile); err == nil && !bytes.Equal(old, out.JSON) && !o.Force {
+		// A scope of the same id exists (wrapped before, reviewed since):
+		// it is never overwritten without --force; the entry uses it, if
+		// it is still a valid scope for this base.
+		sc, err := schema.ParseScope(old)
+		if err == nil {
+			_, err = schema.Canonicalize(sc, runBase, time.Now())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("scope %s exists, differs from the one wrap would write and is not valid for base %s (%v): fix or remove it, or pass --force", scopeFile, runBase, err)
+		}
+		scopeJSON = old
+		er.Reason = "kept the existing scope file, which differs from the one wrap would write (reviewed since?); --force replaces it"
+	}
 	er.Scope, er.Review, er.Base, er.Tools, er.Unknown = scopeFile, reviewFile, runBase, len(out.Scope.ToolAllowlist), out.Unknown
 	return &entryPlan{
 		edits: c.SetCommand(e, jsonedit.Quote(o.Mcpwarden), newArgs),
-		scope: scopeFile, scopeJSON: out.JSON, reviewPath: reviewFile, review: review, empty: empty,
+		scope: scopeFile, scopeJSON: scopeJSON, reviewPath: reviewFile, review: review, empty: empty,
 	}, nil
 }
 
@@ -586,7 +602,7 @@ func (o *Options) envBlock(c *clientconfig.Config, e *clientconfig.Entry, expand
 		values = append(values, name+"="+value)
 		if v := value; filepath.IsAbs(v) && !strings.Contains(v, ":") {
 			if _, err := os.Stat(filepath.Dir(v)); err == nil {
-				notes = append(notes, fmt.Sprintf("%s sets %s=%s, a path: if the server reads or writes it, add it (or its directory) to allowed_paths, with access_mode write for writes", from, name, v))
+				notes = append(notes, fmt.Sprintf("%s sets %s=%s, a path: if the server reads or writes it, grant it (or its directory) in allowed_paths, with access_mode write for writes, under a --base that holds it", from, name, v))
 			}
 		}
 	}

@@ -31,14 +31,21 @@ var helpInvocations = [][]string{
 	{"version", "--help"},
 	{"config", "--help"},
 	{"config", "show", "--help"},
+	{"wrap", "--help"},
+	{"unwrap", "--help"},
 }
 
 // cleanEnv is an environment in which no configuration file or variable of
-// the machine running the test changes what a command prints.
+// the machine running the test changes what a command does: an empty
+// configuration file of its own.
 func cleanEnv(t *testing.T) []string {
 	home := t.TempDir()
+	cfg := filepath.Join(home, "config.json")
+	if err := os.WriteFile(cfg, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
-		"XDG_STATE_HOME=" + filepath.Join(home, ".state"), "MCPWARDEN_CONFIG=" + filepath.Join(home, "none.json")}
+		"XDG_STATE_HOME=" + filepath.Join(home, ".state"), "MCPWARDEN_CONFIG=" + cfg}
 }
 
 func runBin(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {

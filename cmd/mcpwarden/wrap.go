@@ -205,6 +205,9 @@ func printWrapReport(w io.Writer, rep *wrap.Report, asJSON, undo bool) {
 			}
 			fmt.Fprintf(w, "  %-20s wrapped: %d tools%s\n", e.Name, e.Tools, review)
 			fmt.Fprintf(w, "  %-20s   scope  %s (base %s)\n  %-20s   review %s\n", "", e.Scope, e.Base, "", e.Review)
+			if e.Reason != "" {
+				fmt.Fprintf(w, "  %-20s   note   %s\n", "", e.Reason)
+			}
 		case wrap.StatusAlready:
 			fmt.Fprintf(w, "  %-20s already wrapped (scope %s)\n", e.Name, e.Scope)
 		case wrap.StatusRemote:

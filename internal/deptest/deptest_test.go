@@ -38,6 +38,11 @@ func TestLayout(t *testing.T) {
 			why:       "schema holds the contracts and depends on nothing of ours",
 		},
 		{
+			pkgs:      "./adopt/...",
+			forbidden: []string{"github.com/nats-io/nats-server", "github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon", module + "/crosscheck", module + "/launcher/sandbox"},
+			why:       "adoption reads client files and drives servers through the real 'mcpwarden run'; it must not link the fence, the daemon or the fleet store",
+		},
+		{
 			pkgs:      "./daemon/...",
 			forbidden: []string{"github.com/ClickHouse/", module + "/collector", module + "/launcher"},
 			why:       "the daemon observes the kernel and publishes through the transport; ClickHouse is the collector's",
