@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -247,8 +248,11 @@ func TestNSNoExecOfWorkspaceBytes(t *testing.T) {
 	w := newWorkspace(t)
 	cat := testenv.RequireCommand(t, "cat")
 	cat, _ = filepath.EvalSymlinks(cat)
-	loader := "/lib64/ld-linux-x86-64.so.2"
-	testenv.RequireFile(t, loader, "an x86-64 glibc system")
+	loader := map[string]string{"amd64": "/lib64/ld-linux-x86-64.so.2", "arm64": "/lib/ld-linux-aarch64.so.1"}[runtime.GOARCH]
+	if loader == "" {
+		t.Skipf("no glibc loader path known for %s", runtime.GOARCH)
+	}
+	testenv.RequireFile(t, loader, "a glibc system")
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
 	// --allow-exec cat grants cat with its loader and libraries: the
 	// loader is then a granted executable, and cat's bytes readable.
@@ -695,5 +699,28 @@ func TestScopeCheckLayers(t *testing.T) {
 	cmd := exec.Command(b.Mcpwarden, "scope", "check", scope, "--base", w.base, "--require-namespaces", "--no-namespaces")
 	if err := cmd.Run(); exitCodeOf(err) != 69 {
 		t.Errorf("scope check --require-namespaces --no-namespaces: %v, want exit 69", err)
+	}
+}
+
+// TestNSSIGTERMStopsANodeServer: the run's init passes SIGTERM on to the
+// server (pid 1 of a pid namespace drops a signal it has no handler for),
+// so a node server that installs no SIGTERM handler still stops on it.
+func TestNSSIGTERMStopsANodeServer(t *testing.T) {
+	fencetest.RequireFence(t)
+	node := testenv.RequireCommand(t, "node")
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	script := filepath.Join(t.TempDir(), "srv.js")
+	testenv.WriteFiles(t, map[string]string{script: "process.stdin.on('data', () => process.stdout.write('{\"ok\":true}\\n'));\n"})
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, Command: []string{node, script}})
+	if r := s.Do(map[string]any{"op": "ping"}); !r.OK {
+		t.Fatalf("node server: %+v (%s)", r, s.Stderr())
+	}
+	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := s.Wait(); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit %d after SIGTERM, want %d: %s", code, 128+int(syscall.SIGTERM), s.Stderr())
 	}
 }
