@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
@@ -11,10 +13,21 @@ import (
 
 // upstreamFrame is rq as the upstream must see it: a new id, and for a
 // modern upstream, the modern _meta keys (derived from a legacy client's
-// initialize when the client is legacy) without the roots capability.
+// initialize when the client is legacy) without the roots capability, the
+// server's own requestState of a tagged roots round, and roots answers
+// replaced by the effective scope. A legacy upstream knows no
+// inputResponses or requestState; they are removed.
 func (s *session) upstreamFrame(rq *request, upEra string, id int64) []byte {
 	if upEra != eraModern {
-		return jsonrpc.Forward(rq.raw, jsonrpc.IntID(id))
+		_, ir := rq.raw.Param("inputResponses")
+		_, st := rq.raw.Param("requestState")
+		if !ir && !st {
+			return jsonrpc.Forward(rq.raw, jsonrpc.IntID(id))
+		}
+		params := membersMap(rq.raw.ParamMembers)
+		delete(params, "inputResponses")
+		delete(params, "requestState")
+		return jsonrpc.Request(jsonrpc.IntID(id), rq.method, params)
 	}
 	params := membersMap(rq.raw.ParamMembers)
 	meta := membersMap(rq.raw.MetaMembers)
@@ -36,12 +49,23 @@ func (s *session) upstreamFrame(rq *request, upEra string, id int64) []byte {
 	if ir, ok := params["inputResponses"]; ok {
 		params["inputResponses"] = s.rootsInputResponses(ir)
 	}
+	if rq.ownState != nil {
+		if len(rq.ownState.raw) == 0 {
+			delete(params, "requestState")
+		} else {
+			params["requestState"] = rq.ownState.raw
+		}
+	}
 	return jsonrpc.Request(jsonrpc.IntID(id), rq.method, params)
 }
 
 // rootsInputResponses rewrites the answers to modern-era roots/list input
 // requests (MRTR): the client's roots never reach the server; it gets the
-// effective scope narrowed by what the client answered.
+// effective scope narrowed by what the client answered. An answer is a
+// roots answer when it has a member named "roots" in any case: go-sdk
+// reads inputResponses with encoding/json, which folds case, and takes any
+// answer with roots as a roots answer. A value that is not an object is
+// passed unchanged: no SDK reads roots from one.
 func (s *session) rootsInputResponses(raw json.RawMessage) json.RawMessage {
 	resp := map[string]json.RawMessage{}
 	if strictjson.Unmarshal(raw, &resp) != nil || resp == nil {
@@ -49,10 +73,17 @@ func (s *session) rootsInputResponses(raw json.RawMessage) json.RawMessage {
 	}
 	eff := s.scope.current().effective
 	for k, v := range resp {
-		var probe struct {
-			Roots *json.RawMessage `json:"roots"`
+		var members map[string]json.RawMessage
+		if strictjson.Unmarshal(v, &members) != nil {
+			continue
 		}
-		if strictjson.Unmarshal(v, &probe, strictjson.AllowUnknownMembers()) != nil || probe.Roots == nil {
+		isRoots := false
+		for name := range members {
+			if strings.EqualFold(name, "roots") {
+				isRoots = true
+			}
+		}
+		if !isRoots {
 			continue
 		}
 		client, err := roots.ParseResult(v)
@@ -76,6 +107,8 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 		frame = jsonrpc.Forward(m, rq.id)
 	case rq.rule.answer != nil:
 		frame = jsonrpc.Result(rq.id, s.complete(rq, rq.rule.answer(s, rq, m.Result)))
+	case rq.era == eraModern && bytes.Contains(m.Result, []byte(`"input_required"`)):
+		frame = jsonrpc.Result(rq.id, s.complete(rq, s.tagRootsRound(m.Result)))
 	case rq.era == eraModern:
 		frame = jsonrpc.Result(rq.id, s.complete(rq, m.Result))
 	default:

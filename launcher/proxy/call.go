@@ -263,6 +263,15 @@ func (s *session) awaitApproval(rq *request, tool string, class policy.Class, pa
 // finish writes the client's answer, then queues the request's decision
 // record (its end time is taken before the write).
 func (s *session) finish(rq *request, frame []byte, code schema.ErrorCode) {
+	if mc := rq.mrtr.Load(); mc != nil {
+		var write, record bool
+		if frame, write, record = s.mrtrFinish(mc, frame, code); !write {
+			if record {
+				s.record(rq, code)
+			}
+			return
+		}
+	}
 	if rq.dec == nil {
 		s.toClient(frame)
 		return

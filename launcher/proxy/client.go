@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
@@ -27,6 +28,11 @@ type request struct {
 	start   time.Time
 	dec     *schema.Decision // every request that passes the gate, or is refused by it
 	upID    int64            // proxy id upstream, once forwarded
+	// mrtr is set when the server asked this (modern) call for client
+	// input that the proxy translates into input_required rounds (mrtr.go).
+	mrtr atomic.Pointer[mrtrCall]
+	// ownState is the server's own requestState of a tagged roots round.
+	ownState *stateRestore
 }
 
 var rawEmptyObject = json.RawMessage(`{}`)
@@ -109,6 +115,9 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 		return
 	}
 	rq.rule = rule
+	if rq.era == eraModern && s.resumeInput(rq) {
+		return
+	}
 	if rule.serve != nil {
 		rule.serve(s, rq)
 		return
@@ -356,7 +365,14 @@ func (s *session) forwardCancel(m *jsonrpc.Message) {
 		close(ch)
 	}
 	for id, c := range s.pend.up {
-		if c.req != nil && bytes.Equal(bytes.TrimSpace(c.req.id), rid) {
+		if c.req == nil {
+			continue
+		}
+		cid := c.req.id
+		if mc := c.req.mrtr.Load(); mc != nil {
+			cid = mc.current // the client's latest retry of a translated call
+		}
+		if bytes.Equal(bytes.TrimSpace(cid), rid) {
 			upID = id
 			break
 		}

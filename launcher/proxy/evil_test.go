@@ -20,6 +20,10 @@ func TestMain(m *testing.M) {
 		evilServer(log)
 		os.Exit(0)
 	}
+	if log := os.Getenv(askingEnv); log != "" {
+		askingServer(log)
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

@@ -89,6 +89,7 @@ type Config struct {
 	ProbeTimeout    time.Duration // server/discover probe of the upstream
 	WarmupTimeout   time.Duration // wait for a roots server to take its roots after (re)start
 	AskTimeout      time.Duration // wait for a server of unknown habits to ask roots/list
+	InputTimeout    time.Duration // how long a translated input_required round waits for the client's retry
 	// FlushDelay is how long a decision record may wait to be batched with
 	// the next ones (default DefaultFlushDelay; negative: write each batch
 	// at once).
@@ -142,6 +143,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.WarmupTimeout <= 0 {
 		cfg.WarmupTimeout = DefaultWarmupTimeout
+	}
+	if cfg.InputTimeout <= 0 {
+		cfg.InputTimeout = DefaultInputTimeout
 	}
 	if cfg.AskTimeout <= 0 {
 		cfg.AskTimeout = DefaultAskTimeout

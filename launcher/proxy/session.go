@@ -59,6 +59,9 @@ type session struct {
 
 	restartMu sync.Mutex // serialises restarts; first in the lock order
 
+	nonce  string      // names this session in the requestState of roots rounds
+	mroots modernRoots // roots rounds of a modern server (leaf lock)
+
 	life    lifecycle
 	changed notifier
 	scope   scopeState
@@ -76,6 +79,8 @@ func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.
 	s.pend.up = map[int64]*upCall{}
 	s.pend.cli = map[int64]*cliCall{}
 	s.pend.awaiting = map[string]chan struct{}{}
+	s.pend.rounds = map[string]*mrtrCall{}
+	s.nonce = schema.NewID()
 	s.scope.effective = slices.Clone(p.cfg.Scope.AllowedPaths)
 	s.scope.paths = roots.Paths(s.scope.effective)
 	s.scope.gen = 1
@@ -121,6 +126,7 @@ func (s *session) run(clientIn io.Reader) error {
 			c.internal <- nil
 		}
 	}
+	s.abandonRounds()
 	s.rec.close()
 	if rerr := s.rec.err(); rerr != nil && err == nil {
 		err = rerr
@@ -303,6 +309,15 @@ func (s *session) applyClientRoots(gen uint64, m *jsonrpc.Message) {
 		s.log.Info("stale roots answer ignored", "generation", gen)
 		return
 	}
+	s.narrowToClientRoots(valid, client)
+}
+
+// narrowToClientRoots sets the effective scope from a client's roots
+// answer (valid: it parsed), in either era: while no answer of the client
+// ever named a root, an empty one narrows nothing; after that, an empty
+// one revokes every path; an invalid one always means no roots. Called
+// with scope.mu held; returns with it released.
+func (s *session) narrowToClientRoots(valid bool, client []string) {
 	if valid && len(client) > 0 {
 		s.scope.clientNamedRoots = true
 	}

@@ -35,6 +35,9 @@ type scopeState struct {
 	// clientNamedRoots: an accepted roots answer of the client named at
 	// least one root; from then on an empty answer revokes every path.
 	clientNamedRoots bool
+	// modernApplied is the newest roots round of a modern server whose
+	// answer (in a retry's inputResponses) is in effect (mrtr.go).
+	modernApplied uint64
 	// view is effective as one immutable value, for readers that must not
 	// take mu (the upstream reader answers roots/list and filters lists
 	// with it while a forward may be waiting on the server's stdin).
@@ -101,6 +104,7 @@ type pendingTables struct {
 	up       map[int64]*upCall
 	cli      map[int64]*cliCall
 	awaiting map[string]chan struct{} // client id → closed when the client cancels
+	rounds   map[string]*mrtrCall     // requestState → translated call waiting for the client's retry
 }
 
 // listenRequest is the client's subscriptions/listen request that

@@ -517,8 +517,12 @@ func (s *session) answerServerRoots(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Me
 }
 
 // relayServerRequest passes elicitation/create and sampling/createMessage
-// to the client when it declared the capability; else -32601.
+// to the client when it declared the capability; else -32601. During a
+// modern client's call they become an input_required round (mrtr.go).
 func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Message) {
+	if s.askModernClient(gen, w, m) {
+		return // a modern client's call: an input_required round (mrtr.go)
+	}
 	_, elicit, sample := s.client.declared()
 	allowed := (m.Method == "elicitation/create" && elicit) || (m.Method == "sampling/createMessage" && sample)
 	if !allowed {
