@@ -71,6 +71,7 @@ type mrtrCall struct {
 	token   string          // the requestState of the round the client holds ("" while open)
 	queued  []*serverAsk    // server requests not yet sent to the client
 	sent    []*serverAsk    // the round the client holds
+	held    int             // bytes of the params of queued and sent
 	nextKey int
 	timer   *time.Timer
 	// final is the call's answer when it came while no client request was
@@ -118,6 +119,14 @@ func (s *session) askModernClient(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Mess
 		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInternalError, "too many requests to the client in one call", nil))
 		return true
 	}
+	// A round is one frame to the client: what it holds counts against
+	// the response cap, as an answer would.
+	if mc.held+len(m.Params) > s.cfg.MaxResponseBytes {
+		s.pend.mu.Unlock()
+		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInternalError, "the request is larger than this run's response cap", nil))
+		return true
+	}
+	mc.held += len(m.Params)
 	mc.nextKey++
 	mc.queued = append(mc.queued, &serverAsk{key: "input-" + strconv.Itoa(mc.nextKey), id: m.ID, method: m.Method, params: m.Params, gen: gen, w: w})
 	frame := s.nextRoundLocked(mc)
@@ -251,6 +260,7 @@ func (s *session) resumeTranslated(rq *request, token string) {
 	for _, a := range mc.sent {
 		if v, ok := answers[a.key]; ok && firstByte(v) == '{' {
 			deliver = append(deliver, delivery{a, v})
+			mc.held -= len(a.params)
 		} else if !mc.hasFinal {
 			mc.queued = append(mc.queued, a) // not answered: asked again
 		}
@@ -316,7 +326,7 @@ func (s *session) mrtrFinish(mc *mrtrCall, frame []byte, code schema.ErrorCode) 
 // the client (its call ended or was abandoned); refuseAsks answers them.
 func (s *session) takeAsksLocked(mc *mrtrCall) []*serverAsk {
 	asks := slices.Concat(mc.queued, mc.sent)
-	mc.queued, mc.sent = nil, nil
+	mc.queued, mc.sent, mc.held = nil, nil, 0
 	if mc.timer != nil {
 		mc.timer.Stop()
 	}
@@ -468,12 +478,37 @@ func (s *session) tagRootsRound(result json.RawMessage) json.RawMessage {
 		return result
 	}
 	gen := s.mroots.issue(keys)
-	own := ""
-	if st, ok := res["requestState"]; ok {
-		own = base64.RawURLEncoding.EncodeToString(st)
-	}
-	res["requestState"] = mustJSON(rootsStatePrefix + s.nonce + "." + strconv.FormatUint(gen, 10) + "." + own)
+	res["requestState"] = mustJSON(rootsState(s.nonce, gen, res["requestState"]))
 	return mustJSON(res)
+}
+
+// rootsState is the requestState of a tagged roots round: the session's
+// nonce, the round and the server's own state (raw JSON; nil: none).
+func rootsState(nonce string, gen uint64, own json.RawMessage) string {
+	return rootsStatePrefix + nonce + "." + strconv.FormatUint(gen, 10) + "." + base64.RawURLEncoding.EncodeToString(own)
+}
+
+// parseRootsState reads a tagged requestState; ok is false for anything
+// the proxy did not make (own is then nil), and own is valid JSON or empty
+// (the server sent none).
+func parseRootsState(state string) (nonce string, gen uint64, own json.RawMessage, ok bool) {
+	rest, found := strings.CutPrefix(state, rootsStatePrefix)
+	if !found {
+		return "", 0, nil, false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 {
+		return "", 0, nil, false
+	}
+	gen, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		return "", 0, nil, false
+	}
+	own, err = base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || (len(own) > 0 && strictjson.Unmarshal(own, new(any)) != nil) {
+		return "", 0, nil, false
+	}
+	return parts[0], gen, own, true
 }
 
 // untagRootsRound restores the server's own requestState of a retry and,
@@ -481,20 +516,12 @@ func (s *session) tagRootsRound(result json.RawMessage) json.RawMessage {
 // A value that does not parse is left as it is: the server refuses it as
 // it refuses any state it did not make.
 func (s *session) untagRootsRound(rq *request, state string) {
-	parts := strings.Split(strings.TrimPrefix(state, rootsStatePrefix), ".")
-	if len(parts) != 3 {
-		return
-	}
-	gen, err := strconv.ParseUint(parts[1], 10, 64)
-	if err != nil {
-		return
-	}
-	own, err := base64.RawURLEncoding.DecodeString(parts[2])
-	if err != nil || (len(own) > 0 && strictjson.Unmarshal(own, new(any)) != nil) {
+	nonce, gen, own, ok := parseRootsState(state)
+	if !ok {
 		return // not what the proxy made: passed on as it is
 	}
 	rq.ownState = &stateRestore{raw: own}
-	if parts[0] != s.nonce {
+	if nonce != s.nonce {
 		return // a round of another run (a bridge may start one per request)
 	}
 	keys, ok := s.mroots.keysOf(gen)

@@ -13,6 +13,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // metaWith is modern _meta declaring the given client capabilities.
@@ -185,6 +186,10 @@ func askingServer(logPath string) {
 				for i := 0; i < 20; i++ {
 					ask(w, "sampling/createMessage")
 				}
+			case "big":
+				n++
+				w.pending[`"s-big"`] = true
+				send(`{"jsonrpc":"2.0","id":"s-big","method":"sampling/createMessage","params":{"messages":[],"maxTokens":5,"systemPrompt":%q}}`, strings.Repeat("x", 5000))
 			case "quick":
 				ask(w, "sampling/createMessage")
 				send(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"QUICK"}]}}`, id)
@@ -218,7 +223,7 @@ func askingFixture(t *testing.T, config func(*Config)) (*fixture, string) {
 	logPath := filepath.Join(t.TempDir(), "asking.log")
 	f := newFixture(t, fixtureOpts{
 		scope: func(s *schema.Scope) {
-			s.ToolAllowlist = []string{"ask", "ask2", "flood", "quick", "plain"}
+			s.ToolAllowlist = []string{"ask", "ask2", "flood", "quick", "big", "plain"}
 		},
 		config: config,
 		upstream: func(t testing.TB) *procUpstream {
@@ -386,6 +391,17 @@ func TestTranslatedInputNeedsCapability(t *testing.T) {
 	waitLog(t, logPath, `"id":"s-1"`, "-32601")
 }
 
+// TestTranslatedInputCapped: a server request larger than the response cap
+// never reaches the client; the server gets an error.
+func TestTranslatedInputCapped(t *testing.T) {
+	f, logPath := askingFixture(t, func(c *Config) { c.MaxResponseBytes = 4096 })
+	r := decodeTool(t, f.client.call("tools/call", map[string]any{"name": "big", "arguments": map[string]any{}, "_meta": metaWith("sampling")}))
+	if !strings.Contains(r.text(), "response cap") {
+		t.Fatalf("call = %q, want the server to have got the cap error", r.text())
+	}
+	waitLog(t, logPath, `"id":"s-big"`, "response cap")
+}
+
 // TestTranslatedInputExpires: a round the client never answers ends; the
 // server's request gets an error and the call is recorded.
 func TestTranslatedInputExpires(t *testing.T) {
@@ -547,4 +563,23 @@ func TestModernRootsNeverWiden(t *testing.T) {
 	if res.text() != "Hello Ada — 1 root(s) visible" {
 		t.Fatalf("multiple inputs = %q", res.text())
 	}
+}
+
+// FuzzRootsState: a tagged requestState round-trips, and whatever a client
+// sends in its place never parses to a server state that is not valid JSON.
+func FuzzRootsState(f *testing.F) {
+	f.Add("0123abcd", uint64(7), []byte(`"multiple_inputs"`), "mcpwarden.r1.x.1.IiI")
+	f.Add("n", uint64(0), []byte(nil), "mcpwarden.r1.n.1.bXVsdGlwbGVfaW5wdXRz-TAMPERED")
+	f.Add("n", uint64(1), []byte(`{"a":[1,2]}`), "mcpwarden.r1...")
+	f.Fuzz(func(t *testing.T, nonce string, gen uint64, own []byte, sent string) {
+		if !strings.Contains(nonce, ".") && (len(own) == 0 || strictjson.Unmarshal(own, new(any)) == nil) {
+			n, g, o, ok := parseRootsState(rootsState(nonce, gen, own))
+			if !ok || n != nonce || g != gen || string(o) != string(own) {
+				t.Fatalf("round trip: got (%q, %d, %q, %v), want (%q, %d, %q)", n, g, o, ok, nonce, gen, own)
+			}
+		}
+		if _, _, o, ok := parseRootsState(sent); ok && len(o) > 0 && !json.Valid(o) {
+			t.Fatalf("parsed %q to a server state that is not JSON: %q", sent, o)
+		}
+	})
 }
