@@ -211,13 +211,15 @@ func (s *session) forwardIfCurrent(rq *request, checked uint64) bool {
 	}
 	id := s.newID()
 	rq.upID = id
+	// Set before the request is registered: from then on a stop or a
+	// restart may answer (and deny) it on another goroutine.
+	rq.dec.Decision = schema.OutcomeAllow
 	s.pend.mu.Lock()
 	s.pend.up[id] = &upCall{gen: s.upst.gen, req: rq}
 	s.pend.mu.Unlock()
 	w, era := s.upst.w, s.upst.era
 	s.upst.mu.Unlock()
 	s.scope.mu.Unlock()
-	rq.dec.Decision = schema.OutcomeAllow
 	s.toServer(w, s.upstreamFrame(rq, era, id))
 	return true
 }
