@@ -3,6 +3,7 @@ package interop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // checkResult is how one conformance check ended.
@@ -31,8 +33,15 @@ func runConformance(t *testing.T, argv []string, revision string) map[string]che
 	b := startBridge(t, argv)
 	out := t.TempDir()
 	suite := interopFile(t, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
-	// The suite exits non-zero when any check fails; the checks are compared below.
-	stdout, runErr := runNode(context.Background(), t, out, suite, "server", "--url", b.URL, "--requirements", revision, "-o", out)
+	// The suite exits non-zero when any check fails; the checks are compared
+	// below. One that did not finish left scenarios out: that is a failure
+	// of the run, not a difference.
+	ctx, cancel := context.WithTimeoutCause(context.Background(), suiteTimeout, errSuiteTimeout)
+	defer cancel()
+	stdout, runErr := runNode(ctx, t, out, suite, "server", "--url", b.URL, "--requirements", revision, "-o", out)
+	if errors.Is(context.Cause(ctx), errSuiteTimeout) {
+		t.Fatalf("the conformance suite (%s) did not finish within %v:\n%s", revision, suiteTimeout, stdout)
+	}
 	entries, err := os.ReadDir(out)
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +78,12 @@ func runConformance(t *testing.T, argv []string, revision string) map[string]che
 	return results
 }
 
+// suiteTimeout bounds one run of the suite (quiet: about a minute; the
+// shared machine under load has taken over three).
+const suiteTimeout = 8 * time.Minute
+
+var errSuiteTimeout = errors.New("conformance suite timeout")
+
 // Why a check may end differently wrapped than direct.
 const (
 	notAllowlisted = "the scenario calls a tool the server does not have, so not in the scope's tool_allowlist: " +
@@ -87,9 +102,12 @@ var conformanceDiffs = map[string]string{
 }
 
 // timeBound are checks that wait a fixed time for the server's first
-// frames (the suite's own windows, 500 and 600 ms): a wrapped server starts a fence
-// and a proxy first, so under load the window can close before the answer.
-// Such a check may fail wrapped only with the suite's "no frames" message.
+// frames (the suite's own windows, 500 and 600 ms), in a bridge that starts
+// the server (and, wrapped, mcpwarden run) for each modern request. Wrapped
+// start-up to the first answer takes tens of milliseconds (docs/proxy.md),
+// but on a machine under heavy load it can pass the window. Such a check may
+// fail wrapped only with the suite's own "no frames" message; it is then
+// counted apart, neither as matched nor as a difference.
 var timeBound = map[string]string{
 	"server-stateless/sep-2575-server-no-log-without-loglevel":                "failed to yield frame",
 	"server-stateless/sep-2575-http-server-no-independent-requests-on-stream": "Failed to receive progressive stream chunk",
@@ -116,7 +134,7 @@ func TestConformance(t *testing.T) {
 	targets = append(targets, target{w.everythingServer(), eraLegacy}, target{w.filesystemServer(false), eraLegacy})
 
 	var mu sync.Mutex
-	matched, total := 0, 0
+	matched, total, late := 0, 0, 0
 	t.Run("targets", func(t *testing.T) {
 		for _, tg := range targets {
 			t.Run(tg.srv.name+"/"+tg.revision, func(t *testing.T) {
@@ -129,20 +147,22 @@ func TestConformance(t *testing.T) {
 				if t.Failed() {
 					return
 				}
-				m, n := compareChecks(t, tg.srv.name+"/"+tg.revision, direct, wrapped)
+				m, n, l := compareChecks(t, tg.srv.name+"/"+tg.revision, direct, wrapped)
 				mu.Lock()
 				matched += m
 				total += n
+				late += l
 				mu.Unlock()
 			})
 		}
 	})
-	t.Logf("conformance: %d of %d checks end the same direct and wrapped", matched, total)
+	t.Logf("conformance: %d of %d checks end the same direct and wrapped; %d failed wrapped only in the suite's fixed window", matched, total, late)
 }
 
 // compareChecks reports every check that ends differently direct and
-// wrapped (unless listed in conformanceDiffs) and returns matched, total.
-func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]checkResult) (int, int) {
+// wrapped (unless listed in conformanceDiffs) and returns matched, total
+// and the checks that failed wrapped only in the suite's fixed window.
+func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]checkResult) (int, int, int) {
 	t.Helper()
 	keys := map[string]bool{}
 	for k := range direct {
@@ -156,7 +176,7 @@ func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]check
 		sorted = append(sorted, k)
 	}
 	slices.Sort(sorted)
-	matched, passed := 0, 0
+	matched, passed, late := 0, 0, 0
 	for _, k := range sorted {
 		d, wr := direct[k].Status, wrapped[k].Status
 		if d == "SUCCESS" {
@@ -172,14 +192,14 @@ func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]check
 		case expected:
 			t.Logf("%s: direct %q, wrapped %q — on purpose: %s", k, d, wr, why)
 		case timeBound[k] != "" && d == "SUCCESS" && strings.Contains(wrapped[k].Error, timeBound[k]):
-			matched++
-			t.Logf("%s: failed wrapped only because the suite's fixed wait ended first (%s); counted as matched", k, wrapped[k].Error)
+			late++
+			t.Logf("%s: failed wrapped only because the suite's fixed wait ended first (%s); counted apart", k, wrapped[k].Error)
 		default:
 			t.Errorf("%s: direct %q, wrapped %q (%s)", k, orNone(d), orNone(wr), wrapped[k].Error)
 		}
 	}
-	t.Logf("%s: %d of %d checks end the same (%d pass direct)", prefix, matched, len(sorted), passed)
-	return matched, len(sorted)
+	t.Logf("%s: %d of %d checks end the same (%d pass direct, %d late wrapped)", prefix, matched, len(sorted), passed, late)
+	return matched, len(sorted), late
 }
 
 func orNone(s string) string {

@@ -100,6 +100,7 @@ func (w *world) goSDKServer() server {
 		"access_mode":   "write",
 		"resource_refs": []string{"test://static-text", "test://static-binary", "test://watched-resource",
 			"test://template/123/data", "test://nonexistent-resource-for-conformance-testing"},
+		"prompt_allowlist": conformancePrompts,
 		"tool_allowlist": []string{"json_schema_2020_12_tool", "test_audio_content", "test_elicitation",
 			"test_elicitation_sep1034_defaults", "test_elicitation_sep1330_enums", "test_embedded_resource",
 			"test_error_handling", "test_image_content", "test_input_required_result_capabilities",
@@ -115,6 +116,12 @@ func (w *world) goSDKServer() server {
 	}}
 }
 
+// conformancePrompts are the prompts go-sdk's everything-server has, which
+// the conformance suite gets (and completes) on every server: a server
+// that lacks one answers for itself, as direct.
+var conformancePrompts = []string{"test_simple_prompt", "test_prompt_with_arguments",
+	"test_prompt_with_embedded_resource", "test_prompt_with_image", "test_input_required_result_prompt"}
+
 // everythingServer is @modelcontextprotocol/server-everything (legacy only).
 func (w *world) everythingServer() server {
 	js := interopFile(w.tb, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
@@ -129,6 +136,7 @@ func (w *world) everythingServer() server {
 			"demo://resource/dynamic/text/1", "demo://resource/dynamic/blob/1",
 			// the conformance suite subscribes to this one on every server
 			"test://watched-resource"},
+		"prompt_allowlist": append([]string{"simple-prompt", "args-prompt", "completable-prompt", "resource-prompt"}, conformancePrompts...),
 		"tool_allowlist": []string{"echo", "get-annotated-message", "get-env", "get-resource-links",
 			"get-resource-reference", "get-roots-list", "get-structured-content", "get-sum", "get-tiny-image",
 			"gzip-file-as-resource", "simulate-research-query", "toggle-simulated-logging",
@@ -149,7 +157,7 @@ var fsTools = []string{"read_text_file", "read_file", "read_media_file", "read_m
 func (w *world) filesystemServer(rootsOnly bool) server {
 	js := fencetest.FilesystemServer(w.tb)
 	s := server{name: "server-filesystem", argv: []string{node22(w.tb), js, w.work}, roots: rootsOnly, scope: map[string]any{
-		"allowed_paths": []string{"work"}, "access_mode": "write", "tool_allowlist": fsTools,
+		"allowed_paths": []string{"work"}, "access_mode": "write", "tool_allowlist": fsTools, "prompt_allowlist": conformancePrompts,
 	}}
 	if rootsOnly {
 		s.name = "server-filesystem-roots"
@@ -240,12 +248,16 @@ func (b *bridge) stop() {
 	}
 }
 
-// runNode runs a Node 22 program to completion (bounded) and returns its
-// stdout; a non-zero exit is returned as an error with stderr.
+// runNode runs a Node 22 program to completion (bounded by ctx's deadline,
+// else by 3 minutes) and returns its stdout; a non-zero exit is returned as
+// an error with stderr.
 func runNode(ctx context.Context, tb testing.TB, dir string, args ...string) ([]byte, error) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+	}
 	cmd := exec.CommandContext(ctx, node22(tb), args...)
 	cmd.Dir = dir
 	cmd.Env = childEnv(tb)

@@ -55,10 +55,7 @@ func runGoSDK(t *testing.T, argv []string, era, rootsDir string, ops []op) []out
 	if rootsDir != "" {
 		awaitRoots(ctx, t, cs, rootsDir)
 	}
-	for _, o := range ops {
-		if o.Legacy && era == eraModern {
-			continue
-		}
+	for _, o := range inEra(ops, era) {
 		res, err := goSDKDo(ctx, cs, o)
 		oc := outcome{Op: o.Name}
 		if err != nil {
@@ -186,15 +183,7 @@ func TestGoSDKClient(t *testing.T) {
 					ops := opsFor(w, s)
 					direct := runGoSDK(t, s.argv, era, rootsDir, ops)
 					wrapped := runGoSDK(t, w.wrap(s), era, rootsDir, ops)
-					all := append([]op{{Name: "connect"}}, ops...)
-					if era == eraModern {
-						all = all[:0]
-						for _, o := range append([]op{{Name: "connect"}}, ops...) {
-							if !o.Legacy {
-								all = append(all, o)
-							}
-						}
-					}
+					all := inEra(append([]op{{Name: "connect"}}, ops...), era)
 					prefix := "go-sdk/" + s.name + "/" + era
 					m, d := compareOutcomes(t, prefix, all, direct, wrapped, era == eraModern && !s.modern)
 					ta.add(prefix, m, d, len(all))

@@ -78,7 +78,10 @@ func runInspector(ctx context.Context, t *testing.T, env []string, argv []string
 	cli := interopFile(t, "node_modules", "@modelcontextprotocol", "inspector", "clients", "launcher", "build", "index.js")
 	// The CLI's own flags first, then "--" and the server's command line,
 	// whose flags (mcpwarden run --scope …) the CLI must not read.
-	args := append([]string{cli, "--cli", "--format", "json", "-q", "--protocol-era", inspectorEra(era)}, inspectorArgs(o)...)
+	// The connect timeout (15 s by default) is the run's own bound: on a
+	// loaded machine Node alone can take that long to start.
+	args := append([]string{cli, "--cli", "--format", "json", "-q", "--connect-timeout", "150000",
+		"--protocol-era", inspectorEra(era)}, inspectorArgs(o)...)
 	args = append(append(args, "--"), argv...)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -142,8 +145,8 @@ func requireServed(t *testing.T, ops []op, direct []outcome) {
 
 // TestInspectorCLI runs the MCP Inspector CLI (2.12.0) against the servers
 // direct and wrapped, in both eras, and compares what it printed. The CLI
-// calls run in parallel, a few per core (each has its own server process
-// and home; most of a call is Node starting).
+// calls run in parallel, two per core (each has its own server process and
+// home; most of a call is Node starting, the rest waiting on the server).
 func TestInspectorCLI(t *testing.T) {
 	w := newWorld(t)
 	interopFile(t, "node_modules", "@modelcontextprotocol", "inspector", "clients", "launcher", "build", "index.js")
@@ -168,10 +171,9 @@ func TestInspectorCLI(t *testing.T) {
 				if !ok {
 					t.Fatalf("%s: no op %q", s.name, name)
 				}
-				if !(o.Legacy && era == eraModern) {
-					tg.ops = append(tg.ops, o)
-				}
+				tg.ops = append(tg.ops, o)
 			}
+			tg.ops = inEra(tg.ops, era)
 			tg.direct = make([]outcome, len(tg.ops))
 			tg.wrapped = make([]outcome, len(tg.ops))
 			targets = append(targets, tg)
@@ -185,7 +187,7 @@ func TestInspectorCLI(t *testing.T) {
 	}
 	work := make(chan func())
 	var wg sync.WaitGroup
-	for range 4 * runtime.NumCPU() {
+	for range 2 * runtime.NumCPU() {
 		wg.Go(func() {
 			for f := range work {
 				f()

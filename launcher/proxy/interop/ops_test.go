@@ -42,6 +42,17 @@ func read(name, uri string) op {
 	return op{Name: name, Method: "resources/read", Params: map[string]any{"uri": uri}}
 }
 
+// inEra keeps the ops that exist in era (2026-07-28 removed the legacy ones).
+func inEra(ops []op, era string) []op {
+	var out []op
+	for _, o := range ops {
+		if !(o.Legacy && era == eraModern) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 func denied(o op) op  { o.Denied = true; return o }
 func refused(o op) op { o.Refused = true; return o }
 func legacyOnly(o op) op {

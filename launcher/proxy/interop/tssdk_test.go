@@ -13,13 +13,7 @@ import (
 // saw for each op, connect first.
 func runTSClient(t *testing.T, sdk string, argv []string, era, rootsDir string, ops []op) []outcome {
 	t.Helper()
-	var run []op
-	for _, o := range ops {
-		if !(o.Legacy && era == eraModern) {
-			run = append(run, o)
-		}
-	}
-	spec, err := json.Marshal(map[string]any{"sdk": sdk, "era": era, "command": argv, "rootsDir": rootsDir, "ops": run})
+	spec, err := json.Marshal(map[string]any{"sdk": sdk, "era": era, "command": argv, "rootsDir": rootsDir, "ops": inEra(ops, era)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,12 +70,7 @@ func TestTSSDKClient(t *testing.T) {
 						ops := opsFor(w, s)
 						direct := runTSClient(t, sdk.name, s.argv, era, rootsDir, ops)
 						wrapped := runTSClient(t, sdk.name, w.wrap(s), era, rootsDir, ops)
-						var all []op
-						for _, o := range append([]op{{Name: "connect"}}, ops...) {
-							if !(o.Legacy && era == eraModern) {
-								all = append(all, o)
-							}
-						}
+						all := inEra(append([]op{{Name: "connect"}}, ops...), era)
 						prefix := "ts-" + sdk.name + "/" + s.name + "/" + era
 						m, d := compareOutcomes(t, prefix, all, direct, wrapped, era == eraModern && !s.modern)
 						ta.add(prefix, m, d, len(all))
