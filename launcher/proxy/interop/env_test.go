@@ -215,7 +215,8 @@ func startBridge(tb testing.TB, argv []string) *bridge {
 	}
 	tb.Cleanup(b.stop)
 	health := fmt.Sprintf("http://127.0.0.1:%d/healthz", port)
-	deadline := time.Now().Add(30 * time.Second)
+	// Bounded generously: Node under heavy load has taken over 30 s to listen.
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		resp, err := http.Get(health)
 		if err == nil {
