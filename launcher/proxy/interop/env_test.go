@@ -111,8 +111,6 @@ func (w *world) goSDKServer() server {
 			"test_multiple_content_types", "test_reconnection", "test_sampling", "test_simple_text",
 			"test_streaming_elicitation", "test_tool_with_logging", "test_tool_with_progress",
 			"test_trigger_prompt_change", "test_trigger_tool_change", "test_x_mcp_header"},
-		"prompt_allowlist": []string{"test_simple_prompt", "test_prompt_with_arguments", "test_prompt_with_embedded_resource",
-			"test_prompt_with_image", "test_input_required_result_prompt", "__transient_prompt_for_list_changed"},
 	}}
 }
 
@@ -120,15 +118,15 @@ func (w *world) goSDKServer() server {
 // the conformance suite gets (and completes) on every server: a server
 // that lacks one answers for itself, as direct.
 var conformancePrompts = []string{"test_simple_prompt", "test_prompt_with_arguments",
-	"test_prompt_with_embedded_resource", "test_prompt_with_image", "test_input_required_result_prompt"}
+	"test_prompt_with_embedded_resource", "test_prompt_with_image", "test_input_required_result_prompt",
+	"__transient_prompt_for_list_changed"}
 
 // everythingServer is @modelcontextprotocol/server-everything (legacy only).
 func (w *world) everythingServer() server {
 	js := interopFile(w.tb, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 	return server{name: "server-everything", argv: []string{node22(w.tb), js, "stdio"}, scope: map[string]any{
-		"allowed_paths":    []string{"work"},
-		"prompt_allowlist": []string{"simple-prompt", "args-prompt", "completable-prompt", "resource-prompt"},
-		"access_mode":      "write",
+		"allowed_paths": []string{"work"},
+		"access_mode":   "write",
 		"resource_refs": []string{"demo://resource/static/document/architecture.md",
 			"demo://resource/static/document/extension.md", "demo://resource/static/document/features.md",
 			"demo://resource/static/document/how-it-works.md", "demo://resource/static/document/instructions.md",
