@@ -212,14 +212,24 @@ func (s *session) forwardIfCurrent(rq *request, checked uint64) bool {
 	id := s.newID()
 	rq.upID = id
 	// Set before the request is registered: from then on a stop or a
-	// restart may answer (and deny) it on another goroutine.
+	// restart may answer (and deny) it on another goroutine, and nothing
+	// here may write to it.
 	rq.dec.Decision = schema.OutcomeAllow
 	s.pend.mu.Lock()
 	s.pend.up[id] = &upCall{gen: s.upst.gen, req: rq}
 	s.pend.mu.Unlock()
-	w, era := s.upst.w, s.upst.era
+	w, era, gen := s.upst.w, s.upst.era, s.upst.gen
 	s.upst.mu.Unlock()
 	s.scope.mu.Unlock()
+	if s.isStopped() {
+		// The run stopped between the check and the registration: the
+		// stop's sweep of the table may have run already. Whoever takes
+		// the request back answers it, once.
+		if _, ok := s.pend.takeUp(id, gen); ok {
+			s.answerStopped(rq)
+		}
+		return true
+	}
 	s.toServer(w, s.upstreamFrame(rq, era, id))
 	return true
 }

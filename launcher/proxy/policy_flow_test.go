@@ -351,7 +351,7 @@ func TestSymlinkSwapDuringApproval(t *testing.T) {
 // itself, and a call sent afterwards still gets the model-visible denial.
 func TestExpiryTimer(t *testing.T) {
 	f := newFixture(t, fixtureOpts{keepClientOpen: true, scope: func(s *schema.Scope) {
-		issued := time.Now().Add(-60*time.Minute + 2*time.Second)
+		issued := time.Now().Add(-60*time.Minute + 8*time.Second) // long enough for a loaded machine to start the server
 		s.IssuedAt = &issued
 	}})
 	c := f.client
@@ -364,7 +364,7 @@ func TestExpiryTimer(t *testing.T) {
 			t.Fatalf("Mediate = %v, want ErrScopeExpired", err)
 		}
 		f.errc <- err
-	case <-time.After(15 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the run did not stop at the scope's expiry")
 	}
 	for _, method := range []string{"tools/call", "tools/list", "resources/read"} {
