@@ -11,22 +11,20 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
-// upstreamFrame is rq as the upstream must see it: a new id, and for a
-// modern upstream, the modern _meta keys (derived from a legacy client's
-// initialize when the client is legacy) without the roots capability, the
-// server's own requestState of a tagged roots round, and roots answers
-// replaced by the effective scope. A legacy upstream knows no
-// inputResponses or requestState; they are removed.
+// upstreamFrame is rq as the upstream must see it: a new id; for a modern
+// upstream, the modern _meta keys (derived from a legacy client's
+// initialize when the client is legacy) without the roots capability; in
+// either era, roots answers in inputResponses replaced by the effective
+// scope and the server's own requestState of a tagged roots round (go-sdk
+// uses input rounds on legacy connections too).
 func (s *session) upstreamFrame(rq *request, upEra string, id int64) []byte {
 	if upEra != eraModern {
 		_, ir := rq.raw.Param("inputResponses")
-		_, st := rq.raw.Param("requestState")
-		if !ir && !st {
+		if !ir && rq.ownState == nil {
 			return jsonrpc.Forward(rq.raw, jsonrpc.IntID(id))
 		}
 		params := membersMap(rq.raw.ParamMembers)
-		delete(params, "inputResponses")
-		delete(params, "requestState")
+		s.rewriteInputs(rq, params)
 		return jsonrpc.Request(jsonrpc.IntID(id), rq.method, params)
 	}
 	params := membersMap(rq.raw.ParamMembers)
@@ -46,6 +44,13 @@ func (s *session) upstreamFrame(rq *request, upEra string, id int64) []byte {
 	}
 	meta[metaClientCaps] = mustJSON(withoutRoots(meta[metaClientCaps]))
 	params["_meta"] = mustJSON(meta)
+	s.rewriteInputs(rq, params)
+	return jsonrpc.Request(jsonrpc.IntID(id), rq.method, params)
+}
+
+// rewriteInputs replaces the roots answers in params' inputResponses and
+// restores the server's own requestState of a tagged roots round.
+func (s *session) rewriteInputs(rq *request, params map[string]json.RawMessage) {
 	if ir, ok := params["inputResponses"]; ok {
 		params["inputResponses"] = s.rootsInputResponses(ir)
 	}
@@ -56,7 +61,6 @@ func (s *session) upstreamFrame(rq *request, upEra string, id int64) []byte {
 			params["requestState"] = rq.ownState.raw
 		}
 	}
-	return jsonrpc.Request(jsonrpc.IntID(id), rq.method, params)
 }
 
 // rootsInputResponses rewrites the answers to modern-era roots/list input

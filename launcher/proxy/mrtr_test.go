@@ -321,7 +321,7 @@ func TestTranslatedInputAttacks(t *testing.T) {
 	}
 	log, _ := os.ReadFile(logPath)
 	if strings.Contains(string(log), "inputResponses") || strings.Contains(string(log), "requestState") {
-		t.Fatalf("a legacy server received inputResponses or requestState:\n%s", log)
+		t.Fatalf("a translated retry reached the server:\n%s", log)
 	}
 
 	// Two requests at once: each reaches the client (the second in the
@@ -582,4 +582,27 @@ func FuzzRootsState(f *testing.F) {
 			t.Fatalf("parsed %q to a server state that is not JSON: %q", sent, o)
 		}
 	})
+}
+
+// TestLegacyInputResponsesRewritten: a legacy-era call that carries
+// inputResponses of its own (go-sdk's client does, on a legacy connection)
+// reaches the server, its roots answers replaced by the effective scope.
+func TestLegacyInputResponsesRewritten(t *testing.T) {
+	f, logPath := askingFixture(t, nil)
+	f.client.initLegacy(false)
+	allowed := filepath.Join(f.base, "allowed")
+	r := f.client.tool("plain", map[string]any{})
+	if r.text() != "PLAIN" {
+		t.Fatalf("plain = %q", r.text())
+	}
+	m := f.client.call("tools/call", map[string]any{"name": "plain", "arguments": map[string]any{},
+		"inputResponses": map[string]any{"k": map[string]any{"ROOTS": []map[string]string{{"uri": "file:///etc"}, {"uri": "file://" + allowed}}}},
+		"requestState":   "round=2"})
+	if decodeTool(t, m).text() != "PLAIN" {
+		t.Fatalf("call = %s", m.Result)
+	}
+	line := waitLog(t, logPath, `"inputResponses"`)
+	if strings.Contains(line, "/etc") || !strings.Contains(line, `"roots":[{"uri":"file://`+allowed) || !strings.Contains(line, `"requestState":"round=2"`) {
+		t.Fatalf("the server received %s", line)
+	}
 }
