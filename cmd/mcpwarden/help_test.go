@@ -33,6 +33,8 @@ var helpInvocations = [][]string{
 	{"config", "show", "--help"},
 	{"wrap", "--help"},
 	{"unwrap", "--help"},
+	{"profile", "--help"},
+	{"profile", "learn", "--help"},
 }
 
 // cleanEnv is an environment in which no configuration file or variable of
@@ -115,7 +117,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	}
 	flagLine := regexp.MustCompile(`(?m)^  -[a-z]`)
 	for _, args := range helpInvocations {
-		if args[0] == "help" || args[0] == "version" || ((args[0] == "scope" || args[0] == "config") && len(args) == 2) {
+		if args[0] == "help" || args[0] == "version" || ((args[0] == "scope" || args[0] == "config" || args[0] == "profile") && len(args) == 2) {
 			continue
 		}
 		b, err := os.ReadFile(goldenName(args))

@@ -33,6 +33,7 @@ var commands = map[string]command{
 	"config":  {"print the effective host configuration (config show)", cmdConfig},
 	"wrap":    {"put every stdio server of an MCP client's configuration under mcpwarden run", cmdWrap},
 	"unwrap":  {"restore a configuration mcpwarden wrap rewrote", cmdUnwrap},
+	"profile": {"learn what a server needs from a scope, for review (profile learn -- CMD)", cmdProfile},
 }
 
 // version is set at build time with -ldflags "-X main.version=..." (make

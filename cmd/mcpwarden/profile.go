@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/adopt/learn"
+	"github.com/mcpwarden/mcpwarden/adopt/probe"
+	"github.com/mcpwarden/mcpwarden/adopt/scopegen"
+	"github.com/mcpwarden/mcpwarden/daemon/client"
+	"github.com/mcpwarden/mcpwarden/hostconfig"
+	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
+)
+
+const profileUsage = `usage: mcpwarden profile learn [--base DIR] [--path DIR]... [--script FILE] [--out FILE] [flags] -- CMD [ARGS...]
+
+Runs the MCP server CMD to find out what a scope for it needs, and writes
+a proposal for review; it changes no scope and no configuration.
+
+First under the fence (enforce), again after each start-up the fence
+refused, adding the grant the launcher names (--allow-runtime PATH,
+--allow-exec PROGRAM), up to 8 times; then the whole session in audit mode
+(no fence) under the daemon's kernel view, when a daemon runs: every file
+the server opened outside the scope and its runtime profile is a grant the
+scope or the run would need. Each run drives initialize, tools/list and
+the scripted session (--script: one JSON-RPC request per line, e.g.
+{"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":"/srv/ws/a.txt"}}}).
+
+Without a daemon, only what the fence denies at start-up is learned (the
+summary says so); run 'mcpwarden daemon' as root for the kernel view.
+
+Writes FILE (default mcpwarden-learn-NAME.json: the proposal, with a
+starting scope) and FILE.txt (the summary, also printed).
+
+Exit status: 0 the proposal was written; 70 the server answered neither
+under the fence nor without it; 64 usage; 71 internal error; 78 the host
+configuration cannot be used.
+`
+
+func cmdProfile(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, profileUsage)
+		return exitUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(os.Stdout, profileUsage)
+		return exitOK
+	}
+	if args[0] != "learn" {
+		fmt.Fprintf(os.Stderr, "mcpwarden profile: unknown subcommand %q\n\n%s", args[0], profileUsage)
+		return exitUsage
+	}
+	fs := newFlags("profile learn", profileUsage)
+	base := fs.String("base", ".", "approved base `DIR` the allowed paths lie in")
+	var paths, allowRuntime, allowExec stringList
+	fs.Var(&paths, "path", "a `DIR` (or file) inside the base the server works on (repeatable; default: its directory arguments, else an empty directory)")
+	fs.Var(&allowRuntime, "allow-runtime", "a runtime `PATH` already granted, as for run (repeatable)")
+	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` already granted, as for run (repeatable)")
+	script := fs.String("script", "", "`FILE` of JSON-RPC requests (one per line) to send after tools/list")
+	outFile := fs.String("out", "", "proposal `FILE` (default mcpwarden-learn-NAME.json in the current directory)")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long each request may wait for the server's answer")
+	stateDir := fs.String("state-dir", "", "state `DIR` for the learning runs (default as for run)")
+	pathKey := fs.String("path-key", "", "the path-hash key `FILE` the daemon uses (default as for run)")
+	socket := fs.String("daemon-socket", "", "the daemon for the kernel view (default as for run: the configuration, else "+client.DefaultSocket+" when there; 'off': none)")
+	nf := addNATSFlags(fs.FlagSet, defaultNATS, "NATS `URL` the daemon publishes to, read for the run's events (default the daemon's embedded server on this host)")
+	daemonState := fs.String("daemon-state-dir", daemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's reader key is")
+	pos, command, err := parseInterspersed(fs.FlagSet, args[1:])
+	if err != nil {
+		return fs.exit(err)
+	}
+	if len(pos) > 0 || len(command) == 0 {
+		return fs.usageError("give the server's command after '--'")
+	}
+	if err := applyConfig(fs.FlagSet, withKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "daemon-socket", "path_key": "path-key"})); err != nil {
+		return configFail(err)
+	}
+	home, _ := os.UserHomeDir()
+	cwd, _ := os.Getwd()
+	realBase, err := filepath.EvalSymlinks(*base)
+	if err == nil {
+		realBase, err = filepath.Abs(realBase)
+	}
+	if err != nil {
+		return fail(exitUsage, fmt.Errorf("--base: %w", err))
+	}
+	var dirs []string
+	for _, p := range paths {
+		r, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			r, err = filepath.Abs(r)
+		}
+		if err != nil || !schema.IsWithin(realBase, r) {
+			return fail(exitUsage, fmt.Errorf("--path %s: must exist inside the base %s", p, realBase))
+		}
+		dirs = append(dirs, r)
+	}
+	if len(dirs) == 0 {
+		found, _, _ := scopegen.DirectoryArgs(command[1:], home, cwd)
+		for _, d := range found {
+			if schema.IsWithin(realBase, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	if len(dirs) == 0 {
+		empty, err := os.MkdirTemp("", "mcpwarden-learn-ws-")
+		if err != nil {
+			return fail(exitInternal, err)
+		}
+		defer os.RemoveAll(empty)
+		realBase, dirs = empty, []string{empty}
+	}
+	var reqs []probe.Request
+	if *script != "" {
+		b, err := os.ReadFile(*script)
+		if err != nil {
+			return fail(exitUsage, fmt.Errorf("--script: %w", err))
+		}
+		if reqs, err = probe.ParseScript(b); err != nil {
+			return fail(exitUsage, fmt.Errorf("--script %s: %w", *script, err))
+		}
+	}
+	if *stateDir == "" {
+		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
+			return fail(exitInternal, err)
+		}
+	}
+	if *pathKey == "" {
+		*pathKey = filepath.Join(*stateDir, "path.key")
+	}
+	self, err := selfPath()
+	if err != nil {
+		return fail(exitInternal, err)
+	}
+	cfg := learn.Config{Mcpwarden: self, Command: command, Dir: cwd, Environ: os.Environ(), Base: realBase, Paths: dirs,
+		AllowRuntime: allowRuntime, AllowExec: allowExec, Script: reqs, StateDir: *stateDir, Timeout: *timeout, Home: home, Stderr: os.Stderr}
+
+	// The kernel view: the daemon the runs would use, if one answers.
+	daemonSock := *socket
+	if daemonSock == "" {
+		if found, _ := discoverDaemon(client.DefaultSocket); found {
+			daemonSock = client.DefaultSocket
+		}
+	}
+	if daemonSock != "" && daemonSock != hostconfig.Off {
+		if _, err := client.New(daemonSock).Info(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "mcpwarden profile learn: the daemon at %s does not answer (%v): learning without the kernel view\n", daemonSock, err)
+		} else if key, err := schema.LoadOrCreatePathKey(*pathKey); err != nil {
+			return configFail(err)
+		} else if h, err := schema.NewPathHasher(key); err != nil {
+			return configFail(err)
+		} else {
+			cfg.DaemonSocket, cfg.Hasher, cfg.PathKey = daemonSock, h, *pathKey
+			cfg.Events = func(ctx context.Context, runID string, since time.Time) ([]schema.Event, error) {
+				return readRunEvents(ctx, nf, *daemonState, runID, since)
+			}
+		}
+	}
+	if *outFile == "" {
+		*outFile = "mcpwarden-learn-" + scopegen.Slug(filepath.Base(command[0])) + ".json"
+	}
+	p, err := learn.Learn(ctx, cfg)
+	if err != nil {
+		if p == nil {
+			return fail(exitInternal, err)
+		}
+		fmt.Fprintln(os.Stderr, "mcpwarden:", err)
+	}
+	b, _ := json.MarshalIndent(p, "", "  ")
+	if werr := os.WriteFile(*outFile, append(b, '\n'), 0o600); werr != nil {
+		return fail(exitInternal, werr)
+	}
+	summary := learn.Summary(p, *outFile)
+	if werr := os.WriteFile(*outFile+".txt", []byte(summary), 0o600); werr != nil {
+		return fail(exitInternal, werr)
+	}
+	fmt.Print(summary)
+	if err != nil {
+		return exitServerStart
+	}
+	return exitOK
+}
+
+// readRunEvents reads the file operations the daemon published for a run
+// since a time, until the stream has been idle for two seconds.
+func readRunEvents(ctx context.Context, nf *natsFlags, stateDir, runID string, since time.Time) ([]schema.Event, error) {
+	opts, err := nf.options(stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-learn", stateDir)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := stream.Connect(opts, nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return nil, authHint(err, nf)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{stream.SubjectPrefix + ".*." + string(schema.KindFileOp)},
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cons, err := js.OrderedConsumer(sctx, stream.Name, cc)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("read stream %s: %w", stream.Name, err)
+	}
+	var out []schema.Event
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		evs, _, err := stream.DecodeBatch(msg.Subject(), msg.Data())
+		if err != nil {
+			continue
+		}
+		for _, e := range evs {
+			if e.RunID == runID {
+				out = append(out, e)
+			}
+		}
+	}
+}
