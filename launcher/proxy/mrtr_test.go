@@ -129,7 +129,10 @@ func TestModernClientLegacyServerSampling(t *testing.T) {
 	}
 }
 
-const askingEnv = "MCPWARDEN_PROXY_TEST_ASKING_SERVER"
+const (
+	askingEnv       = "MCPWARDEN_PROXY_TEST_ASKING_SERVER"
+	askingModernEnv = "MCPWARDEN_PROXY_TEST_ASKING_MODERN" // the asking server answers server/discover
+)
 
 // askingServer is a legacy server whose tools ask the client for input:
 // "ask" sends one sampling request and answers with what it got; "ask2"
@@ -169,6 +172,25 @@ func askingServer(logPath string) {
 			send(`{"jsonrpc":"2.0","id":%s,"method":%q,"params":{"message":"q%d","messages":[],"maxTokens":5,"requestedSchema":{"type":"object","properties":{}}}}`, sid, method, n)
 		}
 		switch {
+		case m.Method == "server/discover" && os.Getenv(askingModernEnv) != "":
+			send(`{"jsonrpc":"2.0","id":%s,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"asking","version":"1"}}}}`, id)
+		case m.Method == "tools/call" && m.Params.Name == "rootsround":
+			// A modern server's roots round whose own state looks like the
+			// proxy's tag (a round number it never issued); the retry is
+			// answered with the state and the roots it carries.
+			var p struct {
+				Params struct {
+					InputResponses json.RawMessage `json:"inputResponses"`
+					RequestState   json.RawMessage `json:"requestState"`
+				} `json:"params"`
+			}
+			_ = json.Unmarshal([]byte(line), &p)
+			if p.Params.InputResponses == nil {
+				send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input_required","inputRequests":{"r":{"method":"roots/list"}},"requestState":"mcpwarden.r1.forged.999.W10"}}`, id)
+				continue
+			}
+			text, _ := json.Marshal("state=" + string(p.Params.RequestState) + " roots=" + string(p.Params.InputResponses))
+			send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","content":[{"type":"text","text":%s}]}}`, id, text)
 		case m.Method == "initialize":
 			send(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"asking","version":"1"}}}`, id)
 		case m.Method == "tools/list":
@@ -219,16 +241,16 @@ func askingServer(logPath string) {
 	}
 }
 
-func askingFixture(t *testing.T, config func(*Config)) (*fixture, string) {
+func askingFixture(t *testing.T, config func(*Config), env ...string) (*fixture, string) {
 	logPath := filepath.Join(t.TempDir(), "asking.log")
 	f := newFixture(t, fixtureOpts{
 		scope: func(s *schema.Scope) {
-			s.ToolAllowlist = []string{"ask", "ask2", "flood", "quick", "big", "plain"}
+			s.ToolAllowlist = []string{"ask", "ask2", "flood", "quick", "big", "plain", "rootsround"}
 		},
 		config: config,
 		upstream: func(t testing.TB) *procUpstream {
 			exe, _ := os.Executable()
-			return startUpstream(t, []string{askingEnv + "=" + logPath}, exe)
+			return startUpstream(t, append([]string{askingEnv + "=" + logPath}, env...), exe)
 		},
 	})
 	return f, logPath
@@ -454,13 +476,10 @@ func answerRoots(t *testing.T, f *fixture, r inputRound, answer any) string {
 
 // readDenied reports whether the proxy refuses resources/read of a file
 // under the base as outside the effective scope (an allowed read reaches
-// the server, which has no such resource).
+// the server, which answers as it does).
 func readDenied(t *testing.T, f *fixture, rel string) bool {
 	t.Helper()
 	m := f.client.call("resources/read", map[string]any{"uri": "file://" + filepath.Join(f.base, rel), "_meta": metaWith("roots")})
-	if m.Error == nil {
-		t.Fatalf("resources/read %s answered %s", rel, m.Result)
-	}
 	return rpcErrorCode(m) == string(schema.ErrPathOutsideScope)
 }
 
@@ -604,5 +623,31 @@ func TestLegacyInputResponsesRewritten(t *testing.T) {
 	line := waitLog(t, logPath, `"inputResponses"`)
 	if strings.Contains(line, "/etc") || !strings.Contains(line, `"roots":[{"uri":"file://`+allowed) || !strings.Contains(line, `"requestState":"round=2"`) {
 		t.Fatalf("the server received %s", line)
+	}
+}
+
+// TestModernRootsServerCannotSteer: a modern server whose own state looks
+// like the proxy's tag (another session, a round never issued) does not
+// choose the round: the proxy tags the round itself, the client's answer
+// narrows the proxy's checks, and the server gets its own state back
+// byte for byte and the client's roots only as the effective scope.
+func TestModernRootsServerCannotSteer(t *testing.T) {
+	f, _ := askingFixture(t, nil, askingModernEnv+"=1")
+	c := f.client
+	meta := metaWith("roots")
+	r := decodeRound(t, c.call("tools/call", map[string]any{"name": "rootsround", "arguments": map[string]any{}, "_meta": meta}))
+	nonce, gen, own, ok := parseRootsState(r.RequestState)
+	if r.onlyKey(t, "roots/list") != "r" || !ok || nonce == "forged" || gen == 999 || string(own) != `"mcpwarden.r1.forged.999.W10"` {
+		t.Fatalf("round = %+v: want the proxy's own tag around the server's state", r)
+	}
+	allowed := filepath.Join(f.base, "allowed")
+	res := decodeTool(t, c.call("tools/call", map[string]any{"name": "rootsround", "arguments": map[string]any{}, "_meta": meta,
+		"inputResponses": map[string]any{"r": rootsAnswer(allowed, "/etc")}, "requestState": r.RequestState}))
+	want := `state="mcpwarden.r1.forged.999.W10" roots={"r":{"roots":[{"uri":"file://` + allowed
+	if !strings.HasPrefix(res.text(), want) || strings.Contains(res.text(), "/etc") {
+		t.Fatalf("the server saw %q, want its own state and the scope-narrowed roots", res.text())
+	}
+	if !readDenied(t, f, "outside/probe.txt") || readDenied(t, f, "allowed/probe.txt") {
+		t.Fatal("the client's answer to the proxy's round did not narrow the proxy's checks")
 	}
 }
