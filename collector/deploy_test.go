@@ -102,12 +102,17 @@ func TestDeployClickHouseUsers(t *testing.T) {
 	}
 }
 
+// randomPassword is a password as deploy/README tells operators to make
+// one: a letter, then hex. nats-server (Debian's 2.9.10) parses a
+// variable's value as a configuration value, so one that starts with a
+// digit ("3f0c...") is read as a malformed number and the server refuses
+// to start.
 func randomPassword(t *testing.T) string {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
-	return hex.EncodeToString(b)
+	return "p" + hex.EncodeToString(b)
 }
 
 func sha256Hex(s string) string {
