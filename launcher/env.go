@@ -3,7 +3,6 @@ package launcher
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -42,21 +41,214 @@ var cleanVars = []string{"PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_M
 // would let the server's loader run code the fence did not plan for.
 var forbiddenVars = []string{"HOME", "TMPDIR", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"}
 
-// runtimeVars change what a runtime loads or runs: dropped by default,
-// passed by --env NAME.
-var runtimeVars = regexp.MustCompile(`^(LD_.*|DYLD_.*|NODE_OPTIONS|NODE_PATH|NODE_REPL_EXTERNAL_MODULE|PYTHONPATH|PYTHONHOME|PYTHONSTARTUP|PYTHONUSERBASE|PYTHONINSPECT|PERL5LIB|PERL5OPT|PERLLIB|RUBYOPT|RUBYLIB|BASH_ENV|ENV|SHELLOPTS|PS4|PROMPT_COMMAND|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN|MALLOC_.*|GLIBC_TUNABLES|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS|GIT_CONFIG.*|GIT_SSH|GIT_SSH_COMMAND|GIT_ASKPASS|GIT_EXEC_PATH|GIT_TEMPLATE_DIR|SSH_ASKPASS|EDITOR|VISUAL|PAGER|MCPWARDEN_.*|TMP|TEMP)$`)
+// The matchers below are plain string tests, not regular expressions: they
+// run for every variable of every launch, and compiling the equivalent
+// expressions cost a launch more CPU than the whole fence. The tests keep
+// the regular expressions they replace as the oracle (env_match_test.go).
 
-// credentialName matches names that hold credentials (upper-cased first).
-var credentialName = regexp.MustCompile(`TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|CREDS|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY$|^KEY$|AUTH|COOKIE|SESSION|_PAT$|^PAT$|_PASS$|^PASS$|SIGNING|^AWS_|^AZURE_|^GOOGLE_APPLICATION|^GCLOUD_|^GH_|^GITHUB_|^GITLAB_|^NPM_CONFIG__|^SSH_AGENT|^SSH_AUTH|^GPG_AGENT|^KUBECONFIG$|^DOCKER_CONFIG$|^VAULT_|^OP_`)
+// runtimeVarNames change what a runtime loads or runs: dropped by default,
+// passed by --env NAME. runtimeVarPrefixes are whole families of them.
+var (
+	runtimeVarNames = []string{"NODE_OPTIONS", "NODE_PATH", "NODE_REPL_EXTERNAL_MODULE", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
+		"PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB", "BASH_ENV", "ENV", "SHELLOPTS", "PS4", "PROMPT_COMMAND", "GCONV_PATH", "LOCPATH", "NLSPATH",
+		"HOSTALIASES", "RES_OPTIONS", "LOCALDOMAIN", "GLIBC_TUNABLES", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "GIT_SSH", "GIT_SSH_COMMAND",
+		"GIT_ASKPASS", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "SSH_ASKPASS", "EDITOR", "VISUAL", "PAGER", "TMP", "TEMP"}
+	runtimeVarPrefixes = []string{"LD_", "DYLD_", "MALLOC_", "GIT_CONFIG", "MCPWARDEN_"}
+)
 
-// credentialValue matches values that carry a credential whatever their
-// name: a URL with a password, and common token formats.
-var credentialValue = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s@]+@|\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}|npm_[A-Za-z0-9]{30,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.)|-----BEGIN [A-Z ]*PRIVATE KEY-----`)
+// isRuntimeVar reports whether name is a variable that changes what a
+// runtime loads or runs.
+func isRuntimeVar(name string) bool {
+	return slices.Contains(runtimeVarNames, name) || hasAnyPrefix(name, runtimeVarPrefixes)
+}
 
-// looksLikeCredential reports why a variable is held back as a credential,
-// or "" when it is not.
+// Names that hold credentials, tested on the upper-cased name: anywhere in
+// it, at its end, as the whole name, at its start.
+var (
+	credentialNameParts    = []string{"TOKEN", "SECRET", "PASSW", "PASSPHRASE", "CREDENTIAL", "CREDS", "APIKEY", "API_KEY", "ACCESSKEY", "ACCESS_KEY", "PRIVATEKEY", "PRIVATE_KEY", "AUTH", "COOKIE", "SESSION", "SIGNING"}
+	credentialNameSuffixes = []string{"_KEY", "_PAT", "_PASS"}
+	credentialNames        = []string{"KEY", "PAT", "PASS", "KUBECONFIG", "DOCKER_CONFIG"}
+	credentialNamePrefixes = []string{"AWS_", "AZURE_", "GOOGLE_APPLICATION", "GCLOUD_", "GH_", "GITHUB_", "GITLAB_", "NPM_CONFIG__", "SSH_AGENT", "SSH_AUTH", "GPG_AGENT", "VAULT_", "OP_"}
+)
+
+// credentialName reports whether a variable's name says it holds a credential.
+func credentialName(name string) bool {
+	u := strings.ToUpper(name)
+	if slices.Contains(credentialNames, u) || hasAnyPrefix(u, credentialNamePrefixes) {
+		return true
+	}
+	for _, s := range credentialNameSuffixes {
+		if strings.HasSuffix(u, s) {
+			return true
+		}
+	}
+	for _, p := range credentialNameParts {
+		if strings.Contains(u, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// tokenFormat is a credential format recognised in a value: a prefix that
+// starts a word, then at least min bytes of a character class.
+type tokenFormat struct {
+	prefix string
+	class  func(byte) bool
+	min    int
+}
+
+var tokenFormats = []tokenFormat{
+	{"ghp_", alnum, 20}, {"gho_", alnum, 20}, {"ghu_", alnum, 20}, {"ghs_", alnum, 20}, {"ghr_", alnum, 20}, // GitHub
+	{"github_pat_", word, 20},
+	{"glpat-", wordDash, 20},                                                                                                                                   // GitLab
+	{"xoxa-", alnumDash, 10}, {"xoxb-", alnumDash, 10}, {"xoxp-", alnumDash, 10}, {"xoxo-", alnumDash, 10}, {"xoxs-", alnumDash, 10}, {"xoxr-", alnumDash, 10}, // Slack
+	{"sk-", wordDash, 20},                              // OpenAI and others
+	{"AKIA", upperDigit, 16}, {"ASIA", upperDigit, 16}, // AWS access key ids
+	{"AIza", wordDash, 30}, // Google API keys
+	{"npm_", alnum, 30},
+}
+
+// credentialValue reports whether a value carries a credential whatever
+// its variable's name: a URL with a password, a known token format, a JWT,
+// a PEM private key.
+func credentialValue(v string) bool {
+	return urlWithPassword(v) || tokenInValue(v) || jwtInValue(v) || pemPrivateKey(v)
+}
+
+// urlWithPassword finds SCHEME://USER:PASSWORD@ (the scheme starting with a
+// letter; the user without '/', ':', '@' or blanks; a non-empty password
+// without '/', '@' or blanks).
+func urlWithPassword(v string) bool {
+	for i := 0; ; {
+		j := strings.Index(v[i:], "://")
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		i = at + 1
+		letter := false
+		for k := at - 1; k >= 0 && schemeChar(v[k]); k-- {
+			letter = letter || isLetter(v[k])
+		}
+		if !letter {
+			continue
+		}
+		k := at + 3
+		for k < len(v) && v[k] != '/' && v[k] != ':' && v[k] != '@' && !isBlank(v[k]) {
+			k++
+		}
+		if k == len(v) || v[k] != ':' {
+			continue
+		}
+		k++
+		pw := k
+		for k < len(v) && v[k] != '/' && v[k] != '@' && !isBlank(v[k]) {
+			k++
+		}
+		if k > pw && k < len(v) && v[k] == '@' {
+			return true
+		}
+	}
+}
+
+// tokenInValue finds a token format at the start of a word.
+func tokenInValue(v string) bool {
+	for _, f := range tokenFormats {
+		for i := 0; ; {
+			j := strings.Index(v[i:], f.prefix)
+			if j < 0 {
+				break
+			}
+			at := i + j
+			i = at + 1
+			if at > 0 && word(v[at-1]) {
+				continue
+			}
+			if run(v[at+len(f.prefix):], f.class) >= f.min {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// jwtInValue finds the header and payload of a JSON Web Token: "eyJ" at the
+// start of a word, at least 10 base64url bytes, '.', at least 10 more, '.'.
+func jwtInValue(v string) bool {
+	for i := 0; ; {
+		j := strings.Index(v[i:], "eyJ")
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		i = at + 1
+		if at > 0 && word(v[at-1]) {
+			continue
+		}
+		rest := v[at+3:]
+		n := run(rest, wordDash)
+		if n < 10 || n == len(rest) || rest[n] != '.' {
+			continue
+		}
+		rest = rest[n+1:]
+		if n = run(rest, wordDash); n >= 10 && n < len(rest) && rest[n] == '.' {
+			return true
+		}
+	}
+}
+
+// pemPrivateKey finds "-----BEGIN [A-Z ]*PRIVATE KEY-----".
+func pemPrivateKey(v string) bool {
+	const begin, end = "-----BEGIN ", "PRIVATE KEY-----"
+	for i := 0; ; {
+		j := strings.Index(v[i:], begin)
+		if j < 0 {
+			return false
+		}
+		at := i + j + len(begin)
+		i = at
+		// The label runs over [A-Z ] and must end in "PRIVATE KEY", right
+		// before the closing dashes (which end the run).
+		n := run(v[at:], func(c byte) bool { return c == ' ' || 'A' <= c && c <= 'Z' })
+		if strings.HasSuffix(v[at:at+n], "PRIVATE KEY") && strings.HasPrefix(v[at+n:], "-----") {
+			return true
+		}
+	}
+}
+
+// run is how many leading bytes of s are in class.
+func run(s string, class func(byte) bool) int {
+	n := 0
+	for n < len(s) && class(s[n]) {
+		n++
+	}
+	return n
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func isLetter(c byte) bool   { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+func isDigit(c byte) bool    { return '0' <= c && c <= '9' }
+func alnum(c byte) bool      { return isLetter(c) || isDigit(c) }
+func word(c byte) bool       { return alnum(c) || c == '_' }
+func wordDash(c byte) bool   { return word(c) || c == '-' }
+func alnumDash(c byte) bool  { return alnum(c) || c == '-' }
+func upperDigit(c byte) bool { return 'A' <= c && c <= 'Z' || isDigit(c) }
+func schemeChar(c byte) bool { return alnum(c) || c == '+' || c == '.' || c == '-' }
+func isBlank(c byte) bool    { return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r' }
+
+// looksLikeCredential reports whether a variable is held back as a
+// credential, by its name or its value.
 func looksLikeCredential(name, value string) bool {
-	return credentialName.MatchString(strings.ToUpper(name)) || credentialValue.MatchString(value)
+	return credentialName(name) || credentialValue(value)
 }
 
 // EnvPolicy is how the server's environment is built.
@@ -121,7 +313,7 @@ func serverEnv(p EnvPolicy, environ []string) (env, dropped []string, err error)
 			if slices.Contains(cleanVars, k) {
 				set(k, v)
 			}
-		case runtimeVars.MatchString(k) || looksLikeCredential(k, v):
+		case isRuntimeVar(k) || looksLikeCredential(k, v):
 			dropped = append(dropped, k)
 		default:
 			set(k, v)

@@ -75,45 +75,56 @@ type startDiagnosis struct {
 	Hint string // the flag or scope field that grants it
 }
 
-var (
-	// deniedLine matches how runtimes report a refused open or exec:
-	// node's "EACCES: permission denied, open '/x'", Go's "open /x:
-	// permission denied", CPython's "[Errno 13] Permission denied: '/x'",
-	// sh's "/x: Permission denied", EPERM for the ones seccomp refuses.
-	// With the run's mount namespace a path outside its root does not
-	// exist there: "ENOENT: no such file or directory", "[Errno 2]", sh's
-	// "/x: not found". Only a path that exists on the host counts, so a
-	// file that is missing everywhere is never blamed on the fence.
-	deniedLine = regexp.MustCompile(`(?i)permission denied|\bEACCES\b|\[Errno 13\]|\bEPERM\b|operation not permitted|no such file or directory|\bENOENT\b|\[Errno 2\]|: not found`)
-	// absPath is an absolute path in a message, quoted or not.
-	absPath = regexp.MustCompile("(?:^|[\\s'\"`(=:,])(/[^\\s'\"`(),:;]+)")
-	// execLine is a failed exec: execve, spawn, "exec format"...
-	execLine = regexp.MustCompile(`(?i)\bexec|\bspawn`)
-	// shellLine is a shell's report of a command it could not run:
-	// "sh: 2: /usr/bin/id: Permission denied", "bash: line 1: /x: ...".
-	// "/srv/run.sh: 2: /usr/bin/id: Permission denied" (a script's name and
-	// line number first).
-	shellLine = regexp.MustCompile(`^\s*((/\S*/)?(ba|da|z|k|mk)?sh|\S+): (line )?\d+: `)
-	// nodeSpawn is node's report of a program it could not exec: "spawn git EACCES".
-	nodeSpawn = regexp.MustCompile(`spawn (\S+) (EACCES|ENOENT|EPERM)`)
-)
+// startPatterns are the expressions diagnoseStart reads a failed start's
+// stderr with, compiled on first use: only a run whose server failed to
+// start needs them, and compiling them at every launch cost more than the
+// fence itself.
+var startPatterns = sync.OnceValue(func() *startRegexps {
+	return &startRegexps{
+		// denied matches how runtimes report a refused open or exec:
+		// node's "EACCES: permission denied, open '/x'", Go's "open /x:
+		// permission denied", CPython's "[Errno 13] Permission denied: '/x'",
+		// sh's "/x: Permission denied", EPERM for the ones seccomp refuses.
+		// With the run's mount namespace a path outside its root does not
+		// exist there: "ENOENT: no such file or directory", "[Errno 2]", sh's
+		// "/x: not found". Only a path that exists on the host counts, so a
+		// file that is missing everywhere is never blamed on the fence.
+		denied: regexp.MustCompile(`(?i)permission denied|\bEACCES\b|\[Errno 13\]|\bEPERM\b|operation not permitted|no such file or directory|\bENOENT\b|\[Errno 2\]|: not found`),
+		// absPath is an absolute path in a message, quoted or not.
+		absPath: regexp.MustCompile("(?:^|[\\s'\"`(=:,])(/[^\\s'\"`(),:;]+)"),
+		// exec is a failed exec: execve, spawn, "exec format"...
+		exec: regexp.MustCompile(`(?i)\bexec|\bspawn`),
+		// shell is a shell's report of a command it could not run:
+		// "sh: 2: /usr/bin/id: Permission denied", "bash: line 1: /x: ...".
+		// "/srv/run.sh: 2: /usr/bin/id: Permission denied" (a script's name and
+		// line number first).
+		shell: regexp.MustCompile(`^\s*((/\S*/)?(ba|da|z|k|mk)?sh|\S+): (line )?\d+: `),
+		// nodeSpawn is node's report of a program it could not exec: "spawn git EACCES".
+		nodeSpawn: regexp.MustCompile(`spawn (\S+) (EACCES|ENOENT|EPERM)`),
+	}
+})
+
+type startRegexps struct {
+	denied, absPath, exec, shell, nodeSpawn *regexp.Regexp
+}
 
 // diagnoseStart looks in the server's last stderr output for a path the
 // fence denied: a path named on a "permission denied" line that exists and
 // that the ruleset does not grant. It returns the first such path with the
 // flag or scope field that grants it.
 func diagnoseStart(stderr string, rs *ruleset.Ruleset, scope *schema.CanonicalScope, serverPATH string) (startDiagnosis, bool) {
+	re := startPatterns()
 	for _, line := range strings.Split(stderr, "\n") {
-		if !deniedLine.MatchString(line) {
+		if !re.denied.MatchString(line) {
 			continue
 		}
-		if m := nodeSpawn.FindStringSubmatch(line); m != nil {
+		if m := re.nodeSpawn.FindStringSubmatch(line); m != nil {
 			prog := m[1]
 			if p, ok := lookOnPath(prog, serverPATH); ok && !granted(rs, p, ll.AccessFSExecute) {
 				return startDiagnosis{Path: p, What: "the fence denied running " + prog, Hint: fmt.Sprintf("the server runs %s: grant it with --allow-exec %s", prog, filepath.Base(p))}, true
 			}
 		}
-		for _, m := range absPath.FindAllStringSubmatch(line, -1) {
+		for _, m := range re.absPath.FindAllStringSubmatch(line, -1) {
 			p := filepath.Clean(strings.TrimRight(m[1], ".'\""))
 			// The rules name real paths (/bin/cat is /usr/bin/cat here);
 			// /proc/self would resolve to the launcher's own entry.
@@ -126,7 +137,7 @@ func diagnoseStart(stderr string, rs *ruleset.Ruleset, scope *schema.CanonicalSc
 			if err != nil {
 				continue
 			}
-			exec := !st.IsDir() && st.Mode().Perm()&0o111 != 0 && (execLine.MatchString(line) || shellLine.MatchString(line))
+			exec := !st.IsDir() && st.Mode().Perm()&0o111 != 0 && (re.exec.MatchString(line) || re.shell.MatchString(line))
 			want := landlock.AccessFSSet(ll.AccessFSReadFile)
 			if st.IsDir() {
 				want = ll.AccessFSReadDir
