@@ -5,6 +5,7 @@
 GO        ?= go
 BIN       := bin/mcpwarden
 FENCE     := bin/mcpwarden-fence
+PIPELINE  := bin/mcpwarden-pipeline
 PKGS      := ./...
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
@@ -17,9 +18,12 @@ TEST_TIMEOUT ?= 30m
 all: build
 
 # The fence helper is static (no cgo) and stripped: it starts for every run,
-# and `mcpwarden run` finds it next to bin/mcpwarden.
+# and `mcpwarden run` finds it next to bin/mcpwarden. mcpwarden-pipeline holds
+# the daemon, collect, query, events and why commands (NATS server,
+# ClickHouse, eBPF), which `mcpwarden COMMAND` execs from next to it.
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mcpwarden
+	$(GO) build -trimpath -o $(PIPELINE) ./cmd/mcpwarden-pipeline
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(FENCE) ./cmd/mcpwarden-fence
 
 # deps installs (idempotently) what the tests need: Debian packages, the

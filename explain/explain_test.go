@@ -125,7 +125,7 @@ func TestWhyFromTheStream(t *testing.T) {
 	other.op(0, filepath.Join(f.outside, "report.txt"), schema.PathOutside, schema.OpRead, -13, schema.VerdictBlockedByKernel, 9)
 
 	root := t.TempDir()
-	creds, err := natsserver.LoadOrCreateCredentials(natsserver.CredentialsDir(root))
+	creds, err := natsserver.LoadOrCreateCredentials(stream.CredentialsDir(root))
 	if err != nil {
 		t.Fatal(err)
 	}

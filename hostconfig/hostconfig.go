@@ -96,6 +96,10 @@ var Keys = []Key{
 	{"clickhouse_dsn", "MCPWARDEN_CLICKHOUSE_DSN", "--clickhouse", KindDSN, "ClickHouse DSN (native protocol) for collect and query", func(f *File) string { return f.ClickHouse }},
 }
 
+// DefaultClickHouseDSN is clickhouse_dsn when nothing sets it: the
+// single-host store.
+const DefaultClickHouseDSN = "clickhouse://127.0.0.1:9000/mcpwarden"
+
 func natsOf(f *File) *NATS {
 	if f.NATS == nil {
 		return &NATS{}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher/approval"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 )
@@ -27,7 +28,7 @@ launcher can reach the socket.
 `
 
 func cmdApprove(ctx context.Context, args []string) int {
-	fs := newFlags("approve", approveUsage)
+	fs := cli.NewFlags("approve", approveUsage)
 	stateDir := fs.String("state-dir", "", "the run's state directory (default as for 'mcpwarden run')")
 	deny := fs.Bool("deny", false, "refuse the call instead of approving it")
 	list := fs.Bool("list", false, "list the run's pending calls")
@@ -37,7 +38,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
-			return fs.exit(err)
+			return fs.Exit(err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -45,8 +46,8 @@ func cmdApprove(ctx context.Context, args []string) int {
 		pos = append(pos, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
-	if err := applyConfig(fs.FlagSet, map[string]string{"state_dir": "state-dir"}); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, map[string]string{"state_dir": "state-dir"}); err != nil {
+		return cli.ConfigFail(err)
 	}
 	modes := 0
 	for _, b := range []bool{*deny, *list, *revoke} {
@@ -57,12 +58,12 @@ func cmdApprove(ctx context.Context, args []string) int {
 	var req approval.Request
 	switch {
 	case modes > 1:
-		return fail(exitUsage, errors.New("approve: use only one of --deny, --list, --revoke"))
+		return cli.Fail(cli.ExitUsage, errors.New("approve: use only one of --deny, --list, --revoke"))
 	case *list && len(pos) == 0:
 		return listAll(ctx, *stateDir)
 	case *list || *revoke:
 		if len(pos) != 1 {
-			return fs.usageError("--list takes at most one RUN_ID, --revoke one")
+			return fs.UsageError("--list takes at most one RUN_ID, --revoke one")
 		}
 		req.Action = approval.ActionList
 		if *revoke {
@@ -70,7 +71,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 		}
 	default:
 		if len(pos) != 2 {
-			return fs.usageError("give RUN_ID and OP_ID")
+			return fs.UsageError("give RUN_ID and OP_ID")
 		}
 		req.Action, req.OpID = approval.ActionApprove, pos[1]
 		if *deny {
@@ -80,7 +81,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 	if *stateDir == "" {
 		d, err := auditlog.DefaultStateDir()
 		if err != nil {
-			return fail(exitUsage, err)
+			return cli.Fail(cli.ExitUsage, err)
 		}
 		*stateDir = d
 	}
@@ -88,7 +89,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 	defer cancel()
 	resp, err := approval.Send(ctx, *stateDir, pos[0], req)
 	if err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
 	switch req.Action {
 	case approval.ActionList:
@@ -104,7 +105,7 @@ func cmdApprove(ctx context.Context, args []string) int {
 		verb := map[string]string{approval.ActionApprove: "approved", approval.ActionDeny: "denied"}[req.Action]
 		fmt.Printf("%s %s\n", verb, req.OpID)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // listAll lists the pending calls of every run on the host.
@@ -112,7 +113,7 @@ func listAll(ctx context.Context, stateDir string) int {
 	if stateDir == "" {
 		d, err := auditlog.DefaultStateDir()
 		if err != nil {
-			return fail(exitUsage, err)
+			return cli.Fail(cli.ExitUsage, err)
 		}
 		stateDir = d
 	}
@@ -129,9 +130,9 @@ func listAll(ctx context.Context, stateDir string) int {
 		printPending(p, true)
 	}
 	if len(errs) > 0 {
-		return exitInternal
+		return cli.ExitInternal
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // printPending prints one pending call: its ids, class and tool on one

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
@@ -126,8 +127,8 @@ func TestRunApproveRevoke(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the run did not end after revocation")
 	}
-	if code := cmd.ProcessState.ExitCode(); code != exitScopeEnded {
-		t.Errorf("exit %d after revocation, want %d", code, exitScopeEnded)
+	if code := cmd.ProcessState.ExitCode(); code != cli.ExitScopeEnded {
+		t.Errorf("exit %d after revocation, want %d", code, cli.ExitScopeEnded)
 	}
 	log, _ := os.ReadFile(filepath.Join(state, "audit.jsonl"))
 	if !strings.Contains(string(log), `"exit_reason":"scope_revoked"`) {

@@ -4,101 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/hostconfig"
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
-
-// hostConfig is the host configuration (file and MCPWARDEN_* variables),
-// read once per process.
-var hostConfig = sync.OnceValues(func() (*hostconfig.Config, error) {
-	return hostconfig.Load(os.Getenv, os.Geteuid())
-})
-
-// applyConfig sets, for each configuration key a command takes, the flag
-// named in keys to the configured value unless the command line set it:
-// flags override the environment, which overrides the file.
-func applyConfig(fs *flag.FlagSet, keys map[string]string) error {
-	cfg, err := hostConfig()
-	if err != nil {
-		return err
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for key, name := range keys {
-		v, src := cfg.Get(key)
-		if src == hostconfig.SourceNone || given[name] {
-			continue
-		}
-		if fs.Lookup(name) == nil {
-			panic("applyConfig: no flag --" + name)
-		}
-		if err := fs.Set(name, v); err != nil {
-			return fmt.Errorf("%s (from %s): %w", key, sourceName(cfg, key), err)
-		}
-	}
-	return nil
-}
-
-// sourceName says where a key's value came from, for a person.
-func sourceName(cfg *hostconfig.Config, key string) string {
-	_, src := cfg.Get(key)
-	switch src {
-	case hostconfig.SourceEnv:
-		for _, k := range hostconfig.Keys {
-			if k.Name == key {
-				return "$" + k.Env
-			}
-		}
-	case hostconfig.SourceFile:
-		return cfg.Path
-	}
-	return string(src)
-}
-
-// natsConfigKeys maps the NATS settings to the flags of addNATSFlags.
-var natsConfigKeys = map[string]string{
-	"nats.url": "nats", "nats.creds": "nats-creds", "nats.nkey": "nats-nkey", "nats.user": "nats-user",
-	"nats.password_file": "nats-password-file", "nats.tls_ca": "nats-tls-ca", "nats.tls_cert": "nats-tls-cert", "nats.tls_key": "nats-tls-key",
-}
-
-// withKeys returns natsConfigKeys plus more.
-func withKeys(more map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range natsConfigKeys {
-		out[k] = v
-	}
-	for k, v := range more {
-		out[k] = v
-	}
-	return out
-}
-
-// daemonStateKeys adds state_dir for commands whose --state-dir is the
-// daemon's (where the embedded NATS server's keys are): root's
-// configuration describes the host's daemon, a user's their own runs.
-func daemonStateKeys(keys map[string]string) map[string]string {
-	if os.Geteuid() == 0 {
-		keys["state_dir"] = "state-dir"
-	}
-	return keys
-}
-
-// configFail is the exit for a configuration that cannot be read or used.
-func configFail(err error) int {
-	return fail(exitConfig, fmt.Errorf("configuration: %w (see 'mcpwarden config show')", err))
-}
 
 const configUsage = `usage: mcpwarden config show [--json]
 
@@ -117,39 +35,39 @@ Exit status: 0; 78 the configuration cannot be used (the message says why).
 func cmdConfig(ctx context.Context, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, configUsage)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stdout, configUsage)
-		return exitOK
+		return cli.ExitOK
 	}
 	if args[0] != "show" {
 		fmt.Fprintf(os.Stderr, "mcpwarden config: unknown subcommand %q\n\n%s", args[0], configUsage)
-		return exitUsage
+		return cli.ExitUsage
 	}
-	fs := newFlags("config show", configUsage)
+	fs := cli.NewFlags("config show", configUsage)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	if err := fs.Parse(args[1:]); err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
 	if fs.NArg() > 0 {
-		return fs.usageError("takes no arguments")
+		return fs.UsageError("takes no arguments")
 	}
-	cfg, err := hostConfig()
+	cfg, err := cli.HostConfig()
 	if err != nil {
-		return configFail(err)
+		return cli.ConfigFail(err)
 	}
 	rep := effectiveConfig(ctx, cfg)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
-		return exitOK
+		return cli.ExitOK
 	}
 	rep.writeText(os.Stdout)
-	return exitOK
+	return cli.ExitOK
 }
 
 // configReport is what `config show` prints.
@@ -199,9 +117,9 @@ func effectiveConfig(ctx context.Context, cfg *hostconfig.Config) *configReport 
 			case "path_key":
 				s.Value = filepath.Join(stateDir, "path.key")
 			case "nats.url":
-				s.Note = "run publishes to no NATS; daemon runs its embedded server; events and collect use " + defaultNATS
+				s.Note = "run publishes to no NATS; daemon runs its embedded server; events and collect use " + cli.DefaultNATS
 			case "clickhouse_dsn":
-				s.Value = store.DefaultDSN
+				s.Value = hostconfig.DefaultClickHouseDSN
 			}
 		}
 		rep.Settings = append(rep.Settings, s)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
@@ -69,23 +70,23 @@ func TestConfigShow(t *testing.T) {
 func TestConfigReachesCommands(t *testing.T) {
 	env, file := configEnv(t, `{"clickhouse_dsn":"clickhouse://127.0.0.1:1/fromfile"}`)
 	_, errOut, code := runBin(t, env, "query", "runs")
-	if code != exitInternal || !strings.Contains(errOut, "127.0.0.1:1") {
+	if code != cli.ExitInternal || !strings.Contains(errOut, "127.0.0.1:1") {
 		t.Errorf("query with the file's DSN: exit %d, %s", code, errOut)
 	}
 	_, errOut, code = runBin(t, env, "query", "runs", "--clickhouse", "clickhouse://127.0.0.1:2/fromflag")
-	if code != exitInternal || !strings.Contains(errOut, "127.0.0.1:2") || strings.Contains(errOut, "127.0.0.1:1") {
+	if code != cli.ExitInternal || !strings.Contains(errOut, "127.0.0.1:2") || strings.Contains(errOut, "127.0.0.1:1") {
 		t.Errorf("query with --clickhouse: exit %d, %s", code, errOut)
 	}
 	os.Chmod(file, 0o666)
 	for _, args := range [][]string{{"query", "runs"}, {"config", "show"}, {"approve", "--list", "x"}, {"run", "--scope", "s.json", "--", "true"}} {
 		_, errOut, code := runBin(t, env, args...)
-		if code != exitConfig || !strings.Contains(errOut, "writable by group or others") {
+		if code != cli.ExitConfig || !strings.Contains(errOut, "writable by group or others") {
 			t.Errorf("%v with a world-writable configuration: exit %d, %s", args, code, errOut)
 		}
 	}
 	os.WriteFile(file, []byte(`{"clickhouse":"x"}`), 0o600)
 	os.Chmod(file, 0o600)
-	if _, errOut, code := runBin(t, env, "config", "show"); code != exitConfig || !strings.Contains(errOut, "clickhouse: unknown setting") {
+	if _, errOut, code := runBin(t, env, "config", "show"); code != cli.ExitConfig || !strings.Contains(errOut, "clickhouse: unknown setting") {
 		t.Errorf("unknown setting: exit %d, %s", code, errOut)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/help")
@@ -110,7 +113,11 @@ func TestHelpGolden(t *testing.T) {
 // help screen fails here, and so does a help screen that lists no flags
 // although the command has them (scope check once printed none).
 func TestEveryCommandHasHelp(t *testing.T) {
-	for name := range commands {
+	names := slices.Collect(maps.Keys(commands))
+	for _, p := range cli.PipelineCommands {
+		names = append(names, p.Name)
+	}
+	for _, name := range names {
 		if !slices.ContainsFunc(helpInvocations, func(a []string) bool { return a[0] == name }) {
 			t.Errorf("command %q has no golden help screen in helpInvocations", name)
 		}
@@ -150,7 +157,7 @@ func TestHelpForms(t *testing.T) {
 	}
 	for _, args := range [][]string{{}, {"nope"}, {"help", "nope"}, {"run", "--nope"}, {"scope", "check", "--nope"}} {
 		out, errOut, code := runBin(t, env, args...)
-		if code != exitUsage || out != "" || errOut == "" {
+		if code != cli.ExitUsage || out != "" || errOut == "" {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 64, nothing on stdout, a message on stderr", args, code, out, errOut)
 		}
 	}
@@ -163,5 +170,54 @@ func TestVersion(t *testing.T) {
 	b, _, c2 := runBin(t, env, "version")
 	if c1 != 0 || c2 != 0 || a != b || !regexp.MustCompile(`^mcpwarden \S+\n$`).MatchString(a) {
 		t.Errorf("--version %q (exit %d), version %q (exit %d)", a, c1, b, c2)
+	}
+}
+
+// TestPipelineCommandsExecTheSecondProgram: daemon, collect, query, events
+// and why are mcpwarden-pipeline's; through mcpwarden their usage errors
+// keep their exit status and stream, and without mcpwarden-pipeline next
+// to mcpwarden each fails with a message naming where it looked and how to
+// fix it (no fallback, no search of $PATH).
+func TestPipelineCommandsExecTheSecondProgram(t *testing.T) {
+	env := cleanEnv(t)
+	for _, p := range cli.PipelineCommands {
+		out, errOut, code := runBin(t, env, p.Name, "--no-such-flag")
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "mcpwarden "+p.Name+" --help") {
+			t.Errorf("%s --no-such-flag: exit %d, stdout %q, stderr %q; want 64 and a pointer to its --help on stderr", p.Name, code, out, errOut)
+		}
+	}
+
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lone := filepath.Join(dir, "mcpwarden")
+	b, err := os.ReadFile(mcpwardenBin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A mcpwarden-pipeline on $PATH must not be used in its place.
+	pathDir := filepath.Dir(mcpwardenBin(t))
+	env = append(env[1:], "PATH="+pathDir+":"+os.Getenv("PATH"))
+	missing := filepath.Join(dir, cli.PipelineName)
+	for _, args := range [][]string{{"daemon"}, {"why", "run-1"}, {"help", "query"}, {"collect", "--help"}} {
+		cmd := exec.Command(lone, args...)
+		cmd.Env = env
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != cli.ExitInternal || o.Len() != 0 ||
+			!strings.Contains(e.String(), missing) || !strings.Contains(e.String(), "make build") {
+			t.Errorf("%v without %s: %v, stdout %q, stderr %q; want exit 71 naming %s and 'make build'", args, cli.PipelineName, err, o.String(), e.String(), missing)
+		}
+	}
+	cmd := exec.Command(lone, "help")
+	cmd.Env = env
+	if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), "daemon") {
+		t.Errorf("help without %s: %v, %q: the command list must not need it", cli.PipelineName, err, out)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/adopt/scopegen"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/hostconfig"
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
@@ -50,19 +51,19 @@ configuration cannot be used.
 func cmdProfile(ctx context.Context, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, profileUsage)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stdout, profileUsage)
-		return exitOK
+		return cli.ExitOK
 	}
 	if args[0] != "learn" {
 		fmt.Fprintf(os.Stderr, "mcpwarden profile: unknown subcommand %q\n\n%s", args[0], profileUsage)
-		return exitUsage
+		return cli.ExitUsage
 	}
-	fs := newFlags("profile learn", profileUsage)
+	fs := cli.NewFlags("profile learn", profileUsage)
 	base := fs.String("base", ".", "approved base `DIR` the allowed paths lie in")
-	var paths, allowRuntime, allowExec stringList
+	var paths, allowRuntime, allowExec cli.StringList
 	fs.Var(&paths, "path", "a `DIR` (or file) inside the base the server works on (repeatable; default: its directory arguments, else an empty directory)")
 	fs.Var(&allowRuntime, "allow-runtime", "a runtime `PATH` already granted, as for run (repeatable)")
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` already granted, as for run (repeatable)")
@@ -72,17 +73,17 @@ func cmdProfile(ctx context.Context, args []string) int {
 	stateDir := fs.String("state-dir", "", "state `DIR` for the learning runs (default as for run)")
 	pathKey := fs.String("path-key", "", "the path-hash key `FILE` the daemon uses (default as for run)")
 	socket := fs.String("daemon-socket", "", "the daemon for the kernel view (default as for run: the configuration, else "+client.DefaultSocket+" when there; 'off': none)")
-	nf := addNATSFlags(fs.FlagSet, defaultNATS, "NATS `URL` the daemon publishes to, read for the run's events (default the daemon's embedded server on this host)")
-	daemonState := fs.String("daemon-state-dir", daemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's reader key is")
-	pos, command, err := parseInterspersed(fs.FlagSet, args[1:])
+	nf := cli.AddNATSFlags(fs.FlagSet, cli.DefaultNATS, "NATS `URL` the daemon publishes to, read for the run's events (default the daemon's embedded server on this host)")
+	daemonState := fs.String("daemon-state-dir", cli.DaemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's reader key is")
+	pos, command, err := cli.ParseInterspersed(fs.FlagSet, args[1:])
 	if err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
 	if len(pos) > 0 || len(command) == 0 {
-		return fs.usageError("give the server's command after '--'")
+		return fs.UsageError("give the server's command after '--'")
 	}
-	if err := applyConfig(fs.FlagSet, withKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "daemon-socket", "path_key": "path-key"})); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, cli.WithKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "daemon-socket", "path_key": "path-key"})); err != nil {
+		return cli.ConfigFail(err)
 	}
 	home, _ := os.UserHomeDir()
 	cwd, _ := os.Getwd()
@@ -91,7 +92,7 @@ func cmdProfile(ctx context.Context, args []string) int {
 		realBase, err = filepath.Abs(realBase)
 	}
 	if err != nil {
-		return fail(exitUsage, fmt.Errorf("--base: %w", err))
+		return cli.Fail(cli.ExitUsage, fmt.Errorf("--base: %w", err))
 	}
 	var dirs []string
 	for _, p := range paths {
@@ -100,7 +101,7 @@ func cmdProfile(ctx context.Context, args []string) int {
 			r, err = filepath.Abs(r)
 		}
 		if err != nil || !schema.IsWithin(realBase, r) {
-			return fail(exitUsage, fmt.Errorf("--path %s: must exist inside the base %s", p, realBase))
+			return cli.Fail(cli.ExitUsage, fmt.Errorf("--path %s: must exist inside the base %s", p, realBase))
 		}
 		dirs = append(dirs, r)
 	}
@@ -115,7 +116,7 @@ func cmdProfile(ctx context.Context, args []string) int {
 	if len(dirs) == 0 {
 		empty, err := os.MkdirTemp("", "mcpwarden-learn-ws-")
 		if err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 		defer os.RemoveAll(empty)
 		realBase, dirs = empty, []string{empty}
@@ -124,15 +125,15 @@ func cmdProfile(ctx context.Context, args []string) int {
 	if *script != "" {
 		b, err := os.ReadFile(*script)
 		if err != nil {
-			return fail(exitUsage, fmt.Errorf("--script: %w", err))
+			return cli.Fail(cli.ExitUsage, fmt.Errorf("--script: %w", err))
 		}
 		if reqs, err = probe.ParseScript(b); err != nil {
-			return fail(exitUsage, fmt.Errorf("--script %s: %w", *script, err))
+			return cli.Fail(cli.ExitUsage, fmt.Errorf("--script %s: %w", *script, err))
 		}
 	}
 	if *stateDir == "" {
 		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 	}
 	if *pathKey == "" {
@@ -140,7 +141,7 @@ func cmdProfile(ctx context.Context, args []string) int {
 	}
 	self, err := selfPath()
 	if err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
 	cfg := learn.Config{Mcpwarden: self, Command: command, Dir: cwd, Environ: os.Environ(), Base: realBase, Paths: dirs,
 		AllowRuntime: allowRuntime, AllowExec: allowExec, Script: reqs, StateDir: *stateDir, Timeout: *timeout, Home: home, Stderr: os.Stderr}
@@ -156,9 +157,9 @@ func cmdProfile(ctx context.Context, args []string) int {
 		if _, err := client.New(daemonSock).Info(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "mcpwarden profile learn: the daemon at %s does not answer (%v): learning without the kernel view\n", daemonSock, err)
 		} else if key, err := schema.LoadOrCreatePathKey(*pathKey); err != nil {
-			return configFail(err)
+			return cli.ConfigFail(err)
 		} else if h, err := schema.NewPathHasher(key); err != nil {
-			return configFail(err)
+			return cli.ConfigFail(err)
 		} else {
 			cfg.DaemonSocket, cfg.Hasher, cfg.PathKey = daemonSock, h, *pathKey
 			cfg.Events = func(ctx context.Context, runID string, since time.Time) ([]schema.Event, error) {
@@ -172,35 +173,35 @@ func cmdProfile(ctx context.Context, args []string) int {
 	p, err := learn.Learn(ctx, cfg)
 	if err != nil {
 		if p == nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 		fmt.Fprintln(os.Stderr, "mcpwarden:", err)
 	}
 	b, _ := json.MarshalIndent(p, "", "  ")
 	if werr := os.WriteFile(*outFile, append(b, '\n'), 0o600); werr != nil {
-		return fail(exitInternal, werr)
+		return cli.Fail(cli.ExitInternal, werr)
 	}
 	summary := learn.Summary(p, *outFile)
 	if werr := os.WriteFile(*outFile+".txt", []byte(summary), 0o600); werr != nil {
-		return fail(exitInternal, werr)
+		return cli.Fail(cli.ExitInternal, werr)
 	}
 	fmt.Print(summary)
 	if err != nil {
-		return exitServerStart
+		return cli.ExitServerStart
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // readRunEvents reads the file operations the daemon published for a run
 // since a time, until the stream has been idle for two seconds.
-func readRunEvents(ctx context.Context, nf *natsFlags, stateDir, runID string, since time.Time) ([]schema.Event, error) {
-	opts, err := nf.options(stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-learn", stateDir)
+func readRunEvents(ctx context.Context, nf *cli.NATSFlags, stateDir, runID string, since time.Time) ([]schema.Event, error) {
+	opts, err := nf.Options(stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-learn", stateDir)
 	if err != nil {
 		return nil, err
 	}
 	nc, err := stream.Connect(opts, nats.RetryOnFailedConnect(false))
 	if err != nil {
-		return nil, authHint(err, nf)
+		return nil, cli.AuthHint(err, nf)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
@@ -39,10 +40,10 @@ func TestProfileLearnCommand(t *testing.T) {
 	if string(summary) != stdout || !strings.Contains(stdout, "--allow-runtime /etc/passwd") {
 		t.Errorf("summary file and stdout differ, or lack the grant:\n%s", stdout)
 	}
-	if _, _, code := runBin(t, env, "profile", "learn", "--base", dir); code != exitUsage {
+	if _, _, code := runBin(t, env, "profile", "learn", "--base", dir); code != cli.ExitUsage {
 		t.Errorf("no command: exit %d", code)
 	}
-	if _, _, code := runBin(t, env, "profile", "learn", "--path", "/etc", "--base", dir, "--", node); code != exitUsage {
+	if _, _, code := runBin(t, env, "profile", "learn", "--path", "/etc", "--base", dir, "--", node); code != cli.ExitUsage {
 		t.Errorf("--path outside the base: exit %d", code)
 	}
 }

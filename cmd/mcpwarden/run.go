@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
@@ -74,7 +75,7 @@ type runContext struct {
 var errConfig = errors.New("configuration")
 
 func cmdRun(ctx context.Context, args []string) int {
-	fs := newFlags("run", runUsage)
+	fs := cli.NewFlags("run", runUsage)
 	scopeFile := fs.String("scope", "", "scope record (JSON) to enforce; required")
 	base := fs.String("base", ".", "approved base directory the scope's paths are relative to")
 	mode := fs.String("mode", "enforce", "enforce: run inside the fence; audit: run WITHOUT the fence, records marked audit")
@@ -82,7 +83,7 @@ func cmdRun(ctx context.Context, args []string) int {
 	auditLog := fs.String("audit-log", "", "local JSONL audit log (default STATE_DIR/audit.jsonl)")
 	stateDir := fs.String("state-dir", "", "state `DIR` (default /var/lib/mcpwarden as root, else $XDG_STATE_HOME/mcpwarden; or state_dir in the configuration)")
 	pathKey := fs.String("path-key", "", "key `FILE` for path hashes in records, shared with the daemon (default STATE_DIR/path.key, created if missing; or path_key in the configuration)")
-	var allowRuntime, allowExec, env stringList
+	var allowRuntime, allowExec, env cli.StringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH` the server needs (operator-chosen; repeatable)")
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns (e.g. git), found on PATH and granted with what it needs to run, inside the same fence (repeatable)")
 	fs.Var(&env, "env", "pass `NAME` (from this environment, even one that looks like a credential) or NAME=VALUE to the server (repeatable)")
@@ -96,27 +97,27 @@ func cmdRun(ctx context.Context, args []string) int {
 		ext.Flags(fs.FlagSet)
 	}
 	if err := fs.Parse(args); err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
-	if err := applyConfig(fs.FlagSet, withKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "daemon-socket", "path_key": "path-key"})); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, cli.WithKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "daemon-socket", "path_key": "path-key"})); err != nil {
+		return cli.ConfigFail(err)
 	}
 	command := fs.Args()
 	if *scopeFile == "" || len(command) == 0 {
-		return fs.usageError("--scope FILE and a server command after '--' are required")
+		return fs.UsageError("--scope FILE and a server command after '--' are required")
 	}
 	runMode := schema.RunMode(*mode)
 	if runMode != schema.ModeEnforce && runMode != schema.ModeAudit {
-		return fail(exitUsage, fmt.Errorf("--mode %q: use enforce or audit", *mode))
+		return cli.Fail(cli.ExitUsage, fmt.Errorf("--mode %q: use enforce or audit", *mode))
 	}
 	scope, err := loadScope(*scopeFile, *base)
 	if err != nil {
-		return fail(exitBadScope, err)
+		return cli.Fail(cli.ExitBadScope, err)
 	}
 
 	if *stateDir == "" {
 		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
-			return fail(exitAuditSink, err)
+			return cli.Fail(cli.ExitAuditSink, err)
 		}
 	}
 	if *auditLog == "" {
@@ -127,12 +128,12 @@ func cmdRun(ctx context.Context, args []string) int {
 	}
 	for _, p := range []struct{ path, flag string }{{*auditLog, "--audit-log"}, {*stateDir, "--state-dir"}, {*pathKey, "--path-key"}} {
 		if insideScope(scope, p.path) {
-			return fail(exitBadScope, fmt.Errorf("%s lies inside the scope's allowed paths, where the server could read or rewrite it; put it elsewhere with %s", p.flag, p.flag))
+			return cli.Fail(cli.ExitBadScope, fmt.Errorf("%s lies inside the scope's allowed paths, where the server could read or rewrite it; put it elsewhere with %s", p.flag, p.flag))
 		}
 	}
 	alog, err := auditlog.Open(*auditLog)
 	if err != nil {
-		return fail(exitAuditSink, fmt.Errorf("the run is refused because its records could not be kept: %w", err))
+		return cli.Fail(cli.ExitAuditSink, fmt.Errorf("the run is refused because its records could not be kept: %w", err))
 	}
 	defer alog.Close()
 
@@ -170,22 +171,22 @@ func cmdRun(ctx context.Context, args []string) int {
 	for _, ext := range runExtensions {
 		if err := ext.Configure(ctx, rc); err != nil {
 			if errors.Is(err, errConfig) {
-				return fail(exitConfig, err)
+				return cli.Fail(cli.ExitConfig, err)
 			}
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 	}
 	l, err := launcher.New(cfg)
 	if err != nil {
 		code := exitCodeOf(err)
 		reason := schema.ExitStartFailed
-		if code == exitKernel {
+		if code == cli.ExitKernel {
 			reason = schema.ExitRefusedKernel
 		}
 		if rerr := launcher.RecordRefusal(ctx, cfg, reason, launcher.KernelABI()); rerr != nil {
 			fmt.Fprintln(os.Stderr, "mcpwarden:", rerr)
 		}
-		return fail(code, err)
+		return cli.Fail(code, err)
 	}
 	for _, f := range rc.Launched {
 		f(l)
@@ -197,9 +198,9 @@ func cmdRun(ctx context.Context, args []string) int {
 		return ee.Code
 	}
 	if err != nil {
-		return fail(exitCodeOf(err), err)
+		return cli.Fail(exitCodeOf(err), err)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // insideScope reports whether path (which may not exist yet) resolves into
@@ -231,20 +232,20 @@ func exitCodeOf(err error) int {
 	var ie *launcher.IsolationError
 	switch {
 	case err == nil:
-		return exitOK
+		return cli.ExitOK
 	case errors.Is(err, launcher.ErrScopeExpired), errors.Is(err, launcher.ErrScopeRevoked):
-		return exitScopeEnded
+		return cli.ExitScopeEnded
 	case errors.As(err, &ke), errors.As(err, &le), errors.As(err, &ie):
-		return exitKernel
+		return cli.ExitKernel
 	case errors.As(err, &sce):
-		return exitBadScope
+		return cli.ExitBadScope
 	case errors.Is(err, launcher.ErrUsage):
-		return exitUsage
+		return cli.ExitUsage
 	case errors.Is(err, launcher.ErrAudit):
-		return exitAuditSink
+		return cli.ExitAuditSink
 	case errors.As(err, &se):
-		return exitServerStart
+		return cli.ExitServerStart
 	default:
-		return exitInternal
+		return cli.ExitInternal
 	}
 }

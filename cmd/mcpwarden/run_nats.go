@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
@@ -20,28 +21,28 @@ import (
 // sink refuse records, which the launcher and proxy turn into refusing the
 // run or denying calls (fail closed).
 type natsRunExtension struct {
-	nf       *natsFlags
+	nf       *cli.NATSFlags
 	spoolMax int64
 }
 
 func init() { runExtensions = append(runExtensions, &natsRunExtension{}) }
 
 func (e *natsRunExtension) Flags(fs *flag.FlagSet) {
-	e.nf = addNATSFlags(fs, "", "also publish launch and decision records to NATS JetStream at `URL` (e.g. nats://127.0.0.1:4222; as the host's publisher: on the daemon's embedded server that needs root)")
+	e.nf = cli.AddNATSFlags(fs, "", "also publish launch and decision records to NATS JetStream at `URL` (e.g. nats://127.0.0.1:4222; as the host's publisher: on the daemon's embedded server that needs root)")
 	fs.Int64Var(&e.spoolMax, "spool-max-bytes", 64<<20, "bound of the on-disk spool used while NATS is unreachable; when full, new calls are denied")
 }
 
 func (e *natsRunExtension) Configure(ctx context.Context, rc *runContext) error {
-	if e.nf.url == "" {
+	if e.nf.URL == "" {
 		return nil
 	}
-	opts, err := e.nf.options(stream.RoleDaemon, schema.LocalOrigin().Host, "mcpwarden-run", rc.StateDir)
+	opts, err := e.nf.Options(stream.RoleDaemon, schema.LocalOrigin().Host, "mcpwarden-run", rc.StateDir)
 	if err != nil {
 		return err
 	}
 	nc, err := stream.Connect(opts, nats.ReconnectBufSize(-1)) // never buffer in memory: spool on disk instead
 	if err != nil {
-		return authHint(err, e.nf)
+		return cli.AuthHint(err, e.nf)
 	}
 	p, err := publish.New(ctx, publish.Config{
 		Conn:          nc,

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/approval"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy"
@@ -29,7 +30,7 @@ type proxyExtension struct {
 	approvalTimeout  time.Duration
 	rootsTimeout     time.Duration
 	secretFile       string
-	secretExtra      stringList
+	secretExtra      cli.StringList
 }
 
 func init() { runExtensions = append(runExtensions, &proxyExtension{}) }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -22,12 +23,12 @@ func TestSecretPatternFlags(t *testing.T) {
 		wantErr bool
 	}{
 		{"default", proxyExtension{}, nil, false},
-		{"extra adds to the built-in list", proxyExtension{secretExtra: stringList{"*.sqlite"}}, append(slices.Clone(schema.DefaultSecretPatterns), "*.sqlite"), false},
+		{"extra adds to the built-in list", proxyExtension{secretExtra: cli.StringList{"*.sqlite"}}, append(slices.Clone(schema.DefaultSecretPatterns), "*.sqlite"), false},
 		{"file replaces", proxyExtension{secretFile: file}, []string{"*.sqlite", ".vault"}, false},
-		{"file plus extra", proxyExtension{secretFile: file, secretExtra: stringList{"*.db"}}, []string{"*.sqlite", ".vault", "*.db"}, false},
+		{"file plus extra", proxyExtension{secretFile: file, secretExtra: cli.StringList{"*.db"}}, []string{"*.sqlite", ".vault", "*.db"}, false},
 		{"empty file refused", proxyExtension{secretFile: empty}, nil, true},
 		{"missing file refused", proxyExtension{secretFile: filepath.Join(dir, "nope")}, nil, true},
-		{"bad glob refused", proxyExtension{secretExtra: stringList{"[a-"}}, nil, true},
+		{"bad glob refused", proxyExtension{secretExtra: cli.StringList{"[a-"}}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
@@ -32,54 +33,54 @@ strictly; 64 usage.
 func cmdScope(ctx context.Context, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, scopeUsage)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stdout, scopeUsage)
-		return exitOK
+		return cli.ExitOK
 	}
 	if args[0] != "check" {
 		fmt.Fprintf(os.Stderr, "mcpwarden scope: unknown subcommand %q\n\n%s", args[0], scopeUsage)
-		return exitUsage
+		return cli.ExitUsage
 	}
-	fs := newFlags("scope check", scopeUsage)
+	fs := cli.NewFlags("scope check", scopeUsage)
 	base := fs.String("base", ".", "approved base `DIR` the scope's paths are relative to")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	var allowRuntime, allowExec stringList
+	var allowRuntime, allowExec cli.StringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH`, as for run (repeatable)")
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns, as for run (repeatable)")
 	lim := addLimitFlags(fs.FlagSet)
 	requireNS := fs.Bool("require-namespaces", false, "as for run: exit 69 when the server's namespaces cannot be made here")
 	noNS := fs.Bool("no-namespaces", false, "as for run: without the server's namespaces")
 	owner := fs.String("owner", "", "as for run: `USER[:GROUP]` owning the files the server creates")
-	pos, command, err := parseInterspersed(fs.FlagSet, args[1:])
+	pos, command, err := cli.ParseInterspersed(fs.FlagSet, args[1:])
 	if err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
 	if len(pos) != 1 {
-		return fs.usageError("give exactly one scope FILE")
+		return fs.UsageError("give exactly one scope FILE")
 	}
 	scope, err := loadScope(pos[0], *base)
 	if err != nil {
-		return fail(exitBadScope, err)
+		return cli.Fail(cli.ExitBadScope, err)
 	}
 	report, code, err := buildScopeReport(scope, command, allowRuntime, allowExec)
 	if err != nil {
-		return fail(code, err)
+		return cli.Fail(code, err)
 	}
 	if c, err := report.addLimits(scope, lim); err != nil {
-		return fail(c, err)
-	} else if code == exitOK {
+		return cli.Fail(c, err)
+	} else if code == cli.ExitOK {
 		code = c
 	}
 	if c, err := report.addLayers(launcher.Config{Scope: scope, RequireNamespaces: *requireNS, NoNamespaces: *noNS, Owner: *owner}); err != nil {
-		return fail(c, err)
+		return cli.Fail(c, err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(report); err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 	} else {
 		report.writeText(os.Stdout)
@@ -132,15 +133,15 @@ func (r *scopeReport) addLayers(cfg launcher.Config) (int, error) {
 		var ie *launcher.IsolationError
 		switch {
 		case errors.As(err, &ie):
-			return exitKernel, err
+			return cli.ExitKernel, err
 		case errors.Is(err, launcher.ErrUsage):
-			return exitUsage, err
+			return cli.ExitUsage, err
 		}
-		return exitInternal, err
+		return cli.ExitInternal, err
 	}
 	cg := schema.Layer{Name: schema.LayerCgroup, State: schema.LayerState(r.Limits.Cgroup.State), Reason: r.Limits.Cgroup.Token}
 	r.Layers = append(append([]schema.Layer{ll, sc}, ns...), cg)
-	return exitOK, nil
+	return cli.ExitOK, nil
 }
 
 // limitsReport is the lifetime and bounds layer as a run of this scope
@@ -159,7 +160,7 @@ type limitsReport struct {
 func (r *scopeReport) addLimits(scope *schema.CanonicalScope, f *limitFlags) (int, error) {
 	l, err := launcher.EffectiveLimits(f.limits(), scope)
 	if err != nil {
-		return exitBadScope, err
+		return cli.ExitBadScope, err
 	}
 	r.Limits = limitsReport{MaxProcesses: l.MaxProcesses, MaxMemoryMB: l.MaxMemoryMB, MaxFileSizeMB: l.MaxFileSizeMB}
 	if *f.cgroup {
@@ -173,9 +174,9 @@ func (r *scopeReport) addLimits(scope *schema.CanonicalScope, f *limitFlags) (in
 	r.Limits.Required = reqProcs || reqMem
 	c := r.Limits.Cgroup
 	if (reqProcs && l.MaxProcesses > 0 && c.Processes != l.MaxProcesses) || (reqMem && l.MaxMemoryMB > 0 && c.Memory != l.MaxMemoryMB<<20) {
-		return exitKernel, nil
+		return cli.ExitKernel, nil
 	}
-	return exitOK, nil
+	return cli.ExitOK, nil
 }
 
 func (r *scopeReport) writeLimits(w io.Writer) {
@@ -262,18 +263,18 @@ func buildScopeReport(scope *schema.CanonicalScope, command, allowRuntime, allow
 			Exec:    allowExec,
 		})
 		if err != nil {
-			return nil, exitServerStart, fmt.Errorf("runtime profile of the server command: %w", err)
+			return nil, cli.ExitServerStart, fmt.Errorf("runtime profile of the server command: %w", err)
 		}
 		prof = p
 	}
 	rs, err := ruleset.Derive(scope, ruleset.Input{Profile: prof, AllowRuntime: allowRuntime})
 	if err != nil {
-		return nil, exitServerStart, err
+		return nil, cli.ExitServerStart, err
 	}
 	abi := launcher.KernelABI()
 	r := &scopeReport{Scope: scope, ScopeHash: scope.Hash, NotAfter: scope.NotAfter}
 	r.Kernel.LandlockABI = abi
-	code := exitOK
+	code := cli.ExitOK
 	d, derr := ruleset.Decide(abi, false)
 	if derr != nil {
 		var ke *ruleset.KernelError
@@ -284,7 +285,7 @@ func buildScopeReport(scope *schema.CanonicalScope, command, allowRuntime, allow
 		}
 		r.Kernel.Error = derr.Error()
 		r.Kernel.FenceABI = min(abi, ruleset.MaxABI)
-		code = exitKernel
+		code = cli.ExitKernel
 	} else {
 		r.Kernel.FenceABI = d.ABI
 		r.Kernel.Strict = true
@@ -304,7 +305,7 @@ func buildScopeReport(scope *schema.CanonicalScope, command, allowRuntime, allow
 	r.Ruleset.BlockIOUring = rs.BlockIOUring
 	if f, err := seccomp.Build(seccomp.Native, launcher.SeccompOptions(scope, rs)); err != nil {
 		r.Seccomp.Error = err.Error()
-		code = exitKernel
+		code = cli.ExitKernel
 	} else {
 		r.Seccomp.Summary = f.Summary()
 	}

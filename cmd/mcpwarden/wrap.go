@@ -15,6 +15,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/adopt/scopegen"
 	"github.com/mcpwarden/mcpwarden/adopt/wrap"
 	"github.com/mcpwarden/mcpwarden/hostconfig"
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 )
 
@@ -85,12 +86,12 @@ func wrapCommand(ctx context.Context, args []string, undo bool) int {
 	if undo {
 		name, usage = "unwrap", unwrapUsage
 	}
-	fs := newFlags(name, usage)
+	fs := cli.NewFlags(name, usage)
 	format := fs.String("format", "", "the client's `FORMAT`: claude-desktop, claude-code, cursor or vscode (default: from the file's name)")
 	stateDir := fs.String("state-dir", "", "state `DIR` where wrap records what unwrap restores (default as for run)")
 	dryRun := fs.Bool("dry-run", false, "print the change as a diff and write nothing")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	var servers stringList
+	var servers cli.StringList
 	fs.Var(&servers, "server", "only this server `NAME` of the file (repeatable)")
 	var base, scopeDir, probeMode, self *string
 	var probeTimeout *time.Duration
@@ -106,29 +107,29 @@ func wrapCommand(ctx context.Context, args []string, undo bool) int {
 		self = fs.String("mcpwarden", "", "the mcpwarden `PATH` the wrapped entries start (default: this binary)")
 		verbose = fs.Bool("v", false, "show the probed servers' stderr")
 	}
-	pos, _, err := parseInterspersed(fs.FlagSet, args)
+	pos, _, err := cli.ParseInterspersed(fs.FlagSet, args)
 	if err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
 	if len(pos) != 1 {
-		return fs.usageError("give one client configuration file")
+		return fs.UsageError("give one client configuration file")
 	}
-	if err := applyConfig(fs.FlagSet, map[string]string{"state_dir": "state-dir"}); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, map[string]string{"state_dir": "state-dir"}); err != nil {
+		return cli.ConfigFail(err)
 	}
 	o := wrap.Options{Config: pos[0], StateDir: *stateDir, DryRun: *dryRun, Servers: servers}
 	if *format != "" {
 		if o.Format, err = clientconfig.ParseFormat(*format); err != nil {
-			return fail(exitUsage, err)
+			return cli.Fail(cli.ExitUsage, err)
 		}
 	}
 	if o.StateDir == "" {
 		if o.StateDir, err = auditlog.DefaultStateDir(); err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 	}
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
-		return fail(exitUsage, err)
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	var rep *wrap.Report
 	if undo {
@@ -138,27 +139,27 @@ func wrapCommand(ctx context.Context, args []string, undo bool) int {
 	} else {
 		o.ProbeMode, o.ProbeTimeout, o.ExpiresAfterMinutes, o.Force = *probeMode, *probeTimeout, *expires, *force
 		if *expires < 1 || *expires > 10080 {
-			return fail(exitUsage, errors.New("--expires-after-minutes: give 1-10080"))
+			return cli.Fail(cli.ExitUsage, errors.New("--expires-after-minutes: give 1-10080"))
 		}
 		if o.Base = *base; o.Base != "" {
 			if o.Base, err = filepath.Abs(o.Base); err != nil {
-				return fail(exitUsage, err)
+				return cli.Fail(cli.ExitUsage, err)
 			}
 		}
 		if o.ScopeDir = *scopeDir; o.ScopeDir == "" {
 			if o.ScopeDir, err = defaultScopeDir(); err != nil {
-				return fail(exitInternal, err)
+				return cli.Fail(cli.ExitInternal, err)
 			}
 		}
 		if o.ScopeDir, err = filepath.Abs(o.ScopeDir); err != nil {
-			return fail(exitUsage, err)
+			return cli.Fail(cli.ExitUsage, err)
 		}
 		if o.Mcpwarden = *self; o.Mcpwarden == "" {
 			if o.Mcpwarden, err = selfPath(); err != nil {
-				return fail(exitInternal, err)
+				return cli.Fail(cli.ExitInternal, err)
 			}
 		} else if !filepath.IsAbs(o.Mcpwarden) {
-			return fail(exitUsage, errors.New("--mcpwarden: give an absolute path (the client starts it from anywhere)"))
+			return cli.Fail(cli.ExitUsage, errors.New("--mcpwarden: give an absolute path (the client starts it from anywhere)"))
 		}
 		if *verbose {
 			o.ProbeStderr = os.Stderr
@@ -170,15 +171,15 @@ func wrapCommand(ctx context.Context, args []string, undo bool) int {
 			printWrapReport(os.Stdout, rep, true, undo)
 		}
 		if errors.Is(err, wrap.ErrConfig) {
-			return fail(exitBadScope, err)
+			return cli.Fail(cli.ExitBadScope, err)
 		}
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
 	printWrapReport(os.Stdout, rep, *asJSON, undo)
 	if rep.Failed() {
-		return exitServerStart
+		return cli.ExitServerStart
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func printWrapReport(w io.Writer, rep *wrap.Report, asJSON, undo bool) {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 )
 
 // TestWrapCommand: the command's exits and reports, on files that need no
@@ -31,17 +33,17 @@ func TestWrapCommand(t *testing.T) {
 	}
 	dup := filepath.Join(dir, "claude_desktop_config.json")
 	os.WriteFile(dup, []byte(`{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}`), 0o600)
-	if _, errOut, code := runBin(t, env, "wrap", dup, "--state-dir", filepath.Join(dir, "state")); code != exitBadScope || !strings.Contains(errOut, `server "a" is defined twice`) {
+	if _, errOut, code := runBin(t, env, "wrap", dup, "--state-dir", filepath.Join(dir, "state")); code != cli.ExitBadScope || !strings.Contains(errOut, `server "a" is defined twice`) {
 		t.Errorf("duplicate server: exit %d %s", code, errOut)
 	}
 	for _, args := range [][]string{{"wrap"}, {"wrap", "a", "b"}, {"wrap", remote, "--format", "nope"}, {"wrap", remote, "--expires-after-minutes", "0"}, {"unwrap"}} {
-		if _, _, code := runBin(t, env, args...); code != exitUsage {
-			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		if _, _, code := runBin(t, env, args...); code != cli.ExitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, cli.ExitUsage)
 		}
 	}
 	unknown := filepath.Join(dir, "servers.json")
 	os.WriteFile(unknown, []byte(`{"mcpServers": {}}`), 0o600)
-	if _, errOut, code := runBin(t, env, "wrap", unknown); code != exitBadScope || !strings.Contains(errOut, "--format") {
+	if _, errOut, code := runBin(t, env, "wrap", unknown); code != cli.ExitBadScope || !strings.Contains(errOut, "--format") {
 		t.Errorf("undetectable format: exit %d %s", code, errOut)
 	}
 }

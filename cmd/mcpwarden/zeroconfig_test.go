@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/daemon/client"
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
@@ -132,8 +133,8 @@ func TestZeroConfigDaemon(t *testing.T) {
 	}
 
 	code, stderr, _ = run([]string{"MCPWARDEN_PATH_KEY=" + filepath.Join(root, "other.key")})
-	if code != exitConfig || !strings.Contains(stderr, "not the daemon's") {
-		t.Errorf("run with another path key: exit %d, want %d: %s", code, exitConfig, stderr)
+	if code != cli.ExitConfig || !strings.Contains(stderr, "not the daemon's") {
+		t.Errorf("run with another path key: exit %d, want %d: %s", code, cli.ExitConfig, stderr)
 	}
 
 	code, stderr, id = run(nil, "--daemon-socket", "off")
@@ -146,8 +147,8 @@ func TestZeroConfigDaemon(t *testing.T) {
 	daemon.Process.Kill()
 	daemon.Wait()
 	code, stderr, _ = run(nil)
-	if code != exitInternal || !strings.Contains(stderr, "cannot watch it") {
-		t.Errorf("run with a dead daemon's socket: exit %d, want %d: %s", code, exitInternal, stderr)
+	if code != cli.ExitInternal || !strings.Contains(stderr, "cannot watch it") {
+		t.Errorf("run with a dead daemon's socket: exit %d, want %d: %s", code, cli.ExitInternal, stderr)
 	}
 	// A socket this run cannot find means no daemon on this host.
 	if out, err := pr.command(env, "rm", client.DefaultSocket).CombinedOutput(); err != nil {

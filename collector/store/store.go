@@ -15,6 +15,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/mcpwarden/mcpwarden/hostconfig"
 	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
 )
 
@@ -30,8 +31,9 @@ type Store struct {
 // package, and only collect and query check a database name.
 var dbName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`) })
 
-// DefaultDSN is the single-host default.
-const DefaultDSN = "clickhouse://127.0.0.1:9000/mcpwarden"
+// DefaultDSN is the single-host default (hostconfig.DefaultClickHouseDSN,
+// which `mcpwarden config show` prints without linking this package).
+const DefaultDSN = hostconfig.DefaultClickHouseDSN
 
 // Open connects to the database named in dsn
 // (clickhouse://user:password@host:9000/database?dial_timeout=5s). With

@@ -25,7 +25,7 @@ import (
 // second). One escape per iteration; ns/op is the latency.
 func BenchmarkEvidenceToProvisional(b *testing.B) {
 	root := b.TempDir()
-	creds, err := natsserver.LoadOrCreateCredentials(natsserver.CredentialsDir(root))
+	creds, err := natsserver.LoadOrCreateCredentials(stream.CredentialsDir(root))
 	if err != nil {
 		b.Fatal(err)
 	}

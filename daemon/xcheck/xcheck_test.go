@@ -101,7 +101,7 @@ func TestLoopFindsEscapeOfThisHost(t *testing.T) {
 // final after the window, and the loop survives its consumer being deleted.
 func TestLoopUnderHostPermissions(t *testing.T) {
 	root := t.TempDir()
-	creds, err := natsserver.LoadOrCreateCredentials(natsserver.CredentialsDir(root))
+	creds, err := natsserver.LoadOrCreateCredentials(stream.CredentialsDir(root))
 	if err != nil {
 		t.Fatal(err)
 	}

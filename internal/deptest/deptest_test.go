@@ -43,6 +43,11 @@ func TestLayout(t *testing.T) {
 			why:       "adoption reads client files and drives servers through the real 'mcpwarden run'; it must not link the fence, the daemon or the fleet store",
 		},
 		{
+			pkgs:      "./cmd/mcpwarden",
+			forbidden: []string{"github.com/nats-io/nats-server", "github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon/probes", module + "/daemon/kevent", module + "/daemon/audit", module + "/daemon/runs", module + "/daemon/xcheck", module + "/transport/natsserver", module + "/explain", module + "/cmd/mcpwarden-pipeline"},
+			why:       "mcpwarden starts for every server launch and pays the start-up of everything it links; the daemon, collect, query, events and why commands are cmd/mcpwarden-pipeline's, which it execs",
+		},
+		{
 			pkgs:      "./daemon/...",
 			forbidden: []string{"github.com/ClickHouse/", module + "/collector", module + "/launcher"},
 			why:       "the daemon observes the kernel and publishes through the transport; ClickHouse is the collector's",

@@ -75,6 +75,11 @@ func MustGoBuild(tb testing.TB, out, pkg string) {
 // `mcpwarden run` finds it next to its own executable.
 const HelperName = "mcpwarden-fence"
 
+// PipelineName is the program holding the daemon, collect, query, events
+// and why commands (internal/cli.PipelineName); `mcpwarden COMMAND` execs it
+// from next to its own executable.
+const PipelineName = "mcpwarden-pipeline"
+
 var mcpwardenBuild struct {
 	once sync.Once
 	bin  string
@@ -82,17 +87,20 @@ var mcpwardenBuild struct {
 }
 
 // Mcpwarden returns the mcpwarden binary under test, with the fence helper
-// next to it: $MCPWARDEN_BIN (after `make build`, which builds both), or a
-// fresh build of both into a temp dir, once per test binary.
+// and mcpwarden-pipeline next to it: $MCPWARDEN_BIN (after `make build`,
+// which builds all three), or a fresh build of them into a temp dir, once
+// per test binary.
 func Mcpwarden(tb testing.TB) string {
 	tb.Helper()
 	b := &mcpwardenBuild
 	b.once.Do(func() {
 		if bin := os.Getenv("MCPWARDEN_BIN"); bin != "" {
-			helper := filepath.Join(filepath.Dir(bin), HelperName)
-			if _, err := os.Stat(helper); err != nil {
-				b.err = fmt.Errorf("MCPWARDEN_BIN=%s but the fence helper %s is missing: run 'make build'", bin, helper)
-				return
+			for _, name := range []string{HelperName, PipelineName} {
+				next := filepath.Join(filepath.Dir(bin), name)
+				if _, err := os.Stat(next); err != nil {
+					b.err = fmt.Errorf("MCPWARDEN_BIN=%s but %s is missing next to it: run 'make build'", bin, next)
+					return
+				}
 			}
 			b.bin = bin
 			return
@@ -109,6 +117,9 @@ func Mcpwarden(tb testing.TB) string {
 		}
 		b.bin = filepath.Join(dir, "mcpwarden")
 		if b.err = GoBuild(b.bin, "./cmd/mcpwarden"); b.err != nil {
+			return
+		}
+		if b.err = GoBuild(filepath.Join(dir, PipelineName), "./cmd/mcpwarden-pipeline"); b.err != nil {
 			return
 		}
 		b.err = BuildFenceHelper(filepath.Join(dir, HelperName))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -14,13 +13,6 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
-
-// CredentialsDir is where the embedded server's credentials live under the
-// state directory.
-func CredentialsDir(stateDir string) string { return filepath.Join(stateDir, "nats-auth") }
-
-// SeedFile is the nkey seed file of role in dir.
-func SeedFile(dir string, r stream.Role) string { return filepath.Join(dir, string(r)+".nk") }
 
 // Credentials are the embedded server's users: one nkey per role, kept as
 // seed files (0600) in a directory (0700) that only the daemon's user may
@@ -44,7 +36,7 @@ func LoadOrCreateCredentials(dir string) (*Credentials, error) {
 	}
 	c := &Credentials{Dir: dir, public: map[stream.Role]string{}}
 	for _, r := range stream.Roles {
-		file := SeedFile(dir, r)
+		file := stream.SeedFile(dir, r)
 		seed, err := os.ReadFile(file)
 		if errors.Is(err, fs.ErrNotExist) {
 			if seed, err = createSeed(file); err != nil {
@@ -165,5 +157,5 @@ func ServerPermissions(p stream.Permissions) *server.Permissions {
 // ClientOptions are the connection options for role r with the embedded
 // server at url whose credentials are in dir: its seed and its inbox prefix.
 func ClientOptions(url, dir string, r stream.Role, host, name string) stream.ConnOptions {
-	return stream.ConnOptions{URL: url, NkeyFile: SeedFile(dir, r), Name: name, InboxPrefix: r.Inbox(host)}
+	return stream.ConnOptions{URL: url, NkeyFile: stream.SeedFile(dir, r), Name: name, InboxPrefix: r.Inbox(host)}
 }

@@ -33,7 +33,7 @@ const testHost = "web-1"
 func startWithAuth(t *testing.T) (*Server, *Credentials) {
 	t.Helper()
 	root := t.TempDir()
-	creds, err := LoadOrCreateCredentials(CredentialsDir(root))
+	creds, err := LoadOrCreateCredentials(stream.CredentialsDir(root))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestCredentialsFiles(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, r := range stream.Roles {
-		st, err := os.Stat(SeedFile(dir, r))
+		st, err := os.Stat(stream.SeedFile(dir, r))
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Fatalf("%s seed mode %v, %v; want 0600", r, st.Mode().Perm(), err)
 		}
@@ -324,10 +324,10 @@ func TestCredentialsFiles(t *testing.T) {
 		setup func(t *testing.T, dir string)
 		want  string
 	}{
-		{"group-readable seed", func(t *testing.T, dir string) { chmod(t, SeedFile(dir, stream.RoleReader), 0o640) }, "chmod 600"},
+		{"group-readable seed", func(t *testing.T, dir string) { chmod(t, stream.SeedFile(dir, stream.RoleReader), 0o640) }, "chmod 600"},
 		{"world-readable directory", func(t *testing.T, dir string) { chmod(t, dir, 0o755) }, "chmod 700"},
 		{"symlinked seed", func(t *testing.T, dir string) {
-			f := SeedFile(dir, stream.RoleDaemon)
+			f := stream.SeedFile(dir, stream.RoleDaemon)
 			other := filepath.Join(t.TempDir(), "seed")
 			if err := os.Rename(f, other); err != nil {
 				t.Fatal(err)
@@ -337,7 +337,7 @@ func TestCredentialsFiles(t *testing.T) {
 			}
 		}, "symlink"},
 		{"garbage seed", func(t *testing.T, dir string) {
-			if err := os.WriteFile(SeedFile(dir, stream.RoleCollector), []byte("not a seed\n"), 0o600); err != nil {
+			if err := os.WriteFile(stream.SeedFile(dir, stream.RoleCollector), []byte("not a seed\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}, "no nkey user seed"},
@@ -345,7 +345,7 @@ func TestCredentialsFiles(t *testing.T) {
 			if os.Geteuid() != 0 {
 				t.Skip("needs root to chown")
 			}
-			if err := os.Chown(SeedFile(dir, stream.RoleReader), 65534, 65534); err != nil {
+			if err := os.Chown(stream.SeedFile(dir, stream.RoleReader), 65534, 65534); err != nil {
 				t.Fatal(err)
 			}
 		}, "owned by uid 65534"},
@@ -401,7 +401,7 @@ func TestNonRootUserCannotReadOrPublish(t *testing.T) {
 	}
 	bin := filepath.Join(mustPublicDir(t), "natsserver.test")
 	copyFile(t, exe, bin, 0o755)
-	arg, _ := json.Marshal(map[string]string{"url": s.ClientURL(), "seed": SeedFile(creds.Dir, stream.RoleDaemon), "subject": stream.Subject(testHost, schema.KindFinding)})
+	arg, _ := json.Marshal(map[string]string{"url": s.ClientURL(), "seed": stream.SeedFile(creds.Dir, stream.RoleDaemon), "subject": stream.Subject(testHost, schema.KindFinding)})
 	cmd := exec.Command(bin, "-test.run=^TestMain$")
 	cmd.Env = []string{nobodyEnv + "=" + string(arg), "HOME=/"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

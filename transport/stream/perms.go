@@ -1,5 +1,7 @@
 package stream
 
+import "path/filepath"
+
 // Who may do what on NATS. These are the subjects each role of the event
 // pipeline needs, and nothing more; the embedded server
 // (transport/natsserver) enforces them on one host and deploy/nats's
@@ -34,6 +36,14 @@ const (
 	// `mcpwarden why`); it publishes no events and acks nothing.
 	RoleReader Role = "reader"
 )
+
+// CredentialsDir is where the daemon's embedded NATS server
+// (transport/natsserver) keeps its users' keys, under the daemon's state
+// directory; its clients on the same host find their role's seed there.
+func CredentialsDir(stateDir string) string { return filepath.Join(stateDir, "nats-auth") }
+
+// SeedFile is role r's nkey seed file in dir (a CredentialsDir).
+func SeedFile(dir string, r Role) string { return filepath.Join(dir, string(r)+".nk") }
 
 // Roles lists every role.
 var Roles = []Role{RoleDaemon, RoleCollector, RoleReader}

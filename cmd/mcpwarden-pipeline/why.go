@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/explain"
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -36,31 +37,31 @@ records stay hashed; the paths appear only here. Run it as root: the key
 `
 
 func cmdWhy(ctx context.Context, args []string) int {
-	fs := newFlags("why", whyUsage)
+	fs := cli.NewFlags("why", whyUsage)
 	scopeFile := fs.String("scope", "", "the run's scope `FILE` (checked against its scope_hash): its trees become candidates, and the report says what the scope grants")
 	base := fs.String("base", ".", "the approved base `DIR` the run used with --scope")
-	var paths stringList
+	var paths cli.StringList
 	fs.Var(&paths, "path", "a candidate `PATH` to test (repeatable)")
 	candFile := fs.String("candidates", "", "`FILE` of candidate paths, one per line")
 	dsn := fs.String("clickhouse", "", "read the run from ClickHouse at `DSN` instead of this host's stream (a run older than the stream's 7 days)")
 	host := fs.String("host", "", "the host whose stream subjects hold the run (default this host)")
 	since := fs.Duration("since", 7*24*time.Hour, "how far back to read the stream")
-	nf := addNATSFlags(fs.FlagSet, defaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
-	stateDir := fs.String("state-dir", daemonStateDir, "the daemon's state `DIR`: the path key and the embedded NATS credentials")
+	nf := cli.AddNATSFlags(fs.FlagSet, cli.DefaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
+	stateDir := fs.String("state-dir", cli.DaemonStateDir, "the daemon's state `DIR`: the path key and the embedded NATS credentials")
 	pathKey := fs.String("path-key", "", "the path hash key `FILE` (default STATE_DIR/path.key)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "debug logging")
-	pos, command, err := parseInterspersed(fs.FlagSet, args)
+	pos, command, err := cli.ParseInterspersed(fs.FlagSet, args)
 	if err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
 	if len(pos) != 1 {
-		return fs.usageError("one RUN_ID is needed")
+		return fs.UsageError("one RUN_ID is needed")
 	}
 	// The host's configuration names the daemon's state dir, path key and
 	// NATS; not the ClickHouse DSN: the stream stays the default source.
-	if err := applyConfig(fs.FlagSet, withKeys(daemonStateKeys(map[string]string{"path_key": "path-key"}))); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, cli.WithKeys(cli.DaemonStateKeys(map[string]string{"path_key": "path-key"}))); err != nil {
+		return cli.ConfigFail(err)
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -73,34 +74,34 @@ func cmdWhy(ctx context.Context, args []string) int {
 	}
 	key, err := os.ReadFile(*pathKey)
 	if err != nil {
-		return fail(exitUsage, fmt.Errorf("why: the path key: %w (it is root-only: run as root, or pass --path-key FILE)", err))
+		return cli.Fail(cli.ExitUsage, fmt.Errorf("why: the path key: %w (it is root-only: run as root, or pass --path-key FILE)", err))
 	}
 	if len(key) != schema.PathKeySize {
-		return fail(exitUsage, fmt.Errorf("why: %s is %d bytes, not a path key (%d)", *pathKey, len(key), schema.PathKeySize))
+		return cli.Fail(cli.ExitUsage, fmt.Errorf("why: %s is %d bytes, not a path key (%d)", *pathKey, len(key), schema.PathKeySize))
 	}
 	if cfg.Hasher, err = schema.NewPathHasher(key); err != nil {
-		return fail(exitUsage, err)
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	if *candFile != "" {
 		more, err := readLines(*candFile)
 		if err != nil {
-			return fail(exitUsage, fmt.Errorf("--candidates: %w", err))
+			return cli.Fail(cli.ExitUsage, fmt.Errorf("--candidates: %w", err))
 		}
 		cfg.Paths = append(cfg.Paths, more...)
 	}
 	if *scopeFile != "" {
 		if cfg.ScopeRecord, err = schema.ReadScopeFile(*scopeFile); err != nil {
-			return fail(exitBadScope, err)
+			return cli.Fail(cli.ExitBadScope, err)
 		}
 	}
 	if *dsn != "" {
 		st, err := store.Open(ctx, *dsn, false, nil)
 		if err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 		defer st.Close()
 		if err := st.CheckSchema(ctx); err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 		cfg.Source = &explain.StoreSource{Store: st}
 	} else {
@@ -108,28 +109,28 @@ func cmdWhy(ctx context.Context, args []string) int {
 		if h == "" {
 			h = schema.LocalOrigin().Host
 		}
-		opts, err := nf.options(stream.RoleReader, h, "mcpwarden-why", *stateDir)
+		opts, err := nf.Options(stream.RoleReader, h, "mcpwarden-why", *stateDir)
 		if err != nil {
-			return fail(exitUsage, err)
+			return cli.Fail(cli.ExitUsage, err)
 		}
 		nc, err := stream.Connect(opts, nats.RetryOnFailedConnect(false))
 		if err != nil {
-			return fail(exitInternal, authHint(err, nf))
+			return cli.Fail(cli.ExitInternal, cli.AuthHint(err, nf))
 		}
 		defer nc.Close()
 		js, err := jetstream.New(nc)
 		if err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 		cfg.Source = &explain.StreamSource{JS: js, Host: h, Since: *since}
 	}
 	rep, err := explain.Run(ctx, cfg)
 	if err != nil {
-		code := exitInternal
+		code := cli.ExitInternal
 		if errors.Is(err, explain.ErrNoSuchRun) {
-			code = exitUsage
+			code = cli.ExitUsage
 		}
-		return fail(code, err)
+		return cli.Fail(code, err)
 	}
 	if *asJSON {
 		err = rep.WriteJSON(os.Stdout)
@@ -137,9 +138,9 @@ func cmdWhy(ctx context.Context, args []string) int {
 		err = rep.WriteText(os.Stdout)
 	}
 	if err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // readLines reads a list of paths, one per line ('#' starts a comment).

@@ -19,6 +19,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/probes"
 	"github.com/mcpwarden/mcpwarden/daemon/xcheck"
 	"github.com/mcpwarden/mcpwarden/hostconfig"
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
@@ -40,9 +41,9 @@ Must run as root.
 `
 
 func cmdDaemon(ctx context.Context, args []string) int {
-	fs := newFlags("daemon", daemonUsage)
+	fs := cli.NewFlags("daemon", daemonUsage)
 	socket := fs.String("socket", client.DefaultSocket, "registration socket `PATH` (created 0600 in a 0700 directory)")
-	nf := addNATSFlags(fs.FlagSet, "", "external NATS `URL` (comma-separated for a cluster; default: run the embedded NATS server)")
+	nf := cli.AddNATSFlags(fs.FlagSet, "", "external NATS `URL` (comma-separated for a cluster; default: run the embedded NATS server)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "`HOST:PORT` the embedded NATS server listens on (a loopback address: it speaks no TLS)")
 	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
 	pathKey := fs.String("path-key", "", "key `FILE` for path hashes (default STATE_DIR/path.key, created if missing; share it with 'run' so hashes match)")
@@ -51,19 +52,19 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check in the daemon (a collector runs it)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
-	if err := applyConfig(fs.FlagSet, withKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "socket", "path_key": "path-key"})); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, cli.WithKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "socket", "path_key": "path-key"})); err != nil {
+		return cli.ConfigFail(err)
 	}
 	if *socket == hostconfig.Off {
-		return configFail(errors.New("daemon_socket is \"off\": the daemon needs a socket path to serve"))
+		return cli.ConfigFail(errors.New("daemon_socket is \"off\": the daemon needs a socket path to serve"))
 	}
 	if fs.NArg() > 0 {
-		return fs.usageError("unexpected argument %q", fs.Arg(0))
+		return fs.UsageError("unexpected argument %q", fs.Arg(0))
 	}
 	if os.Geteuid() != 0 {
-		return fail(exitInternal, errors.New("daemon: must run as root (it loads eBPF programs and reads the audit netlink): run it with sudo or as a systemd service"))
+		return cli.Fail(cli.ExitInternal, errors.New("daemon: must run as root (it loads eBPF programs and reads the audit netlink): run it with sudo or as a systemd service"))
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -74,60 +75,60 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	var err error
 	if *stateDir == "" {
 		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 	}
 	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		return fail(exitInternal, fmt.Errorf("create state dir: %w; pass --state-dir DIR somewhere writable", err))
+		return cli.Fail(cli.ExitInternal, fmt.Errorf("create state dir: %w; pass --state-dir DIR somewhere writable", err))
 	}
 	if *pathKey == "" {
 		*pathKey = filepath.Join(*stateDir, "path.key")
 	}
 	key, err := schema.LoadOrCreatePathKey(*pathKey)
 	if err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
 	hasher, err := schema.NewPathHasher(key)
 	if err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
 
 	origin := schema.LocalOrigin()
 	name := "daemon@" + origin.Host
 	var natsOpts stream.ConnOptions
-	if nf.url == "" {
-		if nf.given() {
-			return fail(exitUsage, errors.New("daemon: NATS credentials are for an external server (--nats URL); the embedded server uses the keys it generates in STATE_DIR/nats-auth"))
+	if nf.URL == "" {
+		if nf.Given() {
+			return cli.Fail(cli.ExitUsage, errors.New("daemon: NATS credentials are for an external server (--nats URL); the embedded server uses the keys it generates in STATE_DIR/nats-auth"))
 		}
 		host, port, err := splitListen(*listen)
 		if err != nil {
-			return fail(exitUsage, err)
+			return cli.Fail(cli.ExitUsage, err)
 		}
-		creds, err := natsserver.LoadOrCreateCredentials(natsserver.CredentialsDir(*stateDir))
+		creds, err := natsserver.LoadOrCreateCredentials(stream.CredentialsDir(*stateDir))
 		if err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 		srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(*stateDir, "nats"), Host: host, Port: port, Auth: creds, EventHost: origin.Host, Logger: logger})
 		if err != nil {
-			return fail(exitInternal, fmt.Errorf("start embedded NATS: %w (is another NATS on %s? pass --nats-listen HOST:PORT, or --nats URL to use it)", err, *listen))
+			return cli.Fail(cli.ExitInternal, fmt.Errorf("start embedded NATS: %w (is another NATS on %s? pass --nats-listen HOST:PORT, or --nats URL to use it)", err, *listen))
 		}
 		defer srv.Shutdown()
 		natsOpts = srv.Client(stream.RoleDaemon, name)
-	} else if natsOpts, err = nf.options(stream.RoleDaemon, origin.Host, name, *stateDir); err != nil {
-		return fail(exitUsage, err)
+	} else if natsOpts, err = nf.Options(stream.RoleDaemon, origin.Host, name, *stateDir); err != nil {
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	nc, err := stream.Connect(natsOpts)
 	if err != nil {
-		return fail(exitAuditSink, authHint(err, nf))
+		return cli.Fail(cli.ExitAuditSink, cli.AuthHint(err, nf))
 	}
 	defer nc.Close()
 	pubCfg := publish.Config{Conn: nc, SpoolDir: filepath.Join(*stateDir, "spool", "daemon"), Logger: logger}
-	if nf.url == "" {
+	if nf.URL == "" {
 		pubCfg.EnsureStream = &stream.Config{}
 	}
 	pub, err := publish.New(ctx, pubCfg)
 	if err != nil {
-		return fail(exitAuditSink, err)
+		return cli.Fail(cli.ExitAuditSink, err)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -139,12 +140,12 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	if !*noXcheck {
 		js, err := jetstream.New(nc)
 		if err != nil {
-			return fail(exitAuditSink, fmt.Errorf("JetStream: %w", err))
+			return cli.Fail(cli.ExitAuditSink, fmt.Errorf("JetStream: %w", err))
 		}
 		every := min(time.Second, max(*xwindow/4, 100*time.Millisecond))
 		xc, err = xcheck.New(xcheck.Config{JetStream: js, Host: origin.Host, Sink: pub, Check: crosscheck.Config{Window: *xwindow}, Every: every, Logger: logger})
 		if err != nil {
-			return fail(exitUsage, err)
+			return cli.Fail(cli.ExitUsage, err)
 		}
 	}
 	d, err := daemon.New(daemon.Config{
@@ -158,12 +159,12 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		CrossCheck:  crossCheck(xc),
 	})
 	if err != nil {
-		return fail(exitUsage, err)
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	if err := d.Run(ctx); err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // crossCheck keeps a nil *xcheck.Loop from becoming a non-nil interface.

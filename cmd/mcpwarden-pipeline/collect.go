@@ -10,6 +10,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector"
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/crosscheck"
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -21,9 +22,9 @@ Any number of collectors may share the stream; see docs/pipeline.md.
 `
 
 func cmdCollect(ctx context.Context, args []string) int {
-	fs := newFlags("collect", collectUsage)
-	nf := addNATSFlags(fs.FlagSet, defaultNATS, "NATS `URL` (comma-separated for a cluster; default the daemon's embedded server on this host)")
-	stateDir := fs.String("state-dir", daemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's credentials are (used when no NATS credential flag is given)")
+	fs := cli.NewFlags("collect", collectUsage)
+	nf := cli.AddNATSFlags(fs.FlagSet, cli.DefaultNATS, "NATS `URL` (comma-separated for a cluster; default the daemon's embedded server on this host)")
+	stateDir := fs.String("state-dir", cli.DaemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's credentials are (used when no NATS credential flag is given)")
 	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol: clickhouse://USER:PASSWORD@HOST:9000/DATABASE")
 	migrate := fs.Bool("migrate", false, "create the database and apply schema migrations (idempotent) before collecting")
 	migrateOnly := fs.Bool("migrate-only", false, "apply migrations and exit")
@@ -38,13 +39,13 @@ func cmdCollect(ctx context.Context, args []string) int {
 	window := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the cross-check")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
-	if err := applyConfig(fs.FlagSet, withKeys(daemonStateKeys(map[string]string{"clickhouse_dsn": "clickhouse"}))); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, cli.WithKeys(cli.DaemonStateKeys(map[string]string{"clickhouse_dsn": "clickhouse"}))); err != nil {
+		return cli.ConfigFail(err)
 	}
 	if fs.NArg() > 0 {
-		return fs.usageError("takes no arguments, got %q", fs.Args())
+		return fs.UsageError("takes no arguments, got %q", fs.Args())
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -54,19 +55,19 @@ func cmdCollect(ctx context.Context, args []string) int {
 	if *migrateOnly {
 		st, err := store.Open(ctx, *dsn, true, logger)
 		if err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 		defer st.Close()
 		applied, err := st.Migrate(ctx)
 		if err != nil {
-			return fail(exitInternal, err)
+			return cli.Fail(cli.ExitInternal, err)
 		}
 		fmt.Printf("ClickHouse database %s is current (%d migrations applied now)\n", st.Database(), len(applied))
-		return exitOK
+		return cli.ExitOK
 	}
-	natsOpts, err := nf.options(stream.RoleCollector, schema.LocalOrigin().Host, "mcpwarden-collect", *stateDir)
+	natsOpts, err := nf.Options(stream.RoleCollector, schema.LocalOrigin().Host, "mcpwarden-collect", *stateDir)
 	if err != nil {
-		return fail(exitUsage, err)
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	cfg := collector.Config{
 		NATS:          natsOpts,
@@ -85,10 +86,10 @@ func cmdCollect(ctx context.Context, args []string) int {
 	}
 	c, err := collector.New(cfg)
 	if err != nil {
-		return fail(exitUsage, err)
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	if err := c.Run(ctx); err != nil {
-		return fail(exitInternal, authHint(err, nf))
+		return cli.Fail(cli.ExitInternal, cli.AuthHint(err, nf))
 	}
-	return exitOK
+	return cli.ExitOK
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -29,39 +30,39 @@ daemon's host (it uses STATE_DIR/nats-auth/reader.nk), or give credentials.
 `
 
 func cmdEvents(ctx context.Context, args []string) int {
-	fs := newFlags("events", eventsUsage)
+	fs := cli.NewFlags("events", eventsUsage)
 	follow := fs.Bool("follow", false, "print new events live until interrupted")
 	asJSON := fs.Bool("json", false, "print each event as one JSON line")
 	run := fs.String("run", "", "only events of run `RUN_ID`")
 	kind := fs.String("kind", "", "only events of `KIND` (file_op, landlock_denial, finding, health, launch, decision)")
 	since := fs.Duration("since", 0, "only events stored in the last `DURATION` (e.g. 15m; default: all)")
-	nf := addNATSFlags(fs.FlagSet, defaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
-	stateDir := fs.String("state-dir", daemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's credentials are (used when no NATS credential flag is given)")
+	nf := cli.AddNATSFlags(fs.FlagSet, cli.DefaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
+	stateDir := fs.String("state-dir", cli.DaemonStateDir, "the daemon's state `DIR`, where the embedded NATS server's credentials are (used when no NATS credential flag is given)")
 	if err := fs.Parse(args); err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
-	if err := applyConfig(fs.FlagSet, withKeys(daemonStateKeys(map[string]string{}))); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, cli.WithKeys(cli.DaemonStateKeys(map[string]string{}))); err != nil {
+		return cli.ConfigFail(err)
 	}
 	if fs.NArg() > 0 {
-		return fs.usageError("unexpected argument %q", fs.Arg(0))
+		return fs.UsageError("unexpected argument %q", fs.Arg(0))
 	}
 	if *kind != "" && !slices.Contains(schema.Kinds, schema.Kind(*kind)) {
 		fmt.Fprintf(os.Stderr, "mcpwarden events: unknown --kind %q; use one of %v\n", *kind, schema.Kinds)
-		return exitUsage
+		return cli.ExitUsage
 	}
-	opts, err := nf.options(stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-events", *stateDir)
+	opts, err := nf.Options(stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-events", *stateDir)
 	if err != nil {
-		return fail(exitUsage, err)
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	nc, err := stream.Connect(opts, nats.RetryOnFailedConnect(false))
 	if err != nil {
-		return fail(exitInternal, authHint(err, nf))
+		return cli.Fail(cli.ExitInternal, cli.AuthHint(err, nf))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return fail(exitInternal, fmt.Errorf("JetStream: %w", err))
+		return cli.Fail(cli.ExitInternal, fmt.Errorf("JetStream: %w", err))
 	}
 	subject := stream.AllSubjects
 	if *kind != "" {
@@ -79,7 +80,7 @@ func cmdEvents(ctx context.Context, args []string) int {
 	cons, err := js.OrderedConsumer(sctx, stream.Name, cc)
 	cancel()
 	if err != nil {
-		return fail(exitInternal, fmt.Errorf("read stream %s at %s: %w (is 'mcpwarden daemon' running, or pass --nats URL)", stream.Name, stream.RedactURL(nf.url), err))
+		return cli.Fail(cli.ExitInternal, fmt.Errorf("read stream %s at %s: %w (is 'mcpwarden daemon' running, or pass --nats URL)", stream.Name, stream.RedactURL(nf.URL), err))
 	}
 	p := &eventPrinter{w: os.Stdout, json: *asJSON, run: *run}
 	for {
@@ -91,19 +92,19 @@ func cmdEvents(ctx context.Context, args []string) int {
 		}
 		msg, err := cons.Next(jetstream.FetchMaxWait(wait))
 		if ctx.Err() != nil {
-			return exitOK
+			return cli.ExitOK
 		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 			if *follow {
 				continue
 			}
-			return exitOK
+			return cli.ExitOK
 		}
 		if err != nil {
 			if *follow {
 				continue
 			}
-			return fail(exitInternal, fmt.Errorf("read events: %w", err))
+			return cli.Fail(cli.ExitInternal, fmt.Errorf("read events: %w", err))
 		}
 		events, _, err := stream.DecodeBatch(msg.Subject(), msg.Data())
 		if err != nil {

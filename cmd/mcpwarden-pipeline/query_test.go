@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"testing"
+
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 )
 
 // TestQueryAndCollectUsage: bad invocations are refused with the usage exit
@@ -18,11 +20,11 @@ func TestQueryAndCollectUsage(t *testing.T) {
 		{"collect", "extra-arg"},
 		{"collect", "--batch-wait", "soon"},
 	} {
-		if code := dispatch(context.Background(), args); code != exitUsage {
-			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		if code := dispatch(context.Background(), args); code != cli.ExitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, cli.ExitUsage)
 		}
 	}
-	if code := dispatch(context.Background(), []string{"query", "runs", "--sql"}); code != exitOK {
+	if code := dispatch(context.Background(), []string{"query", "runs", "--sql"}); code != cli.ExitOK {
 		t.Errorf("query runs --sql: exit %d", code)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/collector/query"
 	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/internal/cli"
 )
 
 func cmdQuery(ctx context.Context, args []string) int {
@@ -18,7 +19,7 @@ func cmdQuery(ctx context.Context, args []string) int {
 	for _, c := range query.List {
 		fmt.Fprintf(&u, "  %-10s %s\n", c.Name, c.Summary)
 	}
-	fs := newFlags("query", u.String())
+	fs := cli.NewFlags("query", u.String())
 	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol")
 	since := fs.Duration("since", 24*time.Hour, "time range: this long before --to")
 	fromS := fs.String("from", "", "time range start, RFC 3339 (overrides --since)")
@@ -31,59 +32,59 @@ func cmdQuery(ctx context.Context, args []string) int {
 	limit := fs.Int("limit", 1000, "at most this many rows")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	showSQL := fs.Bool("sql", false, "print the query's SQL and exit")
-	pos, _, err := parseInterspersed(fs.FlagSet, args)
+	pos, _, err := cli.ParseInterspersed(fs.FlagSet, args)
 	if err != nil {
-		return fs.exit(err)
+		return fs.Exit(err)
 	}
-	if err := applyConfig(fs.FlagSet, map[string]string{"clickhouse_dsn": "clickhouse"}); err != nil {
-		return configFail(err)
+	if err := cli.ApplyConfig(fs.FlagSet, map[string]string{"clickhouse_dsn": "clickhouse"}); err != nil {
+		return cli.ConfigFail(err)
 	}
 	if len(pos) != 1 {
-		return fs.usageError("give one query NAME")
+		return fs.UsageError("give one query NAME")
 	}
 	name := pos[0]
 	text, err := query.Text(name)
 	if err != nil {
-		return fail(exitUsage, err)
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	if name == "timeline" && *run == "" {
-		return fail(exitUsage, query.ErrTimelineNeedsRun)
+		return cli.Fail(cli.ExitUsage, query.ErrTimelineNeedsRun)
 	}
 	if *showSQL {
 		fmt.Print(text)
-		return exitOK
+		return cli.ExitOK
 	}
 	to := time.Now()
 	if *toS != "" {
 		if to, err = time.Parse(time.RFC3339, *toS); err != nil {
-			return fail(exitUsage, fmt.Errorf("--to: want RFC 3339 such as 2026-11-30T07:00:00Z: %w", err))
+			return cli.Fail(cli.ExitUsage, fmt.Errorf("--to: want RFC 3339 such as 2026-11-30T07:00:00Z: %w", err))
 		}
 	}
 	from := to.Add(-*since)
 	if *fromS != "" {
 		if from, err = time.Parse(time.RFC3339, *fromS); err != nil {
-			return fail(exitUsage, fmt.Errorf("--from: want RFC 3339 such as 2026-11-30T06:00:00Z: %w", err))
+			return cli.Fail(cli.ExitUsage, fmt.Errorf("--from: want RFC 3339 such as 2026-11-30T06:00:00Z: %w", err))
 		}
 	}
 	if !from.Before(to) {
-		return fail(exitUsage, errors.New("the time range is empty: --from must be before --to"))
+		return cli.Fail(cli.ExitUsage, errors.New("the time range is empty: --from must be before --to"))
 	}
 	if *severity != "" && !strings.Contains(" low medium high critical ", " "+*severity+" ") {
-		return fail(exitUsage, fmt.Errorf("--severity %q: use low, medium, high or critical", *severity))
+		return cli.Fail(cli.ExitUsage, fmt.Errorf("--severity %q: use low, medium, high or critical", *severity))
 	}
 	st, err := store.Open(ctx, *dsn, false, nil)
 	if err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
 	defer st.Close()
 	if err := st.CheckSchema(ctx); err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
 	res, err := query.Run(ctx, st.Conn(), name, query.Params{
 		From: from, To: to, Host: *host, Scope: *scope, Severity: *severity, Tool: *tool, Run: *run, Limit: *limit,
 	})
 	if err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
 	if *asJSON {
 		err = res.WriteJSON(os.Stdout)
@@ -91,7 +92,7 @@ func cmdQuery(ctx context.Context, args []string) int {
 		err = res.WriteTable(os.Stdout)
 	}
 	if err != nil {
-		return fail(exitInternal, err)
+		return cli.Fail(cli.ExitInternal, err)
 	}
-	return exitOK
+	return cli.ExitOK
 }
