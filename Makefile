@@ -23,7 +23,7 @@ all: build
 # ClickHouse, eBPF), which `mcpwarden COMMAND` execs from next to it.
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mcpwarden
-	$(GO) build -trimpath -o $(PIPELINE) ./cmd/mcpwarden-pipeline
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PIPELINE) ./cmd/mcpwarden-pipeline
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(FENCE) ./cmd/mcpwarden-fence
 
 # deps installs (idempotently) what the tests need: Debian packages, the

@@ -55,6 +55,9 @@ type Config struct {
 	AckWait time.Duration
 	// MaxBackoff caps the retry delay when ClickHouse fails (default 10 s).
 	MaxBackoff time.Duration
+	// LagEvery is how often the consumer's lag is read from JetStream for
+	// Stats (default 5 s).
+	LagEvery time.Duration
 	// CrossCheck enables the cross-check loop; CrossCheckEvery is its period
 	// (default 5 s).
 	CrossCheck      bool
@@ -65,9 +68,44 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Stats are a collector's counters.
+// Stats are a collector's counters and state. Counters only grow.
 type Stats struct {
+	// Messages fetched, Events stored, Rejected events (invalid, or in a
+	// message that did not decode), Inserts that succeeded, InsertFailures
+	// (attempts that failed and were retried), Findings the cross-check
+	// inserted.
 	Messages, Events, Rejected, Inserts, InsertFailures, Findings uint64
+	// EventsByKind splits Events; FindingsBy splits Findings.
+	EventsByKind map[schema.Kind]uint64
+	FindingsBy   map[FindingKey]uint64
+	// InsertTime is the time spent in successful inserts; LastInsert when
+	// the last one succeeded (zero: none yet).
+	InsertTime time.Duration
+	LastInsert time.Time
+	// CrossCheckPasses and CrossCheckFailures count the cross-check's passes.
+	CrossCheckPasses, CrossCheckFailures uint64
+	// Consumer is the shared durable consumer as JetStream last reported
+	// it (every LagEvery); zero until the first report.
+	Consumer ConsumerLag
+	// NATSConnected: the connection to NATS is up.
+	NATSConnected bool
+}
+
+// ConsumerLag is what the shared consumer has not finished.
+type ConsumerLag struct {
+	// Pending: messages in the stream not yet delivered to any collector;
+	// AckPending: delivered, not yet acknowledged (being inserted, or held
+	// by a collector that died, until AckWait); Redelivered: delivered more
+	// than once and not yet acknowledged.
+	Pending, AckPending, Redelivered uint64
+	// At is when JetStream reported it.
+	At time.Time
+}
+
+// FindingKey is one finding type and severity.
+type FindingKey struct {
+	Type     schema.FindingType
+	Severity schema.Severity
 }
 
 // Collector is one collector process.
@@ -76,6 +114,48 @@ type Collector struct {
 	log *slog.Logger
 
 	messages, events, rejected, inserts, insertFailures, findings atomic.Uint64
+	eventsByKind                                                  [len(kindIndex)]atomic.Uint64
+	insertNS, lastInsertNS                                        atomic.Int64
+	xcheckPasses, xcheckFailures                                  atomic.Uint64
+	natsConnected                                                 atomic.Bool
+
+	mu         sync.Mutex // guards findingsBy and lag
+	findingsBy map[FindingKey]uint64
+	lag        ConsumerLag
+}
+
+// kindIndex numbers the event kinds for the per-kind counters.
+var kindIndex = [...]schema.Kind{schema.KindLaunch, schema.KindDecision, schema.KindFileOp, schema.KindLandlockDenial, schema.KindFinding, schema.KindHealth}
+
+// countStored adds a stored batch to the per-kind counters.
+func (c *Collector) countStored(evs []schema.Event) {
+	var n [len(kindIndex)]uint64
+	for i := range evs {
+		for k, kind := range kindIndex {
+			if evs[i].Kind == kind {
+				n[k]++
+				break
+			}
+		}
+	}
+	for k := range n {
+		if n[k] > 0 {
+			c.eventsByKind[k].Add(n[k])
+		}
+	}
+}
+
+// countFindings adds inserted findings to the per-type counters.
+func (c *Collector) countFindings(fs []schema.Event) {
+	c.findings.Add(uint64(len(fs)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range fs {
+		if f.Finding == nil {
+			continue
+		}
+		c.findingsBy[FindingKey{f.Finding.Type, f.Finding.Severity}]++
+	}
 }
 
 // New checks cfg and returns a Collector.
@@ -104,6 +184,9 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.CrossCheckEvery <= 0 {
 		cfg.CrossCheckEvery = 5 * time.Second
 	}
+	if cfg.LagEvery <= 0 {
+		cfg.LagEvery = 5 * time.Second
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -114,12 +197,64 @@ func New(cfg Config) (*Collector, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Collector{cfg: cfg, log: log}, nil
+	return &Collector{cfg: cfg, log: log, findingsBy: map[FindingKey]uint64{}}, nil
 }
 
-// Stats returns the counters.
+// Stats returns the counters. It is safe to call at any time, from any
+// goroutine.
 func (c *Collector) Stats() Stats {
-	return Stats{c.messages.Load(), c.events.Load(), c.rejected.Load(), c.inserts.Load(), c.insertFailures.Load(), c.findings.Load()}
+	s := Stats{
+		Messages:           c.messages.Load(),
+		Events:             c.events.Load(),
+		Rejected:           c.rejected.Load(),
+		Inserts:            c.inserts.Load(),
+		InsertFailures:     c.insertFailures.Load(),
+		Findings:           c.findings.Load(),
+		EventsByKind:       make(map[schema.Kind]uint64, len(kindIndex)),
+		InsertTime:         time.Duration(c.insertNS.Load()),
+		CrossCheckPasses:   c.xcheckPasses.Load(),
+		CrossCheckFailures: c.xcheckFailures.Load(),
+		NATSConnected:      c.natsConnected.Load(),
+	}
+	if ns := c.lastInsertNS.Load(); ns != 0 {
+		s.LastInsert = time.Unix(0, ns)
+	}
+	for k, kind := range kindIndex {
+		s.EventsByKind[kind] = c.eventsByKind[k].Load()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.FindingsBy = make(map[FindingKey]uint64, len(c.findingsBy))
+	for k, v := range c.findingsBy {
+		s.FindingsBy[k] = v
+	}
+	s.Consumer = c.lag
+	return s
+}
+
+// watchLag reads the consumer's lag and the connection's state every
+// LagEvery until ctx ends.
+func (c *Collector) watchLag(ctx context.Context, nc *nats.Conn, cons jetstream.Consumer) {
+	t := time.NewTicker(c.cfg.LagEvery)
+	defer t.Stop()
+	for {
+		c.natsConnected.Store(nc.IsConnected())
+		ictx, cancel := context.WithTimeout(ctx, c.cfg.LagEvery)
+		info, err := cons.Info(ictx)
+		cancel()
+		if err == nil {
+			c.mu.Lock()
+			c.lag = ConsumerLag{Pending: info.NumPending, AckPending: uint64(info.NumAckPending), Redelivered: uint64(info.NumRedelivered), At: info.TimeStamp}
+			c.mu.Unlock()
+		} else if ctx.Err() == nil {
+			c.log.Debug("read consumer info", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // ConsumerConfig is the durable consumer every collector shares.
@@ -177,6 +312,17 @@ func (c *Collector) Run(ctx context.Context) error {
 		return fmt.Errorf("collect: create durable consumer %s: %w", c.cfg.Durable, err)
 	}
 	c.log.Info("collecting", "stream", stream.Name, "consumer", c.cfg.Durable, "database", st.Database())
+
+	lagDone := make(chan struct{})
+	lagCtx, stopLag := context.WithCancel(ctx)
+	go func() {
+		defer close(lagDone)
+		c.watchLag(lagCtx, nc, cons)
+	}()
+	defer func() {
+		stopLag()
+		<-lagDone
+	}()
 
 	done := make(chan struct{})
 	if c.cfg.CrossCheck {
@@ -391,11 +537,16 @@ func (c *Collector) insert(ctx context.Context, st *store.Store, h held) error {
 	lastProgress := time.Now()
 	for {
 		ictx, cancel := context.WithTimeout(attempts, 30*time.Second)
+		t0 := time.Now()
 		err := st.Insert(ictx, h.events)
 		cancel()
 		if err == nil {
+			now := time.Now()
+			c.insertNS.Add(int64(now.Sub(t0)))
+			c.lastInsertNS.Store(now.UnixNano())
 			c.inserts.Add(1)
 			c.events.Add(uint64(len(h.events)))
+			c.countStored(h.events)
 			return nil
 		}
 		c.insertFailures.Add(1)

@@ -25,10 +25,13 @@ func (c *Collector) crossCheckLoop(ctx context.Context, st *store.Store) {
 	t := time.NewTicker(c.cfg.CrossCheckEvery)
 	defer t.Stop()
 	for {
-		if err := c.crossCheckPass(ctx, st, lookback, emitted); err != nil && ctx.Err() == nil {
-			c.log.Warn("cross-check pass failed; retrying next period", "error", err)
-		} else {
+		switch err := c.crossCheckPass(ctx, st, lookback, emitted); {
+		case err == nil:
+			c.xcheckPasses.Add(1)
 			lookback = window + 3*c.cfg.CrossCheckEvery
+		case ctx.Err() == nil:
+			c.xcheckFailures.Add(1)
+			c.log.Warn("cross-check pass failed; retrying next period", "error", err)
 		}
 		if len(emitted) > 1_000_000 {
 			clear(emitted) // re-inserting a finding is harmless: it collapses
@@ -82,7 +85,7 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 		for _, f := range fresh {
 			emitted[f.EventID] = true
 		}
-		c.findings.Add(uint64(len(fresh)))
+		c.countFindings(fresh)
 	}
 	// Host-level observation gaps from health reports.
 	health, err := st.ReadHealthSince(ctx, now.Add(-lookback-time.Hour).UnixNano())
@@ -102,7 +105,7 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 		for _, f := range fresh {
 			emitted[f.EventID] = true
 		}
-		c.findings.Add(uint64(len(fresh)))
+		c.countFindings(fresh)
 	}
 	return nil
 }

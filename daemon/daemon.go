@@ -94,6 +94,9 @@ type Daemon struct {
 	published   atomic.Uint64
 	sinkDown    atomic.Bool // the last batch was refused: new runs are refused too
 
+	registered, restarted, refusedSinkDown, refusedInvalid atomic.Uint64
+	srv                                                    *api.Server // set before ready is closed
+
 	readyOnce sync.Once
 	ready     chan struct{}
 }
@@ -170,6 +173,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return fmt.Errorf("daemon: %w", err)
 	}
 	srv.PathKeyID = d.cfg.Hasher.KeyID()
+	d.srv = srv
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -263,7 +267,14 @@ func (d *Daemon) openAudit() (string, error) {
 type handler struct{ d *Daemon }
 
 func (h handler) Register(ctx context.Context, r *api.Registration) (uint32, error) {
-	return h.d.register(r)
+	slot, err := h.d.register(r)
+	switch {
+	case errors.Is(err, errSinkDown):
+		h.d.refusedSinkDown.Add(1)
+	case err != nil:
+		h.d.refusedInvalid.Add(1)
+	}
+	return slot, err
 }
 
 func (h handler) Unregister(ctx context.Context, runID string) error {
@@ -292,10 +303,13 @@ func ScopeHash(s *schema.CanonicalScope) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
+// errSinkDown refuses a registration while the event sink refuses events.
+var errSinkDown = errors.New("the daemon's event sink is refusing events (NATS down and spool full?), so a new run would go unrecorded; check 'mcpwarden daemon' logs and free the spool")
+
 func (d *Daemon) register(reg *api.Registration) (uint32, error) {
 	if d.sinkDown.Load() {
 		// Fail closed: a run started now would go unrecorded.
-		return 0, errors.New("the daemon's event sink is refusing events (NATS down and spool full?), so a new run would go unrecorded; check 'mcpwarden daemon' logs and free the spool")
+		return 0, errSinkDown
 	}
 	h, err := ScopeHash(reg.Scope)
 	if err != nil {
@@ -319,6 +333,7 @@ func (d *Daemon) register(reg *api.Registration) (uint32, error) {
 		if err := d.probes.Watch(uint32(reg.RootPID), old.Slot); err != nil {
 			return 0, err
 		}
+		d.restarted.Add(1)
 		d.log.Info("run restarted", "run_id", old.ID, "slot", old.Slot, "root_pid", reg.RootPID)
 		return old.Slot, nil
 	}
@@ -338,8 +353,79 @@ func (d *Daemon) register(reg *api.Registration) (uint32, error) {
 		d.table.Remove(slot)
 		return 0, err
 	}
+	d.registered.Add(1)
 	d.log.Info("run registered", "run_id", run.ID, "scope_id", run.ScopeID, "slot", slot, "root_pid", reg.RootPID, "mode", reg.Mode)
 	return slot, nil
+}
+
+// Stats are the daemon's counters and state, for metrics. Every counter
+// only grows while the daemon runs.
+type Stats struct {
+	// Ready: the probes, the audit stream and the socket are up. Until
+	// then every other field is zero.
+	Ready bool
+	// RunsActive is the registered runs whose processes have not all
+	// exited; RunsRegistered counts registrations, RunsRestarted the roots
+	// added to a registered run (a server restarted under a narrower fence).
+	RunsActive                    int
+	RunsRegistered, RunsRestarted uint64
+	// Refused registrations: while the event sink refused events
+	// (RefusedSinkDown), invalid ones (scope hash, root pid, malformed,
+	// RefusedInvalid), and connections from a user other than root
+	// (RefusedPeer).
+	RefusedSinkDown, RefusedInvalid, RefusedPeer uint64
+	// Probes are the kernel side's and the ring reader's counters.
+	Probes probes.Counters
+	// AuditQueueDrops: Landlock records dropped because the daemon's queue
+	// was full; AuditLost: records the audit socket lost (ENOBUFS).
+	AuditQueueDrops, AuditLost uint64
+	// Published counts events the sink accepted, PublishFailed events lost
+	// because the sink refused their batch; SinkDown says the last batch
+	// was refused (new runs are refused until one goes through).
+	Published, PublishFailed uint64
+	SinkDown                 bool
+	AuditStream              string
+	LandlockABI              int
+	// Hooks are the attached programs, Unavailable those that did not load.
+	Hooks, Unavailable int
+}
+
+// Stats returns the daemon's counters. It is safe to call at any time,
+// from any goroutine.
+func (d *Daemon) Stats() Stats {
+	select {
+	case <-d.ready:
+	default:
+		return Stats{}
+	}
+	c, err := d.probes.Counters()
+	if err != nil {
+		d.log.Warn("read probe counters", "err", err)
+	}
+	s := Stats{
+		Ready:           true,
+		RunsActive:      d.table.Active(),
+		RunsRegistered:  d.registered.Load(),
+		RunsRestarted:   d.restarted.Load(),
+		RefusedSinkDown: d.refusedSinkDown.Load(),
+		RefusedInvalid:  d.refusedInvalid.Load(),
+		Probes:          c,
+		AuditQueueDrops: d.auditDrops.Load(),
+		Published:       d.published.Load(),
+		PublishFailed:   d.publishFail.Load(),
+		SinkDown:        d.sinkDown.Load(),
+		AuditStream:     d.auditState,
+		LandlockABI:     d.landlockABI,
+		Hooks:           len(d.probes.Hooks()),
+		Unavailable:     len(d.probes.Unavailable()),
+	}
+	if d.audit != nil {
+		s.AuditLost = d.audit.Lost()
+	}
+	refusedPeer, refusedRequest := d.srv.Refused()
+	s.RefusedPeer = refusedPeer
+	s.RefusedInvalid += refusedRequest
+	return s
 }
 
 func (d *Daemon) health() schema.Health {

@@ -11,11 +11,12 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/metrics"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
-const collectUsage = `usage: mcpwarden collect [--nats URL] [--clickhouse DSN] [--migrate] [flags]
+const collectUsage = `usage: mcpwarden collect [--nats URL] [--clickhouse DSN] [--migrate] [--metrics-listen HOST:PORT] [flags]
 
 Moves events from NATS JetStream into ClickHouse and runs the cross-check.
 Any number of collectors may share the stream; see docs/pipeline.md.
@@ -37,6 +38,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 	maxAge := fs.Duration("stream-max-age", 7*24*time.Hour, "how long the stream keeps events")
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check")
 	window := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the cross-check")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on `HOST:PORT` at /metrics (default off; 127.0.0.1:9475 for this host only)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return fs.Exit(err)
@@ -46,6 +48,14 @@ func cmdCollect(ctx context.Context, args []string) int {
 	}
 	if fs.NArg() > 0 {
 		return fs.UsageError("takes no arguments, got %q", fs.Args())
+	}
+	if *metricsListen != "" {
+		if *migrateOnly {
+			return fs.UsageError("--metrics-listen has nothing to serve with --migrate-only")
+		}
+		if err := metrics.CheckAddr(*metricsListen); err != nil {
+			return fs.UsageError("%v", err)
+		}
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -87,6 +97,15 @@ func cmdCollect(ctx context.Context, args []string) int {
 	c, err := collector.New(cfg)
 	if err != nil {
 		return cli.Fail(cli.ExitUsage, err)
+	}
+	if *metricsListen != "" {
+		reg := metrics.NewRegistry("collector", cli.BuildVersion(version))
+		reg.MustRegister(metrics.Collector(c))
+		stop, err := serveMetrics(ctx, *metricsListen, reg, logger)
+		if err != nil {
+			return cli.Fail(cli.ExitUsage, err)
+		}
+		defer stop()
 	}
 	if err := c.Run(ctx); err != nil {
 		return cli.Fail(cli.ExitInternal, cli.AuthHint(err, nf))

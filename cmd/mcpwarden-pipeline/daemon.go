@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/daemon"
@@ -21,6 +22,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/hostconfig"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
+	"github.com/mcpwarden/mcpwarden/metrics"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
@@ -28,7 +30,7 @@ import (
 )
 
 const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--state-dir DIR] [--path-key FILE] [--enable-audit]
-                        [--nats-listen HOST:PORT | --nats URL [NATS flags]]
+                        [--nats-listen HOST:PORT | --nats URL [NATS flags]] [--metrics-listen HOST:PORT]
 
 Loads the eBPF probes, serves the run registration socket (root only), and
 sends sanitized file_op, landlock_denial, finding and health events to NATS
@@ -50,6 +52,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	enableAudit := fs.Bool("enable-audit", false, "turn kernel auditing on so Landlock denial records arrive (like 'auditctl -e 1')")
 	xwindow := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the on-host cross-check: findings are final this long after their evidence")
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check in the daemon (a collector runs it)")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on `HOST:PORT` at /metrics (default off; 127.0.0.1:9474 for this host only)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
 		return fs.Exit(err)
@@ -62,6 +65,11 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	}
 	if fs.NArg() > 0 {
 		return fs.UsageError("unexpected argument %q", fs.Arg(0))
+	}
+	if *metricsListen != "" {
+		if err := metrics.CheckAddr(*metricsListen); err != nil {
+			return fs.UsageError("%v", err)
+		}
 	}
 	if os.Geteuid() != 0 {
 		return cli.Fail(cli.ExitInternal, errors.New("daemon: must run as root (it loads eBPF programs and reads the audit netlink): run it with sudo or as a systemd service"))
@@ -136,6 +144,15 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		_ = pub.Close(cctx)
 	}()
 
+	// The sink the daemon and its cross-check publish to; with metrics on,
+	// it counts what goes through.
+	var sink daemon.Sink = pub
+	var counted *metrics.EventCounter
+	if *metricsListen != "" {
+		counted = metrics.CountEvents("daemon", pub)
+		sink = counted
+	}
+
 	var xc *xcheck.Loop
 	if !*noXcheck {
 		js, err := jetstream.New(nc)
@@ -143,14 +160,14 @@ func cmdDaemon(ctx context.Context, args []string) int {
 			return cli.Fail(cli.ExitAuditSink, fmt.Errorf("JetStream: %w", err))
 		}
 		every := min(time.Second, max(*xwindow/4, 100*time.Millisecond))
-		xc, err = xcheck.New(xcheck.Config{JetStream: js, Host: origin.Host, Sink: pub, Check: crosscheck.Config{Window: *xwindow}, Every: every, Logger: logger})
+		xc, err = xcheck.New(xcheck.Config{JetStream: js, Host: origin.Host, Sink: sink, Check: crosscheck.Config{Window: *xwindow}, Every: every, Logger: logger})
 		if err != nil {
 			return cli.Fail(cli.ExitUsage, err)
 		}
 	}
 	d, err := daemon.New(daemon.Config{
 		Socket:      *socket,
-		Sink:        pub,
+		Sink:        sink,
 		Hasher:      hasher,
 		Origin:      origin,
 		EnableAudit: *enableAudit,
@@ -161,10 +178,37 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	if err != nil {
 		return cli.Fail(cli.ExitUsage, err)
 	}
+	if *metricsListen != "" {
+		reg := metrics.NewRegistry("daemon", cli.BuildVersion(version))
+		reg.MustRegister(metrics.Daemon(d), metrics.Publisher("daemon", pub), counted)
+		stop, err := serveMetrics(ctx, *metricsListen, reg, logger)
+		if err != nil {
+			return cli.Fail(cli.ExitUsage, err)
+		}
+		defer stop()
+	}
 	if err := d.Run(ctx); err != nil {
 		return cli.Fail(cli.ExitInternal, err)
 	}
 	return cli.ExitOK
+}
+
+// serveMetrics serves reg on addr until ctx ends or stop is called; a
+// failure to listen is an error at start-up, a failure later is logged.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, logger *slog.Logger) (stop func(), err error) {
+	srv, err := metrics.Listen(addr, reg, logger)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx); err != nil {
+			logger.Error("metrics server stopped", "error", err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 // crossCheck keeps a nil *xcheck.Loop from becoming a non-nil interface.

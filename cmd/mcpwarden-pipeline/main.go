@@ -27,6 +27,10 @@ var commands = map[string]func(ctx context.Context, args []string) int{
 	"why":     cmdWhy,
 }
 
+// version is set at build time with -ldflags "-X main.version=..." (make
+// build stamps both programs alike); the metrics' build info reports it.
+var version = ""
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

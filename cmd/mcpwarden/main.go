@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"sort"
 	"syscall"
 
@@ -136,37 +135,6 @@ func cmdVersion(_ context.Context, args []string) int {
 	return cli.ExitOK
 }
 
-// buildVersion is the stamped version, else what the Go toolchain recorded:
-// the module version of an installed release, or the VCS revision (with
-// "-dirty" for a modified tree), else "dev".
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "dev"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return "dev-" + rev
-}
+// buildVersion is the stamped version, else what the Go toolchain recorded
+// (cli.BuildVersion).
+func buildVersion() string { return cli.BuildVersion(version) }

@@ -6,14 +6,17 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/daemon/api"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -227,5 +230,99 @@ func TestStatusNamesPathKey(t *testing.T) {
 	info, err := client.New(sock).Info(context.Background())
 	if err != nil || info.PathKeyID != h.KeyID() || info.Health.Component != "daemon" {
 		t.Fatalf("info %+v, %v; want key id %s", info, err, h.KeyID())
+	}
+}
+
+// TestRefusalsAreCounted: what the server refuses before the handler sees
+// it is counted (metrics read it), what the handler answers is not, and a
+// peer that is neither root nor the daemon's user is counted apart.
+func TestRefusalsAreCounted(t *testing.T) {
+	// Not under t.TempDir(), whose parent only this uid may enter: the
+	// peer case below connects as nobody.
+	top, err := os.MkdirTemp("", "mcpwarden-api-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	if err := os.Chmod(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(top, "d", "daemon.sock")
+	rec := &recorder{}
+	srv, err := api.Listen(sock, rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	send := func(line string) string {
+		t.Helper()
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, line := range []string{`{"version":1,"op":`, `{"version":1,"op":"drop_all"}`, `{"version":1,"op":"register"}`,
+		`{"version":1,"op":"register","register":{"run_id":"r","root_pid":1,"mode":"enforce","scope":{},"scope_hash":""}}`} {
+		send(line)
+	}
+	send(`{"version":1,"op":"status"}`)
+	c := client.New(sock)
+	if _, err := c.Register(ctx, registration(t)); err != nil {
+		t.Fatal(err)
+	}
+	rec.err = errors.New("root pid does not exist")
+	if _, err := c.Register(ctx, registration(t)); err == nil {
+		t.Fatal("the handler's refusal was not passed on")
+	}
+	if peer, request := srv.Refused(); peer != 0 || request != 4 {
+		t.Fatalf("Refused() = peer %d, request %d; want 0 and 4 (the handler's own refusal is the handler's to count)", peer, request)
+	}
+
+	if os.Geteuid() != 0 {
+		t.Log("not root: the peer refusal is not tried (it needs another uid)")
+		return
+	}
+	// Open the directory and socket to everyone, so only the peer check
+	// stands between nobody and the daemon.
+	if err := os.Chmod(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	// A connection from nobody (Python's socket module is a client
+	// that is neither root nor this test's uid).
+	// Debian's, not a shim under root's home that nobody cannot reach.
+	py := "/usr/bin/python3"
+	testenv.RequireFile(t, py, "scripts/test-env.sh install installs python3")
+	cmd := exec.Command(py, "-c", `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+# The server answers a refused peer at once and closes: read, do not send.
+print(s.makefile().readline())`, sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("status as nobody: %v: %s (want permission denied)", err, out)
+	}
+	if peer, _ := srv.Refused(); peer != 1 {
+		t.Fatalf("a connection from nobody: Refused() peer = %d, want 1", peer)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -37,6 +38,15 @@ type Server struct {
 	// PathKeyID is reported in answers to status and register; set it
 	// before Serve.
 	PathKeyID string
+
+	refusedPeer, refusedRequest atomic.Uint64
+}
+
+// Refused counts the connections refused for their peer (not root, not
+// the daemon's user) and the requests refused before the handler saw them
+// (malformed, oversized, invalid, unknown op).
+func (s *Server) Refused() (peer, request uint64) {
+	return s.refusedPeer.Load(), s.refusedRequest.Load()
 }
 
 // requestTimeout bounds how long one connection may take to send a request.
@@ -127,6 +137,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
 	pid, err := peerAllowed(c)
 	if err != nil {
+		s.refusedPeer.Add(1)
 		s.log.Warn("registration refused", "peer_pid", pid, "err", err)
 		writeResponse(c, Response{Error: "permission denied: only root may use the daemon socket"})
 		return
@@ -137,6 +148,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		line, err := readLine(r)
 		if err != nil {
 			if !errors.Is(err, errEOF) {
+				s.refusedRequest.Add(1)
 				writeResponse(c, Response{Error: err.Error()})
 			}
 			return
@@ -189,33 +201,43 @@ func DecodeRequest(line []byte) (*Request, error) {
 }
 
 func (s *Server) handle(ctx context.Context, line []byte) Response {
+	resp, handled := s.dispatch(ctx, line)
+	if !handled {
+		s.refusedRequest.Add(1)
+	}
+	return resp
+}
+
+// dispatch answers one request; handled is false when the request was
+// refused before it reached the handler.
+func (s *Server) dispatch(ctx context.Context, line []byte) (resp Response, handled bool) {
 	req, err := DecodeRequest(line)
 	if err != nil {
-		return Response{Error: err.Error()}
+		return Response{Error: err.Error()}, false
 	}
 	switch req.Op {
 	case OpRegister:
 		if req.Register == nil {
-			return Response{Error: "register: missing \"register\" object"}
+			return Response{Error: "register: missing \"register\" object"}, false
 		}
 		if err := req.Register.Validate(); err != nil {
-			return Response{Error: "register: " + err.Error()}
+			return Response{Error: "register: " + err.Error()}, false
 		}
 		slot, err := s.handler.Register(ctx, req.Register)
 		if err != nil {
-			return Response{Error: "register: " + err.Error()}
+			return Response{Error: "register: " + err.Error()}, true
 		}
-		return Response{OK: true, Slot: slot, PathKeyID: s.PathKeyID}
+		return Response{OK: true, Slot: slot, PathKeyID: s.PathKeyID}, true
 	case OpUnregister:
 		if err := s.handler.Unregister(ctx, req.RunID); err != nil {
-			return Response{Error: "unregister: " + err.Error()}
+			return Response{Error: "unregister: " + err.Error()}, true
 		}
-		return Response{OK: true}
+		return Response{OK: true}, true
 	case OpStatus:
 		h := s.handler.Status(ctx)
-		return Response{OK: true, Health: &h, PathKeyID: s.PathKeyID}
+		return Response{OK: true, Health: &h, PathKeyID: s.PathKeyID}, true
 	}
-	return Response{Error: fmt.Sprintf("unknown op %q: want register, unregister or status", req.Op)}
+	return Response{Error: fmt.Sprintf("unknown op %q: want register, unregister or status", req.Op)}, false
 }
 
 func writeResponse(c net.Conn, r Response) error {

@@ -262,6 +262,19 @@ func (t *Table) Expired(cutoff time.Time) []uint32 {
 	return out
 }
 
+// Active is the number of runs in the table that have not ended.
+func (t *Table) Active() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, r := range t.bySlot {
+		if r.ended.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
 // Len is the number of runs in the table (running or recently ended).
 func (t *Table) Len() int {
 	t.mu.Lock()

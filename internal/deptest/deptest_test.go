@@ -19,12 +19,12 @@ func TestLayout(t *testing.T) {
 	}{
 		{
 			pkgs:      "./launcher/...",
-			forbidden: []string{"github.com/nats-io/nats-server", "github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon", module + "/crosscheck"},
-			why:       "the launcher runs on every agent host and talks to the daemon over its socket; it must not link a NATS server, ClickHouse or eBPF",
+			forbidden: []string{"github.com/nats-io/nats-server", "github.com/ClickHouse/", "github.com/cilium/ebpf", "github.com/prometheus/", module + "/collector", module + "/daemon", module + "/crosscheck", module + "/metrics"},
+			why:       "the launcher runs on every agent host and talks to the daemon over its socket; it must not link a NATS server, ClickHouse, eBPF or a metrics library",
 		},
 		{
 			pkgs:      "./transport/...",
-			forbidden: []string{"github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon", module + "/launcher"},
+			forbidden: []string{"github.com/ClickHouse/", "github.com/cilium/ebpf", "github.com/prometheus/", module + "/collector", module + "/daemon", module + "/launcher", module + "/metrics"},
 			why:       "the transport is shared by producers and consumers and depends on none of them",
 		},
 		{
@@ -44,7 +44,7 @@ func TestLayout(t *testing.T) {
 		},
 		{
 			pkgs:      "./cmd/mcpwarden",
-			forbidden: []string{"github.com/nats-io/nats-server", "github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon/probes", module + "/daemon/kevent", module + "/daemon/audit", module + "/daemon/runs", module + "/daemon/xcheck", module + "/transport/natsserver", module + "/explain", module + "/cmd/mcpwarden-pipeline"},
+			forbidden: []string{"github.com/nats-io/nats-server", "github.com/ClickHouse/", "github.com/cilium/ebpf", module + "/collector", module + "/daemon/probes", module + "/daemon/kevent", module + "/daemon/audit", module + "/daemon/runs", module + "/daemon/xcheck", module + "/transport/natsserver", module + "/explain", module + "/cmd/mcpwarden-pipeline", "github.com/prometheus/", module + "/metrics"},
 			why:       "mcpwarden starts for every server launch and pays the start-up of everything it links; the daemon, collect, query, events and why commands are cmd/mcpwarden-pipeline's, which it execs",
 		},
 		{
@@ -52,10 +52,15 @@ func TestLayout(t *testing.T) {
 			forbidden: []string{"github.com/ClickHouse/", module + "/collector", module + "/launcher"},
 			why:       "the daemon observes the kernel and publishes through the transport; ClickHouse is the collector's",
 		},
+		{
+			pkgs:      "./daemon/... ./collector/... ./crosscheck/... ./schema/...",
+			forbidden: []string{"github.com/prometheus/", module + "/metrics"},
+			why:       "components keep their own counters behind Stats(); metrics/ alone turns them into Prometheus series",
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.pkgs, func(t *testing.T) {
-			cmd := exec.Command("go", "list", "-deps", "-test=false", c.pkgs)
+			cmd := exec.Command("go", append([]string{"list", "-deps", "-test=false"}, strings.Fields(c.pkgs)...)...)
 			cmd.Dir = "../.."
 			out, err := cmd.CombinedOutput()
 			if err != nil {
