@@ -20,7 +20,10 @@ STATE="$ROOT/build/test-env"
 mkdir -p "$STATE"
 GOBIN_DIR="$(go env GOPATH)/bin"
 
-APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client docker-compose python3 python3-venv util-linux git)
+APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client docker-compose python3 python3-venv util-linux git systemd)
+# Installed without their recommendations: prometheus recommends
+# prometheus-node-exporter, which the tests do not need.
+APT_PACKAGES_NO_RECOMMENDS=(prometheus)
 STATICCHECK_VERSION=v0.8.2
 GOSDK_VERSION=v1.8.0
 
@@ -29,15 +32,25 @@ as_root() {
 		echo "test-env: need root for: $*" >&2; return 1; fi
 }
 
-install_apt() {
-	local missing=()
-	for p in "${APT_PACKAGES[@]}"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+# missing_apt PACKAGE... prints the packages that are not installed.
+missing_apt() {
+	local p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
 	done
-	[ ${#missing[@]} -eq 0 ] && return 0
-	echo "test-env: installing Debian packages: ${missing[*]}"
+}
+
+install_apt() {
+	local missing norec
+	missing=$(missing_apt "${APT_PACKAGES[@]}")
+	norec=$(missing_apt "${APT_PACKAGES_NO_RECOMMENDS[@]}")
+	[ -z "$missing$norec" ] && return 0
+	echo "test-env: installing Debian packages:" $missing $norec
 	as_root apt-get update -qq
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	# shellcheck disable=SC2086 # word splitting of the package lists is meant
+	[ -z "$missing" ] || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+	# shellcheck disable=SC2086
+	[ -z "$norec" ] || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $norec >/dev/null
 }
 
 # npm_ci_pinned DIR WHAT [npm ci options]: installs DIR's package-lock.json
