@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -531,3 +532,79 @@ func TestScopeCheckGolden(t *testing.T) {
 		t.Errorf("scope check output changed (run with -update to accept):\n--- got\n%s\n--- want\n%s", out, want)
 	}
 }
+
+// TestNodeServerFromTheProfileCache: `mcpwarden run` keeps the runtime
+// profile's walks in STATE_DIR/cache (0600 files of this user in a 0700
+// directory): the first launch of the npm filesystem server writes them,
+// the second is served from them (no file rewritten) and the server still
+// reads inside its scope and is denied outside it.
+func TestNodeServerFromTheProfileCache(t *testing.T) {
+	fencetest.RequireFence(t)
+	fsServer := fencetest.FilesystemServer(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	state := filepath.Join(t.TempDir(), "state")
+	cache := filepath.Join(state, "cache")
+	inodes := func() map[string]uint64 {
+		files, _ := filepath.Glob(filepath.Join(cache, "native-*.json"))
+		m := map[string]uint64{}
+		for _, f := range files {
+			st, err := os.Lstat(f)
+			if err != nil || st.Mode().Perm() != 0o600 || !st.Mode().IsRegular() {
+				t.Fatalf("cache file %s: %v %v; want a regular 0600 file", f, st.Mode(), err)
+			}
+			m[f] = st.Sys().(*syscall.Stat_t).Ino
+		}
+		return m
+	}
+	launch := func() {
+		t.Helper()
+		s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: filepath.Join(state, "audit.jsonl"),
+			ExtraArgs: []string{"--state-dir", state}, Command: []string{"node", fsServer, w.base}})
+		for i, m := range []string{
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+			`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":` + strconvQuote(w.deep1) + `}}}`,
+			`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":` + strconvQuote(filepath.Join(w.sibling, "s.txt")) + `}}}`,
+		} {
+			if err := s.Send([]byte(m + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			if i == 1 {
+				continue
+			}
+			line, ok := s.ReadLine(60 * time.Second)
+			if !ok {
+				t.Fatalf("no answer to message %d; stderr: %s", i, s.Stderr())
+			}
+			switch i {
+			case 2:
+				if !strings.Contains(line, `"inside"`) || strings.Contains(line, `"isError":true`) {
+					t.Fatalf("read inside: %s", line)
+				}
+			case 3:
+				if strings.Contains(line, "SECRET-42") || !strings.Contains(line, "EACCES") {
+					t.Fatalf("read outside the scope: %s", line)
+				}
+			}
+		}
+		if code := s.Close(); code != 0 {
+			t.Fatalf("exit %d; stderr %s", code, s.Stderr())
+		}
+	}
+	launch()
+	first := inodes()
+	if len(first) < 2 { // node's libraries and the node_modules walk
+		t.Fatalf("cache after the first launch: %v", first)
+	}
+	if st, err := os.Stat(cache); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("cache dir: %v %v; want 0700", st.Mode(), err)
+	}
+	launch()
+	if second := inodes(); !maps.Equal(first, second) {
+		t.Fatalf("the second launch rewrote the cache: %v, then %v", first, second)
+	}
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }

@@ -120,6 +120,12 @@ type Config struct {
 	// "USER[:GROUP]" (names or numbers); default: the owner of the base
 	// directory. Only a root launcher can choose another user.
 	Owner string
+	// CacheDir is where the launcher keeps what it may reuse across runs
+	// of this user, each item checked before use (the runtime profile's
+	// walks of package trees for native code); empty: nothing is cached.
+	// The server must not be able to write it (cmd puts it in the state
+	// directory, which the scope may not contain).
+	CacheDir string
 	// RunUID is the dedicated host uid (and gid) a root launcher runs the
 	// server as; 0 picks one per run in [RunUIDBase, RunUIDBase+RunUIDCount).
 	RunUID int
@@ -281,10 +287,11 @@ func New(cfg Config) (*Launcher, error) {
 	l.requireProcs = cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxProcesses > 0)
 	l.requireMemory = cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxMemoryMB > 0)
 	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{
-		PATH:    envValue(env, "PATH"),
-		Dir:     cfg.Dir,
-		Network: len(cfg.Scope.Network.ConnectTCP) > 0 || len(cfg.Scope.Network.BindTCP) > 0,
-		Exec:    cfg.AllowExec,
+		PATH:        envValue(env, "PATH"),
+		Dir:         cfg.Dir,
+		Network:     len(cfg.Scope.Network.ConnectTCP) > 0 || len(cfg.Scope.Network.BindTCP) > 0,
+		Exec:        cfg.AllowExec,
+		NativeCache: cfg.CacheDir,
 	})
 	if err != nil {
 		return nil, &StartError{Err: fmt.Errorf("runtime profile: %w", err)}

@@ -166,6 +166,7 @@ func cmdRun(ctx context.Context, args []string) int {
 		NoNamespaces:      *noNS,
 		Owner:             *owner,
 		RunUID:            *runUID,
+		CacheDir:          filepath.Join(*stateDir, "cache"),
 	}
 	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, PathKeyFile: *pathKey, AuditLog: alog, Logger: logger, Config: &cfg}
 	for _, ext := range runExtensions {

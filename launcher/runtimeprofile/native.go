@@ -23,7 +23,7 @@ const maxNodeModulesEntries = 200000
 //
 // Symlinks are not followed: a link out of the tree grants nothing.
 func (b *builder) addNativeCode(nm string) error {
-	b.walkNative(nm, func(name string) bool { return strings.HasSuffix(name, ".node") }, true)
+	b.native(nm, "node", true)
 	return nil
 }
 
@@ -32,16 +32,44 @@ func (b *builder) addNativeCode(nm string) error {
 // need: _ssl and _hashlib need libssl and libcrypto, _bz2 libbz2, _lzma
 // liblzma, and a wheel's native module its own.
 func (b *builder) addPythonNativeCode(dir string) {
-	b.walkNative(dir, func(name string) bool {
-		return strings.HasSuffix(name, ".so") || strings.Contains(name, ".so.")
-	}, false)
+	b.native(dir, "python", false)
+}
+
+// addonTests say which file names are native libraries, by kind of tree.
+var addonTests = map[string]func(string) bool{
+	"node":   func(name string) bool { return strings.HasSuffix(name, ".node") },
+	"python": func(name string) bool { return strings.HasSuffix(name, ".so") || strings.Contains(name, ".so.") },
+}
+
+// native grants what a walk of root for native code finds, from the cache
+// (Options.NativeCache, see nativecache.go) when nothing it depends on
+// changed, else by walking the tree (and caching the result).
+func (b *builder) native(root, kind string, executables bool) {
+	key := nativeKey{Version: nativeCacheVersion, Root: root, Kind: kind, Executables: executables,
+		Search: b.opt.Search.Dirs, Class: int(nativeClass()), Machine: int(nativeMachine())}
+	s, _ := cachedScan(b.opt.NativeCache, key, b.opt.now, func() (*nativeScan, error) {
+		return walkNative(root, addonTests[kind], executables, b.opt.Search), nil
+	})
+	for _, e := range s.Entries {
+		b.add(e.Path, e.Class, e.Reason)
+	}
 }
 
 // walkNative walks root for native libraries (names for which isAddon is
-// true) and, when executables is set, for executable ELF files.
-func (b *builder) walkNative(root string, isAddon func(string) bool, executables bool) {
+// true) and, when executables is set, for executable ELF files, and returns
+// what to grant for them with what that depends on.
+func walkNative(root string, isAddon func(string) bool, executables bool, search LibSearch) *nativeScan {
+	s := &nativeScan{}
+	deps := newDepSet(s)
+	depend := deps.add
+	libsDone := map[string]bool{}
 	n := 0
 	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			// Before the directory is read: a later change to its entries
+			// moves its mtime.
+			depend(p, false)
+		}
 		if err != nil {
 			if d != nil && d.IsDir() {
 				return fs.SkipDir
@@ -49,6 +77,7 @@ func (b *builder) walkNative(root string, isAddon func(string) bool, executables
 			return nil
 		}
 		if n++; n > maxNodeModulesEntries {
+			s.truncated = true
 			return fs.SkipAll
 		}
 		if !d.Type().IsRegular() {
@@ -67,34 +96,30 @@ func (b *builder) walkNative(root string, isAddon func(string) bool, executables
 		if !isELF(p) {
 			return nil
 		}
-		if b.libsDone == nil {
-			// The libraries granted so far (the interpreter's) come with
-			// their closure already.
-			b.libsDone = map[string]bool{}
-			for _, e := range b.entries {
-				if e.Class == ClassRead || e.Class == ClassExec {
-					b.libsDone[e.Path] = true
-				}
-			}
-		}
-		deps, err := resolveELF(p, b.opt.Search, b.libsDone)
+		depend(p, false)
+		elf, err := resolveELF(p, search, libsDone)
 		if err != nil {
 			return nil // the loader would fail the same way; the server reports it
 		}
-		for _, l := range deps.Libs {
-			b.libsDone[l] = true
-		}
 		if !addon {
-			b.add(p, ClassExec, "an executable shipped in an installed node package")
-			if deps.Interp != "" {
-				b.add(deps.Interp, ClassExec, "ELF program interpreter")
+			s.Entries = append(s.Entries, Entry{Path: p, Class: ClassExec, Reason: "an executable shipped in an installed node package"})
+			if elf.Interp != "" {
+				depend(elf.Interp, false)
+				s.Entries = append(s.Entries, Entry{Path: elf.Interp, Class: ClassExec, Reason: "ELF program interpreter"})
 			}
 		}
-		for _, l := range deps.Libs {
-			b.add(l, ClassRead, "shared library of native code in node_modules")
+		for _, l := range elf.Libs {
+			libsDone[l] = true
+			depend(l, false)
+			depend(filepath.Dir(l), false)
+			s.Entries = append(s.Entries, Entry{Path: l, Class: ClassRead, Reason: "shared library of native code in node_modules"})
 		}
 		return nil
 	})
+	// A library found later in the search path moves when one of the same
+	// name appears in an earlier directory.
+	deps.search(search)
+	return s
 }
 
 // textExt are extensions of files in node packages that are never

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Class is how an entry may be used; the ruleset turns it into Landlock rights.
@@ -86,6 +87,12 @@ type Options struct {
 	Getenv func(string) string
 	// Host is where the host's files are read from; DefaultHost when zero.
 	Host Host
+	// NativeCache is a directory of this user (0700) where the walks of
+	// package trees for native code are cached, each result used again
+	// only while nothing it depends on changed (nativecache.go); empty:
+	// every launch walks.
+	NativeCache string
+	now         func() time.Time // for tests; default time.Now
 }
 
 // maxInterpDepth matches the kernel's limit on nested "#!" interpreters.
@@ -163,9 +170,6 @@ type builder struct {
 	helpers map[string]bool // helper programs granted
 	env     []string        // Profile.Env
 	names   []string        // Profile.Names
-	// libsDone are the libraries granted with their closure by the walks
-	// for native code, so that each is resolved once.
-	libsDone map[string]bool
 }
 
 // name records a literal path that resolved to another.
@@ -339,7 +343,7 @@ func (b *builder) scriptKind(script, interp string) error {
 	return b.addScriptHelpers(script)
 }
 func (b *builder) addELF(exe string) error {
-	deps, err := ResolveELF(exe, b.opt.Search)
+	deps, err := b.cachedELF(exe)
 	if errors.Is(err, ErrNotELF) {
 		return fmt.Errorf("%s is neither an ELF executable nor a '#!' script", filepath.Base(exe))
 	}
