@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Vars are what a client's variables expand to when mcpwarden runs a
@@ -34,9 +35,11 @@ func (c *Config) WorkspaceFolder() string {
 	return ""
 }
 
+// Compiled on first use: `mcpwarden run` links this package and never
+// expands a client's variables.
 var (
-	claudeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
-	vscodeVar = regexp.MustCompile(`\$\{([^}]*)\}`)
+	claudeVar = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`) })
+	vscodeVar = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\{([^}]*)\}`) })
 )
 
 // Expand expands the client's variables in s the way the client does.
@@ -52,8 +55,8 @@ func (f Format) Expand(s string, v Vars) (string, error) {
 	}
 	switch f {
 	case ClaudeCode:
-		out := claudeVar.ReplaceAllStringFunc(s, func(m string) string {
-			g := claudeVar.FindStringSubmatch(m)
+		out := claudeVar().ReplaceAllStringFunc(s, func(m string) string {
+			g := claudeVar().FindStringSubmatch(m)
 			if val, ok := v.Env(g[1]); ok {
 				return val
 			}
@@ -64,7 +67,7 @@ func (f Format) Expand(s string, v Vars) (string, error) {
 		})
 		return out, err
 	case VSCode, Cursor:
-		out := vscodeVar.ReplaceAllStringFunc(s, func(m string) string {
+		out := vscodeVar().ReplaceAllStringFunc(s, func(m string) string {
 			name := m[2 : len(m)-1]
 			switch {
 			case name == "userHome":

@@ -35,6 +35,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/adopt/probe"
@@ -143,10 +144,11 @@ type Round struct {
 }
 
 // deniedMessage is the launcher's exit-70 message (launcher.StartError).
-var deniedMessage = regexp.MustCompile(`Denied or missing: (\S+) — ([^\n]*)`)
+// Compiled on first use, like grantFlag: `mcpwarden run` links this package.
+var deniedMessage = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`Denied or missing: (\S+) — ([^\n]*)`) })
 
 // grantFlag finds the flag a hint names.
-var grantFlag = regexp.MustCompile(`(--allow-runtime|--allow-exec) (\S+)`)
+var grantFlag = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(--allow-runtime|--allow-exec) (\S+)`) })
 
 // Learn runs the server and returns the proposal.
 func Learn(ctx context.Context, c Config) (*Proposal, error) {
@@ -185,7 +187,7 @@ func Learn(ctx context.Context, c Config) (*Proposal, error) {
 		if errors.As(err, &pe) {
 			tail = pe.StderrTail
 		}
-		m := deniedMessage.FindStringSubmatch(tail)
+		m := deniedMessage().FindStringSubmatch(tail)
 		if m == nil {
 			r.Failure = err.Error()
 			p.Rounds = append(p.Rounds, r)
@@ -193,7 +195,7 @@ func Learn(ctx context.Context, c Config) (*Proposal, error) {
 		}
 		r.Denied, r.Hint = m[1], m[2]
 		p.Rounds = append(p.Rounds, r)
-		f := grantFlag.FindStringSubmatch(m[2])
+		f := grantFlag().FindStringSubmatch(m[2])
 		switch {
 		case f != nil && f[1] == "--allow-exec" && !slices.Contains(execs, f[2]):
 			execs = append(execs, f[2])

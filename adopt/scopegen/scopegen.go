@@ -24,6 +24,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -82,12 +83,13 @@ func ScopeID(prefix, name, discriminator string) string {
 	return prefix + "-" + Slug(name) + "-" + hex.EncodeToString(sum[:4])
 }
 
-var slugRun = regexp.MustCompile(`[^A-Za-z0-9._]+`)
+// slugRun is compiled on first use: `mcpwarden run` links this package.
+var slugRun = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9._]+`) })
 
 // Slug is the name with every run of other characters turned into '-',
 // at most 48 bytes, "server" when nothing is left.
 func Slug(name string) string {
-	s := strings.Trim(slugRun.ReplaceAllString(name, "-"), "-.")
+	s := strings.Trim(slugRun().ReplaceAllString(name, "-"), "-.")
 	if len(s) > 48 {
 		s = strings.TrimRight(s[:48], "-.")
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
@@ -388,10 +389,12 @@ func mustJSON(v any) json.RawMessage {
 
 // --- reading the server ------------------------------------------------------
 
-var (
-	headID = regexp.MustCompile(`^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?[0-9]+)\s*,`)
-	tailID = regexp.MustCompile(`"id"\s*:\s*(-?[0-9]+)\s*\}\s*$`)
-)
+// idPatterns find the id at the head or the tail of an oversized message;
+// compiled on first use, not at every launch.
+var idPatterns = sync.OnceValues(func() (head, tail *regexp.Regexp) {
+	return regexp.MustCompile(`^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?[0-9]+)\s*,`),
+		regexp.MustCompile(`"id"\s*:\s*(-?[0-9]+)\s*\}\s*$`)
+})
 
 // readUpstream reads one server process's stdout (generation gen).
 func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer, done <-chan struct{}) {
@@ -436,6 +439,7 @@ func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer, don
 
 func (s *session) onOversizedUpstream(gen uint64, head, tail []byte) {
 	var id int64 = -1
+	headID, tailID := idPatterns()
 	for _, re := range []*regexp.Regexp{headID, tailID} {
 		src := head
 		if re == tailID {

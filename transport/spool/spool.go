@@ -43,7 +43,9 @@ const (
 	maxRecordSize  = 64 << 20
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// castagnoli is built on first use: every `mcpwarden run` links this
+// package, and only runs that spool pay for the table.
+var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // Spool is safe for concurrent use.
 type Spool struct {
@@ -193,7 +195,7 @@ func (r *reader) next() (Record, error) {
 	if _, err := r.f.ReadAt(payload, r.off+recordHeader); err != nil {
 		return Record{}, io.ErrUnexpectedEOF
 	}
-	if crc32.Checksum(payload, castagnoli) != sum {
+	if crc32.Checksum(payload, castagnoli()) != sum {
 		return Record{}, errors.New("spool record checksum mismatch")
 	}
 	rec, err := decodeRecord(payload)
@@ -214,7 +216,7 @@ func encodeRecord(buf []byte, rec Record) []byte {
 	buf = append(buf, rec.Data...)
 	payload := buf[start+recordHeader:]
 	binary.LittleEndian.PutUint32(buf[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Checksum(payload, castagnoli()))
 	return buf
 }
 
