@@ -25,6 +25,9 @@ APT_PACKAGES=(clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client 
 # prometheus-node-exporter, which the tests do not need.
 APT_PACKAGES_NO_RECOMMENDS=(prometheus)
 STATICCHECK_VERSION=v0.8.2
+# helm renders deploy/helm/mcpwarden in deploy.TestHelmChart (Debian has no
+# helm package; the Go module proxy has its source).
+HELM_VERSION=v3.22.0
 GOSDK_VERSION=v1.8.0
 
 as_root() {
@@ -106,6 +109,10 @@ install_go_tools() {
 	if [ ! -x "$GOBIN_DIR/staticcheck" ]; then
 		echo "test-env: installing staticcheck"
 		go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+	fi
+	if [ ! -x "$GOBIN_DIR/helm" ]; then
+		echo "test-env: installing helm $HELM_VERSION"
+		go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 	fi
 	if [ ! -x "$GOBIN_DIR/everything-server" ]; then
 		echo "test-env: installing go-sdk conformance everything-server"

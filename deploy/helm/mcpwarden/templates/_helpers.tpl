@@ -1,0 +1,31 @@
+{{/* The name of the chart's objects: RELEASE-mcpwarden, or the release alone when it says mcpwarden already. */}}
+{{- define "mcpwarden.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 55 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 55 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mcpwarden.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "mcpwarden.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "mcpwarden.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The NATS flags both components share: the URL, and TLS when a CA is given. */}}
+{{- define "mcpwarden.natsURL" -}}
+{{- required "nats.url is required: the NATS JetStream the daemons publish to and the collectors read (e.g. tls://nats.mcpwarden:4222)" .Values.nats.url -}}
+{{- end -}}
