@@ -39,8 +39,10 @@ const DefaultDurable = stream.CollectorDurable
 type Config struct {
 	NATS          stream.ConnOptions
 	ClickHouseDSN string
-	// Migrate creates the database and applies migrations at start-up.
-	Migrate bool
+	// Migrate creates the database and applies migrations at start-up, as
+	// MigrateWith says (the retention).
+	Migrate     bool
+	MigrateWith store.MigrateOptions
 	// Stream, when non-nil, is created or updated at start-up.
 	Stream *stream.Config
 	// Durable names the shared consumer (default DefaultDurable).
@@ -281,11 +283,11 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	defer st.Close()
 	if c.cfg.Migrate {
-		applied, err := st.Migrate(ctx)
+		applied, err := st.MigrateWith(ctx, c.cfg.MigrateWith)
 		if err != nil {
 			return err
 		}
-		c.log.Info("ClickHouse schema is current", "applied", len(applied))
+		c.log.Info("ClickHouse schema is current", "applied", len(applied), "layout", st.Layout())
 	} else if err := st.CheckSchema(ctx); err != nil {
 		return err
 	}

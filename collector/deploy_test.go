@@ -76,7 +76,7 @@ func TestDeployClickHouseUsers(t *testing.T) {
 	}
 	p := query.Params{From: g.T0.Add(-time.Hour), To: time.Now().Add(time.Hour), Run: evs[0].RunID}
 	for _, c := range query.List {
-		res, err := query.Run(ctx, r.Conn(), c.Name, p)
+		res, err := query.Run(ctx, r, c.Name, p)
 		if err != nil {
 			t.Errorf("analyst user: query %s: %v", c.Name, err)
 			continue

@@ -6,9 +6,9 @@
 #                (install also installs deploy/interop: the interop tests' clients)
 #   up           start services that are not running; remember which we started
 #   down         stop only what `up` started
-#   test-current CMD...
-#                run CMD, the test pass against ClickHouse 26.7; once more if
-#                the engine (chdb-listen) crashed during it
+#   check-current CMD...
+#                run CMD (tests against ClickHouse 26.7); if it fails and the
+#                engine (chdb-listen) died, print the engine's fatal report
 #
 # Two ClickHouse servers: Debian's clickhouse-server 18.16 on 127.0.0.1:9000,
 # and a current release (chDB's libchdb, ClickHouse 26.7, pinned in
@@ -207,21 +207,19 @@ clickhouse_current_report() {
 	cp "$data/server.log" "$STATE/clickhouse-current.crash.log" 2>/dev/null || true
 }
 
-# test_current CMD... runs the test pass against ClickHouse 26.7. The engine
-# there is chDB's library behind clickhouse-local, whose fatal-error handling
-# is a command-line tool's, not a server's. If the engine itself died during
-# the pass, its fatal report is printed and the pass runs once more on a fresh
-# instance; a failure while the engine stays up, or a second crash, fails.
-test_current() {
+# check_current CMD... runs tests against ClickHouse 26.7 (chDB's engine
+# behind clickhouse-local). If they fail and the engine itself died, its
+# fatal report is printed and its log kept: a crash fails the run, there is
+# no second try.
+check_current() {
 	local rc=0
 	"$@" || rc=$?
 	[ "$rc" -eq 0 ] && return 0
-	clickhouse_current_crashed || return "$rc"
-	clickhouse_current_report
-	echo "test-env: the failures above follow the crash of the ClickHouse 26.7 test engine; running the pass once more on a fresh instance" >&2
-	clickhouse_current_up
-	"$@"
-	echo "test-env: the ClickHouse 26.7 pass passed on its second run, after the engine crashed on the first (report above; log kept in $STATE/clickhouse-current.crash.log)" >&2
+	if clickhouse_current_crashed; then
+		clickhouse_current_report
+		echo "test-env: the failures above follow a crash of the ClickHouse 26.7 test engine (report above; log kept in $STATE/clickhouse-current.crash.log)" >&2
+	fi
+	return "$rc"
 }
 
 clickhouse_down() {
@@ -239,6 +237,6 @@ install) install_apt; install_npm; install_interop; install_clickhouse_current; 
 install-npm) install_npm ;;
 up) mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
 down) clickhouse_down; clickhouse_current_down ;;
-test-current) shift; test_current "$@" ;;
-*) echo "usage: $0 install|install-npm|up|down|test-current CMD..." >&2; exit 64 ;;
+check-current) shift; check_current "$@" ;;
+*) echo "usage: $0 install|install-npm|up|down|check-current CMD..." >&2; exit 64 ;;
 esac

@@ -29,6 +29,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol: clickhouse://USER:PASSWORD@HOST:9000/DATABASE")
 	migrate := fs.Bool("migrate", false, "create the database and apply schema migrations (idempotent) before collecting")
 	migrateOnly := fs.Bool("migrate-only", false, "apply migrations and exit")
+	retention := fs.String("retention", "", "with --migrate or --migrate-only: how long ClickHouse keeps rows, `SPEC` file_op=DAYS,events=DAYS,rollups=DAYS (each NNd, a duration, or forever; default "+store.DefaultRetention.String()+"; current ClickHouse only)")
 	durable := fs.String("durable", stream.CollectorDurable, "durable consumer name shared by collectors")
 	batchEvents := fs.Int("batch-events", 50_000, "events per ClickHouse insert (at most)")
 	batchWait := fs.Duration("batch-wait", time.Second, "longest wait before a partial batch is inserted")
@@ -57,6 +58,14 @@ func cmdCollect(ctx context.Context, args []string) int {
 			return fs.UsageError("%v", err)
 		}
 	}
+	keep, err := store.ParseRetention(*retention)
+	if err != nil {
+		return fs.UsageError("--retention: %v", err)
+	}
+	if !*migrate && !*migrateOnly && *retention != "" {
+		return fs.UsageError("--retention shapes the schema: give it with --migrate or --migrate-only")
+	}
+	mopts := store.MigrateOptions{Retention: keep}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
@@ -68,11 +77,11 @@ func cmdCollect(ctx context.Context, args []string) int {
 			return cli.Fail(cli.ExitInternal, err)
 		}
 		defer st.Close()
-		applied, err := st.Migrate(ctx)
+		applied, err := st.MigrateWith(ctx, mopts)
 		if err != nil {
 			return cli.Fail(cli.ExitInternal, err)
 		}
-		fmt.Printf("ClickHouse database %s is current (%d migrations applied now)\n", st.Database(), len(applied))
+		fmt.Printf("ClickHouse database %s is current (%s layout, %d migrations applied now)\n", st.Database(), st.Layout(), len(applied))
 		return cli.ExitOK
 	}
 	natsOpts, err := nf.Options(stream.RoleCollector, schema.LocalOrigin().Host, "mcpwarden-collect", *stateDir)
@@ -83,6 +92,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 		NATS:          natsOpts,
 		ClickHouseDSN: *dsn,
 		Migrate:       *migrate,
+		MigrateWith:   mopts,
 		Durable:       *durable,
 		BatchEvents:   *batchEvents,
 		BatchWait:     *batchWait,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,12 +50,8 @@ func benchStore(b *testing.B, n uint64) (*store.Store, time.Time) {
 			}
 		}
 		end := time.Now()
-		sql, err := Bind(generateSQL, map[string]string{"n": strconv.FormatUint(n, 10), "end_ns": strconv.FormatInt(end.UnixNano(), 10)})
-		if err != nil {
-			b.Fatal(err)
-		}
 		start := time.Now()
-		if err := st.Conn().Exec(ctx, sql); err != nil {
+		if err := st.Exec(ctx, generateSQLFor(st.Layout()), store.Params{"n": strconv.FormatUint(n, 10), "end_ns": strconv.FormatInt(end.UnixNano(), 10)}); err != nil {
 			b.Fatal(err)
 		}
 		b.Logf("generated in %s", time.Since(start))
@@ -64,6 +61,16 @@ func benchStore(b *testing.B, n uint64) (*store.Store, time.Time) {
 		}
 	}
 	return st, time.Unix(0, maxNS)
+}
+
+// generateSQLFor is generate_10m.sql for layout l: its @NS(x) are the
+// instants, Unix ns in the legacy layout and DateTime64 in the current one.
+func generateSQLFor(l store.Layout) string {
+	sql := generateSQL
+	if l == store.LayoutCurrent {
+		sql = strings.NewReplacer("kind, time_ns,", "kind, time,", "start_ns, end_ns,", "call_start, call_end,", "@NS(", "fromUnixTimestamp64Nano(").Replace(sql)
+	}
+	return strings.ReplaceAll(sql, "@NS(", "(")
 }
 
 // optimize merges every partition of the benchmark tables, as background
@@ -122,7 +129,7 @@ func BenchmarkCannedQueries(b *testing.B) {
 			var lat []time.Duration
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
-				res, err := Run(context.Background(), st.Conn(), c.query, c.p)
+				res, err := Run(context.Background(), st, c.query, c.p)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,10 +1,11 @@
 // Package query runs the canned fleet queries (schema/clickhouse/queries)
 // against ClickHouse and renders their results as a table or JSON.
 //
-// The SQL files use ClickHouse's {name:Type} parameter syntax so an analyst
-// can run them with a current clickhouse-client (--param_name=value).
-// ClickHouse 18.16 has no server-side parameters, so Bind substitutes them
-// on the client, quoting every value by its declared type.
+// The SQL files use ClickHouse's {name:Type} parameter syntax, so an analyst
+// can run them with clickhouse-client (--param_name=value) and mcpwarden
+// sends them as query parameters (store.Query; bound on the client only
+// for ClickHouse 18.16, which has none). The same SQL reads either table
+// layout and, on a cluster, the Distributed tables.
 package query
 
 import (
@@ -14,13 +15,12 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/mcpwarden/mcpwarden/collector/store"
 	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
 )
 
@@ -47,84 +47,16 @@ type Params struct {
 	Limit                       int
 }
 
-func (p Params) values() map[string]string {
+func (p Params) values() store.Params {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 1000
 	}
-	return map[string]string{
+	return store.Params{
 		"from": strconv.FormatInt(p.From.UnixNano(), 10), "to": strconv.FormatInt(p.To.UnixNano(), 10),
 		"host": p.Host, "scope": p.Scope, "severity": p.Severity, "tool": p.Tool, "run": p.Run,
 		"limit": strconv.Itoa(limit),
 	}
-}
-
-var placeholder = regexp.MustCompile(`\{([a-z_]+):([A-Za-z0-9]+)\}`)
-
-// Bind replaces every {name:Type} in sql with values[name] as a literal of
-// Type. Only String, integer types and Float64 are allowed; strings are
-// quoted with every backslash and quote escaped, so no value can end the
-// literal.
-func Bind(sql string, values map[string]string) (string, error) {
-	var bindErr error
-	out := placeholder.ReplaceAllStringFunc(sql, func(m string) string {
-		sub := placeholder.FindStringSubmatch(m)
-		name, typ := sub[1], sub[2]
-		v, ok := values[name]
-		if !ok {
-			bindErr = fmt.Errorf("query parameter %q has no value", name)
-			return m
-		}
-		switch {
-		case typ == "String":
-			return quote(v)
-		case strings.HasPrefix(typ, "Int") || strings.HasPrefix(typ, "UInt"):
-			bits, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimPrefix(typ, "U"), "Int"))
-			var err error
-			if strings.HasPrefix(typ, "U") {
-				_, err = strconv.ParseUint(v, 10, bits)
-			} else {
-				_, err = strconv.ParseInt(v, 10, bits)
-			}
-			if err != nil || bits == 0 {
-				bindErr = fmt.Errorf("query parameter %q: %q is not a %s", name, v, typ)
-				return m
-			}
-			return v
-		case typ == "Float64":
-			if _, err := strconv.ParseFloat(v, 64); err != nil {
-				bindErr = fmt.Errorf("query parameter %q: %q is not a Float64", name, v)
-				return m
-			}
-			return v
-		default:
-			bindErr = fmt.Errorf("query parameter %q: type %s is not supported", name, typ)
-			return m
-		}
-	})
-	return out, bindErr
-}
-
-func quote(s string) string {
-	var b strings.Builder
-	b.WriteByte('\'')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\', '\'':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case 0:
-			b.WriteString(`\0`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
 }
 
 // Result is a query's columns and rows.
@@ -151,7 +83,7 @@ func Text(name string) (string, error) {
 }
 
 // Run runs canned query name with p.
-func Run(ctx context.Context, conn driver.Conn, name string, p Params) (*Result, error) {
+func Run(ctx context.Context, st *store.Store, name string, p Params) (*Result, error) {
 	if name == "timeline" && p.Run == "" {
 		return nil, ErrTimelineNeedsRun
 	}
@@ -160,17 +92,13 @@ func Run(ctx context.Context, conn driver.Conn, name string, p Params) (*Result,
 		return nil, err
 	}
 	if name == "timeline" && p.Host == "" {
-		return timelineAllHosts(ctx, conn, p)
+		return timelineAllHosts(ctx, st, p)
 	}
-	sql, err := Bind(text, p.values())
-	if err != nil {
-		return nil, err
-	}
-	return runSQL(ctx, conn, name, sql)
+	return runSQL(ctx, st, name, text, p.values())
 }
 
-func runSQL(ctx context.Context, conn driver.Conn, name, sql string) (*Result, error) {
-	rows, err := conn.Query(ctx, sql)
+func runSQL(ctx context.Context, st *store.Store, name, sql string, params store.Params) (*Result, error) {
+	rows, err := st.Query(ctx, sql, params)
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", name, err)
 	}
@@ -199,33 +127,16 @@ func runSQL(ctx context.Context, conn driver.Conn, name, sql string) (*Result, e
 
 // timelineAllHosts finds the run's host(s) first: with the host the
 // primary key narrows the scan to the run's ranges.
-func timelineAllHosts(ctx context.Context, conn driver.Conn, p Params) (*Result, error) {
-	// The small kinds first (launch, decision, ...: a tenth of the rows);
-	// only a run with nothing but file operations needs the full scan.
-	var hosts []string
-	for _, where := range []string{"kind != 'file_op' AND run_id = ?", "run_id = ?"} {
-		rows, err := conn.Query(ctx, "SELECT DISTINCT host FROM events WHERE "+where+" ORDER BY host", p.Run)
-		if err != nil {
-			return nil, fmt.Errorf("query timeline: find the run's host: %w", err)
-		}
-		for rows.Next() {
-			var h string
-			if err := rows.Scan(&h); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("query timeline: %w", err)
-			}
-			hosts = append(hosts, h)
-		}
-		rows.Close()
-		if len(hosts) > 0 {
-			break
-		}
+func timelineAllHosts(ctx context.Context, st *store.Store, p Params) (*Result, error) {
+	hosts, err := st.RunHosts(ctx, p.Run)
+	if err != nil {
+		return nil, fmt.Errorf("query timeline: %w", err)
 	}
 	var out *Result
 	for _, h := range hosts {
 		q := p
 		q.Host = h
-		r, err := Run(ctx, conn, "timeline", q)
+		r, err := Run(ctx, st, "timeline", q)
 		if err != nil {
 			return nil, err
 		}
@@ -236,14 +147,11 @@ func timelineAllHosts(ctx context.Context, conn driver.Conn, p Params) (*Result,
 		}
 	}
 	if out == nil {
+		// No such run: the query's columns and no rows.
 		text, _ := chschema.Query("timeline")
 		q := p
 		q.Host = "\x00none"
-		sql, err := Bind(text, q.values())
-		if err != nil {
-			return nil, err
-		}
-		return runSQL(ctx, conn, "timeline", sql)
+		return runSQL(ctx, st, "timeline", text, q.values())
 	}
 	return out, nil
 }

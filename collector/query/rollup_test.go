@@ -27,15 +27,11 @@ var denialsScanSQL string
 func compareWithScan(t *testing.T, st *store.Store, name, scanSQL string, p Params) {
 	t.Helper()
 	ctx := context.Background()
-	got, err := Run(ctx, st.Conn(), name, p)
+	got, err := Run(ctx, st, name, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sql, err := Bind(scanSQL, p.values())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := runSQL(ctx, st.Conn(), name+"_scan", sql)
+	want, err := runSQL(ctx, st, name+"_scan", scanSQL, p.values())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +48,7 @@ func compareWithScan(t *testing.T, st *store.Store, name, scanSQL string, p Para
 // backfill adds rows the materialized view already made.
 func rerunMigration(t *testing.T, st *store.Store, name string) {
 	t.Helper()
-	ms, err := chschema.Migrations()
+	ms, err := chschema.Migrations(string(st.Layout()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +177,7 @@ func TestRunsRollupMatchesScan(t *testing.T) {
 	t.Run("after backfill again", ranges)
 
 	// And the counts are the distinct events, not the rows.
-	res, err := Run(ctx, st.Conn(), "runs", Params{From: t0.Add(-time.Hour), To: time.Now(), Limit: 1000})
+	res, err := Run(ctx, st, "runs", Params{From: t0.Add(-time.Hour), To: time.Now(), Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +295,7 @@ func TestDenialsRollupMatchesScan(t *testing.T) {
 
 	// The counts are distinct events: the overall total is the number of
 	// denials produced, however often they were inserted.
-	res, err := Run(ctx, st.Conn(), "denials", Params{From: t0.Add(-time.Hour), To: end.Add(time.Hour), Limit: 1000})
+	res, err := Run(ctx, st, "denials", Params{From: t0.Add(-time.Hour), To: end.Add(time.Hour), Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,8 +26,31 @@ var columns = []string{
 	"layers", "server_uid", "file_owner",
 }
 
-// InsertSQL is the INSERT the collector prepares: it names every column.
-var InsertSQL = "INSERT INTO events (" + strings.Join(columns, ", ") + ")"
+// timeColumns are the columns holding instants: Int64 ns in the legacy
+// layout; DateTime64(9) in the current one, under other names (the legacy
+// names are ALIAS columns there, which is what reads use).
+var timeColumns = map[string]string{"time_ns": "time", "start_ns": "call_start", "end_ns": "call_end"}
+
+// insertColumns is the column list of the layout's INSERT: it names every
+// column.
+func insertColumns(l Layout) []string {
+	if l != LayoutCurrent {
+		return columns
+	}
+	out := make([]string, len(columns))
+	for i, c := range columns {
+		out[i] = c
+		if n, ok := timeColumns[c]; ok {
+			out[i] = n
+		}
+	}
+	return out
+}
+
+// InsertSQL is the INSERT the collector prepares in layout l.
+func InsertSQL(l Layout) string {
+	return "INSERT INTO events (" + strings.Join(insertColumns(l), ", ") + ")"
+}
 
 // row is one event flattened to the table's columns.
 type row struct {
@@ -226,7 +250,7 @@ func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	b, err := s.conn.PrepareBatch(ctx, InsertSQL)
+	b, err := s.conn.PrepareBatch(ctx, InsertSQL(s.layout))
 	if err != nil {
 		return fmt.Errorf("prepare ClickHouse insert: %w", err)
 	}
@@ -236,6 +260,10 @@ func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 	var r row
 	cols := make([]columnBuffer, len(columns))
 	for c, p := range r.pointers() { // pointers into r, reused for every event
+		if _, instant := timeColumns[columns[c]]; instant && s.layout == LayoutCurrent {
+			cols[c] = &instantColumn{field: p.(*int64), vals: make([]time.Time, 0, len(events))}
+			continue
+		}
 		if cols[c] = newColumnBuffer(p, len(events)); cols[c] == nil {
 			return fmt.Errorf("insert: column %s has an unhandled Go type %T", columns[c], p)
 		}
@@ -272,6 +300,16 @@ type typedColumn[T any] struct {
 func (c *typedColumn[T]) add()        { c.vals = append(c.vals, *c.field) }
 func (c *typedColumn[T]) values() any { return c.vals }
 
+// instantColumn turns Unix ns into the times a DateTime64 column takes
+// (clickhouse-go reads a bare int64 there as milliseconds).
+type instantColumn struct {
+	field *int64
+	vals  []time.Time
+}
+
+func (c *instantColumn) add()        { c.vals = append(c.vals, time.Unix(0, *c.field).UTC()) }
+func (c *instantColumn) values() any { return c.vals }
+
 func newTypedColumn[T any](field *T, n int) columnBuffer {
 	return &typedColumn[T]{field: field, vals: make([]T, 0, n)}
 }
@@ -305,13 +343,14 @@ var selectSQL = "SELECT " + strings.Join(columns, ", ") + " FROM events"
 
 // ReadHealthSince returns health events that happened at or after sinceNS.
 func (s *Store) ReadHealthSince(ctx context.Context, sinceNS int64) ([]schema.Event, error) {
-	return s.read(ctx, selectSQL+" WHERE kind = 'health' AND time_ns >= ? ORDER BY time_ns, event_id LIMIT 100000", sinceNS)
+	return s.read(ctx, selectSQL+" WHERE kind = 'health' AND time_ns >= {since:Int64} ORDER BY time_ns, event_id LIMIT 100000",
+		Params{"since": strconv.FormatInt(sinceNS, 10)})
 }
 
 // read runs a SELECT of selectSQL's columns and returns one event per
 // event id (redelivered duplicates not merged yet are dropped here).
-func (s *Store) read(ctx context.Context, query string, args ...any) ([]schema.Event, error) {
-	rows, err := s.conn.Query(ctx, query, args...)
+func (s *Store) read(ctx context.Context, query string, p Params) ([]schema.Event, error) {
+	rows, err := s.Query(ctx, query, p)
 	if err != nil {
 		return nil, fmt.Errorf("read events from ClickHouse: %w", err)
 	}
@@ -336,17 +375,21 @@ func (s *Store) read(ctx context.Context, query string, args ...any) ([]schema.E
 // (kind, host, run_id, ...) find a run's rows without a full scan.
 type RunRef struct{ Host, RunID string }
 
+func (r RunRef) params(limit int) Params {
+	return Params{"host": r.Host, "run": r.RunID, "limit": strconv.Itoa(max(limit, 0))}
+}
+
 // ReadRun returns every event of run, duplicates dropped, oldest first.
 func (s *Store) ReadRun(ctx context.Context, run RunRef, limit int) ([]schema.Event, error) {
-	return s.read(ctx, selectSQL+" WHERE host = ? AND run_id = ? ORDER BY time_ns, event_id LIMIT ?", run.Host, run.RunID, uint64(limit))
+	return s.read(ctx, selectSQL+" WHERE host = {host:String} AND run_id = {run:String} ORDER BY time_ns, event_id LIMIT {limit:UInt64}", run.params(limit))
 }
 
 // RunHosts lists the hosts a run's events came from (one, unless a run id
 // was reused): the small kinds are looked at first, the file operations
 // only when a run has nothing else.
 func (s *Store) RunHosts(ctx context.Context, runID string) ([]string, error) {
-	for _, where := range []string{"kind != 'file_op' AND run_id = ?", "run_id = ?"} {
-		rows, err := s.conn.Query(ctx, "SELECT DISTINCT host FROM events WHERE "+where+" ORDER BY host", runID)
+	for _, where := range []string{"kind != 'file_op' AND run_id = {run:String}", "run_id = {run:String}"} {
+		rows, err := s.Query(ctx, "SELECT DISTINCT host FROM events WHERE "+where+" ORDER BY host", Params{"run": runID})
 		if err != nil {
 			return nil, fmt.Errorf("find the run's host in ClickHouse: %w", err)
 		}
@@ -369,10 +412,15 @@ func (s *Store) RunHosts(ctx context.Context, runID string) ([]string, error) {
 }
 
 // ReadRunArrived is ReadRun plus when each event arrived: the first time
-// it was inserted (inserted_at, server clock, rounded up to the next
-// second), as Unix ns by event id.
+// it was inserted (inserted_at, server clock, rounded up to its resolution:
+// the next second in the legacy layout, millisecond in the current), as
+// Unix ns by event id.
 func (s *Store) ReadRunArrived(ctx context.Context, run RunRef, limit int) ([]schema.Event, map[string]int64, error) {
-	rows, err := s.conn.Query(ctx, "SELECT "+strings.Join(columns, ", ")+", inserted_at FROM events WHERE host = ? AND run_id = ? ORDER BY time_ns, event_id LIMIT ?", run.Host, run.RunID, uint64(limit))
+	rows, err := s.Query(ctx, "SELECT "+strings.Join(columns, ", ")+", inserted_at FROM events WHERE host = {host:String} AND run_id = {run:String} ORDER BY time_ns, event_id LIMIT {limit:UInt64}", run.params(limit))
+	resolution := time.Second
+	if s.layout == LayoutCurrent {
+		resolution = time.Millisecond
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read events from ClickHouse: %w", err)
 	}
@@ -385,7 +433,7 @@ func (s *Store) ReadRunArrived(ctx context.Context, run RunRef, limit int) ([]sc
 		if err := rows.Scan(append(r.pointers(), &at)...); err != nil {
 			return nil, nil, fmt.Errorf("read events from ClickHouse: %w", err)
 		}
-		ns := at.Add(time.Second).UnixNano()
+		ns := at.Add(resolution).UnixNano()
 		if prev, ok := arrived[r.eventID]; ok {
 			arrived[r.eventID] = min(prev, ns)
 			continue // a redelivered duplicate not merged yet
@@ -399,7 +447,8 @@ func (s *Store) ReadRunArrived(ctx context.Context, run RunRef, limit int) ([]sc
 // RunsInsertedSince lists runs with an event inserted at or after since
 // (server clock, second resolution), at most limit.
 func (s *Store) RunsInsertedSince(ctx context.Context, sinceUnix int64, limit int) ([]RunRef, error) {
-	rows, err := s.conn.Query(ctx, "SELECT DISTINCT host, run_id FROM events WHERE inserted_at >= toDateTime(?) AND run_id != '' LIMIT ?", sinceUnix, uint64(limit))
+	rows, err := s.Query(ctx, "SELECT DISTINCT host, run_id FROM events WHERE inserted_at >= toDateTime({since:Int64}) AND run_id != '' LIMIT {limit:UInt64}",
+		Params{"since": strconv.FormatInt(sinceUnix, 10), "limit": strconv.Itoa(max(limit, 0))})
 	if err != nil {
 		return nil, fmt.Errorf("list recent runs in ClickHouse: %w", err)
 	}

@@ -1,6 +1,14 @@
 // Package store writes events to ClickHouse and reads them back, over
 // clickhouse-go/v2's native protocol (its HTTP protocol does not work with
 // ClickHouse 18.16). Every INSERT names its columns, which 18.16 requires.
+//
+// Two table layouts exist (Layout): the current one (DateTime64
+// timestamps, LowCardinality strings, TTL retention per kind and table) for
+// current ClickHouse releases, and the legacy one that ClickHouse 18.16 can
+// hold. A database keeps the layout it was created with; a new one gets the
+// current layout unless the server is too old for it. Queries take their
+// parameters server-side ({name:Type}) wherever the server supports it,
+// and bound on the client (Bind) only for 18.16.
 package store
 
 import (
@@ -25,6 +33,10 @@ type Store struct {
 	opt  *clickhouse.Options
 	db   string
 	log  *slog.Logger
+
+	version      serverVersion
+	layout       Layout
+	serverParams bool // the server takes query parameters ({name:Type})
 }
 
 // dbName is compiled on first use: every mcpwarden command links this
@@ -88,6 +100,10 @@ func Open(ctx context.Context, dsn string, create bool, log *slog.Logger) (*Stor
 		conn.Close()
 		return nil, fmt.Errorf("reach ClickHouse database %s at %s: %w (is clickhouse-server running? run 'mcpwarden collect --migrate' once to create the schema)", db, strings.Join(opt.Addr, ","), err)
 	}
+	if err := s.detect(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -100,12 +116,26 @@ func (s *Store) Database() string { return s.db }
 // Close closes the pool.
 func (s *Store) Close() error { return s.conn.Close() }
 
-// Migrate applies the migrations not yet recorded in schema_migrations, in
-// version order. Every migration is idempotent on its own (IF NOT EXISTS),
-// so two collectors migrating at once, or a crash between a migration and
-// its record, are harmless.
+// Migrate applies the migrations with the default retention on a single
+// server (MigrateWith).
 func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
-	ms, err := chschema.Migrations()
+	return s.MigrateWith(ctx, MigrateOptions{})
+}
+
+// MigrateOptions says how to migrate.
+type MigrateOptions struct {
+	// Retention is the TTL of each kind and table (current layout only;
+	// zero values take DefaultRetention's).
+	Retention Retention
+}
+
+// MigrateWith applies the migrations of the database's layout not yet
+// recorded in schema_migrations, in version order, then sets the retention
+// (current layout). Every migration is idempotent on its own (IF NOT
+// EXISTS), so two collectors migrating at once, or a crash between a
+// migration and its record, are harmless.
+func (s *Store) MigrateWith(ctx context.Context, o MigrateOptions) (applied []int, err error) {
+	ms, err := chschema.Migrations(string(s.layout))
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +178,14 @@ ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
 		if err != nil {
 			return applied, fmt.Errorf("record migration %04d: %w", m.Version, err)
 		}
-		s.log.Info("applied ClickHouse migration", "version", m.Version, "name", m.Name)
+		s.log.Info("applied ClickHouse migration", "version", m.Version, "name", m.Name, "layout", s.layout)
 		applied = append(applied, m.Version)
+	}
+	if err := s.detect(ctx); err != nil {
+		return applied, err
+	}
+	if err := s.applyRetention(ctx, o.Retention); err != nil {
+		return applied, err
 	}
 	return applied, nil
 }
@@ -157,8 +193,7 @@ ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
 // CheckSchema reports a clear error when the events table is missing.
 func (s *Store) CheckSchema(ctx context.Context) error {
 	var n uint64
-	row := s.conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = 'events'", s.db)
-	if err := row.Scan(&n); err != nil {
+	if err := s.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = {db:String} AND name = 'events'", Params{"db": s.db}, &n); err != nil {
 		return fmt.Errorf("check ClickHouse schema: %w", err)
 	}
 	if n == 0 {

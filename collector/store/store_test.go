@@ -68,7 +68,7 @@ func TestInsertRoundTripAndDuplicatesCollapse(t *testing.T) {
 	g := eventgen.New("host-1")
 	evs := g.Mixed(50)
 	o := g.Origin
-	now := time.Unix(1_780_000_100, 0)
+	now := g.T0.Add(100 * time.Second)
 	d := o.NewEvent(schema.KindLandlockDenial, g.RunID, g.ScopeID, g.ScopeHash, now)
 	d.LandlockDenial = &schema.LandlockDenial{Domain: "18ed00109", Blockers: []string{"fs.read_file"}, PathHash: g.Hasher.Hash("/etc/hostname"), PathClass: schema.PathOutside, PID: 7, Comm: "node"}
 	f := o.NewEvent(schema.KindFinding, g.RunID, g.ScopeID, g.ScopeHash, now.Add(time.Second))

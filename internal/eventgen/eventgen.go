@@ -29,7 +29,9 @@ func New(host string) *Gen {
 		ScopeID:   "scope-test",
 		ScopeHash: "sha256:5a1f3e0c9b7d2e4f6a8c0b1d3e5f7a9c2b4d6e8f0a1c3e5b7d9f1a3c5e7b9d0f",
 		Hasher:    h,
-		T0:        time.Unix(1_780_000_000, 0),
+		// Recent, so that the default retention (file operations 30 days)
+		// keeps what a test inserts.
+		T0: time.Now().Add(-time.Hour).Truncate(time.Second),
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package clickhouse holds the ClickHouse side of the event schema: the
-// versioned migrations (migrations/NNNN_name.sql) and the canned queries
-// (queries/*.sql) that `mcpwarden query` runs, embedded so the binary and
-// an analyst at clickhouse-client use the same SQL.
+// versioned migrations of each table layout (migrations/current/ for
+// current releases, migrations/legacy/ for ClickHouse 18.16, each
+// NNNN_name.sql) and the canned queries (queries/*.sql) that `mcpwarden
+// query` runs on either, embedded so the binary and an analyst at
+// clickhouse-client use the same SQL.
 package clickhouse
 
 import (
@@ -13,8 +15,11 @@ import (
 	"strings"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/current/*.sql migrations/legacy/*.sql
 var migrationFS embed.FS
+
+// Layouts are the table layouts that have migrations.
+var Layouts = []string{"current", "legacy"}
 
 //go:embed queries/*.sql
 var queryFS embed.FS
@@ -26,11 +31,12 @@ type Migration struct {
 	Statements []string
 }
 
-// Migrations returns every migration in version order.
-func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+// Migrations returns every migration of layout in version order.
+func Migrations(layout string) ([]Migration, error) {
+	dir := "migrations/" + layout
+	entries, err := fs.ReadDir(migrationFS, dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("no migrations for table layout %q (layouts: %s)", layout, strings.Join(Layouts, ", "))
 	}
 	var out []Migration
 	for _, e := range entries {
@@ -40,7 +46,7 @@ func Migrations() ([]Migration, error) {
 		if !ok || err != nil || v <= 0 {
 			return nil, fmt.Errorf("migration file %s: want NNNN_name.sql", e.Name())
 		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		b, err := migrationFS.ReadFile(dir + "/" + e.Name())
 		if err != nil {
 			return nil, err
 		}

@@ -2,12 +2,13 @@
 // that `scripts/test-env.sh up` starts (native port 9000). Outside CI a
 // missing server skips the test; under CI=true it fails it.
 //
-// The same tests run a second time against a current ClickHouse release
-// (`make test-clickhouse-current`): MCPWARDEN_CLICKHOUSE_ADDR points at the
-// chdb-listen server, MCPWARDEN_CLICKHOUSE_LISTEN_BIN makes private servers
+// `make test` points the tests at a current ClickHouse release first
+// (test-go): MCPWARDEN_CLICKHOUSE_ADDR names the chdb-listen server
+// (ClickHouse 26.7), MCPWARDEN_CLICKHOUSE_LISTEN_BIN makes private servers
 // chdb-listen processes too, and MCPWARDEN_CLICKHOUSE_EXPECT_VERSION makes
-// every test fail unless the server's version starts with it, so that run
-// cannot silently test 18.16 again.
+// every test fail unless the server's version starts with it, so a pass
+// cannot silently test the other release. The ClickHouse packages then run
+// again against 18.16 (test-clickhouse-legacy).
 package chtest
 
 import (

@@ -1,6 +1,8 @@
 -- Generates N synthetic events inside ClickHouse for the query benchmark
 -- (BenchmarkCannedQueries). {n:UInt64} events, 1000 per run, 50 hosts,
--- 20 scopes, spread over the 7 days before {end_ns:Int64}.
+-- 20 scopes, spread over the 7 days before {end_ns:Int64}. @NS(x) marks an
+-- instant in Unix ns: BenchmarkCannedQueries makes it a DateTime64 for the
+-- current layout (and names the columns time, call_start, call_end).
 INSERT INTO events (event_id, schema_version, host, boot_id, run_id, scope_id, scope_hash, kind, time_ns,
     tool, op_id, path_hash, path_class, pid, comm,
     phase, mode, landlock_abi, server_name, server_version, protocol_era,
@@ -18,7 +20,7 @@ SELECT
     concat('sha256:', lower(hex(MD5(toString(intDiv(number, 1000) % 20)))), lower(hex(MD5(toString(intDiv(number, 1000) % 20))))),
     multiIf(number % 1000 IN (0, 999), 'launch', number % 2000 = 7, 'health', number % 503 = 0, 'finding',
             number % 97 = 0, 'landlock_denial', number % 10 = 5, 'decision', 'file_op') AS kind,
-    {end_ns:Int64} - toInt64(7 * 86400) * 1000000000 + toInt64(number) * 60000000 AS time_ns,
+    @NS({end_ns:Int64} - toInt64(7 * 86400) * 1000000000 + toInt64(number) * 60000000 AS tns),
     arrayElement(['read_text_file', 'write_file', 'list_directory', 'search_files'], number % 4 + 1),
     concat('op-', toString(number)),
     concat(lower(hex(MD5(toString(number % 5000)))), lower(hex(MD5(toString(number % 5000))))),
@@ -36,7 +38,7 @@ SELECT
     'not_required',
     if(number % 50 = 5, 'PATH_OUTSIDE_SCOPE', ''),
     'tools/call',
-    time_ns, time_ns + 2000000,
+    @NS(tns), @NS(tns + 2000000),
     'openat', 'read', if(number % 97 = 0, -13, 0),
     arrayElement(['allowed', 'allowed', 'allowed', 'blocked_by_kernel', 'escape'], number % 5 + 1),
     '18ed00109', ['fs.read_file'],

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Layout is a mcpwarden database's table layout.
+type Layout string
+
+const (
+	// LayoutCurrent is for current ClickHouse releases: DateTime64(9)
+	// timestamps, LowCardinality strings, TTL retention per kind and table
+	// (schema/clickhouse/migrations/current).
+	LayoutCurrent Layout = "current"
+	// LayoutLegacy is what ClickHouse 18.16 can hold: Int64 ns timestamps,
+	// plain strings, no TTL (schema/clickhouse/migrations/legacy).
+	LayoutLegacy Layout = "legacy"
+)
+
+// currentSince is the oldest release the current layout is for: it needs
+// DateTime64, TTL rules with WHERE, LowCardinality and query parameters
+// over the native protocol, all of which ClickHouse has had since 22.8.
+// Only 26.7 (and 18.16 for the legacy layout) is tested.
+var currentSince = serverVersion{22, 8}
+
+// serverVersion is a ClickHouse release's major and minor number.
+type serverVersion struct{ major, minor int }
+
+func (v serverVersion) atLeast(o serverVersion) bool {
+	return v.major > o.major || v.major == o.major && v.minor >= o.minor
+}
+
+func (v serverVersion) String() string { return fmt.Sprintf("%d.%d", v.major, v.minor) }
+
+// parseVersion reads "26.7.2.1" or "18.16.1".
+func parseVersion(s string) (serverVersion, error) {
+	parts := strings.SplitN(s, ".", 3)
+	if len(parts) < 2 {
+		return serverVersion{}, fmt.Errorf("ClickHouse reports version %q, which is not MAJOR.MINOR", s)
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil || major <= 0 || minor < 0 {
+		return serverVersion{}, fmt.Errorf("ClickHouse reports version %q, which is not MAJOR.MINOR", s)
+	}
+	return serverVersion{major, minor}, nil
+}
+
+// Layout is the database's table layout.
+func (s *Store) Layout() Layout { return s.layout }
+
+// detect learns the server's version, and the layout of the events table: an existing table keeps its layout whatever the server (a
+// database created on 18.16 and moved to a current release stays legacy);
+// a database without one gets the current layout unless the server is
+// older than currentSince.
+func (s *Store) detect(ctx context.Context) error {
+	var v string
+	if err := s.conn.QueryRow(ctx, "SELECT version()").Scan(&v); err != nil {
+		return fmt.Errorf("read the ClickHouse version: %w", err)
+	}
+	ver, err := parseVersion(v)
+	if err != nil {
+		return err
+	}
+	s.version = ver
+	s.serverParams = ver.atLeast(currentSince)
+	s.layout = LayoutLegacy
+	if s.serverParams {
+		s.layout = LayoutCurrent
+	}
+	// The server's own tables say what is there: these two lookups run
+	// before parameters are known to work, so they use the database name,
+	// which Open checked against dbName, as a literal.
+	db := quote(s.db)
+	var tables uint64
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = "+db+" AND name = 'events'").Scan(&tables); err != nil {
+		return fmt.Errorf("read the events table: %w", err)
+	}
+	if tables == 0 {
+		return nil
+	}
+	var timeNS, timeCol uint64
+	if err := s.conn.QueryRow(ctx, "SELECT countIf(name = 'time_ns' AND default_kind = ''), countIf(name = 'time') FROM system.columns WHERE database = "+db+" AND table = 'events'").Scan(&timeNS, &timeCol); err != nil {
+		return fmt.Errorf("read the events table's columns: %w", err)
+	}
+	switch {
+	case timeNS > 0:
+		s.layout = LayoutLegacy
+	case timeCol > 0:
+		if !s.serverParams {
+			return fmt.Errorf("database %s holds the current table layout, which ClickHouse %s cannot read: use ClickHouse %s or later", s.db, ver, currentSince)
+		}
+		s.layout = LayoutCurrent
+	default:
+		return fmt.Errorf("database %s has an events table that is not mcpwarden's (no time or time_ns column)", s.db)
+	}
+	return nil
+}
