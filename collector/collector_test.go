@@ -182,7 +182,10 @@ func TestCollectEndToEnd(t *testing.T) {
 	c := e.collector(t, func(c *Config) {
 		c.CrossCheck = true
 		c.CrossCheckEvery = 200 * time.Millisecond
-		c.CrossCheckCfg = crosscheck.Config{Window: 5 * time.Second} // final 5 s after the events arrived
+		// Final 15 s after the events arrived: on a loaded machine a run's
+		// decisions have arrived more than 5 s after the file operations
+		// they explain (823 of them judged UNATTRIBUTED_ACCESS once).
+		c.CrossCheckCfg = crosscheck.Config{Window: 15 * time.Second}
 	})
 	stop := start(t, c)
 	publishAll(t, e.pub, evs, 700)
