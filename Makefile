@@ -81,7 +81,7 @@ bench: deps build
 # references) with docker-compose, which needs no container engine; the
 # configurations it mounts are tested against real servers in ./collector.
 deploy-check:
-	HOST_WEB_1_PASSWORD=x HOST_WEB_2_PASSWORD=x COLLECTOR_PASSWORD=x ANALYST_PASSWORD=x CLICKHOUSE_COLLECTOR_PASSWORD=x \
+	HOST_WEB_1_PASSWORD=x HOST_WEB_2_PASSWORD=x COLLECTOR_PASSWORD=x ANALYST_PASSWORD=x CLICKHOUSE_COLLECTOR_PASSWORD=x CLICKHOUSE_ANALYST_PASSWORD=x GRAFANA_ADMIN_PASSWORD=x \
 		docker-compose -f deploy/docker-compose.yml config -q
 
 generate:
