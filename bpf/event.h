@@ -62,11 +62,13 @@ struct event {
 	__u32 pid;      /* thread id */
 	__u32 slot;     /* run slot of the watched process */
 	__u32 op;       /* enum op */
-	__s64 ret;      /* syscall return value; exit code for OP_EXIT; child tgid for OP_FORK */
-	__u64 flags;    /* open flags / renameat2 flags / unlinkat flags */
+	__s64 ret;      /* syscall return value; exit code for OP_EXIT; child tgid for OP_FORK; inode of the new executable for OP_EXEC */
+	__u64 flags;    /* open flags / renameat2 flags / unlinkat flags; its device (kernel dev_t) for OP_EXEC */
 	__u32 ev_flags; /* enum event_flag */
 	__u16 field_len[EVENT_FIELDS];
 	char comm[16];
+	__u32 ns_tgid;  /* tgid and thread id in the task's own (innermost) pid */
+	__u32 ns_pid;   /* namespace: what its /proc calls it */
 };
 
 #endif

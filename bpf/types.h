@@ -75,6 +75,7 @@ struct path {
 
 struct file {
 	struct path f_path;
+	struct inode *f_inode;
 } __pai;
 
 struct fdtable {
@@ -87,6 +88,7 @@ struct files_struct {
 } __pai;
 
 struct fs_struct {
+	struct path root;
 	struct path pwd;
 } __pai;
 
@@ -107,12 +109,37 @@ struct thread_info {
 #define TS_COMPAT 0x0002
 #endif
 
+struct super_block {
+	__u32 s_dev; /* dev_t: MAJOR << 20 | MINOR */
+} __pai;
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __pai;
+
+struct mm_struct {
+	struct file *exe_file;
+} __pai;
+
+struct upid {
+	int nr;
+} __pai;
+
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+} __pai;
+
 struct task_struct {
 #if defined(__TARGET_ARCH_x86)
 	struct thread_info thread_info;
 #endif
 	int pid;
 	int tgid;
+	struct task_struct *group_leader;
+	struct pid *thread_pid;
+	struct mm_struct *mm;
 	int exit_code;
 	struct files_struct *files;
 	struct fs_struct *fs;

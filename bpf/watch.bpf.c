@@ -266,6 +266,8 @@ struct walk_state {
 	__u64 mnt;    // struct mount *
 	__u64 dentry; // struct dentry *
 	__u64 root;   // the mount's root dentry
+	__u64 top_mnt;    // the task's root directory (fs->root): the walk
+	__u64 top_dentry; // ends there, as the task sees its paths
 	__u32 off;
 	__u32 done;
 	__u32 truncated;
@@ -273,6 +275,10 @@ struct walk_state {
 
 static long walk_step(__u32 i, struct walk_state *w)
 {
+	if (w->dentry == w->top_dentry && w->mnt == w->top_mnt) {
+		w->done = 1; // the task's root (after chroot or pivot_root, its own)
+		return 1;
+	}
 	struct dentry *dentry = KCAST(struct dentry, w->dentry);
 	__u64 parent = (__u64)dentry->d_parent;
 	if (w->dentry == w->root || w->dentry == parent) {
@@ -308,14 +314,26 @@ static long walk_step(__u32 i, struct walk_state *w)
 
 // walk writes the path of (vfsmnt, dentry) into b->data at *off: components
 // from the leaf up, each NUL-terminated, crossing mount points up to the
-// root of the mount tree. Returns the bytes written.
+// task's root directory, as d_path does: a server in a minimal root
+// (pivot_root) or a container names its files as it sees them. A file
+// outside that root (a descriptor from before the chroot) is named from the
+// root of the mount tree instead. Returns the bytes written.
 static __always_inline __u32 walk(struct buf *b, __u32 *off, __u64 vfsmnt, __u64 dentry)
 {
 	struct vfsmount *vm = KCAST(struct vfsmount, vfsmnt);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fs_struct *fs = task->fs;
+	__u64 top_mnt = 0, top_dentry = 0;
+	if (fs) {
+		top_mnt = (__u64)fs->root.mnt - bpf_core_field_offset(struct mount, mnt);
+		top_dentry = (__u64)fs->root.dentry;
+	}
 	struct walk_state w = {
 		.mnt = vfsmnt - bpf_core_field_offset(struct mount, mnt),
 		.dentry = dentry,
 		.root = (__u64)vm->mnt_root,
+		.top_mnt = top_mnt,
+		.top_dentry = top_dentry,
 		.off = *off,
 	};
 	bpf_loop(WALK_DEPTH_MAX, walk_step, &w, 0);
@@ -386,6 +404,21 @@ static __always_inline void user_path(struct buf *b, __u32 *off, int field, __u6
 }
 
 
+// ns_nr is a struct pid's number in its innermost pid namespace (the
+// task's own, the one its /proc names it by); numbers[] has level+1 entries.
+static __always_inline __u32 ns_nr(struct pid *pid)
+{
+	if (!pid)
+		return 0;
+	__u32 level = pid->level;
+	if (level > 32)
+		return 0;
+	__u64 at = (__u64)pid + bpf_core_field_offset(struct pid, numbers) + (__u64)level * bpf_core_type_size(struct upid);
+	int nr = 0;
+	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)at);
+	return nr;
+}
+
 static __always_inline struct buf *new_buf(__u32 op, __u32 slot)
 {
 	__u32 zero = 0;
@@ -404,6 +437,9 @@ static __always_inline struct buf *new_buf(__u32 op, __u32 slot)
 	for (int i = 0; i < EVENT_FIELDS; i++)
 		b->ev.field_len[i] = 0;
 	bpf_get_current_comm(b->ev.comm, sizeof(b->ev.comm));
+	struct task_struct *task = bpf_get_current_task_btf();
+	b->ev.ns_pid = ns_nr(task->thread_pid);
+	b->ev.ns_tgid = ns_nr(task->group_leader->thread_pid);
 	return b;
 }
 
@@ -663,13 +699,26 @@ int sched_fork(__u64 *ctx)
 	return 0;
 }
 
+// The exec record names the new executable by inode (ret) and device
+// (flags, the kernel's dev_t): the daemon tells the launcher's fence
+// helper, whose exec does not start the server, from the server.
 SEC("tp_btf/sched_process_exec")
 int sched_exec(__u64 *ctx)
 {
 	__u32 *slot = watched_slot();
 	if (!slot)
 		return 0;
-	proc_event(OP_EXEC, *slot, 0);
+	struct buf *b = new_buf(OP_EXEC, *slot);
+	if (!b)
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct mm_struct *mm = task->mm;
+	if (mm && mm->exe_file) {
+		struct inode *inode = mm->exe_file->f_inode;
+		b->ev.ret = inode->i_ino;
+		b->ev.flags = inode->i_sb->s_dev;
+	}
+	submit(b, 0);
 	return 0;
 }
 

@@ -53,6 +53,8 @@ type WatchEvent struct {
 	EvFlags  uint32
 	FieldLen [4]uint16
 	Comm     [16]int8
+	NsTgid   uint32
+	NsPid    uint32
 	_        [4]byte
 }
 

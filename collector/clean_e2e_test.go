@@ -80,7 +80,7 @@ func TestCleanRunsAreClean(t *testing.T) {
 	background(t, "collecting", bin, "collect", "--nats", ns.ClientURL(), "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
 
 	runArgs := func(mode string, proxy bool) []string {
-		return []string{"run", "--proxy=" + map[bool]string{true: "true", false: "false"}[proxy], "--mode", mode, "--daemon-socket", socket, "--nats", ns.ClientURL(), "--scope", scope, "--base", base, "--state-dir", state, "--"}
+		return []string{"run", "--proxy=" + map[bool]string{true: "true", false: "false"}[proxy], "--mode", mode, "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--"}
 	}
 	// mcpSession drives an MCP server through mcpwarden run.
 	mcpSession := func(t *testing.T, mode string, server []string, tool string, args map[string]any, want string) {

@@ -103,7 +103,7 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	runOnce := func(mode string, reqs ...string) []string {
 		// --no-namespaces: the findings expected here come from Landlock's
 		// denials, which the run's mount namespace pre-empts (ENOENT).
-		run := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--mode", mode, "--daemon-socket", socket, "--nats", ns.ClientURL(), "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
+		run := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--mode", mode, "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
 		run.Dir = base
 		stdin, _ := run.StdinPipe()
 		stdout, _ := run.StdoutPipe()

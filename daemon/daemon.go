@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,7 +32,9 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/classify"
 	"github.com/mcpwarden/mcpwarden/daemon/kevent"
 	"github.com/mcpwarden/mcpwarden/daemon/probes"
+	"github.com/mcpwarden/mcpwarden/daemon/procinfo"
 	"github.com/mcpwarden/mcpwarden/daemon/runs"
+	"github.com/mcpwarden/mcpwarden/internal/localsock"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -44,7 +45,11 @@ type Sink interface {
 
 // Config configures a daemon.
 type Config struct {
-	Socket      string             // registration socket (required)
+	Socket      string // registration socket (required)
+	SocketGroup int    // gid admitted to the socket besides root and the daemon's user; 0 none
+	// StateDir keeps the run table (runs.json) so that a restarted daemon
+	// adopts the runs its predecessor watched; "" keeps nothing.
+	StateDir    string
 	Sink        Sink               // where events go (required)
 	Hasher      *schema.PathHasher // keyed path hash (required)
 	Origin      schema.Origin      // host and boot id of the events
@@ -88,6 +93,12 @@ type Daemon struct {
 
 	records chan kevent.Record
 	ll      chan any
+	// launcherRecs carries launchers' records to the processor.
+	launcherRecs chan launcherBatch
+
+	hooksMu sync.Mutex // orders syscall hook attach/detach with registrations
+	stateMu sync.Mutex // serializes writes of the state file
+	gaps    []gap      // observation lapses found at start-up, turned into findings
 
 	auditDrops  atomic.Uint64
 	publishFail atomic.Uint64
@@ -118,6 +129,7 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.Probes = probes.DefaultConfig()
 	}
 	cfg.Probes.Logger = cfg.Logger
+	cfg.Probes.LazySyscalls = true
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -135,12 +147,13 @@ func New(cfg Config) (*Daemon, error) {
 	defDur(&cfg.RunGrace, 2*time.Minute)
 	defDur(&cfg.DomainWait, 2*time.Second)
 	return &Daemon{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		table:   runs.NewTable(),
-		records: make(chan kevent.Record, cfg.QueueLen),
-		ll:      make(chan any, 4096),
-		ready:   make(chan struct{}),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		table:        runs.NewTable(),
+		records:      make(chan kevent.Record, cfg.QueueLen),
+		ll:           make(chan any, 4096),
+		launcherRecs: make(chan launcherBatch),
+		ready:        make(chan struct{}),
 	}, nil
 }
 
@@ -151,12 +164,29 @@ func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 // ends. Any component failing to start is an error: the daemon does not run
 // half-blind.
 func (d *Daemon) Run(ctx context.Context) error {
+	// The probes see pids as the initial pid namespace does; a daemon in
+	// another one would watch the wrong processes.
+	if init, err := procinfo.InInitPidNS(); err != nil || !init {
+		return fmt.Errorf("daemon: it must run in the host's pid namespace, where its probes see pids (in Kubernetes: hostPID: true): %v", errOr(err, "it runs in another one"))
+	}
 	p, err := probes.Load(d.cfg.Probes)
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
 	}
 	d.probes = p
-	defer p.Close()
+	keep := false
+	defer func() {
+		if keep {
+			if err := p.Keep(); err != nil {
+				d.log.Warn("keep probes", "err", err)
+			}
+			return
+		}
+		p.Close()
+	}()
+	if err := d.resume(time.Now()); err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
 
 	d.landlockABI, _ = ll.LandlockGetABIVersion()
 	d.monoOffset = monoOffset()
@@ -168,7 +198,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer d.audit.Close()
 	}
 
-	srv, err := api.Listen(d.cfg.Socket, handler{d}, d.log)
+	srv, err := api.Listen(api.Config{Path: d.cfg.Socket, Group: d.cfg.SocketGroup, Logger: d.log}, handler{d})
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
 	}
@@ -183,7 +213,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(ctx); err != nil {
+			// An error once the daemon is stopping is the stop's doing (a
+			// cross-check cut off while it still set up its consumer).
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
 				errc <- fmt.Errorf("%s: %w", name, err)
 				cancel()
 			}
@@ -221,6 +253,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	<-ctx.Done()
 	wg.Wait()
 	<-procDone
+	if err := d.saveState(); err != nil {
+		d.log.Error("save the run table", "err", err)
+	}
+	// Runs still live keep their probes attached for the next daemon.
+	if n := d.table.Live(); n > 0 && d.cfg.Probes.PinDir != "" {
+		keep = true
+		d.log.Warn("runs still live: their probes stay attached for the next daemon ('mcpwarden daemon --unload' detaches them)", "runs", n)
+	}
 	close(errc)
 	var errs []error
 	for err := range errc {
@@ -266,30 +306,106 @@ func (d *Daemon) openAudit() (string, error) {
 // handler adapts the daemon to api.Handler.
 type handler struct{ d *Daemon }
 
-func (h handler) Register(ctx context.Context, r *api.Registration) (uint32, error) {
-	slot, err := h.d.register(r)
+func (h handler) Register(ctx context.Context, peer *localsock.Peer, r *api.Registration, root *os.File) (api.Registered, error) {
+	reg, err := h.d.register(peer, r, root)
 	switch {
 	case errors.Is(err, errSinkDown):
 		h.d.refusedSinkDown.Add(1)
 	case err != nil:
 		h.d.refusedInvalid.Add(1)
 	}
-	return slot, err
+	return reg, err
 }
 
-func (h handler) Unregister(ctx context.Context, runID string) error {
-	r := h.d.table.ByID(runID)
+func (h handler) Unregister(ctx context.Context, peer *localsock.Peer, runID string) error {
+	d := h.d
+	owner, err := d.owner(peer)
+	if err != nil {
+		return err
+	}
+	r := d.table.ByID(runID)
 	if r == nil {
 		return fmt.Errorf("no run %q is registered", runID)
 	}
-	if _, err := h.d.probes.Unwatch(r.Slot); err != nil {
+	if !r.Owner.Same(owner) {
+		return fmt.Errorf("%w: run %s", runs.ErrNotOwner, runID)
+	}
+	if _, err := d.probes.Unwatch(r.Slot); err != nil {
 		return err
 	}
-	h.d.table.End(r.Slot, time.Now())
+	d.table.End(r.Slot, time.Now())
+	d.runEnded()
 	return nil
 }
 
+func (h handler) Records(ctx context.Context, peer *localsock.Peer, events []schema.Event) error {
+	return h.d.takeRecords(ctx, peer, events)
+}
+
 func (h handler) Status(ctx context.Context) schema.Health { return h.d.health() }
+
+// owner identifies the peer process for the run ids it uses (cached for
+// the connection).
+func (d *Daemon) owner(peer *localsock.Peer) (runs.Owner, error) {
+	if o, ok := peer.State.(runs.Owner); ok {
+		return o, nil
+	}
+	start, err := procinfo.StartOf(peer.PID, peer.PIDFD)
+	if err != nil {
+		return runs.Owner{}, fmt.Errorf("identify the connecting process %d: %w", peer.PID, err)
+	}
+	o := runs.Owner{PID: peer.PID, Start: start, UID: peer.UID}
+	peer.State = o
+	return o, nil
+}
+
+// takeRecords publishes a launcher's launch and decision records (checked
+// by api.CheckRecords) as the host's only publisher. They are taken only
+// from the launcher that first used their run id, stamped with this
+// host's identity, and must match the run's scope once it is registered.
+func (d *Daemon) takeRecords(ctx context.Context, peer *localsock.Peer, events []schema.Event) error {
+	if d.sinkDown.Load() {
+		return errors.New("the daemon's event sink is refusing events (NATS down and spool full?): the records could not be kept")
+	}
+	owner, err := d.owner(peer)
+	if err != nil {
+		return err
+	}
+	runID := events[0].RunID
+	if err := d.table.Claim(runID, owner, time.Now()); err != nil {
+		d.log.Warn("records refused", "run_id", runID, "peer_pid", peer.PID, "peer_uid", peer.UID, "err", err)
+		return err
+	}
+	run := d.table.ByID(runID)
+	for i := range events {
+		e := &events[i]
+		if run != nil && (e.ScopeHash != run.ScopeHash || e.ScopeID != run.ScopeID) {
+			return fmt.Errorf("record %d names another scope than run %s was registered with", i, runID)
+		}
+		e.Host, e.BootID = d.cfg.Origin.Host, d.cfg.Origin.BootID
+	}
+	// Through the processor: the kernel's records of the run read so far
+	// are published first, so a launcher's exit record does not overtake
+	// the run's own file operations.
+	lb := launcherBatch{events: events, done: make(chan error, 1)}
+	select {
+	case d.launcherRecs <- lb:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-lb.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// launcherBatch is a launcher's records on their way to the sink.
+type launcherBatch struct {
+	events []schema.Event
+	done   chan error
+}
 
 // ScopeHash is how the launcher's CanonicalScope.Hash is computed; the
 // daemon recomputes it so a registration cannot pair a scope with another
@@ -306,36 +422,71 @@ func ScopeHash(s *schema.CanonicalScope) (string, error) {
 // errSinkDown refuses a registration while the event sink refuses events.
 var errSinkDown = errors.New("the daemon's event sink is refusing events (NATS down and spool full?), so a new run would go unrecorded; check 'mcpwarden daemon' logs and free the spool")
 
-func (d *Daemon) register(reg *api.Registration) (uint32, error) {
+func (d *Daemon) register(peer *localsock.Peer, reg *api.Registration, root *os.File) (out api.Registered, err error) {
 	if d.sinkDown.Load() {
 		// Fail closed: a run started now would go unrecorded.
-		return 0, errSinkDown
+		return out, errSinkDown
 	}
 	h, err := ScopeHash(reg.Scope)
 	if err != nil {
-		return 0, fmt.Errorf("encode scope: %w", err)
+		return out, fmt.Errorf("encode scope: %w", err)
 	}
 	if h != reg.ScopeHash {
-		return 0, errors.New("scope_hash does not match the scope sent: launcher and daemon disagree on the scope; upgrade both to the same version")
+		return out, errors.New("scope_hash does not match the scope sent: launcher and daemon disagree on the scope; upgrade both to the same version")
 	}
-	if _, err := os.Stat("/proc/" + strconv.Itoa(reg.RootPID)); err != nil {
-		return 0, fmt.Errorf("root pid %d does not exist", reg.RootPID)
+	owner, err := d.owner(peer)
+	if err != nil {
+		return out, err
 	}
+	proc, err := procinfo.FromPidfd(root)
+	switch {
+	case errors.Is(err, procinfo.ErrInvisible):
+		return out, errors.New("the root process has no pid in the daemon's pid namespace: run the daemon in the host's pid namespace")
+	case err != nil:
+		return out, fmt.Errorf("root process: %w", err)
+	case proc.PPID != peer.PID:
+		// Only a launcher's own child can be made a run: anything else
+		// would let a user have another user's process reported as theirs.
+		return out, fmt.Errorf("the root process %d is not a child of the registering process %d", proc.PID, peer.PID)
+	case proc.PID <= 1:
+		return out, fmt.Errorf("pid %d is not a process the daemon can watch", proc.PID)
+	}
+	out = api.Registered{RootPID: proc.PID, UID: peer.UID, CgroupID: proc.CgroupID}
+	d.hooksMu.Lock()
+	defer d.hooksMu.Unlock()
+	// The syscall hooks are attached before the root is watched, so its
+	// first operation is seen.
+	if err := d.probes.SetSyscallHooks(true); err != nil {
+		return out, err
+	}
+	defer func() {
+		if err != nil && d.table.Live() == 0 {
+			_ = d.probes.SetSyscallHooks(false)
+		}
+	}()
+	pid := uint32(proc.PID)
 	if old := d.table.ByID(reg.RunID); old != nil {
 		// The launcher restarts the server under a narrower fence: same
 		// run, a new root process.
+		if !old.Owner.Same(owner) {
+			return out, fmt.Errorf("%w: run %s", runs.ErrNotOwner, reg.RunID)
+		}
 		if old.ScopeHash != reg.ScopeHash {
-			return 0, fmt.Errorf("run %s is registered with another scope", reg.RunID)
+			return out, fmt.Errorf("run %s is registered with another scope", reg.RunID)
 		}
-		if err := d.table.AddRoot(old.Slot, uint32(reg.RootPID), reg.ExecPending); err != nil {
-			return 0, err
+		if err := d.table.AddRoot(old.Slot, pid, reg.ExecPending); err != nil {
+			return out, err
 		}
-		if err := d.probes.Watch(uint32(reg.RootPID), old.Slot); err != nil {
-			return 0, err
+		if err := d.watchRoot(pid, old.Slot, root); err != nil {
+			return out, err
+		}
+		if err := d.adoptTree(old.Slot, pid); err != nil {
+			return out, err
 		}
 		d.restarted.Add(1)
-		d.log.Info("run restarted", "run_id", old.ID, "slot", old.Slot, "root_pid", reg.RootPID)
-		return old.Slot, nil
+		d.log.Info("run restarted", "run_id", old.ID, "slot", old.Slot, "root_pid", pid)
+		out.Slot = old.Slot
+		return out, d.saveState()
 	}
 	pol := classify.Policy{ReadOnly: reg.Scope.AccessMode != schema.AccessWrite, Runtime: reg.Runtime}
 	for _, p := range reg.Scope.AllowedPaths {
@@ -343,19 +494,151 @@ func (d *Daemon) register(reg *api.Registration) (uint32, error) {
 	}
 	run := &runs.Run{
 		ID: reg.RunID, ScopeID: reg.Scope.ScopeID, ScopeHash: reg.ScopeHash, Mode: reg.Mode,
-		RootPID: uint32(reg.RootPID), LandlockABI: reg.LandlockABI, ExecPending: reg.ExecPending, Policy: pol, Registered: time.Now(),
+		RootPID: pid, LandlockABI: reg.LandlockABI, ExecPending: reg.ExecPending, Policy: pol, Registered: time.Now(),
+		Owner: owner, CgroupID: proc.CgroupID,
+	}
+	if reg.HelperExe != nil {
+		run.Helper = runs.FileID(*reg.HelperExe)
 	}
 	slot, err := d.table.Add(run)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
-	if err := d.probes.Watch(uint32(reg.RootPID), slot); err != nil {
+	if err := d.watchRoot(pid, slot, root); err != nil {
 		d.table.Remove(slot)
-		return 0, err
+		return out, err
+	}
+	if err := d.adoptTree(slot, pid); err != nil {
+		d.probes.Unwatch(slot)
+		d.table.Remove(slot)
+		return out, err
+	}
+	if err := d.saveState(); err != nil {
+		d.probes.Unwatch(slot)
+		d.table.Remove(slot)
+		return out, err
 	}
 	d.registered.Add(1)
-	d.log.Info("run registered", "run_id", run.ID, "scope_id", run.ScopeID, "slot", slot, "root_pid", reg.RootPID, "mode", reg.Mode)
-	return slot, nil
+	d.log.Info("run registered", "run_id", run.ID, "scope_id", run.ScopeID, "slot", slot, "root_pid", pid, "uid", peer.UID, "cgroup_id", proc.CgroupID, "mode", reg.Mode)
+	out.Slot = slot
+	return out, nil
+}
+
+// watchRoot watches pid for slot, then confirms through its pidfd that pid
+// was still that process when the kernel started watching it.
+func (d *Daemon) watchRoot(pid, slot uint32, root *os.File) error {
+	if err := d.probes.Watch(pid, slot); err != nil {
+		return err
+	}
+	if err := procinfo.Alive(root); err != nil {
+		d.probes.Unwatch(slot)
+		return fmt.Errorf("root process: %w", err)
+	}
+	return nil
+}
+
+// maxAdopted bounds the processes a root may already have below it when it
+// is registered.
+const maxAdopted = 4096
+
+// adoptTree watches the processes the root had already forked when it was
+// registered: the kernel follows only the forks after its watch began. The
+// run's init with namespaces starts its exec stage (the process that
+// becomes the server) as soon as it has its spec, which may well be before
+// the launcher's registration reaches the daemon; unadopted, the server
+// and everything it does would be unseen. Each process is watched before
+// its own children are listed, so a child forked meanwhile is either
+// followed by the kernel or listed; each is named by a pidfd and confirmed
+// to be that parent's child, so a reused pid is never adopted.
+func (d *Daemon) adoptTree(slot, root uint32) error {
+	seen := map[uint32]bool{root: true}
+	queue := []uint32{root}
+	for len(queue) > 0 {
+		parent := queue[0]
+		queue = queue[1:]
+		kids, err := procinfo.Children(int(parent))
+		if errors.Is(err, procinfo.ErrGone) {
+			continue // it exited; the kernel's exit record says so
+		}
+		if err != nil {
+			return fmt.Errorf("register: the root's processes: %w", err)
+		}
+		for _, k := range kids {
+			child := uint32(k)
+			if seen[child] {
+				continue
+			}
+			if len(seen) >= maxAdopted {
+				return fmt.Errorf("register: the root process already has more than %d processes below it", maxAdopted)
+			}
+			ok, err := d.adoptChild(slot, parent, child)
+			if err != nil {
+				return err
+			}
+			if ok {
+				seen[child] = true
+				queue = append(queue, child)
+				d.log.Debug("adopted a process the root had already started", "slot", slot, "pid", child, "parent", parent)
+			}
+		}
+	}
+	return nil
+}
+
+// adoptChild watches child for slot if it is still parent's child and
+// alive; false when it is not (it exited, or the pid is another process's).
+func (d *Daemon) adoptChild(slot, parent, child uint32) (bool, error) {
+	f, err := procinfo.Open(int(child))
+	if errors.Is(err, procinfo.ErrGone) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("register: %w", err)
+	}
+	defer f.Close()
+	p, err := procinfo.FromPidfd(f)
+	switch {
+	case errors.Is(err, procinfo.ErrGone):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("register: process %d below the root: %w", child, err)
+	case p.PPID != int(parent):
+		return false, nil // reparented or reused: not the root's any more
+	}
+	// In the table first, so that its exit, once watched, ends it there.
+	d.table.Adopted(slot, parent, child)
+	if err := d.probes.Watch(child, slot); err != nil {
+		d.table.Exited(slot, child, time.Now())
+		return false, err
+	}
+	if procinfo.Alive(f) != nil || procinfo.Exiting(int(child)) {
+		// It exited before the watch took: no exit record will come.
+		d.table.Exited(slot, child, time.Now())
+		return false, d.probes.UnwatchPID(child)
+	}
+	return true, nil
+}
+
+// runEnded detaches the syscall hooks once no run is live and saves the
+// table.
+func (d *Daemon) runEnded() {
+	d.hooksMu.Lock()
+	if d.table.Live() == 0 {
+		if err := d.probes.SetSyscallHooks(false); err != nil {
+			d.log.Warn("detach syscall hooks", "err", err)
+		}
+	}
+	d.hooksMu.Unlock()
+	if err := d.saveState(); err != nil {
+		d.log.Error("save the run table", "err", err)
+	}
+}
+
+func errOr(err error, s string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
 }
 
 // Stats are the daemon's counters and state, for metrics. Every counter

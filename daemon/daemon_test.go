@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -40,6 +41,12 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(openCloseChild); spec != "" {
 		os.Exit(openCloseLoop(spec))
 	}
+	if socket := os.Getenv(launcherEnv); socket != "" {
+		os.Exit(launcherMain(socket))
+	}
+	if socket := os.Getenv(recordsEnv); socket != "" {
+		os.Exit(recordsMain(socket))
+	}
 	if mode := os.Getenv(childMode); mode != "" {
 		os.Exit(child(mode, os.Getenv(childWS), os.Getenv(childOut)))
 	}
@@ -47,6 +54,9 @@ func TestMain(m *testing.M) {
 }
 
 func child(mode, ws, out string) int {
+	if mode == "prefork" {
+		return prefork(ws, out)
+	}
 	var b [1]byte
 	if _, err := os.Stdin.Read(b[:]); err != nil {
 		return 10
@@ -100,6 +110,15 @@ func child(mode, ws, out string) int {
 				return 18
 			}
 		}
+	case "execcat":
+		// The fence helper's exec stage: its own operation, then the
+		// server (cat) in its place.
+		if read(filepath.Join(ws, "inside.txt")) != nil {
+			return 21
+		}
+		err := syscall.Exec("/bin/cat", []string{"cat", filepath.Join(ws, "child.txt")}, os.Environ())
+		fmt.Fprintln(os.Stderr, "exec cat:", err)
+		return 22
 	case "iouring":
 		var params [120]byte
 		fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
@@ -108,6 +127,34 @@ func child(mode, ws, out string) int {
 		}
 	default:
 		return 19
+	}
+	return 0
+}
+
+// prefork is a root process that starts its child (the exec stage, in
+// mode execcat) before it is registered, as the run's init does, prints the
+// child's pid, then passes the go-ahead on and waits for it.
+func prefork(ws, out string) int {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childMode+"=execcat", childWS+"="+ws, childOut+"="+out)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return 30
+	}
+	if err := cmd.Start(); err != nil {
+		return 31
+	}
+	fmt.Println(cmd.Process.Pid)
+	var b [1]byte
+	if _, err := os.Stdin.Read(b[:]); err != nil {
+		return 10
+	}
+	if _, err := stdin.Write(b[:]); err != nil {
+		return 32
+	}
+	if cmd.Wait() != nil {
+		return 33
 	}
 	return 0
 }
@@ -289,9 +336,9 @@ func (h *harness) run(mode string, runMode schema.RunMode, register bool) (int, 
 	if register {
 		cs, hash := h.scope()
 		_, err := client.New(h.socket).Register(context.Background(), api.Registration{
-			RunID: runID, RootPID: cmd.Process.Pid, Mode: runMode, Scope: cs, ScopeHash: hash,
+			RunID: runID, Mode: runMode, Scope: cs, ScopeHash: hash,
 			Runtime: []classify.RuntimePath{{Path: "/usr/lib"}, {Path: "/lib"}, {Path: "/etc/ld.so.cache"}, {Path: "/bin/cat"}, {Path: "/usr/bin/cat"}},
-		})
+		}, cmd.Process.Pid)
 		if err != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -320,7 +367,9 @@ func TestDaemonObservesRuns(t *testing.T) {
 
 	t.Run("health at start", func(t *testing.T) {
 		e := h.sink.waitFor(t, "health", func(e *schema.Event) bool { return e.Health != nil })
-		if !slices.Contains(e.Health.Hooks, "tp_btf/sys_enter") || e.Health.AuditStream != "on" || e.Health.LandlockABI < 1 {
+		// No run yet: the syscall hooks wait for one.
+		if !slices.Contains(e.Health.Hooks, "tp_btf/sched_process_fork") || slices.Contains(e.Health.Hooks, "tp_btf/sys_enter") ||
+			e.Health.AuditStream != "on" || e.Health.LandlockABI < 1 {
 			t.Errorf("health %+v", *e.Health)
 		}
 	})
@@ -433,10 +482,15 @@ func TestDaemonObservesRuns(t *testing.T) {
 func TestRefusesRunsWhenSinkRefuses(t *testing.T) {
 	h := startDaemonWith(t, &memSink{refuse: true})
 	cs, hash := h.scope()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := client.New(h.socket).Register(context.Background(), api.Registration{
-			RunID: schema.NewID(), RootPID: os.Getpid(), Mode: schema.ModeEnforce, Scope: cs, ScopeHash: hash})
+			RunID: schema.NewID(), Mode: schema.ModeEnforce, Scope: cs, ScopeHash: hash}, child.Process.Pid)
 		if err != nil && strings.Contains(err.Error(), "unrecorded") {
 			return
 		}
@@ -460,4 +514,58 @@ func TestDropsReachAHealthEvent(t *testing.T) {
 		return e.Health != nil && e.Health.DropsBPFReserve > 0
 	})
 	t.Logf("health after the flood: %+v", *e.Health)
+}
+
+// TestChildrenForkedBeforeRegistration: a root registered after it had
+// already started a child (the run's init starts the exec stage as soon as
+// it has its spec, before the launcher's registration reaches the daemon)
+// has that child watched too. The child is the fence helper's exec stage:
+// its own operation before it execs the server is the launcher's (setup),
+// the server's are the run's, under the child's pid.
+func TestChildrenForkedBeforeRegistration(t *testing.T) {
+	h := startDaemon(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childMode+"=prefork", childWS+"="+h.ws, childOut+"="+h.out)
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var childPID int
+	if _, err := fmt.Fscan(stdout, &childPID); err != nil {
+		t.Fatalf("the root did not name its child: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(os.Args[0], &st); err != nil {
+		t.Fatal(err)
+	}
+	cs, hash := h.scope()
+	runID := schema.NewID()
+	reg, err := client.New(h.socket).Register(context.Background(), api.Registration{
+		RunID: runID, Mode: schema.ModeEnforce, Scope: cs, ScopeHash: hash,
+		Runtime:     []classify.RuntimePath{{Path: "/usr/lib"}, {Path: "/lib"}, {Path: "/etc/ld.so.cache"}, {Path: "/bin/cat"}, {Path: "/usr/bin/cat"}},
+		ExecPending: true, HelperExe: &api.FileID{Dev: st.Dev, Ino: st.Ino},
+	}, cmd.Process.Pid)
+	if err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	if _, err := io.WriteString(stdin, "g"); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("root: %v", err)
+	}
+	e := h.sink.waitFor(t, "the server's read in the child started before the registration", h.fileOp(runID, filepath.Join(h.ws, "child.txt"), classify.Allowed))
+	if e.FileOp.PID != childPID || e.FileOp.Comm != "cat" {
+		t.Errorf("read attributed to pid %d comm %q; the child is %d (the root %d)", e.FileOp.PID, e.FileOp.Comm, childPID, reg.RootPID)
+	}
+	insideHash := h.hasher.Hash(filepath.Join(h.ws, "inside.txt"))
+	for _, e := range h.sink.snapshot() {
+		if e.RunID == runID && e.FileOp != nil && e.FileOp.PathHash == insideHash {
+			t.Errorf("the exec stage's own read before it exec'd the server was reported as the run's: %+v", *e.FileOp)
+		}
+	}
 }

@@ -40,6 +40,12 @@ func newStack(t testing.TB) *stack {
 	st := &stack{bin: testenv.Mcpwarden(t), root: root, state: filepath.Join(root, "state"),
 		socket: filepath.Join(root, "run", "daemon.sock"), naive: filepath.Join(root, "naiveserver")}
 	testenv.MustGoBuild(t, st.naive, "./internal/naiveserver")
+	// Probes a killed daemon left attached are detached when the test ends.
+	t.Cleanup(func() {
+		if out, err := exec.Command(st.bin, "daemon", "--unload", "--state-dir", st.state).CombinedOutput(); err != nil {
+			t.Errorf("daemon --unload: %v %s", err, out)
+		}
+	})
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatalf("embedded NATS: %v", err)
@@ -411,4 +417,180 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestNamespacedRunIsObserved runs the naive server under `mcpwarden run
+// --daemon-socket` with the launcher's defaults: its own mount, pid, ipc,
+// uts and user namespaces, a minimal root, the dedicated uid. The run's
+// init starts the exec stage (which becomes the server) before the launcher
+// registers the run, so the daemon must adopt it; then every operation of
+// the server is seen and judged like a run without namespaces:
+//   - its runtime's start-up reads and its own /proc entry, by /proc/self
+//     or by the pid its own /proc gives it: runtime, allowed, one hash;
+//   - a read inside the scope: workspace, allowed, under the server's comm;
+//   - a read of a host path outside the minimal root: the path is not
+//     there for the server (ENOENT), so nothing was disclosed: failed,
+//     class outside;
+//   - listing the scope's parent directory, which the minimal root has (a
+//     mount point's parent) and Landlock does not grant: blocked_by_kernel
+//     (EACCES), Landlock's own record of it attributed to the run, and the
+//     cross-check's BLOCKED_ATTEMPT joining the two;
+//   - nothing of the fence helper (the init, the exec stage before it exec'd
+//     the server) is reported as the run's, and nothing is an escape.
+func TestNamespacedRunIsObserved(t *testing.T) {
+	st := newStack(t)
+	base := filepath.Join(st.root, "base")
+	ws := filepath.Join(base, "ws")
+	secret := filepath.Join(st.root, "outside", "secret.txt")
+	inside := filepath.Join(ws, "a.txt")
+	scope := filepath.Join(st.root, "scope.json")
+	testenv.WriteFiles(t, map[string]string{
+		inside: "inside",
+		secret: "OUTSIDE-SECRET",
+		scope:  `{"scope_id":"e2e-ns","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
+	})
+	st.startDaemon(t)
+
+	run := exec.Command(st.bin, "run", "--proxy=false", "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", st.naive)
+	run.Dir = base
+	stdin, _ := run.StdinPipe()
+	stdout, _ := run.StdoutPipe()
+	rlog := &testenv.LockedBuffer{}
+	run.Stderr = rlog
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	do := func(req string) (ok bool, text string) {
+		t.Helper()
+		if _, err := io.WriteString(stdin, req+"\n"); err != nil {
+			t.Fatalf("send %s: %v (run log: %s)", req, err, rlog.String())
+		}
+		if !lines.Scan() {
+			t.Fatalf("no answer to %s (run log: %s)", req, rlog.String())
+		}
+		var resp struct {
+			OK    bool   `json:"ok"`
+			Data  string `json:"data"`
+			Errno string `json:"errno"`
+		}
+		if err := json.Unmarshal(lines.Bytes(), &resp); err != nil {
+			t.Fatalf("answer to %s: %q", req, lines.Text())
+		}
+		return resp.OK, resp.Data + resp.Errno
+	}
+	ok, pids := do(`{"op":"pid"}`)
+	nsPID, ppid, _ := strings.Cut(pids, " ")
+	if !ok || ppid != "1" {
+		t.Fatalf("the server's pid and parent are %q in its namespace, want its parent to be the run's init, 1 (no pid namespace? run log: %s)", pids, rlog.String())
+	}
+	if ok, got := do(`{"op":"read","path":"` + inside + `"}`); !ok || got != "inside" {
+		t.Fatalf("inside read: %v %s", ok, got)
+	}
+	if ok, got := do(`{"op":"read","path":"` + secret + `"}`); ok || !strings.Contains(got, "ENOENT") {
+		t.Fatalf("a host path outside the minimal root: %v %s, want ENOENT", ok, got)
+	}
+	if ok, got := do(`{"op":"readdir","path":"` + base + `"}`); ok || !strings.Contains(got, "EACCES") {
+		t.Fatalf("listing the scope's parent: %v %s, want EACCES from Landlock", ok, got)
+	}
+	for _, p := range []string{"/proc/self/status", "/proc/" + nsPID + "/status"} {
+		if ok, got := do(`{"op":"read","path":"` + p + `"}`); !ok {
+			t.Fatalf("read %s: %s", p, got)
+		}
+	}
+	stdin.Close()
+	if err := run.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s", err, rlog.String())
+	}
+
+	hasher := st.hasher(t)
+	insideHash, secretHash, baseHash := hasher.Hash(inside), hasher.Hash(secret), hasher.Hash(base)
+	procHash := hasher.Hash("/proc/" + nsPID + "/status")
+	var runID string
+	var evs []schema.Event
+	var allowed, missing, blocked, denial *schema.Event
+	var procReads []*schema.Event
+	attempt := false
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		all := st.events(t)
+		for _, e := range all {
+			if e.FileOp != nil && e.FileOp.PathHash == insideHash {
+				runID = e.RunID
+			}
+		}
+		evs, procReads, allowed, missing, blocked, denial, attempt = nil, nil, nil, nil, nil, nil, false
+		for _, e := range all {
+			if runID == "" || e.RunID != runID {
+				continue
+			}
+			evs = append(evs, e)
+			e := e
+			switch {
+			case e.FileOp != nil && e.FileOp.PathHash == insideHash:
+				allowed = &e
+			case e.FileOp != nil && e.FileOp.PathHash == secretHash:
+				missing = &e
+			case e.FileOp != nil && e.FileOp.PathHash == baseHash && e.FileOp.Result < 0:
+				blocked = &e
+			case e.FileOp != nil && e.FileOp.PathHash == procHash:
+				procReads = append(procReads, &e)
+			case e.LandlockDenial != nil && e.LandlockDenial.PathHash == baseHash:
+				denial = &e
+			}
+		}
+		for _, e := range evs {
+			if f := e.Finding; f != nil && f.Type == schema.FindingBlockedAttempt && blocked != nil && denial != nil &&
+				slices.Contains(f.EvidenceIDs, blocked.EventID) && slices.Contains(f.EvidenceIDs, denial.EventID) {
+				attempt = true
+			}
+		}
+		if allowed != nil && missing != nil && blocked != nil && denial != nil && attempt && len(procReads) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the namespaced run's events are incomplete: run %q, inside %v, outside %v, blocked %v, Landlock record %v, BLOCKED_ATTEMPT %v, own /proc reads %d\ndaemon log:\n%s\nrun log:\n%s",
+				runID, allowed != nil, missing != nil, blocked != nil, denial != nil, attempt, len(procReads), st.dlog.String(), rlog.String())
+		}
+	}
+	if f := allowed.FileOp; f.Verdict != "allowed" || f.PathClass != schema.PathWorkspace || f.Comm != "naiveserver" {
+		t.Errorf("inside read: %+v", *f)
+	}
+	if f := missing.FileOp; f.Verdict != "failed" || f.PathClass != schema.PathOutside || f.Result != -2 {
+		t.Errorf("read outside the minimal root: %+v, want failed, outside, -2 (ENOENT)", *f)
+	}
+	if f := blocked.FileOp; f.Verdict != "blocked_by_kernel" || f.PathClass != schema.PathOutside || f.Result != -13 {
+		t.Errorf("listing the scope's parent: %+v, want blocked_by_kernel, outside, -13", *f)
+	}
+	if !slices.Contains(denial.LandlockDenial.Blockers, "fs.read_dir") || denial.LandlockDenial.PathClass != schema.PathOutside {
+		t.Errorf("Landlock's record: %+v", *denial.LandlockDenial)
+	}
+	for _, e := range procReads {
+		if f := e.FileOp; f.Verdict != "allowed" || f.PathClass != schema.PathRuntime || f.PID != allowed.FileOp.PID {
+			t.Errorf("the server's own /proc entry: %+v, want allowed, runtime, pid %d", *f, allowed.FileOp.PID)
+		}
+	}
+	runtimeOps := 0
+	for _, e := range evs {
+		f := e.FileOp
+		if f == nil {
+			if e.Finding != nil && e.Finding.Type == schema.FindingObservationGap {
+				t.Errorf("the namespaced run has an OBSERVATION_GAP finding: %+v", *e.Finding)
+			}
+			continue
+		}
+		if f.PathClass == schema.PathRuntime {
+			runtimeOps++
+		}
+		if f.Verdict == "escape" || f.PathClass == schema.PathUnknown {
+			t.Errorf("the namespaced run reported %s %s: %+v", f.Verdict, f.PathClass, *f)
+		}
+		if f.PID != allowed.FileOp.PID || f.Comm != "naiveserver" {
+			t.Errorf("an operation of another process than the server (pid %d) in the run: %+v", allowed.FileOp.PID, *f)
+		}
+	}
+	if runtimeOps == 0 {
+		t.Error("none of the server's runtime reads was observed")
+	}
+	t.Logf("%d events of the run, %d runtime file operations", len(evs), runtimeOps)
 }

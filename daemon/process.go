@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -97,6 +99,7 @@ func (d *Daemon) process(ctx context.Context) {
 	defer healthEvery.Stop()
 
 	p.emitHealth(time.Now()) // the start-up health event
+	p.emitGaps()
 	for {
 		select {
 		case <-ctx.Done():
@@ -109,12 +112,22 @@ func (d *Daemon) process(ctx context.Context) {
 			p.record(&r)
 		case rec := <-d.ll:
 			p.landlock(rec, time.Now())
+		case lb := <-d.launcherRecs:
+			lb.done <- p.launcherRecords(ctx, lb.events)
 		case <-flush.C:
 			p.flush(ctx)
 		case now := <-second.C:
+			if err := d.probes.Alive(now); err != nil {
+				d.log.Warn("record that the daemon is alive", "err", err)
+			}
 			p.expirePending(now)
-			for _, slot := range d.table.Expired(now.Add(-d.cfg.RunGrace)) {
-				d.table.Remove(slot)
+			if expired := d.table.Expired(now.Add(-d.cfg.RunGrace)); len(expired) > 0 {
+				for _, slot := range expired {
+					d.table.Remove(slot)
+				}
+				if err := d.saveState(); err != nil {
+					d.log.Error("save the run table", "err", err)
+				}
 			}
 			if h := d.health(); h.DropsBPFReserve != p.last.DropsBPFReserve ||
 				h.DropsQueueFull != p.last.DropsQueueFull || h.DropsPublishFail != p.last.DropsPublishFail {
@@ -126,6 +139,34 @@ func (d *Daemon) process(ctx context.Context) {
 		}
 		if len(p.batch) >= d.cfg.BatchSize {
 			p.flush(ctx)
+		}
+	}
+}
+
+// launcherRecords publishes a launcher's records after the kernel records
+// already queued, in one synchronous flush: nil means they are taken.
+func (p *processor) launcherRecords(ctx context.Context, events []schema.Event) error {
+	p.drainRecords()
+	p.flush(ctx)
+	if p.d.sinkDown.Load() {
+		return errors.New("the daemon's event sink is refusing events (NATS down and spool full?): the records could not be kept")
+	}
+	if err := p.d.cfg.Sink.Publish(ctx, events); err != nil {
+		p.d.publishFail.Add(uint64(len(events)))
+		return fmt.Errorf("publish: %w", err)
+	}
+	p.d.published.Add(uint64(len(events)))
+	return nil
+}
+
+// drainRecords handles the kernel records already queued.
+func (p *processor) drainRecords() {
+	for {
+		select {
+		case r := <-p.d.records:
+			p.record(&r)
+		default:
+			return
 		}
 	}
 }
@@ -174,8 +215,18 @@ func (p *processor) event(run *runs.Run, kind schema.Kind, t time.Time) schema.E
 	return p.d.cfg.Origin.NewEvent(kind, run.ID, run.ScopeID, run.ScopeHash, t)
 }
 
-// record handles one kernel record.
+// record handles one kernel record, and saves the run table when the
+// record changed a setup phase.
 func (p *processor) record(r *kevent.Record) {
+	p.handle(r)
+	if p.d.table.SetupChanged() {
+		if err := p.d.saveState(); err != nil {
+			p.d.log.Error("save the run table", "err", err)
+		}
+	}
+}
+
+func (p *processor) handle(r *kevent.Record) {
 	run := p.d.table.BySlot(r.Slot)
 	if run == nil {
 		return // the run was forgotten long ago; its slot is never reused
@@ -183,15 +234,17 @@ func (p *processor) record(r *kevent.Record) {
 	t := time.Unix(0, int64(r.KtimeNS)+p.d.monoOffset)
 	switch r.Op {
 	case kevent.OpFork:
-		p.d.table.Forked(r.Slot, uint32(r.Ret))
+		p.d.table.Forked(r.Slot, r.TGID, uint32(r.Ret))
 		return
 	case kevent.OpExit:
-		if p.d.table.Exited(r.Slot, time.Now()) {
+		if p.d.table.Exited(r.Slot, r.TGID, time.Now()) {
 			p.d.log.Info("run ended", "run_id", run.ID, "slot", run.Slot)
+			p.d.runEnded()
 		}
 		return
 	case kevent.OpExec:
-		p.d.table.Execed(r.TGID)
+		dev, ino := r.ExecFile()
+		p.d.table.Execed(r.TGID, runs.FileID{Dev: dev, Ino: ino})
 		return
 	case kevent.OpIOUringSetup:
 		// io_uring's operations bypass the syscall probes: the setup
@@ -215,7 +268,9 @@ func (p *processor) record(r *kevent.Record) {
 }
 
 func (p *processor) fileOp(run *runs.Run, r *kevent.Record, t time.Time, path string, known bool, access classify.Access) {
-	loc := p.locate(run, path, known)
+	// The process's own /proc entry, by whatever number its /proc gives it,
+	// is classified as its /proc/self.
+	loc := p.locate(run, classify.SelfProc(path, r.NSTGID, r.NSPID), known)
 	class, verdict := loc.Class, classify.Judge(loc, access, r.Ret)
 	result := 0
 	if r.Ret < 0 {
@@ -226,7 +281,7 @@ func (p *processor) fileOp(run *runs.Run, r *kevent.Record, t time.Time, path st
 		// Hashed as the Landlock record names it (/proc/self by pid), so
 		// the two views of one denial pair up; classified as asked (a
 		// process's own /proc/self is the runtime's).
-		h = p.hash(classify.CanonicalProc(path, r.TGID, r.PID))
+		h = p.hash(classify.CanonicalProc(path, r.NSTGID, r.NSPID))
 	}
 	e := p.event(run, schema.KindFileOp, t)
 	e.FileOp = &schema.FileOp{
@@ -261,6 +316,9 @@ func (p *processor) landlock(rec any, now time.Time) {
 			}
 			p.foreign[v.Domain] = true
 			return
+		}
+		if err := p.d.saveState(); err != nil {
+			p.d.log.Error("save the run table", "err", err)
 		}
 		for _, w := range waiting {
 			p.denial(run, w.rec)

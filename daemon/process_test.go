@@ -26,7 +26,7 @@ func testProcessor(t *testing.T) (*processor, *schema.PathHasher, uint32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.table.Forked(slot, 11)
+	d.table.Forked(slot, 10, 11)
 	return newProcessor(d), hasher, slot
 }
 
@@ -36,19 +36,27 @@ func testProcessor(t *testing.T) (*processor, *schema.PathHasher, uint32) {
 func TestProcSelfIsHashedByPid(t *testing.T) {
 	p, hasher, slot := testProcessor(t)
 	for _, tc := range []struct {
-		tgid, tid uint32
-		path      string
-		want      string
-		class     schema.PathClass
+		tgid, tid     uint32
+		nsTGID, nsTID uint32 // in the process's own pid namespace
+		path          string
+		want          string
+		class         schema.PathClass
 	}{
-		{10, 10, "/proc/self/statm", "/proc/10/statm", schema.PathRuntime},
-		{11, 11, "/proc/self/statm", "/proc/11/statm", schema.PathRuntime}, // the run's own child: its own entry
-		{10, 12, "/proc/thread-self/stat", "/proc/10/task/12/stat", schema.PathRuntime},
-		{11, 11, "/proc/10/statm", "/proc/10/statm", schema.PathRuntime},
-		{11, 11, "/proc/1/environ", "/proc/1/environ", schema.PathOutside},
+		{10, 10, 10, 10, "/proc/self/statm", "/proc/10/statm", schema.PathRuntime},
+		{11, 11, 11, 11, "/proc/self/statm", "/proc/11/statm", schema.PathRuntime}, // the run's own child: its own entry
+		{10, 12, 10, 12, "/proc/thread-self/stat", "/proc/10/task/12/stat", schema.PathRuntime},
+		{11, 11, 11, 11, "/proc/10/statm", "/proc/10/statm", schema.PathRuntime},
+		{11, 11, 11, 11, "/proc/1/environ", "/proc/1/environ", schema.PathOutside},
+		// In a pid namespace of its own (host pid 11, pid 3 there): its
+		// /proc and Landlock name it 3; its own entry walked back from a
+		// descriptor is its /proc/self; its neighbour's is not.
+		{11, 11, 3, 3, "/proc/self/statm", "/proc/3/statm", schema.PathRuntime},
+		{11, 11, 3, 3, "/proc/3/maps", "/proc/3/maps", schema.PathRuntime},
+		{11, 11, 3, 3, "/proc/4/maps", "/proc/4/maps", schema.PathOutside},
+		{11, 11, 3, 3, "/proc/11/maps", "/proc/11/maps", schema.PathOutside}, // its host pid means another process in its /proc
 	} {
 		p.batch = nil
-		p.record(&kevent.Record{KtimeNS: 1, TGID: tc.tgid, PID: tc.tid, Slot: slot, Op: kevent.OpOpenat, Ret: -13, Comm: "node", Path1: tc.path, Path1OK: true})
+		p.record(&kevent.Record{KtimeNS: 1, TGID: tc.tgid, PID: tc.tid, NSTGID: tc.nsTGID, NSPID: tc.nsTID, Slot: slot, Op: kevent.OpOpenat, Ret: -13, Comm: "node", Path1: tc.path, Path1OK: true})
 		if len(p.batch) != 1 {
 			t.Fatalf("%s: %d events", tc.path, len(p.batch))
 		}

@@ -21,8 +21,8 @@ import (
 // TestSingleHostEndToEnd is the single host with no ClickHouse, with the
 // real binaries: `mcpwarden daemon` with its embedded NATS (credentials
 // generated into its state dir), the naive server under `mcpwarden run
-// --daemon-socket --nats` in enforce and audit mode (run as root, it finds
-// the host's key itself), then:
+// --daemon-socket` in enforce and audit mode (its records go through the
+// daemon), then:
 //   - `mcpwarden events` as root shows the run, and each finding
 //     provisional before it is final;
 //   - as nobody, `events` cannot read and `run --nats` cannot publish: the
@@ -79,7 +79,7 @@ func TestSingleHostEndToEnd(t *testing.T) {
 		// --no-namespaces: in its own mount namespace the server would not
 		// even see the path outside the base (ENOENT, no denial to explain),
 		// and the daemon's view of a namespaced run is another matter.
-		run := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--mode", mode, "--daemon-socket", socket, "--nats", natsURL,
+		run := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--mode", mode, "--daemon-socket", socket,
 			"--scope", scope, "--base", base, "--state-dir", state, "--", naive)
 		run.Dir = base
 		stdin, _ := run.StdinPipe()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -29,22 +30,27 @@ import (
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
-const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--state-dir DIR] [--path-key FILE] [--enable-audit]
+const daemonUsage = `usage: mcpwarden daemon [--socket PATH] [--socket-group GROUP] [--state-dir DIR] [--path-key FILE] [--enable-audit]
                         [--nats-listen HOST:PORT | --nats URL [NATS flags]] [--metrics-listen HOST:PORT]
+       mcpwarden daemon --unload [--state-dir DIR]
 
-Loads the eBPF probes, serves the run registration socket (root only), and
-sends sanitized file_op, landlock_denial, finding and health events to NATS
-JetStream. Without --nats it runs an embedded NATS server with JetStream on
+Loads the eBPF probes, serves the socket launchers register their runs on
+and send their records to (root, the daemon's user and --socket-group), and
+publishes sanitized file_op, landlock_denial, finding and health events and
+the launchers' records to NATS JetStream. Without --nats it runs an embedded NATS server with JetStream on
 --nats-listen (127.0.0.1:4222), storing under STATE_DIR/nats, so one host
 needs nothing else. The embedded server takes only the users whose keys it
 generates at first start in STATE_DIR/nats-auth (root-only): the daemon
 publishes, collectors consume, readers ('mcpwarden events') read.
-Must run as root.
+Must run as root, in the host's pid namespace. Probes stay attached for the
+next daemon while runs are live; --unload detaches them.
 `
 
 func cmdDaemon(ctx context.Context, args []string) int {
 	fs := cli.NewFlags("daemon", daemonUsage)
-	socket := fs.String("socket", client.DefaultSocket, "registration socket `PATH` (created 0600 in a 0700 directory)")
+	socket := fs.String("socket", client.DefaultSocket, "the daemon's socket `PATH` (created 0600 in a 0700 directory)")
+	socketGroup := fs.String("socket-group", "", "also admit the members of `GROUP` (name or gid) to the socket, e.g. for launchers of desktop clients run as the user (socket 0660, directory 0710)")
+	unload := fs.Bool("unload", false, "detach the probes a stopped daemon left attached for its runs, and exit")
 	nf := cli.AddNATSFlags(fs.FlagSet, "", "external NATS `URL` (comma-separated for a cluster; default: run the embedded NATS server)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "`HOST:PORT` the embedded NATS server listens on (a loopback address: it speaks no TLS)")
 	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
@@ -88,6 +94,22 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	}
 	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
 		return cli.Fail(cli.ExitInternal, fmt.Errorf("create state dir: %w; pass --state-dir DIR somewhere writable", err))
+	}
+	pinDir, err := daemon.PinDir(*stateDir)
+	if err != nil {
+		return cli.Fail(cli.ExitInternal, err)
+	}
+	if *unload {
+		n, err := probes.Unload(pinDir)
+		if err != nil {
+			return cli.Fail(cli.ExitInternal, fmt.Errorf("unload probes: %w", err))
+		}
+		fmt.Fprintf(os.Stderr, "mcpwarden daemon: detached %d pinned probe set(s)\n", n)
+		return cli.ExitOK
+	}
+	gid, err := groupID(*socketGroup)
+	if err != nil {
+		return cli.Fail(cli.ExitUsage, err)
 	}
 	if *pathKey == "" {
 		*pathKey = filepath.Join(*stateDir, "path.key")
@@ -165,13 +187,17 @@ func cmdDaemon(ctx context.Context, args []string) int {
 			return cli.Fail(cli.ExitUsage, err)
 		}
 	}
+	probeCfg := probes.DefaultConfig()
+	probeCfg.PinDir = pinDir
 	d, err := daemon.New(daemon.Config{
 		Socket:      *socket,
+		SocketGroup: gid,
+		StateDir:    *stateDir,
 		Sink:        sink,
 		Hasher:      hasher,
 		Origin:      origin,
 		EnableAudit: *enableAudit,
-		Probes:      probes.DefaultConfig(),
+		Probes:      probeCfg,
 		Logger:      logger,
 		CrossCheck:  crossCheck(xc),
 	})
@@ -230,4 +256,26 @@ func splitListen(hp string) (string, int, error) {
 		return "", 0, fmt.Errorf("--nats-listen %q: the port must be 1-65535", hp)
 	}
 	return host, port, nil
+}
+
+// groupID resolves --socket-group: a group name or a numeric gid.
+func groupID(name string) (int, error) {
+	if name == "" {
+		return 0, nil
+	}
+	if gid, err := strconv.Atoi(name); err == nil {
+		if gid <= 0 {
+			return 0, fmt.Errorf("--socket-group %q: give a group other than root's", name)
+		}
+		return gid, nil
+	}
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return 0, fmt.Errorf("--socket-group %q: %w (create it with 'groupadd %s')", name, err, name)
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil || gid <= 0 {
+		return 0, fmt.Errorf("--socket-group %q: gid %q", name, g.Gid)
+	}
+	return gid, nil
 }

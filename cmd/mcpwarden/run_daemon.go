@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 
 	"github.com/mcpwarden/mcpwarden/daemon/api"
 	"github.com/mcpwarden/mcpwarden/daemon/classify"
@@ -21,11 +23,12 @@ import (
 
 // daemonExtension adds --daemon-socket to `run`: the run is registered with
 // the daemon before the server is exec'd, and refuses to start when it
-// cannot be. Without a socket from the flag or the configuration, a daemon
-// whose socket is at the default path is used (discovered) and is then
-// just as required; "off" turns both off. The daemon names its path-hash
-// key, and a run with another key is refused: their hashes of one path
-// would never match.
+// cannot be; its launch and decision records go to the daemon, which
+// publishes them (the run needs no NATS of its own). Without a socket from
+// the flag or the configuration, a daemon whose socket is at the default
+// path is used (discovered) and is then just as required; "off" turns both
+// off. The daemon names its path-hash key, and a run with another key is
+// refused: their hashes of one path would never match.
 type daemonExtension struct{ socket string }
 
 func init() { runExtensions = append(runExtensions, &daemonExtension{}) }
@@ -49,6 +52,9 @@ func (e *daemonExtension) Configure(ctx context.Context, rc *runContext) error {
 		}
 		socket = client.DefaultSocket
 	}
+	if rc.Config.Sink != nil {
+		return errors.New("--daemon-socket sends the run's records to the daemon, which publishes them: drop --nats")
+	}
 	c := client.New(socket)
 	// Fail before anything starts when the daemon is not there.
 	info, err := c.Info(ctx)
@@ -58,7 +64,12 @@ func (e *daemonExtension) Configure(ctx context.Context, rc *runContext) error {
 	if err := sameKey(info.PathKeyID, rc.PathKeyFile, socket); err != nil {
 		return err
 	}
+	rc.Config.Sink = c.NewSink()
 	abi, _ := ll.LandlockGetABIVersion()
+	helper, err := helperFile(rc.Config.HelperPath)
+	if err != nil {
+		return err
+	}
 	prev := rc.Config.BeforeExec
 	rc.Config.BeforeExec = func(ctx context.Context, rootPID int) error {
 		if prev != nil {
@@ -68,14 +79,14 @@ func (e *daemonExtension) Configure(ctx context.Context, rc *runContext) error {
 		}
 		_, err := c.Register(ctx, api.Registration{
 			RunID:       rc.RunID,
-			RootPID:     rootPID,
 			Mode:        rc.Config.Mode,
 			Scope:       rc.Scope,
 			ScopeHash:   rc.Scope.Hash,
 			Runtime:     runtimePaths(launcher.FenceOf(ctx), rootPID),
 			LandlockABI: abi,
 			ExecPending: true, // BeforeExec: the helper has not exec'd the server yet
-		})
+			HelperExe:   helper,
+		}, rootPID)
 		if err != nil {
 			return fmt.Errorf("register run with the daemon: %w", err)
 		}
@@ -128,4 +139,22 @@ func runtimePaths(rs *ruleset.Ruleset, rootPID int) []classify.RuntimePath {
 		}
 	}
 	return out
+}
+
+// helperFile identifies the fence helper's executable for the daemon: the
+// root process and its children running it are the launcher's, not the
+// server's.
+func helperFile(path string) (*api.FileID, error) {
+	if path == "" {
+		p, err := launcher.DefaultHelperPath()
+		if err != nil {
+			return nil, err
+		}
+		path = p
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("the fence helper %s: %w", path, err)
+	}
+	return &api.FileID{Dev: st.Dev, Ino: st.Ino}, nil
 }

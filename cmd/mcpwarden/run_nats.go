@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -35,6 +36,9 @@ func (e *natsRunExtension) Flags(fs *flag.FlagSet) {
 func (e *natsRunExtension) Configure(ctx context.Context, rc *runContext) error {
 	if e.nf.URL == "" {
 		return nil
+	}
+	if rc.Config.Sink != nil {
+		return errors.New("--nats and --daemon-socket: with a daemon the run's records go through it, drop --nats")
 	}
 	opts, err := e.nf.Options(stream.RoleDaemon, schema.LocalOrigin().Host, "mcpwarden-run", rc.StateDir)
 	if err != nil {

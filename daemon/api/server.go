@@ -1,194 +1,87 @@
 package api
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/mcpwarden/mcpwarden/internal/localsock"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
-// Handler is what the daemon does with requests.
+// Handler is what the daemon does with requests. peer is the connecting
+// process as the kernel reports it.
 type Handler interface {
-	Register(ctx context.Context, r *Registration) (slot uint32, err error)
-	Unregister(ctx context.Context, runID string) error
+	// Register watches the run whose root process is root (a pidfd).
+	Register(ctx context.Context, peer *localsock.Peer, r *Registration, root *os.File) (Registered, error)
+	Unregister(ctx context.Context, peer *localsock.Peer, runID string) error
+	// Records takes a launcher's records (checked here: kinds, one run,
+	// valid events) for publishing; nil means they are safely taken.
+	Records(ctx context.Context, peer *localsock.Peer, events []schema.Event) error
 	Status(ctx context.Context) schema.Health
 }
 
 // Server serves the protocol on a unix socket.
 type Server struct {
-	ln      *net.UnixListener
-	path    string
+	sock    *localsock.Server
 	handler Handler
 	log     *slog.Logger
-	wg      sync.WaitGroup
 	// PathKeyID is reported in answers to status and register; set it
 	// before Serve.
 	PathKeyID string
 
-	refusedPeer, refusedRequest atomic.Uint64
+	refusedRequest atomic.Uint64
 }
 
 // Refused counts the connections refused for their peer (not root, not
 // the daemon's user) and the requests refused before the handler saw them
 // (malformed, oversized, invalid, unknown op).
 func (s *Server) Refused() (peer, request uint64) {
-	return s.refusedPeer.Load(), s.refusedRequest.Load()
+	peer, lines := s.sock.Refused()
+	return peer, lines + s.refusedRequest.Load()
 }
 
 // requestTimeout bounds how long one connection may take to send a request.
 const requestTimeout = 10 * time.Second
 
-// Listen creates the socket at path: its directory is created 0700 and the
-// socket itself is 0600, so only root reaches it; every connection is also
-// checked with SO_PEERCRED. A stale socket left by a dead daemon is
-// replaced; a live one is an error.
-func Listen(path string, h Handler, log *slog.Logger) (*Server, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// Config is where and to whom the socket is served.
+type Config struct {
+	Path string
+	// Group, when not 0, is admitted besides root and the daemon's user
+	// (socket 0660, directory 0710).
+	Group  int
+	Logger *slog.Logger
+}
+
+// Listen creates the socket (internal/localsock): a live socket at the
+// path is an error, a stale one is replaced.
+func Listen(cfg Config, h Handler) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create socket directory: %w", err)
-	}
-	if st, err := os.Lstat(path); err == nil {
-		if st.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket: remove it or pass another --socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("another daemon is serving %s: stop it or pass another --socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("remove stale socket: %w", err)
-		}
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	s := &Server{handler: h, log: cfg.Logger}
+	sock, err := localsock.Listen(localsock.Config{
+		Path: cfg.Path, Group: cfg.Group, MaxLine: MaxMessageSize, MaxFDs: 1, Timeout: requestTimeout, Logger: cfg.Logger,
+	}, s.handle)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
+		return nil, fmt.Errorf("daemon socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("restrict socket permissions: %w", err)
-	}
-	return &Server{ln: ln, path: path, handler: h, log: log}, nil
+	s.sock = sock
+	return s, nil
 }
 
-// Serve accepts connections until ctx ends, then closes the listener,
-// waits for open connections and removes the socket.
-func (s *Server) Serve(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
-	defer stop()
-	defer func() {
-		s.wg.Wait()
-		os.Remove(s.path)
-	}()
-	for {
-		c, err := s.ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("accept on registration socket: %w", err)
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.serveConn(ctx, c)
-		}()
-	}
-}
-
-// peerAllowed admits root and the daemon's own uid.
-func peerAllowed(c *net.UnixConn) (int32, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if credErr != nil {
-		return 0, credErr
-	}
-	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
-		return cred.Pid, fmt.Errorf("uid %d may not register runs", cred.Uid)
-	}
-	return cred.Pid, nil
-}
-
-func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
-	defer c.Close()
-	pid, err := peerAllowed(c)
-	if err != nil {
-		s.refusedPeer.Add(1)
-		s.log.Warn("registration refused", "peer_pid", pid, "err", err)
-		writeResponse(c, Response{Error: "permission denied: only root may use the daemon socket"})
-		return
-	}
-	r := bufio.NewReaderSize(c, 64<<10)
-	for {
-		_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
-		line, err := readLine(r)
-		if err != nil {
-			if !errors.Is(err, errEOF) {
-				s.refusedRequest.Add(1)
-				writeResponse(c, Response{Error: err.Error()})
-			}
-			return
-		}
-		resp := s.handle(ctx, line)
-		if err := writeResponse(c, resp); err != nil {
-			return
-		}
-	}
-}
-
-var errEOF = errors.New("eof")
-
-// readLine reads one request line of at most MaxMessageSize bytes.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	var buf []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		buf = append(buf, chunk...)
-		// Checked before waiting for more: a line that has reached the
-		// limit without its newline is refused at once.
-		if len(buf) >= MaxMessageSize {
-			return nil, fmt.Errorf("request larger than %d bytes", MaxMessageSize)
-		}
-		if err == nil {
-			return buf, nil
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if len(bytes.TrimSpace(buf)) == 0 {
-			return nil, errEOF
-		}
-		return nil, fmt.Errorf("read request: %w", err)
-	}
-}
+// Serve accepts connections until ctx ends, then waits for open
+// connections and removes the socket.
+func (s *Server) Serve(ctx context.Context) error { return s.sock.Serve(ctx) }
 
 // DecodeRequest strictly decodes one request line (schema/strictjson:
 // exact-case names, no duplicates at any depth, no unknown fields, no
-// trailing data).
+// trailing data), records included.
 func DecodeRequest(line []byte) (*Request, error) {
 	var req Request
 	if err := strictjson.Unmarshal(line, &req); err != nil {
@@ -200,8 +93,13 @@ func DecodeRequest(line []byte) (*Request, error) {
 	return &req, nil
 }
 
-func (s *Server) handle(ctx context.Context, line []byte) Response {
-	resp, handled := s.dispatch(ctx, line)
+func (s *Server) handle(ctx context.Context, peer *localsock.Peer, r localsock.Request) any {
+	defer func() {
+		for _, f := range r.FDs {
+			f.Close()
+		}
+	}()
+	resp, handled := s.dispatch(ctx, peer, r)
 	if !handled {
 		s.refusedRequest.Add(1)
 	}
@@ -210,10 +108,13 @@ func (s *Server) handle(ctx context.Context, line []byte) Response {
 
 // dispatch answers one request; handled is false when the request was
 // refused before it reached the handler.
-func (s *Server) dispatch(ctx context.Context, line []byte) (resp Response, handled bool) {
-	req, err := DecodeRequest(line)
+func (s *Server) dispatch(ctx context.Context, peer *localsock.Peer, r localsock.Request) (resp Response, handled bool) {
+	req, err := DecodeRequest(r.Line)
 	if err != nil {
 		return Response{Error: err.Error()}, false
+	}
+	if req.Op != OpRegister && len(r.FDs) > 0 {
+		return Response{Error: req.Op + ": no file descriptor may come with this request"}, false
 	}
 	switch req.Op {
 	case OpRegister:
@@ -223,29 +124,52 @@ func (s *Server) dispatch(ctx context.Context, line []byte) (resp Response, hand
 		if err := req.Register.Validate(); err != nil {
 			return Response{Error: "register: " + err.Error()}, false
 		}
-		slot, err := s.handler.Register(ctx, req.Register)
+		if len(r.FDs) != 1 {
+			return Response{Error: "register: the root process must come as a pidfd with the request (SCM_RIGHTS); upgrade mcpwarden so launcher and daemon match"}, false
+		}
+		reg, err := s.handler.Register(ctx, peer, req.Register, r.FDs[0])
 		if err != nil {
 			return Response{Error: "register: " + err.Error()}, true
 		}
-		return Response{OK: true, Slot: slot, PathKeyID: s.PathKeyID}, true
+		return Response{OK: true, Registered: &reg, PathKeyID: s.PathKeyID}, true
 	case OpUnregister:
-		if err := s.handler.Unregister(ctx, req.RunID); err != nil {
+		if err := s.handler.Unregister(ctx, peer, req.RunID); err != nil {
 			return Response{Error: "unregister: " + err.Error()}, true
 		}
 		return Response{OK: true}, true
+	case OpRecords:
+		if err := CheckRecords(req.Records); err != nil {
+			return Response{Error: "records: " + err.Error()}, false
+		}
+		if err := s.handler.Records(ctx, peer, req.Records); err != nil {
+			return Response{Error: "records: " + err.Error()}, true
+		}
+		return Response{OK: true, Taken: len(req.Records)}, true
 	case OpStatus:
 		h := s.handler.Status(ctx)
 		return Response{OK: true, Health: &h, PathKeyID: s.PathKeyID}, true
 	}
-	return Response{Error: fmt.Sprintf("unknown op %q: want register, unregister or status", req.Op)}, false
+	return Response{Error: fmt.Sprintf("unknown op %q: want register, unregister, records or status", req.Op)}, false
 }
 
-func writeResponse(c net.Conn, r Response) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
+// CheckRecords checks a launcher's batch: 1 to MaxRecords events, each
+// valid, of a kind a launcher produces, all of one run.
+func CheckRecords(events []schema.Event) error {
+	if len(events) == 0 || len(events) > MaxRecords {
+		return fmt.Errorf("want 1 to %d records, got %d", MaxRecords, len(events))
 	}
-	_ = c.SetWriteDeadline(time.Now().Add(requestTimeout))
-	_, err = c.Write(append(b, '\n'))
-	return err
+	run := events[0].RunID
+	for i := range events {
+		e := &events[i]
+		if !slices.Contains(RecordKinds, e.Kind) {
+			return fmt.Errorf("record %d is a %q event: a launcher sends only launch and decision records", i, e.Kind)
+		}
+		if e.RunID == "" || e.RunID != run {
+			return fmt.Errorf("record %d: all records of a request belong to one run", i)
+		}
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("record %d: %w", i, err)
+		}
+	}
+	return nil
 }

@@ -38,9 +38,9 @@ type RuntimePath struct {
 
 // Policy is what a run may touch.
 type Policy struct {
-	Workspace []string // canonical allowed paths of the scope
-	ReadOnly  bool     // the scope's access_mode is read
-	Runtime   []RuntimePath
+	Workspace []string      `json:"workspace"` // canonical allowed paths of the scope
+	ReadOnly  bool          `json:"read_only"` // the scope's access_mode is read
+	Runtime   []RuntimePath `json:"runtime"`
 }
 
 // Errno values that mean "refused" (same numbers on every Linux arch).

@@ -35,3 +35,33 @@ func CanonicalProc(path string, tgid, tid uint32) string {
 	}
 	return base + "/" + tail
 }
+
+// SelfProc is CanonicalProc's inverse for classification: a process's
+// own /proc entry, named by its pid as its /proc names it (the path the
+// probes walk back from an opened descriptor), becomes /proc/self (or
+// /proc/thread-self for its own thread), so it is classified like the
+// /proc/self the runtime profile grants. Another process's entry stays as
+// it is (and outside).
+func SelfProc(path string, tgid, tid uint32) string {
+	rest, ok := strings.CutPrefix(path, "/proc/")
+	if !ok {
+		return path
+	}
+	first, tail, _ := strings.Cut(rest, "/")
+	if first != strconv.FormatUint(uint64(tgid), 10) {
+		return path
+	}
+	if task, ok := strings.CutPrefix(tail, "task/"); ok {
+		t, ttail, _ := strings.Cut(task, "/")
+		if t == strconv.FormatUint(uint64(tid), 10) {
+			if ttail == "" {
+				return "/proc/thread-self"
+			}
+			return "/proc/thread-self/" + ttail
+		}
+	}
+	if tail == "" {
+		return "/proc/self"
+	}
+	return "/proc/self/" + tail
+}

@@ -11,6 +11,8 @@ import (
 	"path"
 	"strings"
 	"unicode"
+
+	"golang.org/x/sys/unix"
 )
 
 // Op is the probes' own operation number (enum op in bpf/event.h).
@@ -89,9 +91,11 @@ const (
 	offFieldLen = 44
 	offComm     = 52
 	commLen     = 16
+	offNSTGID   = 68
+	offNSPID    = 72
 	numFields   = 4
 	// HeaderSize is sizeof(struct event).
-	HeaderSize = 72
+	HeaderSize = 80
 )
 
 // Record is one decoded probe record.
@@ -105,6 +109,10 @@ type Record struct {
 	Flags   uint64
 	EvFlags uint32
 	Comm    string
+	// NSTGID and NSPID are the process's and the thread's ids in their own
+	// (innermost) pid namespace, what their /proc calls them; equal to
+	// TGID and PID outside a pid namespace.
+	NSTGID, NSPID uint32
 	// Path1 and Path2 are absolute, lexically clean paths; empty when the
 	// operation has none. Path1OK/Path2OK are false when the probes could not
 	// read the whole path (truncated, faulted, unknown directory).
@@ -131,6 +139,8 @@ func Decode(raw []byte, r *Record) error {
 		Flags:   le.Uint64(raw[offFlags:]),
 		EvFlags: le.Uint32(raw[offEvFlags:]),
 		Comm:    Comm(raw[offComm : offComm+commLen]),
+		NSTGID:  le.Uint32(raw[offNSTGID:]),
+		NSPID:   le.Uint32(raw[offNSPID:]),
 	}
 	var fields [numFields][]byte
 	data := raw[HeaderSize:]
@@ -212,6 +222,13 @@ func Comm(b []byte) string {
 		}
 		return r
 	}, s)
+}
+
+// ExecFile is the device and inode of the executable an OpExec record's
+// process now runs, the device in user space's encoding (stat's st_dev).
+func (r *Record) ExecFile() (dev, ino uint64) {
+	kdev := r.Flags // the kernel's dev_t: MAJOR << 20 | MINOR
+	return unix.Mkdev(uint32(kdev>>20), uint32(kdev&(1<<20-1))), uint64(r.Ret)
 }
 
 // Access is what an operation does to its path.

@@ -28,6 +28,8 @@ func TestLayoutMatchesC(t *testing.T) {
 		{"ev_flags", unsafe.Offsetof(e.EvFlags), offEvFlags},
 		{"field_len", unsafe.Offsetof(e.FieldLen), offFieldLen},
 		{"comm", unsafe.Offsetof(e.Comm), offComm},
+		{"ns_tgid", unsafe.Offsetof(e.NsTgid), offNSTGID},
+		{"ns_pid", unsafe.Offsetof(e.NsPid), offNSPID},
 		{"sizeof", unsafe.Sizeof(e), HeaderSize},
 		{"fields", uintptr(len(e.FieldLen)), numFields},
 		{"comm len", uintptr(len(e.Comm)), commLen},

@@ -206,3 +206,35 @@ func TestLazySyscallHooks(t *testing.T) {
 		t.Fatalf("hooks after detaching the syscall ones: %v", p.Hooks())
 	}
 }
+
+// TestNamespacedIDs: a process in a pid namespace of its own is reported
+// with its host ids and with the ids its own /proc gives it.
+func TestNamespacedIDs(t *testing.T) {
+	p := load(t)
+	if err := p.SetSyscallHooks(true); err != nil {
+		t.Fatal(err)
+	}
+	unshare := testenv.RequireCommand(t, "unshare")
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(unshare, "--pid", "--fork", os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), openerEnv+"=1")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); cmd.Wait() }()
+	// unshare forks the opener: watching unshare follows it.
+	if err := p.Watch(uint32(cmd.Process.Pid), 9); err != nil {
+		t.Fatal(err)
+	}
+	o := &opener{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	o.open(t, path)
+	r := waitRecord(t, p, 9, path)
+	if r.NSTGID != 1 || r.NSPID != 1 || r.TGID == 1 {
+		t.Fatalf("namespaced opener: host tgid %d, namespace tgid %d tid %d (want 1, 1)", r.TGID, r.NSTGID, r.NSPID)
+	}
+}

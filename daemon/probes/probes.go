@@ -407,6 +407,32 @@ func (p *Probes) Watch(tgid, slot uint32) error {
 	return p.setFlag(tgid, true)
 }
 
+// UnwatchPID stops watching process tgid alone (one that exited before
+// it could be confirmed as a run's).
+func (p *Probes) UnwatchPID(tgid uint32) error {
+	if err := p.setFlag(tgid, false); err != nil {
+		return err
+	}
+	if err := p.watched.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("unwatch pid %d: %w", tgid, err)
+	}
+	return nil
+}
+
+// WatchedBySlot lists the processes the kernel watches, by run slot.
+func (p *Probes) WatchedBySlot() (map[uint32][]uint32, error) {
+	out := map[uint32][]uint32{}
+	var k, v uint32
+	it := p.watched.Iterate()
+	for it.Next(&k, &v) {
+		out[v] = append(out[v], k)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list watched pids: %w", err)
+	}
+	return out, nil
+}
+
 // inflightKeys lists the inflight map's keys (pid<<32 | tid) without
 // reading its values, a 560-byte argument slot each. Like MapIterator it
 // stops after MaxEntries steps, since concurrent inserts may restart the

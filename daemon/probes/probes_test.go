@@ -58,6 +58,9 @@ func TestWatchedOpenIsSeen(t *testing.T) {
 			t.Logf("%+v", r)
 			if r.Slot == 7 && r.Op == kevent.OpOpenat && r.Ret >= 0 && r.Path1 == target {
 				gotLink = true
+				if r.NSTGID != r.TGID || r.NSPID != r.PID {
+					t.Errorf("outside a pid namespace the namespace ids %d/%d differ from %d/%d", r.NSTGID, r.NSPID, r.TGID, r.PID)
+				}
 			}
 			if r.Slot == 7 && r.Ret == -2 && r.Path1 == filepath.Join(dir, "missing") {
 				gotMissing = true

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -57,8 +58,11 @@ type Peer struct {
 	UID, GID uint32
 	Groups   []uint32 // supplementary groups
 	// PIDFD refers to the peer process itself (SO_PEERPIDFD, Linux 6.5+),
-	// nil where the kernel lacks it. Valid while the handler runs.
+	// nil where the kernel lacks it. Valid while the connection is open.
 	PIDFD *os.File
+	// State is the handler's own, kept for the connection's lifetime (a
+	// connection's requests are handled one after the other).
+	State any
 }
 
 // Request is one line and the descriptors that came with it. The handler
@@ -87,6 +91,8 @@ type Server struct {
 	log     *slog.Logger
 	wg      sync.WaitGroup
 	closeMu sync.Once
+
+	refusedPeer, refusedLine atomic.Uint64
 }
 
 // Listen creates the socket (and its directory) with the permissions of
@@ -225,6 +231,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
 	peer, err := PeerOf(c)
 	if err != nil {
+		s.refusedPeer.Add(1)
 		s.log.Warn("connection refused: peer credentials unreadable", "socket", filepath.Base(s.cfg.Path), "err", err)
 		s.write(c, ErrorResponse{Error: "peer credentials unreadable"})
 		return
@@ -233,6 +240,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		defer peer.PIDFD.Close()
 	}
 	if !s.admitted(peer) {
+		s.refusedPeer.Add(1)
 		s.log.Warn("connection refused", "socket", filepath.Base(s.cfg.Path), "peer_pid", peer.PID, "peer_uid", peer.UID)
 		s.write(c, ErrorResponse{Error: s.refusal(peer)})
 		return
@@ -244,6 +252,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		line, fds, err := r.next()
 		if err != nil {
 			if !errors.Is(err, errEOF) {
+				s.refusedLine.Add(1)
 				s.write(c, ErrorResponse{Error: err.Error()})
 			}
 			return
@@ -253,6 +262,13 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 			return
 		}
 	}
+}
+
+// Refused counts the connections refused for their peer and the request
+// lines refused before the handler saw them (oversized, unreadable, too
+// many descriptors).
+func (s *Server) Refused() (peer, line uint64) {
+	return s.refusedPeer.Load(), s.refusedLine.Load()
 }
 
 // admitted: root, the server's own user, or a member of the group.
@@ -380,6 +396,7 @@ func (r *lineReader) next() ([]byte, []*os.File, error) {
 			return nil, nil, fmt.Errorf("request larger than %d bytes", r.max)
 		}
 		n, oobn, flags, _, err := r.c.ReadMsgUnix(chunk[:min(len(chunk), r.max+1-len(r.buf))], oob)
+		n, oobn = max(n, 0), max(oobn, 0) // -1 on an error (a deadline, a reset)
 		if oobn > 0 {
 			r.takeFDs(oob[:oobn])
 		}
@@ -391,6 +408,8 @@ func (r *lineReader) next() ([]byte, []*os.File, error) {
 			if n > 0 {
 				continue // return what arrived; the error comes back next
 			}
+			// Nothing pending (an idle connection timed out, the peer left):
+			// close without an answer nobody asked for.
 			if len(r.buf) == 0 || isBlank(r.buf) {
 				return nil, nil, errEOF
 			}

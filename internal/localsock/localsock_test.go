@@ -239,6 +239,43 @@ func TestRequests(t *testing.T) {
 			t.Fatalf("answer %+v", r)
 		}
 	})
+	t.Run("an idle connection is closed without an answer", func(t *testing.T) {
+		idle := filepath.Join(t.TempDir(), "idle.sock")
+		serve(t, Config{Path: idle, Timeout: 100 * time.Millisecond})
+		nc, err := net.Dial("unix", idle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		b, err := io.ReadAll(nc) // returns once the server closes
+		if err != nil || len(b) != 0 {
+			t.Fatalf("idle connection got %q, %v", b, err)
+		}
+		// The server is still there for the next client.
+		c2, err := Dial(ctx, idle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		var r echo
+		if err := c2.Do(ctx, time.Second, "after", &r); err != nil || !r.OK {
+			t.Fatalf("after an idle timeout: %+v %v", r, err)
+		}
+	})
+	t.Run("a line left unfinished past the timeout is refused", func(t *testing.T) {
+		slow := filepath.Join(t.TempDir(), "slow.sock")
+		serve(t, Config{Path: slow, Timeout: 100 * time.Millisecond})
+		nc, err := net.Dial("unix", slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		io.WriteString(nc, `{"half":`)
+		b, _ := io.ReadAll(nc)
+		if !strings.Contains(string(b), "timeout") || strings.Contains(string(b), `"ok":true`) {
+			t.Fatalf("slow line: %q", b)
+		}
+	})
 	t.Run("an unfinished line at close is not served", func(t *testing.T) {
 		nc, err := net.Dial("unix", path)
 		if err != nil {

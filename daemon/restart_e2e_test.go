@@ -1,0 +1,158 @@
+package daemon_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// naiveRun is `mcpwarden run --daemon-socket` around the naive server,
+// driven line by line.
+type naiveRun struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+	log   *testenv.LockedBuffer
+}
+
+func (st *stack) naiveRun(t *testing.T, scope, base string) *naiveRun {
+	t.Helper()
+	cmd := exec.Command(st.bin, "run", "--proxy=false", "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", st.naive)
+	cmd.Dir = base
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	r := &naiveRun{t: t, cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout), log: &testenv.LockedBuffer{}}
+	cmd.Stderr = r.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	return r
+}
+
+func (r *naiveRun) read(path string) {
+	r.t.Helper()
+	if _, err := io.WriteString(r.stdin, `{"op":"read","path":"`+path+`"}`+"\n"); err != nil {
+		r.t.Fatalf("send: %v (run log: %s)", err, r.log.String())
+	}
+	if !r.lines.Scan() || !strings.Contains(r.lines.Text(), `"ok":true`) {
+		r.t.Fatalf("read %s: %q (run log: %s)", filepath.Base(path), r.lines.Text(), r.log.String())
+	}
+}
+
+// TestDaemonRestartAdoptsRuns kills the daemon (SIGKILL, then SIGTERM)
+// under a running run and starts it again: the file reads the run makes
+// while no daemon runs and after the restart produce events, and each lapse
+// is an OBSERVATION_GAP finding on the run.
+func TestDaemonRestartAdoptsRuns(t *testing.T) {
+	st := newStack(t)
+	base := filepath.Join(st.root, "base")
+	ws := filepath.Join(base, "ws")
+	scope := filepath.Join(st.root, "scope.json")
+	files := map[string]string{
+		scope: `{"scope_id":"restart","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
+	}
+	const reads = 25
+	for _, phase := range []string{"before", "down-killed", "after-killed", "down-stopped", "after-stopped"} {
+		for i := range reads {
+			files[filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i))] = phase
+		}
+	}
+	testenv.WriteFiles(t, files)
+	stop := st.daemon(t)
+	run := st.naiveRun(t, scope, base)
+	readAll := func(phase string) {
+		for i := range reads {
+			run.read(filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i)))
+		}
+	}
+	hasher := st.hasher(t)
+	want := map[schema.PathHash]string{}
+	for p, phase := range files {
+		if p != scope {
+			want[hasher.Hash(p)] = phase
+		}
+	}
+	// seen counts the allowed reads of each phase in the stream.
+	seen := func() map[string]int {
+		n := map[string]int{}
+		for _, e := range st.events(t) {
+			if e.FileOp != nil && e.FileOp.Verdict == "allowed" {
+				if phase, ok := want[e.FileOp.PathHash]; ok {
+					n[phase]++
+				}
+			}
+		}
+		return n
+	}
+	readAll("before")
+	// A SIGKILL loses what the daemon had read and not yet published (the
+	// unclean restart's finding says so): the kill comes once they are in.
+	for deadline := time.Now().Add(30 * time.Second); seen()["before"] < reads; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("reads before the kill not published: %v\ndaemon log:\n%s\nrun log:\n%s", seen(), st.dlog.String(), run.log.String())
+		}
+	}
+
+	stop(os.Kill)
+	readAll("down-killed")
+	stop = st.daemon(t)
+	readAll("after-killed")
+
+	if err := stop(os.Interrupt); err != nil {
+		t.Fatalf("daemon stopped with live runs: %v\n%s", err, st.dlog.String())
+	}
+	if !strings.Contains(st.dlog.String(), "probes stay attached") {
+		t.Errorf("a stop with a live run did not keep the probes:\n%s", st.dlog.String())
+	}
+	readAll("down-stopped")
+	st.daemon(t)
+	readAll("after-stopped")
+	run.stdin.Close()
+	if err := run.cmd.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s", err, run.log.String())
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		seen := map[string]int{}
+		var runID string
+		gaps := map[string]bool{}
+		launches := map[schema.LaunchPhase]bool{}
+		for _, e := range st.events(t) {
+			if e.FileOp != nil && e.FileOp.Verdict == "allowed" {
+				if phase, ok := want[e.FileOp.PathHash]; ok {
+					seen[phase]++
+					runID = e.RunID
+				}
+			}
+			if e.Finding != nil && e.Finding.Type == schema.FindingObservationGap && e.RunID != "" {
+				gaps[e.RunID+"/"+e.Finding.Reason] = true
+			}
+			if e.Launch != nil {
+				launches[e.Launch.Phase] = true
+			}
+		}
+		done := runID != "" && gaps[runID+"/daemon_restart_unclean"] && gaps[runID+"/daemon_restart"] && launches[schema.PhaseStart] && launches[schema.PhaseExit]
+		for phase := range strings.FieldsSeq("before down-killed after-killed down-stopped after-stopped") {
+			done = done && seen[phase] >= reads
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after two restarts: reads seen per phase %v (want %d each), gap findings %v, launch records %v\ndaemon log:\n%s", seen, reads, gaps, launches, st.dlog.String())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
