@@ -139,7 +139,11 @@ func TestSystemdUnitsPolicy(t *testing.T) {
 	}
 	for key, want := range map[string]string{
 		"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
-		"PrivateDevices": "yes", "ProtectKernelModules": "yes", "ProtectKernelTunables": "yes",
+		"PrivateDevices": "yes", "ProtectKernelModules": "yes",
+		// ProtectKernelTunables spelled out, so that bpffs (the pinned
+		// probes) stays writable.
+		"ReadOnlyPaths":      "/sys /proc/sys -/proc/sysrq-trigger -/proc/latency_stats -/proc/acpi -/proc/timer_stats -/proc/fs -/proc/irq",
+		"ReadWritePaths":     "/sys/fs/bpf",
 		"RestrictNamespaces": "yes", "MemoryDenyWriteExecute": "yes", "SystemCallArchitectures": "native",
 		"RuntimeDirectory": "mcpwarden", "RuntimeDirectoryMode": "0700", "StateDirectory": "mcpwarden",
 		"StateDirectoryMode": "0700", "UMask": "0077",
