@@ -68,6 +68,9 @@ type runContext struct {
 	// runs (an extension that needs it, e.g. to record what the proxy
 	// learns about the server).
 	Launched []func(*launcher.Launcher)
+	// Given names the flags set on the command line (not from the
+	// configuration).
+	Given map[string]bool
 }
 
 // errConfig marks an extension's error as a configuration the run cannot
@@ -99,6 +102,8 @@ func cmdRun(ctx context.Context, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return fs.Exit(err)
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if err := cli.ApplyConfig(fs.FlagSet, cli.WithKeys(map[string]string{"state_dir": "state-dir", "daemon_socket": "daemon-socket", "path_key": "path-key"})); err != nil {
 		return cli.ConfigFail(err)
 	}
@@ -168,7 +173,7 @@ func cmdRun(ctx context.Context, args []string) int {
 		RunUID:            *runUID,
 		CacheDir:          filepath.Join(*stateDir, "cache"),
 	}
-	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, PathKeyFile: *pathKey, AuditLog: alog, Logger: logger, Config: &cfg}
+	rc := &runContext{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, PathKeyFile: *pathKey, AuditLog: alog, Logger: logger, Config: &cfg, Given: given}
 	for _, ext := range runExtensions {
 		if err := ext.Configure(ctx, rc); err != nil {
 			if errors.Is(err, errConfig) {

@@ -38,7 +38,13 @@ func (e *natsRunExtension) Configure(ctx context.Context, rc *runContext) error 
 		return nil
 	}
 	if rc.Config.Sink != nil {
-		return errors.New("--nats and --daemon-socket: with a daemon the run's records go through it, drop --nats")
+		// The daemon publishes the run's records. A NATS server named by the
+		// configuration is for the other commands (events, collect); one
+		// named on the command line is a contradiction.
+		if rc.Given["nats"] {
+			return errors.New("--nats and --daemon-socket: with a daemon the run's records go through it, drop --nats")
+		}
+		return nil
 	}
 	opts, err := e.nf.Options(stream.RoleDaemon, schema.LocalOrigin().Host, "mcpwarden-run", rc.StateDir)
 	if err != nil {
