@@ -253,12 +253,12 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 // TestScopeSwapBeforeFenceRefused: if an allowed directory is swapped for a
 // symlink between the scope check and the fence, the helper refuses
-// instead of granting the symlink's target: when it opens the rule (here
-// the swap is in BeforeExec, without namespaces) or the bind (with them,
-// the swap is before Run: the helper binds the scope as soon as it has
-// its spec). A swap racing with the bind is refused or comes after it, and
-// then cannot reach the target either: the server sees the directory that
-// was checked.
+// instead of granting the symlink's target: when it opens the rule
+// (without namespaces) or the bind (with them); both happen as soon as the
+// helper has its spec, so the swap before Run is refused. A swap in
+// BeforeExec races with them: it is refused, or it comes after them and
+// then cannot reach the target either: the rule or the bind holds the
+// directory that was checked.
 func TestScopeSwapBeforeFenceRefused(t *testing.T) {
 	fencetest.RequireFence(t)
 	for _, c := range []struct {
@@ -266,7 +266,8 @@ func TestScopeSwapBeforeFenceRefused(t *testing.T) {
 		noNS, inBeforeExec bool
 		refused            bool
 	}{
-		{"landlock rule, swap in BeforeExec", true, true, true},
+		{"landlock rule, swap before Run", true, false, true},
+		{"landlock rule, swap in BeforeExec", true, true, false},
 		{"bind, swap before Run", false, false, true},
 		{"bind, swap in BeforeExec", false, true, false},
 	} {
@@ -302,8 +303,8 @@ func TestScopeSwapBeforeFenceRefused(t *testing.T) {
 			case c.refused && (!errors.As(err, &se) || !strings.Contains(err.Error(), "symlink")):
 				t.Fatalf("run: %v, want a StartError about the symlink", err)
 			case !c.refused && !errors.As(err, &ee) && !(errors.As(err, &se) && strings.Contains(err.Error(), "symlink")):
-				// The swap races with the helper's bind: refused, or the
-				// server sees the checked directory; never the target.
+				// The swap races with the helper's rule or bind: refused,
+				// or the server sees the checked directory; never the target.
 				t.Fatalf("run: %v, want a refusal or the server's own failure", err)
 			}
 			if _, err := os.Stat(marker); err == nil {

@@ -657,8 +657,38 @@ func (s *server) env() []string {
 	return env
 }
 
+// pinProc, without the run's own pid namespace, pins the helper's /proc/PID
+// entry for the run: the fence's rule on the server's own /proc entry
+// binds to the inode of that directory, and procfs makes a new inode when
+// an unused /proc/PID dentry has been evicted (memory pressure,
+// drop_caches) and is looked up again. An open descriptor here, outside
+// the fence, keeps the dentry and so the inode the rule names. It runs
+// before the helper gets its spec: the helper builds its ruleset before
+// the go-ahead. (With its own pid namespace, the run's init holds the
+// server's entry in the run's /proc.)
+func (s *server) pinProc(h *pending, rs *ruleset.Ruleset) {
+	if s.l.iso.flags != 0 {
+		return
+	}
+	pinned := []string{"/proc/" + strconv.Itoa(h.p.cmd.Process.Pid)}
+	for _, r := range rs.Rules {
+		// The same holds for every procfs entry a rule names.
+		if hasPathPrefix(r.Path, "/proc") && !hasPathPrefix(r.Path, runtimeprofile.ProcSelf) {
+			pinned = append(pinned, r.Path)
+		}
+	}
+	for _, p := range pinned {
+		if pin, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
+			s.mu.Lock()
+			s.pins = append(s.pins, pin)
+			s.mu.Unlock()
+		}
+	}
+}
+
 // sendSpec sends the helper its spec for rs.
 func (s *server) sendSpec(h *pending, rs *ruleset.Ruleset) error {
+	s.pinProc(h, rs)
 	spec, err := json.Marshal(s.l.spec(rs, s.env(), s.tmp))
 	if err != nil {
 		h.kill()
@@ -680,30 +710,6 @@ func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*
 		if err := cfg.BeforeExec(withFence(ctx, rs), h.p.cmd.Process.Pid); err != nil {
 			h.kill()
 			return nil, fmt.Errorf("before exec: %w", err)
-		}
-	}
-	if s.l.iso.flags == 0 {
-		// Pin the helper's /proc/PID entry for the run: the fence's rule on
-		// the server's own /proc entry binds to the inode of that directory,
-		// and procfs makes a new inode when an unused /proc/PID dentry has
-		// been evicted (memory pressure, drop_caches) and is looked up
-		// again. An open descriptor here, outside the fence, keeps the
-		// dentry and so the inode the rule names. (With its own pid
-		// namespace, the run's init holds the server's entry in the run's
-		// /proc.)
-		pinned := []string{"/proc/" + strconv.Itoa(h.p.cmd.Process.Pid)}
-		for _, r := range rs.Rules {
-			// The same holds for every procfs entry a rule names.
-			if hasPathPrefix(r.Path, "/proc") && !hasPathPrefix(r.Path, runtimeprofile.ProcSelf) {
-				pinned = append(pinned, r.Path)
-			}
-		}
-		for _, p := range pinned {
-			if pin, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
-				s.mu.Lock()
-				s.pins = append(s.pins, pin)
-				s.mu.Unlock()
-			}
 		}
 	}
 	st, err := sandbox.ReadStatus(h.status)

@@ -17,7 +17,7 @@ import (
 // be dropped while CAP_SETPCAP is still held; no_new_privs must precede
 // landlock_restrict_self and the seccomp filter (both need it when not
 // privileged); the effective capabilities go last.
-func apply(s *Spec) *Status {
+func apply(s *Spec, pre *prepared) *Status {
 	if s.Dir != "" {
 		// Again: after a new root, the inherited working directory is the
 		// old root's.
@@ -45,14 +45,27 @@ func apply(s *Spec) *Status {
 		return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: "set no_new_privs: " + err.Error()}
 	}
 	if s.ABI > 0 {
-		if st := restrictLandlock(s); st != nil {
-			return st
+		fd := pre.landlock
+		if fd < 0 {
+			var st *Status
+			if fd, st = buildLandlock(s); st != nil {
+				return st
+			}
+		}
+		pre.landlock = -1
+		err := landlockRestrictSelf(fd, s.RestrictFlag)
+		unix.Close(fd)
+		if err != nil {
+			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: "landlock_restrict_self: " + err.Error()}
 		}
 	}
 	if s.Seccomp {
-		filter, err := seccomp.Build(seccomp.Native, s.Filter)
-		if err != nil {
-			return &Status{Stage: StageSeccomp, Message: err.Error()}
+		filter := pre.filter
+		if filter == nil {
+			var err error
+			if filter, err = seccomp.Build(seccomp.Native, s.Filter); err != nil {
+				return &Status{Stage: StageSeccomp, Message: err.Error()}
+			}
 		}
 		prog := unix.SockFprog{Len: uint16(len(filter.Program)), Filter: &filter.Program[0]}
 		if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0); err != nil {
@@ -67,18 +80,65 @@ func apply(s *Spec) *Status {
 	return nil
 }
 
-// restrictLandlock builds the ruleset and enforces it on this thread.
+// prepared is what the fence needs that can be built before the
+// go-ahead, while the launcher finishes (BeforeExec, the go byte): the
+// Landlock ruleset with its rules and the seccomp program. Nothing of it
+// restricts this process until apply enforces it.
+type prepared struct {
+	landlock int // ruleset fd, -1: built by apply
+	filter   *seccomp.Filter
+}
+
+// prepare builds what it can of the fence of s ahead of apply. The
+// ruleset is built only when this process will not change identity before
+// enforcing it (s.Identity nil: the exec stage already runs as the server,
+// or the server keeps the launcher's identity), so that its paths are
+// opened with the server's own permissions, as apply would open them; the
+// /proc entries they name are already pinned (by the run's init, or the
+// launcher before it sent the spec). A failure here is reported as apply's
+// would be, only earlier.
+func prepare(s *Spec) (*prepared, *Status) {
+	pre := &prepared{landlock: -1}
+	if !s.Enforce {
+		return pre, nil
+	}
+	if s.Seccomp {
+		f, err := seccomp.Build(seccomp.Native, s.Filter)
+		if err != nil {
+			return pre, &Status{Stage: StageSeccomp, Message: err.Error()}
+		}
+		pre.filter = f
+	}
+	if s.ABI > 0 && s.Identity == nil {
+		fd, st := buildLandlock(s)
+		if st != nil {
+			return pre, st
+		}
+		pre.landlock = fd
+	}
+	return pre, nil
+}
+
+// buildLandlock builds the ruleset of s and returns its descriptor.
 //
 // Each path is opened with openat2(RESOLVE_NO_SYMLINKS): the launcher sends
 // canonical paths (every symlink already resolved), so a symlink found now
 // means something in the tree was swapped since the scope was checked — the
 // run is refused rather than the rule landing on the symlink's target.
-func restrictLandlock(s *Spec) *Status {
+func buildLandlock(s *Spec) (int, *Status) {
 	fd, err := landlockCreateRuleset(&rulesetAttr{handledFS: s.HandledFS, handledNet: s.HandledNet, scoped: s.Scoped})
 	if err != nil {
-		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset (fs %#x, net %#x, scoped %#x): %v", s.HandledFS, s.HandledNet, s.Scoped, err)}
+		return -1, &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset (fs %#x, net %#x, scoped %#x): %v", s.HandledFS, s.HandledNet, s.Scoped, err)}
 	}
-	defer unix.Close(fd)
+	if st := addLandlockRules(fd, s); st != nil {
+		unix.Close(fd)
+		return -1, st
+	}
+	return fd, nil
+}
+
+// addLandlockRules adds the rules of s to the ruleset fd.
+func addLandlockRules(fd int, s *Spec) *Status {
 	for _, p := range s.Paths {
 		access := p.Access & s.HandledFS
 		if access == 0 {
@@ -111,9 +171,6 @@ func restrictLandlock(s *Spec) *Status {
 				return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("add Landlock rule for TCP port %d: %v", p.Port, err)}
 			}
 		}
-	}
-	if err := landlockRestrictSelf(fd, s.RestrictFlag); err != nil {
-		return &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: "landlock_restrict_self: " + err.Error()}
 	}
 	return nil
 }

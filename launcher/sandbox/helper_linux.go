@@ -43,13 +43,19 @@ func runPlain(in *bufio.Reader, status *os.File) int {
 	if spec.NS != nil {
 		return report(status, &Status{Stage: StageNamespaces, Message: "the spec asks for namespaces, but the helper is not pid 1 of its own pid namespace"})
 	}
+	// The ruleset and the seccomp program are built while the launcher
+	// finishes; nothing restricts this process before the go-ahead.
+	pre, st := prepare(spec)
+	if st != nil {
+		return report(status, st)
+	}
 	if err := send(status, &Status{Stage: StageReady}); err != nil {
 		return 127
 	}
 	if !waitGo(in) {
 		return 0 // the launcher refused the run: exec nothing
 	}
-	if st := apply(spec); st != nil {
+	if st := apply(spec, pre); st != nil {
 		return report(status, st)
 	}
 	if err := dieWithLauncher(status); err != nil {
@@ -61,7 +67,7 @@ func runPlain(in *bufio.Reader, status *os.File) int {
 		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: "mark descriptors close-on-exec: " + err.Error()})
 	}
 	err = syscall.Exec(spec.Exe, spec.Argv, spec.Env)
-	st := &Status{Stage: StageExec, Errno: errnoOf(err), Path: spec.Exe, Message: err.Error()}
+	st = &Status{Stage: StageExec, Errno: errnoOf(err), Path: spec.Exe, Message: err.Error()}
 	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOENT) {
 		// Find which file of the exec chain the fence (or the file system) refused.
 		if p := deniedExecPath(spec.Exe); p != "" {

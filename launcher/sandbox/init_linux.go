@@ -93,11 +93,14 @@ func runInit(in *bufio.Reader, status *os.File) int {
 	if err := stage.sendSpec(&sub); err != nil {
 		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "send the exec stage its spec: " + err.Error()})
 	}
-	if st := stage.next(); st == nil || st.Stage != StageReady {
-		return fail(stageFailure(st))
-	}
+	// The init needs no privilege after this: it drops them while the exec
+	// stage builds its fence. (Should the stage fail, the init reports it
+	// and exits, which kills everything in the run's pid namespace.)
 	if err := dropInitPrivileges(spec); err != nil {
 		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: err.Error()})
+	}
+	if st := stage.next(); st == nil || st.Stage != StageReady {
+		return fail(stageFailure(st))
 	}
 	// After the last change of credentials: the init (and with it the
 	// whole pid namespace) dies with the launcher.
