@@ -336,6 +336,10 @@ func TestHelmChart(t *testing.T) {
 		{unset: "daemon.credentialsSecret", want: "daemon.credentialsSecret is required"},
 		{unset: "collector.secret", want: "collector.secret is required"},
 		{set: "daemon.auth=token", want: `daemon.auth is "token": want creds or password`},
+		{set: "nats.url=tls://host-1:secret@nats:4222", want: "nats.url must not carry credentials"},
+		{set: "daemon.socketDir=run/mcpwarden", want: `daemon.socketDir is "run/mcpwarden": want an absolute directory`},
+		{set: "daemon.stateDir=/var/lib/../etc", want: `daemon.stateDir is "/var/lib/../etc"`},
+		{set: "daemon.stateDir=/", want: `daemon.stateDir is "/"`},
 	}
 	for _, r := range refusals {
 		t.Run("refuses/"+r.want, func(t *testing.T) {

@@ -27,5 +27,18 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The NATS flags both components share: the URL, and TLS when a CA is given. */}}
 {{- define "mcpwarden.natsURL" -}}
-{{- required "nats.url is required: the NATS JetStream the daemons publish to and the collectors read (e.g. tls://nats.mcpwarden:4222)" .Values.nats.url -}}
+{{- $u := required "nats.url is required: the NATS JetStream the daemons publish to and the collectors read (e.g. tls://nats.mcpwarden:4222)" .Values.nats.url -}}
+{{- if contains "@" $u -}}
+{{- fail "nats.url must not carry credentials (every user of the node can read a command line): give them in daemon.credentialsSecret and collector.secret" -}}
+{{- end -}}
+{{- $u -}}
+{{- end -}}
+
+{{/* A host directory shared with the node's launchers: absolute, no "..", not "/". */}}
+{{- define "mcpwarden.hostDir" -}}
+{{- $p := .path -}}
+{{- if or (not (hasPrefix "/" $p)) (contains ".." $p) (eq $p "/") -}}
+{{- fail (printf "%s is %q: want an absolute directory other than / (without ..)" .name $p) -}}
+{{- end -}}
+{{- trimSuffix "/" $p -}}
 {{- end -}}
