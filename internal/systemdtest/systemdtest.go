@@ -64,14 +64,14 @@ func Start(t *testing.T) *Manager {
 	testenv.RequireFile(t, Systemd, "apt-get install systemd")
 	unshare := testenv.RequireCommand(t, "unshare")
 
-	// Not under /tmp, which PrivateTmp= (implied by DynamicUser=) hides
-	// from a service, nor under t.TempDir(), which other uids cannot
-	// enter: DynamicUser services must reach the runtime directory.
-	build := filepath.Join(testenv.RepoRoot(), "build")
-	if err := os.MkdirAll(build, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(build, "systemdtest-")
+	// Not under /tmp or /var/tmp, which PrivateTmp= (implied by
+	// DynamicUser=) hides from a service, nor under /home or /root, which
+	// ProtectHome= hides, nor under t.TempDir(), which other uids cannot
+	// enter: DynamicUser services must reach the runtime directory. The
+	// checkout itself may be under any of them (a CI clone in /tmp), so
+	// the manager's tree lives in /var/lib, where a packaged service's
+	// files would.
+	dir, err := os.MkdirTemp("/var/lib", "mcpwarden-systemdtest-")
 	if err != nil {
 		t.Fatal(err)
 	}
