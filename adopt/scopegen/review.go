@@ -16,6 +16,9 @@ type ReviewHeader struct {
 	// ServerInfo is "name version" from initialize.
 	ServerInfo string
 	ProbeMode  string
+	// Home is the user's home directory (symlinks resolved): a grant of
+	// all of it is flagged wherever it lives (not only under /home).
+	Home string
 }
 
 // Review renders the notes a person reads before trusting the scope:
@@ -42,8 +45,8 @@ func Review(h ReviewHeader, in Input, out *Output, notes []string) string {
 		fmt.Fprintf(&b, "\nThe server was given no directory, so the scope names an empty directory of its own: it can read nothing of yours.\n")
 	}
 	for _, p := range out.Scope.AllowedPaths {
-		if p == "." && (h.Base == "/" || isHome(h.Base)) {
-			fmt.Fprintf(&b, "\n**Wide:** the server was given %s as a whole; the scope grants all of it, read-only. Name the project directories it needs instead.\n", h.Base)
+		if abs := filepath.Join(h.Base, p); abs == "/" || isHome(abs) || (h.Home != "" && abs == filepath.Clean(h.Home)) {
+			fmt.Fprintf(&b, "\n**Wide:** the server was given %s as a whole; the scope grants all of it, read-only. Name the project directories it needs instead.\n", abs)
 		}
 	}
 	fmt.Fprintf(&b, "\nNo network (every TCP connect and bind is denied), no prompts, writes need approval should you turn the scope to `write`, and each run ends after %d minutes (the client then starts a new one).\n\n", out.Scope.ExpiresAfterMinutes)

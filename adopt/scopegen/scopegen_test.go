@@ -104,3 +104,36 @@ func TestScopeID(t *testing.T) {
 		t.Error("two files' servers of one name share a scope id")
 	}
 }
+
+// TestReviewFlagsWholeHomes: a grant of all of /, of a home under /home or
+// /root, or of the user's home wherever it lives is flagged Wide; a
+// project directory is not.
+func TestReviewFlagsWholeHomes(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	home := filepath.Join(base, "var", "lib", "svc")
+	proj := filepath.Join(home, "project")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		base, path string
+		wide       bool
+	}{
+		{"home elsewhere, as the base", home, home, true},
+		{"home elsewhere, inside the base", base, home, true},
+		{"a project in the home", base, proj, false},
+		{"the base, not a home", base, base, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := Generate(Input{ID: "x", Base: c.base, Paths: []string{c.path}, Probe: &probe.Result{Tools: tools("read_text_file")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			review := Review(ReviewHeader{Server: "x", ScopeFile: "/s.json", Base: c.base, ProbeMode: "enforce", Home: home}, Input{Paths: []string{c.path}}, out, nil)
+			if got := strings.Contains(review, "**Wide:** the server was given "+c.path+" as a whole"); got != c.wide {
+				t.Errorf("Wide note %v, want %v:\n%s", got, c.wide, review)
+			}
+		})
+	}
+}

@@ -421,7 +421,7 @@ func (o *Options) wrapEntry(ctx context.Context, c *clientconfig.Config, e *clie
 	}
 	info := strings.TrimSpace(res.ServerName + " " + res.ServerVersion)
 	review := scopegen.Review(scopegen.ReviewHeader{Server: e.Name, Config: c.Real, ScopeFile: scopeFile, Base: runBase,
-		Command: strings.Join(append([]string{command}, args...), " "), ServerInfo: info, ProbeMode: o.ProbeMode}, scopegen.Input{Paths: dirs}, out, notes)
+		Command: strings.Join(append([]string{command}, args...), " "), ServerInfo: info, ProbeMode: o.ProbeMode, Home: realHome(o.Home)}, scopegen.Input{Paths: dirs}, out, notes)
 
 	// The new command line: mcpwarden's part, then the server's own in
 	// the file's own bytes (its escapes, its ${VAR}s for the client).
@@ -647,6 +647,15 @@ func replaceConfig(c *clientconfig.Config, out []byte) error {
 		return fmt.Errorf("write %s: %w", c.Real, err)
 	}
 	return nil
+}
+
+// realHome is h with its symlinks resolved, as the directory arguments
+// are; h itself when it cannot be resolved.
+func realHome(h string) string {
+	if r, err := filepath.EvalSymlinks(h); err == nil {
+		return r
+	}
+	return h
 }
 
 // redactURL keeps a remote server's URL without user info or query (where
