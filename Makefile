@@ -41,8 +41,9 @@ test: deps build
 # native protocol by chdb-listen; every test fails unless the server really
 # reports 26.x, and private servers of fault tests are chdb-listen too.
 # Tests of clickhouse-server's own configuration (deploy/clickhouse users.d)
-# need clickhouse-server, which only 18.16 is here: they start private 18.16
-# servers (collector/internal/chtest). A crash of the 26.7
+# and of a replicated cluster (ZooKeeper, interserver replication, distributed
+# DDL) need clickhouse-server, which only 18.16 is here: they start private
+# 18.16 servers (collector/internal/chtest). A crash of the 26.7
 # engine is reported with its fatal log (scripts/test-env.sh check-current)
 # and fails the run: there is no second try.
 CLICKHOUSE_CURRENT_ADDR := 127.0.0.1:19000
@@ -58,7 +59,7 @@ test-go:
 # ClickHouse 18.16 (the legacy table layout and client-side parameter
 # binding, store.Layout); the tests that start their own clickhouse-server
 # ran in test-go already.
-CLICKHOUSE_SERVER_TESTS := ^TestDeployClickHouseUsers$$
+CLICKHOUSE_SERVER_TESTS := ^(TestDeployClickHouseUsers|TestClickHouseCluster.*)$$
 test-clickhouse-legacy:
 	MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_LEGACY_ADDR) \
 		MCPWARDEN_CLICKHOUSE_EXPECT_VERSION=18. \

@@ -40,7 +40,7 @@ type Config struct {
 	NATS          stream.ConnOptions
 	ClickHouseDSN string
 	// Migrate creates the database and applies migrations at start-up, as
-	// MigrateWith says (the retention).
+	// MigrateWith says (a cluster, the retention).
 	Migrate     bool
 	MigrateWith store.MigrateOptions
 	// Stream, when non-nil, is created or updated at start-up.
@@ -287,7 +287,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c.log.Info("ClickHouse schema is current", "applied", len(applied), "layout", st.Layout())
+		c.log.Info("ClickHouse schema is current", "applied", len(applied), "layout", st.Layout(), "distributed", st.Distributed())
 	} else if err := st.CheckSchema(ctx); err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 	dsn := fs.String("clickhouse", store.DefaultDSN, "ClickHouse DSN, native protocol: clickhouse://USER:PASSWORD@HOST:9000/DATABASE")
 	migrate := fs.Bool("migrate", false, "create the database and apply schema migrations (idempotent) before collecting")
 	migrateOnly := fs.Bool("migrate-only", false, "apply migrations and exit")
+	cluster := fs.String("cluster", "", "with --migrate or --migrate-only: create the schema ON CLUSTER `NAME` (a cluster of the server's remote_servers): replicated tables per shard, Distributed tables over them (docs/fleet.md)")
 	retention := fs.String("retention", "", "with --migrate or --migrate-only: how long ClickHouse keeps rows, `SPEC` file_op=DAYS,events=DAYS,rollups=DAYS (each NNd, a duration, or forever; default "+store.DefaultRetention.String()+"; current ClickHouse only)")
 	durable := fs.String("durable", stream.CollectorDurable, "durable consumer name shared by collectors")
 	batchEvents := fs.Int("batch-events", 50_000, "events per ClickHouse insert (at most)")
@@ -62,10 +63,10 @@ func cmdCollect(ctx context.Context, args []string) int {
 	if err != nil {
 		return fs.UsageError("--retention: %v", err)
 	}
-	if !*migrate && !*migrateOnly && *retention != "" {
-		return fs.UsageError("--retention shapes the schema: give it with --migrate or --migrate-only")
+	if !*migrate && !*migrateOnly && (*cluster != "" || *retention != "") {
+		return fs.UsageError("--cluster and --retention shape the schema: give them with --migrate or --migrate-only")
 	}
-	mopts := store.MigrateOptions{Retention: keep}
+	mopts := store.MigrateOptions{Cluster: *cluster, Retention: keep}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
@@ -81,7 +82,11 @@ func cmdCollect(ctx context.Context, args []string) int {
 		if err != nil {
 			return cli.Fail(cli.ExitInternal, err)
 		}
-		fmt.Printf("ClickHouse database %s is current (%s layout, %d migrations applied now)\n", st.Database(), st.Layout(), len(applied))
+		where := ""
+		if *cluster != "" {
+			where = " on cluster " + *cluster
+		}
+		fmt.Printf("ClickHouse database %s%s is current (%s layout, %d migrations applied now)\n", st.Database(), where, st.Layout(), len(applied))
 		return cli.ExitOK
 	}
 	natsOpts, err := nf.Options(stream.RoleCollector, schema.LocalOrigin().Host, "mcpwarden-collect", *stateDir)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -249,6 +250,13 @@ func (r *row) event() schema.Event {
 func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 	if len(events) == 0 {
 		return nil
+	}
+	if s.distributed {
+		// Return only once every shard holds its rows (one replica each;
+		// replication copies them on): the messages are acked after this.
+		// The Distributed table computes the legacy layout's MATERIALIZED
+		// event_date and sends it on, which each shard must then take.
+		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1, "insert_allow_materialized_columns": 1}))
 	}
 	b, err := s.conn.PrepareBatch(ctx, InsertSQL(s.layout))
 	if err != nil {

@@ -52,7 +52,12 @@ func parseVersion(s string) (serverVersion, error) {
 // Layout is the database's table layout.
 func (s *Store) Layout() Layout { return s.layout }
 
-// detect learns the server's version, and the layout of the events table: an existing table keeps its layout whatever the server (a
+// Distributed reports whether the events table is a Distributed table (the
+// schema was created on a cluster).
+func (s *Store) Distributed() bool { return s.distributed }
+
+// detect learns the server's version, and the layout and engine of the
+// events table: an existing table keeps its layout whatever the server (a
 // database created on 18.16 and moved to a current release stays legacy);
 // a database without one gets the current layout unless the server is
 // older than currentSince.
@@ -75,10 +80,12 @@ func (s *Store) detect(ctx context.Context) error {
 	// before parameters are known to work, so they use the database name,
 	// which Open checked against dbName, as a literal.
 	db := quote(s.db)
+	var engine string
 	var tables uint64
-	if err := s.conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = "+db+" AND name = 'events'").Scan(&tables); err != nil {
-		return fmt.Errorf("read the events table: %w", err)
+	if err := s.conn.QueryRow(ctx, "SELECT count(), any(engine) FROM system.tables WHERE database = "+db+" AND name = 'events'").Scan(&tables, &engine); err != nil {
+		return fmt.Errorf("read the events table's engine: %w", err)
 	}
+	s.distributed = tables > 0 && engine == "Distributed"
 	if tables == 0 {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
 )
 
 func TestParseVersion(t *testing.T) {
@@ -64,6 +65,65 @@ func TestParseRetention(t *testing.T) {
 	ttl := Retention{Events: Forever}.ttls()
 	if ttl["events"] != "toDateTime(time) + toIntervalSecond(2592000) WHERE kind = 'file_op'" {
 		t.Fatalf("events kept forever, file operations 30 days: %q", ttl["events"])
+	}
+}
+
+// TestClusterRewrite: every migration of both layouts has a cluster form
+// in which each table is a replicated _local table plus a Distributed
+// table of its own name, every statement runs ON CLUSTER or reads and
+// writes the Distributed tables, and views read the local tables.
+func TestClusterRewrite(t *testing.T) {
+	p := &clusterPlan{cluster: "fleet", db: "mcpwarden"}
+	for _, layout := range chschema.Layouts {
+		ms, err := chschema.Migrations(layout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			out, err := p.rewrite(m.Statements)
+			if err != nil {
+				t.Fatalf("%s %04d: %v", layout, m.Version, err)
+			}
+			for _, st := range out {
+				switch {
+				case strings.HasPrefix(st, "CREATE TABLE"), strings.HasPrefix(st, "ALTER TABLE"), strings.HasPrefix(st, "CREATE MATERIALIZED VIEW"),
+					strings.HasPrefix(st, EachNode+"ALTER TABLE `mcpwarden`.events ADD COLUMN"):
+					if strings.HasPrefix(st, EachNode) {
+						continue
+					}
+					if !strings.Contains(st, " ON CLUSTER `fleet`") {
+						t.Errorf("%s %04d: not on the cluster: %s", layout, m.Version, st)
+					}
+				case strings.HasPrefix(st, "INSERT INTO `mcpwarden`."):
+				default:
+					t.Errorf("%s %04d: unexpected statement %s", layout, m.Version, st)
+				}
+				if strings.HasPrefix(st, "CREATE TABLE") && strings.Contains(st, "_local ON CLUSTER") &&
+					!strings.Contains(st, "ENGINE = Replicated") {
+					t.Errorf("%s %04d: a local table that is not replicated: %s", layout, m.Version, st)
+				}
+				if strings.HasPrefix(st, "CREATE MATERIALIZED VIEW") && !strings.Contains(st, "FROM `mcpwarden`.events_local") {
+					t.Errorf("%s %04d: a view that does not read the local events: %s", layout, m.Version, st)
+				}
+				for _, bare := range []string{"FROM events\n", "FROM events ", "INTO events ", "TO runs_rollup", "TO denials_rollup"} {
+					if strings.Contains(st, bare) {
+						t.Errorf("%s %04d: unqualified table (%q): %s", layout, m.Version, bare, st)
+					}
+				}
+			}
+		}
+	}
+	// Refused: statements of shapes the cluster form does not know.
+	for _, st := range []string{
+		"DROP TABLE events",
+		"CREATE TABLE IF NOT EXISTS other\n(a UInt8)\nENGINE = MergeTree() ORDER BY a",
+		"CREATE TABLE IF NOT EXISTS events\n(a UInt8)\nENGINE = Log",
+		"INSERT INTO runs_rollup\nSELECT * FROM system.numbers",
+		"ALTER TABLE other ADD COLUMN x UInt8",
+	} {
+		if _, err := p.rewrite([]string{st}); err == nil {
+			t.Errorf("accepted on a cluster: %q", st)
+		}
 	}
 }
 
@@ -124,8 +184,8 @@ func TestLayoutOfANewDatabase(t *testing.T) {
 	if s.version.atLeast(currentSince) {
 		want = LayoutCurrent
 	}
-	if s.Layout() != want {
-		t.Fatalf("ClickHouse %s: layout %s, want %s", s.version, s.Layout(), want)
+	if s.Layout() != want || s.Distributed() {
+		t.Fatalf("ClickHouse %s: layout %s distributed %v, want %s", s.version, s.Layout(), s.Distributed(), want)
 	}
 	var timeType string
 	if err := s.QueryRow(context.Background(), "SELECT type FROM system.columns WHERE database = {db:String} AND table = 'events' AND name = 'time_ns'", Params{"db": s.db}, &timeType); err != nil {

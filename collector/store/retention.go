@@ -160,7 +160,7 @@ func (r Retention) ttls() map[string]string {
 // an error. A changed TTL is applied to the rows already stored too
 // (MATERIALIZE TTL, a background mutation); an unchanged one costs one
 // metadata change.
-func (s *Store) applyRetention(ctx context.Context, r Retention) error {
+func (s *Store) applyRetention(ctx context.Context, r Retention, plan *clusterPlan) error {
 	if s.layout != LayoutCurrent {
 		if r != (Retention{}) {
 			return fmt.Errorf("retention by TTL needs the current table layout (ClickHouse %s or later); database %s has the legacy layout: drop old partitions instead (ALTER TABLE events DROP PARTITION 202601)", currentSince, s.db)
@@ -168,13 +168,17 @@ func (s *Store) applyRetention(ctx context.Context, r Retention) error {
 		return nil
 	}
 	for table, ttl := range r.ttls() {
+		local, on := table, ""
+		if plan != nil {
+			local, on = plan.qualified(table+"_local"), plan.onCluster()
+		}
 		before, err := s.engineFull(ctx, table)
 		if err != nil {
 			return err
 		}
-		stmt := "ALTER TABLE " + table + " REMOVE TTL"
+		stmt := "ALTER TABLE " + local + on + " REMOVE TTL"
 		if ttl != "" {
-			stmt = "ALTER TABLE " + table + " MODIFY TTL " + ttl
+			stmt = "ALTER TABLE " + local + on + " MODIFY TTL " + ttl
 		} else if !strings.Contains(before, " TTL ") {
 			continue
 		}
@@ -188,7 +192,7 @@ func (s *Store) applyRetention(ctx context.Context, r Retention) error {
 			return err
 		}
 		if before != after && ttl != "" {
-			if err := s.conn.Exec(ctx, "ALTER TABLE "+table+" MATERIALIZE TTL"); err != nil {
+			if err := s.conn.Exec(ctx, "ALTER TABLE "+local+on+" MATERIALIZE TTL"); err != nil {
 				return fmt.Errorf("apply the new retention of %s to its stored rows: %w", table, err)
 			}
 		}
@@ -196,11 +200,12 @@ func (s *Store) applyRetention(ctx context.Context, r Retention) error {
 	return nil
 }
 
-// engineFull is the engine clause (with its TTL) of table.
+// engineFull is the engine clause (with its TTL) of table, or of its local
+// table on a cluster.
 func (s *Store) engineFull(ctx context.Context, table string) (string, error) {
 	var engine string
-	err := s.QueryRow(ctx, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-		Params{"db": s.db, "t": table}, &engine)
+	err := s.QueryRow(ctx, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name IN ({t:String}, {tl:String}) AND engine != 'Distributed'",
+		Params{"db": s.db, "t": table, "tl": table + "_local"}, &engine)
 	if err != nil {
 		return "", fmt.Errorf("read the engine of %s: %w", table, err)
 	}

@@ -8,7 +8,9 @@
 // hold. A database keeps the layout it was created with; a new one gets the
 // current layout unless the server is too old for it. Queries take their
 // parameters server-side ({name:Type}) wherever the server supports it,
-// and bound on the client (Bind) only for 18.16.
+// and bound on the client (Bind) only for 18.16. On a cluster (Migrate
+// with a cluster name) the tables are replicated per shard and read and
+// written through Distributed tables of the same names.
 package store
 
 import (
@@ -23,7 +25,6 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/mcpwarden/mcpwarden/hostconfig"
 	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
 )
 
@@ -37,15 +38,15 @@ type Store struct {
 	version      serverVersion
 	layout       Layout
 	serverParams bool // the server takes query parameters ({name:Type})
+	distributed  bool // events is a Distributed table (a cluster)
 }
 
 // dbName is compiled on first use: every mcpwarden command links this
 // package, and only collect and query check a database name.
 var dbName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`) })
 
-// DefaultDSN is the single-host default (hostconfig.DefaultClickHouseDSN,
-// which `mcpwarden config show` prints without linking this package).
-const DefaultDSN = hostconfig.DefaultClickHouseDSN
+// DefaultDSN is the single-host default.
+const DefaultDSN = "clickhouse://127.0.0.1:9000/mcpwarden"
 
 // Open connects to the database named in dsn
 // (clickhouse://user:password@host:9000/database?dial_timeout=5s). With
@@ -124,6 +125,11 @@ func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 
 // MigrateOptions says how to migrate.
 type MigrateOptions struct {
+	// Cluster names a cluster of the server's remote_servers: the schema is
+	// created ON CLUSTER, each table replicated per shard (its _local
+	// table, Replicated*MergeTree) and read and written through a
+	// Distributed table of the table's own name. "" is one server.
+	Cluster string
 	// Retention is the TTL of each kind and table (current layout only;
 	// zero values take DefaultRetention's).
 	Retention Retention
@@ -139,10 +145,28 @@ func (s *Store) MigrateWith(ctx context.Context, o MigrateOptions) (applied []in
 	if err != nil {
 		return nil, err
 	}
-	if err := s.conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations
+	var plan *clusterPlan
+	if o.Cluster != "" {
+		if plan, err = s.planCluster(ctx, o.Cluster); err != nil {
+			return nil, err
+		}
+		if err := s.conn.Exec(ctx, plan.createDatabase()); err != nil {
+			return nil, fmt.Errorf("create database %s on cluster %s: %w", s.db, o.Cluster, err)
+		}
+	}
+	create := []string{`CREATE TABLE IF NOT EXISTS schema_migrations
 (version UInt32, name String, applied_at DateTime DEFAULT now())
-ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
-		return nil, fmt.Errorf("create schema_migrations: %w", err)
+ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`}
+	if plan != nil {
+		create = plan.migrationsTable()
+		// Backfills and the migration records go through Distributed
+		// tables: each returns once every shard holds its rows.
+		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
+	}
+	for _, c := range create {
+		if err := s.conn.Exec(ctx, c); err != nil {
+			return nil, fmt.Errorf("create schema_migrations: %w", err)
+		}
 	}
 	done := map[int]bool{}
 	rows, err := s.conn.Query(ctx, "SELECT DISTINCT version FROM schema_migrations")
@@ -162,8 +186,20 @@ ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
 		if done[m.Version] {
 			continue
 		}
-		for _, stmt := range m.Statements {
-			if err := s.conn.Exec(ctx, stmt); err != nil && !columnExists(stmt, err) {
+		stmts := m.Statements
+		if plan != nil {
+			if stmts, err = plan.rewrite(stmts); err != nil {
+				return applied, fmt.Errorf("migration %04d_%s on cluster %s: %w", m.Version, m.Name, o.Cluster, err)
+			}
+		}
+		for _, stmt := range stmts {
+			if each, ok := strings.CutPrefix(stmt, EachNode); ok && plan != nil {
+				if err := s.execEachNode(ctx, plan.cluster, each); err != nil {
+					return applied, fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+				}
+				continue
+			}
+			if err := s.conn.Exec(ctx, stmt); err != nil && !columnExists(stmt, err) && !clusterColumnExists(stmt, err) {
 				return applied, fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
 			}
 		}
@@ -184,7 +220,7 @@ ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`); err != nil {
 	if err := s.detect(ctx); err != nil {
 		return applied, err
 	}
-	if err := s.applyRetention(ctx, o.Retention); err != nil {
+	if err := s.applyRetention(ctx, o.Retention, plan); err != nil {
 		return applied, err
 	}
 	return applied, nil
@@ -214,4 +250,13 @@ func columnExists(stmt string, err error) bool {
 	}
 	up := strings.ToUpper(stmt)
 	return strings.HasPrefix(strings.TrimSpace(up), "ALTER TABLE") && strings.Contains(up, "ADD COLUMN") && strings.Contains(ex.Message, "already exists")
+}
+
+// clusterColumnExists is columnExists for an ALTER ... ON CLUSTER, whose
+// error is the distributed DDL's and quotes each host's: a column that one
+// host had already (a second migrate after a crash) is still added on the
+// others, since every host runs the task.
+func clusterColumnExists(stmt string, err error) bool {
+	up := strings.ToUpper(stmt)
+	return strings.Contains(up, " ON CLUSTER ") && strings.Contains(up, "ADD COLUMN") && strings.Contains(err.Error(), "already exists")
 }

@@ -112,6 +112,15 @@ func StartServer(t testing.TB) *Server {
 // directory ("users.d/x.xml").
 func StartServerWithConfig(t testing.TB, files map[string]string) *Server {
 	t.Helper()
+	s := newServerWithConfig(t, files)
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// newServerWithConfig is StartServerWithConfig's server, not started yet.
+func newServerWithConfig(t testing.TB, files map[string]string) *Server {
+	t.Helper()
 	testenv.RequireCommand(t, "clickhouse-server")
 	testenv.RequireFile(t, "/etc/clickhouse-server/config.xml", "install clickhouse-server with 'scripts/test-env.sh install'")
 	dir := t.TempDir()
@@ -127,7 +136,8 @@ func StartServerWithConfig(t testing.TB, files map[string]string) *Server {
 		all[dir+"/"+name] = content
 	}
 	testenv.WriteFiles(t, all)
-	return startServer(t, dir)
+	return &Server{t: t, dir: t.TempDir(), tcpPort: testenv.FreePort(t), httpPort: testenv.FreePort(t),
+		interPort: testenv.FreePort(t), configDir: dir}
 }
 
 // startServer starts a private server on free ports, killed when the test
@@ -164,8 +174,12 @@ func (s *Server) Start() {
 			"--path="+d+"/", "--tmp_path="+d+"/tmp/", "--user_files_path="+d+"/user_files/",
 			"--format_schema_path="+d+"/format_schemas/",
 			"--logger.log="+d+"/server.log", "--logger.errorlog="+d+"/server.err.log", "--logger.console=0")
+		s.cmd.Stdout, s.cmd.Stderr = &s.stderr, &s.stderr // configuration errors go here
 	}
 	s.cmd.Dir = d
+	// A test binary that dies (a timeout's panic skips the cleanups) takes
+	// its servers with it.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start private clickhouse-server: %v", err)
 	}

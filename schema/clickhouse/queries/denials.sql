@@ -13,6 +13,8 @@
 -- (unattributed_denials). With --host or
 -- --scope it scans the events table instead (a filtered scan is fast: the
 -- primary key starts with kind, host).
+-- The edge runs' subquery is GLOBAL IN, so on a cluster it runs once and
+-- every shard gets its result.
 -- The same query as a plain scan: collector/query/testdata/denials_scan.sql.
 -- Parameters: from, to (Unix ns), host, scope ('' = all), limit.
 SELECT
@@ -64,7 +66,7 @@ FROM
       AND (time_ns < (intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)) * toInt64(60000000000)
         OR time_ns >= (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)) * toInt64(60000000000)
         OR intDiv({from:Int64}, toInt64(60000000000)) >= 153722867 OR intDiv({to:Int64}, toInt64(60000000000)) <= -153722867)
-      AND (host, run_id) IN
+      AND (host, run_id) GLOBAL IN
       (
           SELECT host, run_id
           FROM runs_rollup

@@ -12,7 +12,9 @@
 -- range, and an event read from both sides is still counted once. Only the
 -- candidate runs' states are merged: the `limit` latest by their whole
 -- minutes plus every run with events in an edge minute (together a
--- superset of the `limit` latest). Ties are broken by run_id.
+-- superset of the `limit` latest). Ties are broken by run_id. The
+-- subqueries are GLOBAL IN: on a cluster (Distributed tables) they run once
+-- and every shard gets their result; on one server it is a plain IN.
 -- The same query as a plain scan: collector/query/testdata/runs_scan.sql.
 -- Parameters: from, to (Unix ns), host ('' = all), scope ('' = all), limit.
 SELECT
@@ -40,7 +42,7 @@ FROM
     SELECT host, scope_id, run_id, first_ns, last_ns, mode, server,
         calls_allowed, calls_denied, kernel_denials, findings, escapes, serious
     FROM runs_rollup
-    PREWHERE run_id IN
+    PREWHERE run_id GLOBAL IN
     (
         SELECT run_id
         FROM runs_rollup
@@ -52,7 +54,7 @@ FROM
         ORDER BY maxMerge(last_ns) DESC, run_id
         LIMIT {limit:UInt32}
     )
-    OR run_id IN
+    OR run_id GLOBAL IN
     (
         SELECT run_id
         FROM runs_rollup
@@ -79,7 +81,7 @@ FROM
         uniqExactIfState(cityHash64(event_id), kind = 'finding' AND severity IN ('critical', 'high'))
     FROM events
     WHERE kind IN ('launch', 'decision', 'landlock_denial', 'finding')
-      AND (host, run_id) IN
+      AND (host, run_id) GLOBAL IN
       (
         SELECT host, run_id
         FROM runs_rollup
