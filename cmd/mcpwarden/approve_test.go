@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -136,5 +137,33 @@ func TestRunApproveRevoke(t *testing.T) {
 	}
 	if !strings.Contains(string(log), `"approval":"approved"`) || strings.Contains(string(log), base) {
 		t.Fatalf("audit log lacks the approved decision or holds a full path:\n%s", log)
+	}
+}
+
+// TestRunRefusesALongStateDir: a state dir under which the run's approval
+// socket cannot exist (a Unix socket path holds 107 bytes) stops the run
+// before its server starts, with exit 71 (a state dir it cannot use) and a message
+// that says how long the state dir may be; it never runs unattended.
+func TestRunRefusesALongStateDir(t *testing.T) {
+	bin := mcpwardenBin(t)
+	base := t.TempDir()
+	testenv.WriteFiles(t, map[string]string{
+		filepath.Join(base, "ws", "a.txt"): "x",
+		filepath.Join(base, "scope.json"):  `{"scope_id":"long","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["x"],"approval":"none","expires_after_minutes":5}`,
+	})
+	marker := filepath.Join(base, "started")
+	state := filepath.Join(base, strings.Repeat("s", 120))
+	cmd := exec.Command(bin, "run", "--scope", filepath.Join(base, "scope.json"), "--base", base, "--state-dir", state, "--", "/bin/sh", "-c", "touch "+marker)
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != cli.ExitInternal {
+		t.Fatalf("run under a long state dir: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "choose a state dir of at most") {
+		t.Fatalf("the refusal does not say what to change:\n%s", out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the server started")
 	}
 }

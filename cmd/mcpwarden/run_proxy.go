@@ -65,6 +65,11 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 	if len(rc.Config.Command) > 0 {
 		origin = filepath.Base(rc.Config.Command[0])
 	}
+	// The approval socket is opened once the proxy runs; a state dir under
+	// which it cannot exist is refused now, before the server starts.
+	if _, err := approval.SocketPath(rc.StateDir, rc.RunID); err != nil {
+		return err
+	}
 	late := &lateApprovals{}
 	ident := &identify{log: rc.Logger}
 	rc.Launched = append(rc.Launched, ident.set)

@@ -73,8 +73,17 @@ func SocketPath(stateDir, runID string) (string, error) {
 	if !idPattern().MatchString(runID) {
 		return "", fmt.Errorf("run id %q is not valid; copy it from the run's launch record", runID)
 	}
-	return filepath.Join(stateDir, "approvals", runID+".sock"), nil
+	path := filepath.Join(stateDir, "approvals", runID+".sock")
+	if len(path) > maxSocketPath {
+		return "", fmt.Errorf("the run's approval socket would be %d bytes long, over the %d a Unix socket path may have: choose a state dir of at most %d bytes (--state-dir or state_dir in the configuration)",
+			len(path), maxSocketPath, maxSocketPath-(len(path)-len(stateDir)))
+	}
+	return path, nil
 }
+
+// maxSocketPath is the longest path a Unix socket may have on Linux
+// (sun_path holds 108 bytes with its terminating NUL).
+const maxSocketPath = 107
 
 // Server accepts approvals for one run.
 type Server struct {

@@ -227,3 +227,27 @@ func TestListAll(t *testing.T) {
 		t.Fatalf("ListAll = %+v", got)
 	}
 }
+
+// TestLongStateDirIsRefused: a state dir that would push the socket past
+// the Unix path limit is refused by name, before anything listens (the bind
+// itself fails with a bare EINVAL, and the run died with nothing to say).
+func TestLongStateDirIsRefused(t *testing.T) {
+	runID := strings.Repeat("a", 32)
+	for _, tc := range []struct {
+		dirLen int
+		ok     bool
+	}{{107 - len("/approvals/") - len(runID) - len(".sock"), true}, {108 - len("/approvals/") - len(runID) - len(".sock"), false}} {
+		dir := "/" + strings.Repeat("d", tc.dirLen-1)
+		_, err := SocketPath(dir, runID)
+		if (err == nil) != tc.ok {
+			t.Errorf("state dir of %d bytes: %v, want ok=%v", tc.dirLen, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "choose a state dir of at most 59 bytes") {
+			t.Errorf("the refusal does not say how long the state dir may be: %v", err)
+		}
+	}
+	long := filepath.Join(t.TempDir(), strings.Repeat("s", 100))
+	if _, err := Listen(long, runID, nil, nil); err == nil || !strings.Contains(err.Error(), "--state-dir") {
+		t.Fatalf("Listen under a long state dir = %v, want a refusal naming --state-dir", err)
+	}
+}
