@@ -81,29 +81,56 @@ func ErrorResponse(id json.RawMessage, code int, message string, data any) []byt
 }
 
 // Forward re-encodes a message with a new id, keeping params, result or
-// error byte for byte.
+// error byte for byte. It is on every forwarded message's path: the frame
+// is sized first and built in one allocation (a method name that needs
+// escaping, and an error, take the general encoder).
 func Forward(m *Message, id json.RawMessage) []byte {
-	switch m.Kind {
-	case KindResponse:
-		if m.Error != nil {
-			b := []byte(`{"jsonrpc":"2.0","id":`)
-			b = append(b, idOrNull(id)...)
-			b = append(b, `,"error":`...)
-			b = appendJSON(b, m.Error)
-			return append(b, '}')
-		}
-		return Result(id, m.Result)
-	default:
+	switch {
+	case m.Kind == KindResponse && m.Error != nil:
+		b := []byte(`{"jsonrpc":"2.0","id":`)
+		b = append(b, idOrNull(id)...)
+		b = append(b, `,"error":`...)
+		b = appendJSON(b, m.Error)
+		return append(b, '}')
+	case m.Kind == KindResponse:
+		id = idOrNull(id)
+		b := make([]byte, 0, len(resultHead)+len(id)+len(resultMid)+len(m.Result)+1)
+		b = append(append(append(b, resultHead...), id...), resultMid...)
+		return append(append(b, m.Result...), '}')
+	}
+	if m.Kind == KindNotification {
+		id = nil
+	}
+	if !plain(m.Method) {
 		var params any
 		if m.Params != nil {
 			params = m.Params
 		}
-		if m.Kind == KindNotification {
-			id = nil
-		}
 		return Request(id, m.Method, params)
 	}
+	n := len(requestHead) + len(`,"method":""`) + len(m.Method) + 1
+	if id != nil {
+		n += len(`,"id":`) + len(id)
+	}
+	if m.Params != nil {
+		n += len(`,"params":`) + len(m.Params)
+	}
+	b := append(make([]byte, 0, n), requestHead...)
+	if id != nil {
+		b = append(append(b, `,"id":`...), id...)
+	}
+	b = append(append(append(b, `,"method":"`...), m.Method...), '"')
+	if m.Params != nil {
+		b = append(append(b, `,"params":`...), m.Params...)
+	}
+	return append(b, '}')
 }
+
+const (
+	requestHead = `{"jsonrpc":"2.0"`
+	resultHead  = `{"jsonrpc":"2.0","id":`
+	resultMid   = `,"result":`
+)
 
 func idOrNull(id json.RawMessage) json.RawMessage {
 	if id == nil {
