@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // PathKeySize is the length in bytes of a deployment's path-hash key.
@@ -18,7 +20,8 @@ const PathKeySize = 32
 // so a hash can be matched across hosts of one fleet but not reversed by
 // guessing common paths without the key.
 type PathHasher struct {
-	key []byte
+	key  []byte
+	macs sync.Pool // of hash.Hash: keyed HMACs, Reset between uses
 }
 
 // NewPathHasher returns a hasher for key, which must be PathKeySize bytes.
@@ -30,10 +33,20 @@ func NewPathHasher(key []byte) (*PathHasher, error) {
 }
 
 // Hash returns the keyed hash of path.
+// It is on every decided call's path: the keyed HMAC is reused (Reset
+// leaves the key in place) rather than set up per path.
 func (h *PathHasher) Hash(path string) PathHash {
-	m := hmac.New(sha256.New, h.key)
-	m.Write([]byte(path))
-	return PathHash(hex.EncodeToString(m.Sum(nil)))
+	m, _ := h.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, h.key)
+	}
+	m.Reset()
+	_, _ = m.Write([]byte(path))
+	var sum [sha256.Size]byte
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], m.Sum(sum[:0]))
+	h.macs.Put(m)
+	return PathHash(out[:])
 }
 
 // KeyID names the key without revealing it: the first 16 hex digits of

@@ -75,7 +75,9 @@ func IsLabel(s string) bool {
 	if s == "" || len(s) > maxTokenLen || s[0] == '/' {
 		return false
 	}
-	for _, seg := range strings.Split(s, "/") {
+	for rest, more := s, true; more; {
+		var seg string
+		seg, rest, more = strings.Cut(rest, "/")
 		if seg == "" || seg == ".." || !IsToken(seg) {
 			return false
 		}
