@@ -108,7 +108,16 @@ func NewSecrets(patterns []string) (*Secrets, error) {
 
 // Match reports whether the absolute path p names a secret or lies inside one.
 func (s *Secrets) Match(p string) bool {
-	comps := strings.Split(strings.Trim(strings.ToLower(p), "/"), "/")
+	// The components, as strings.Split gives them, into a buffer that
+	// stays on the stack for paths of up to 32 components (this runs for
+	// every path of every decided call).
+	var buf [32]string
+	comps := buf[:0]
+	for rest, more := strings.Trim(strings.ToLower(p), "/"), true; more; {
+		var c string
+		c, rest, more = strings.Cut(rest, "/")
+		comps = append(comps, c)
+	}
 	for _, c := range comps {
 		if s.literals[c] {
 			return true

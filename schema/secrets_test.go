@@ -21,6 +21,19 @@ func TestSecretsCompiled(t *testing.T) {
 			t.Errorf("Match(%q) = %v, want %v", p, got, want)
 		}
 	}
+	// Past the components kept on the stack, and the edges of splitting.
+	deep := strings.Repeat("/d", 40)
+	for p, want := range map[string]bool{
+		deep + "/.env": true, deep + "/etc/ssl/private/k": true, deep + "/.config/gcloud/x": true, deep + "/x": false,
+		"/": false, "": false, "//": false, ".env": true, "/w//.env": true,
+	} {
+		if got := s.Match(p); got != want {
+			t.Errorf("Match(%q) = %v, want %v", p, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = s.Match("/srv/base/allowed/probe.txt") }); n != 0 {
+		t.Errorf("Match: %v allocations, budget 0", n)
+	}
 	if _, err := NewSecrets([]string{"[a-"}); err == nil {
 		t.Error("malformed glob accepted")
 	}
