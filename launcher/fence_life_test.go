@@ -522,3 +522,43 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 		t.Errorf("the refusal's record: %s", last.raw)
 	}
 }
+
+// failingRecords is a Mediator whose records stop being kept mid-run, the
+// way the proxy ends when its decision sink fails.
+type failingRecords struct{}
+
+func (failingRecords) Mediate(ctx context.Context, _ io.Reader, _ io.Writer, up launcher.Upstream) error {
+	if _, err := up.Stdin().Write([]byte(`{"op":"ping"}` + "\n")); err != nil {
+		return err
+	}
+	var r fencetest.Response
+	if err := json.NewDecoder(up.Stdout()).Decode(&r); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: decision records cannot be written", launcher.ErrAudit)
+}
+
+// TestLifeAuditFailureEndsTheRunAsFailed: a mediator that stops because its
+// records cannot be kept ends the run with exit_reason audit_failed and an
+// error wrapping launcher.ErrAudit (exit 74), not with the server's own
+// status, which after a graceful stop would read as a clean run.
+func TestLifeAuditFailureEndsTheRunAsFailed(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, sink, _ := inProcessConfig(t, scope, []string{b.Naive})
+	cfg.Mediator = failingRecords{}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background()); !errors.Is(err, launcher.ErrAudit) {
+		t.Fatalf("run: %v, want an error wrapping ErrAudit", err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if last := sink.events[len(sink.events)-1]; last.Launch.ExitReason != schema.ExitAuditFailed {
+		t.Fatalf("exit record %+v, want exit_reason audit_failed", last.Launch)
+	}
+}

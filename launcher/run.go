@@ -176,6 +176,8 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		return startErr
 	}
 	switch reason {
+	case schema.ExitAuditFailed:
+		return fmt.Errorf("%w (the server was stopped; its status was %d)", srv.auditErr, code)
 	case schema.ExitScopeExpired:
 		return fmt.Errorf("%w: the run was stopped (the server's status was %d)", ErrScopeExpired, code)
 	case schema.ExitScopeRevoked:
@@ -357,6 +359,7 @@ type server struct {
 	firstPID   int
 	pins       []*os.File   // /proc/PID of each server process, held for the run
 	out        *watchWriter // the client's stdout; says whether the server answered
+	auditErr   error        // the mediator stopped because its records could not be kept
 }
 
 // unpin closes the /proc/PID descriptors held for the run.
@@ -837,7 +840,12 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 				s.end(p)
 				break
 			}
-			if err != nil && !errors.Is(err, context.Canceled) {
+			if errors.Is(err, ErrAudit) {
+				// The mediator could not keep its records (and denied every
+				// call since): the run ends as failed, whatever the server's
+				// own status, never as a clean exit.
+				reason, s.auditErr = schema.ExitAuditFailed, err
+			} else if err != nil && !errors.Is(err, context.Canceled) {
 				cfg.Logger.Warn("mediator ended with an error; stopping the server", "run_id", cfg.RunID, "err", err)
 			}
 			p.stdin.Close()
