@@ -192,7 +192,9 @@ func TestCollectEndToEnd(t *testing.T) {
 	st := openStore(t, e.dsn)
 	// Findings are added to the same table: wait for the events, then the
 	// findings.
-	deadline := time.Now().Add(60 * time.Second)
+	// Generous: under load, storing the 20,000 events has taken most of a
+	// minute before the 15 s window even starts.
+	deadline := time.Now().Add(3 * time.Minute)
 	var found map[schema.FindingType]uint64
 	for time.Now().Before(deadline) {
 		found = map[schema.FindingType]uint64{}
