@@ -1,13 +1,10 @@
 package metrics
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpwarden/mcpwarden/collector"
 	"github.com/mcpwarden/mcpwarden/daemon/probes"
@@ -45,24 +42,7 @@ func TestDashboardQueries(t *testing.T) {
 		Findings:     1, FindingsBy: map[collector.FindingKey]uint64{{Type: schema.FindingEscape, Severity: schema.SeverityHigh}: 1},
 		Consumer: collector.ConsumerLag{Pending: 2, AckPending: 1, At: time.Now()}, NATSConnected: true,
 	}))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var addrs []string
-	for _, reg := range []*prometheus.Registry{dreg, creg} {
-		srv, err := Listen("127.0.0.1:0", reg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = srv.Serve(ctx) }()
-		addrs = append(addrs, srv.Addr().String())
-	}
-	ev := schema.Origin{Host: "h", BootID: "b"}.NewEvent(schema.KindFinding, "r", "s", "", time.Now())
-	ev.Finding = &schema.Finding{Type: schema.FindingEscape, Severity: schema.SeverityHigh, Status: schema.StatusProvisional}
-	if err := counted.Publish(ctx, []schema.Event{ev}); err != nil {
-		t.Fatal(err)
-	}
-
-	p := promtest.Start(t, promtest.Target{Job: "daemon", Addrs: addrs[:1]}, promtest.Target{Job: "collector", Addrs: addrs[1:]})
+	p := scrapeDaemonAndCollector(t, dreg, creg, counted)
 	// Generous: the machine may be loaded; rate() needs two scrapes in its
 	// window (promtest scrapes every 500 ms).
 	const wait = 2 * time.Minute

@@ -1,12 +1,9 @@
 package metrics
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpwarden/mcpwarden/collector"
 	"github.com/mcpwarden/mcpwarden/daemon"
@@ -36,24 +33,7 @@ func TestPrometheusScrapes(t *testing.T) {
 		Events: 5, EventsByKind: map[schema.Kind]uint64{schema.KindFileOp: 5},
 		Consumer: collector.ConsumerLag{Pending: 9, AckPending: 1, At: time.Now()}, NATSConnected: true,
 	}))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var addrs []string
-	for _, reg := range []*prometheus.Registry{dreg, creg} {
-		srv, err := Listen("127.0.0.1:0", reg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = srv.Serve(ctx) }()
-		addrs = append(addrs, srv.Addr().String())
-	}
-	ev := schema.Origin{Host: "h", BootID: "b"}.NewEvent(schema.KindFinding, "r", "s", "", time.Now())
-	ev.Finding = &schema.Finding{Type: schema.FindingEscape, Severity: schema.SeverityHigh, Status: schema.StatusProvisional}
-	if err := counted.Publish(ctx, []schema.Event{ev}); err != nil {
-		t.Fatal(err)
-	}
-
-	p := promtest.Start(t, promtest.Target{Job: "daemon", Addrs: addrs[:1]}, promtest.Target{Job: "collector", Addrs: addrs[1:]})
+	p := scrapeDaemonAndCollector(t, dreg, creg, counted)
 	const wait = 60 * time.Second
 	p.WaitFor(t, `count(up{job=~"daemon|collector"} == 1) == 2`, promtest.Any, wait)
 	for expr, want := range map[string]float64{
