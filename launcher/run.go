@@ -149,7 +149,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		return err
 	}
 	srv.cur = p
-	code, reason := srv.supervise(ctx)
+	code, reason, auditErr := srv.supervise(ctx)
 	l.reportLimitHits(lf.stats())
 	// A server that exited with an error before it answered anything, after
 	// the fence denied it a path it names on stderr, could not start under
@@ -177,7 +177,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	}
 	switch reason {
 	case schema.ExitAuditFailed:
-		return fmt.Errorf("%w (the server was stopped; its status was %d)", srv.auditErr, code)
+		return fmt.Errorf("%w (the server was stopped; its status was %d)", auditErr, code)
 	case schema.ExitScopeExpired:
 		return fmt.Errorf("%w: the run was stopped (the server's status was %d)", ErrScopeExpired, code)
 	case schema.ExitScopeRevoked:
@@ -359,7 +359,6 @@ type server struct {
 	firstPID   int
 	pins       []*os.File   // /proc/PID of each server process, held for the run
 	out        *watchWriter // the client's stdout; says whether the server answered
-	auditErr   error        // the mediator stopped because its records could not be kept
 }
 
 // unpin closes the /proc/PID descriptors held for the run.
@@ -799,8 +798,10 @@ func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) 
 }
 
 // supervise forwards signals, runs the mediator and waits for the server to
-// exit. It returns the exit code (128+signal when signaled) and a reason class.
-func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
+// exit. It returns the exit code (128+signal when signaled), a reason class,
+// and the error of a mediator that stopped because its records could not be
+// kept (reason audit_failed).
+func (s *server) supervise(ctx context.Context) (int, schema.ExitReason, error) {
 	cfg := &s.l.cfg
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -812,6 +813,7 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 	expiry := time.NewTimer(time.Until(cfg.Scope.NotAfter))
 	defer expiry.Stop()
 	var reason schema.ExitReason
+	var auditErr error // the mediator stopped because its records could not be kept
 
 	for {
 		s.mu.Lock()
@@ -844,7 +846,7 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 				// The mediator could not keep its records (and denied every
 				// call since): the run ends as failed, whatever the server's
 				// own status, never as a clean exit.
-				reason, s.auditErr = schema.ExitAuditFailed, err
+				reason, auditErr = schema.ExitAuditFailed, err
 			} else if err != nil && !errors.Is(err, context.Canceled) {
 				cfg.Logger.Warn("mediator ended with an error; stopping the server", "run_id", cfg.RunID, "err", err)
 			}
@@ -883,7 +885,7 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason) {
 		if reason != "" {
 			why = reason
 		}
-		return code, why
+		return code, why, auditErr
 	}
 }
 
