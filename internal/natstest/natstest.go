@@ -1,6 +1,8 @@
-// Package natstest holds what tests of NATS permissions share: a connection
-// that records the permission violations the server reports to it, and
-// waits for one.
+// Package natstest holds what tests of NATS share: a connection that
+// records the permission violations the server reports to it, and waits for
+// one; and a JetStream cluster of N nodes on loopback with the pipeline's
+// accounts and permissions (StartCluster), whose nodes a test can kill and
+// restart and whose stream leader it can find.
 package natstest
 
 import (

@@ -1,0 +1,462 @@
+package natstest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
+)
+
+// ClusterConfig shapes a test cluster.
+type ClusterConfig struct {
+	// Nodes is the number of nodes (default 3).
+	Nodes int
+	// Hosts get a user each (host-<host token>) holding exactly
+	// stream.HostPermissions(host, false); the collector and analyst users
+	// always exist, with stream.CollectorPermissions and
+	// stream.ReaderPermissions.
+	Hosts []string
+	// Bin runs every node as its own process of this nats-server binary
+	// (DebianServer), and Kill sends it SIGKILL. Empty: the nodes are embedded servers in
+	// the test process, and Kill shuts one down.
+	Bin string
+	// MaxFileStore bounds each node's JetStream file store (default 20G: the stream reserves its 10 GiB MaxBytes on each node; nothing is allocated).
+	MaxFileStore string
+}
+
+// Cluster is a JetStream cluster on loopback, with the pipeline's accounts
+// and permissions (one account, one user per role and per host, routes
+// that need their own credentials), on ports picked for it, its data in a
+// temporary directory. Everything stops when the test ends.
+type Cluster struct {
+	t         testing.TB
+	cfg       ClusterConfig
+	dir       string
+	nodes     []*Node
+	passwords map[string]string
+}
+
+// Node is one server of a Cluster.
+type Node struct {
+	// Name is the server's name (n1, n2, ...), as JetStream reports a
+	// stream's leader and replicas.
+	Name                  string
+	ClientPort, RoutePort int
+	// Conf is the node's configuration file.
+	Conf string
+
+	mu  sync.Mutex
+	ns  *server.Server
+	cmd *exec.Cmd
+	out *testenv.LockedBuffer
+}
+
+// ClusterName is the name the test clusters' nodes share.
+const ClusterName = "mcpwarden"
+
+// StartCluster starts a cluster and waits until JetStream answers on every
+// node (a meta leader is elected).
+func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
+	t.Helper()
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.MaxFileStore == "" {
+		cfg.MaxFileStore = "20G"
+	}
+	c := &Cluster{t: t, cfg: cfg, dir: t.TempDir(), passwords: map[string]string{}}
+	for _, u := range c.users() {
+		c.passwords[u.name] = secret(t)
+	}
+	routePassword := secret(t)
+	for i := 0; i < cfg.Nodes; i++ {
+		c.nodes = append(c.nodes, &Node{Name: "n" + strconv.Itoa(i+1), ClientPort: testenv.FreePort(t), RoutePort: testenv.FreePort(t)})
+	}
+	for _, n := range c.nodes {
+		n.Conf = filepath.Join(c.dir, n.Name+".conf")
+		if err := os.WriteFile(n.Conf, []byte(c.config(n, routePassword)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for i := range c.nodes {
+			c.stop(i, false)
+		}
+		if t.Failed() && cfg.Bin != "" {
+			for _, n := range c.nodes {
+				if n.out != nil {
+					t.Logf("nats-server %s log (tail):\n%s", n.Name, tail(n.out.String(), 4000))
+				}
+			}
+		}
+	})
+	for i := range c.nodes {
+		c.start(i)
+	}
+	c.WaitReady(t)
+	return c
+}
+
+type clusterUser struct {
+	name  string
+	perms stream.Permissions
+}
+
+func (c *Cluster) users() []clusterUser {
+	us := []clusterUser{
+		{"collector", stream.CollectorPermissions()},
+		{"analyst", stream.ReaderPermissions()},
+	}
+	for _, h := range c.cfg.Hosts {
+		us = append(us, clusterUser{HostUser(h), stream.HostPermissions(h, false)})
+	}
+	return us
+}
+
+// HostUser is the name of host's user on a test cluster (as in
+// deploy/nats: host-<host token>).
+func HostUser(host string) string { return "host-" + stream.HostToken(host) }
+
+// config is node n's configuration file.
+func (c *Cluster) config(n *Node, routePassword string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "server_name: %s\nlisten: 127.0.0.1:%d\n", n.Name, n.ClientPort)
+	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_file_store: %s\n  max_memory_store: 64M\n}\n",
+		filepath.Join(c.dir, n.Name), c.cfg.MaxFileStore)
+	fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: 127.0.0.1:%d\n  authorization { user: route, password: %q }\n  routes: [\n", ClusterName, n.RoutePort, routePassword)
+	for _, o := range c.nodes {
+		if o != n {
+			fmt.Fprintf(&b, "    nats-route://route:%s@127.0.0.1:%d\n", routePassword, o.RoutePort)
+		}
+	}
+	b.WriteString("  ]\n}\naccounts {\n  MCPWARDEN: {\n    jetstream: enabled\n    users: [\n")
+	for _, u := range c.users() {
+		perms := map[string]any{
+			"publish":   map[string][]string{"allow": u.perms.PublishAllow, "deny": nonNil(u.perms.PublishDeny)},
+			"subscribe": map[string][]string{"allow": u.perms.SubscribeAllow},
+		}
+		var p bytes.Buffer
+		enc := json.NewEncoder(&p)
+		enc.SetEscapeHTML(false) // nats-server's parser knows no \u escapes
+		_ = enc.Encode(perms)
+		fmt.Fprintf(&b, "      { user: %q, password: %q, permissions: %s }\n", u.name, c.passwords[u.name], bytes.TrimSpace(p.Bytes()))
+	}
+	b.WriteString("    ]\n  }\n}\n")
+	return b.String()
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Nodes are the cluster's nodes, in order.
+func (c *Cluster) Nodes() []*Node { return c.nodes }
+
+// URL lists every node's client URL, comma-separated, as --nats takes it.
+func (c *Cluster) URL() string {
+	urls := make([]string, len(c.nodes))
+	for i := range c.nodes {
+		urls[i] = c.NodeURL(i)
+	}
+	return strings.Join(urls, ",")
+}
+
+// NodeURL is node i's client URL.
+func (c *Cluster) NodeURL(i int) string {
+	return "nats://127.0.0.1:" + strconv.Itoa(c.nodes[i].ClientPort)
+}
+
+// Conn is how role r (of host, for RoleDaemon) connects to every node of the
+// cluster: its user, its password, its inbox prefix.
+func (c *Cluster) Conn(r stream.Role, host, name string) stream.ConnOptions {
+	user := c.User(r, host)
+	pw, ok := c.passwords[user]
+	if !ok {
+		c.t.Fatalf("natstest: the cluster has no user %s (add the host to ClusterConfig.Hosts)", user)
+	}
+	return stream.ConnOptions{URL: c.URL(), User: user, Password: pw, Name: name, InboxPrefix: r.Inbox(host)}
+}
+
+// User is the name of role r's user (of host, for RoleDaemon).
+func (c *Cluster) User(r stream.Role, host string) string {
+	switch r {
+	case stream.RoleDaemon:
+		return HostUser(host)
+	case stream.RoleCollector:
+		return "collector"
+	default:
+		return "analyst"
+	}
+}
+
+// Password is user's password.
+func (c *Cluster) Password(user string) string { return c.passwords[user] }
+
+// Index is the position of the node named name, or -1.
+func (c *Cluster) Index(name string) int {
+	for i, n := range c.nodes {
+		if n.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Running reports whether node i is running.
+func (c *Cluster) Running(i int) bool {
+	n := c.nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ns != nil || n.cmd != nil
+}
+
+func (c *Cluster) start(i int) {
+	t := c.t
+	n := c.nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c.cfg.Bin != "" {
+		if n.out == nil {
+			n.out = &testenv.LockedBuffer{}
+		}
+		cmd := exec.Command(c.cfg.Bin, "-c", n.Conf)
+		cmd.Stdout, cmd.Stderr = n.out, n.out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("natstest: start %s: %v", c.cfg.Bin, err)
+		}
+		n.cmd = cmd
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(n.ClientPort), time.Second)
+			if err == nil {
+				conn.Close()
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("natstest: nats-server %s did not listen on port %d:\n%s", n.Name, n.ClientPort, tail(n.out.String(), 4000))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	opts, err := server.ProcessConfigFile(n.Conf)
+	if err != nil {
+		t.Fatalf("natstest: node %s configuration: %v", n.Name, err)
+	}
+	opts.NoSigs = true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("natstest: node %s: %v", n.Name, err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(2 * time.Minute) {
+		ns.Shutdown()
+		t.Fatalf("natstest: node %s did not accept clients on port %d", n.Name, n.ClientPort)
+	}
+	n.ns = ns
+}
+
+// stop stops node i: SIGKILL for a process, a shutdown for an embedded one.
+func (c *Cluster) stop(i int, mustRun bool) {
+	n := c.nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.cmd != nil:
+		_ = n.cmd.Process.Kill()
+		_ = n.cmd.Wait()
+		n.cmd = nil
+	case n.ns != nil:
+		n.ns.Shutdown()
+		n.ns.WaitForShutdown()
+		n.ns = nil
+	case mustRun:
+		c.t.Fatalf("natstest: node %s is not running", n.Name)
+	}
+}
+
+// Kill stops node i at once: SIGKILL when the nodes are processes
+// (ClusterConfig.Bin), a shutdown of the embedded server otherwise. Its data
+// stays for Restart.
+func (c *Cluster) Kill(i int) { c.stop(i, true) }
+
+// Restart starts node i again on its ports and data.
+func (c *Cluster) Restart(i int) {
+	if c.Running(i) {
+		c.t.Fatalf("natstest: node %s is running", c.nodes[i].Name)
+	}
+	c.start(i)
+}
+
+// admin connects as the collector to the running nodes only (or to node
+// only, if only >= 0), failing fast.
+func (c *Cluster) admin(only int) (*nats.Conn, error) {
+	var urls []string
+	for i := range c.nodes {
+		if (only < 0 || i == only) && c.Running(i) {
+			urls = append(urls, c.NodeURL(i))
+		}
+	}
+	if len(urls) == 0 {
+		return nil, fmt.Errorf("no node is running")
+	}
+	o := c.Conn(stream.RoleCollector, "", "natstest-admin")
+	o.URL = strings.Join(urls, ",")
+	return stream.Connect(o, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0), nats.Timeout(5*time.Second))
+}
+
+// WaitReady waits (up to 3 minutes) until JetStream answers an account
+// request through every running node, which needs an elected meta leader.
+func (c *Cluster) WaitReady(t testing.TB) {
+	t.Helper()
+	for i := range c.nodes {
+		if !c.Running(i) {
+			continue
+		}
+		c.poll(t, 3*time.Minute, "JetStream to answer on node "+c.nodes[i].Name, func() error {
+			nc, err := c.admin(i)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err = js.AccountInfo(ctx)
+			return err
+		})
+	}
+}
+
+// StreamInfo is the stream's info as a running node reports it.
+func (c *Cluster) StreamInfo(name string) (*jetstream.StreamInfo, error) {
+	nc, err := c.admin(-1)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.Info(ctx)
+}
+
+// StreamLeader waits (up to 3 minutes) until the stream has a leader and
+// returns its index.
+func (c *Cluster) StreamLeader(t testing.TB, name string) int {
+	t.Helper()
+	leader := -1
+	c.poll(t, 3*time.Minute, "stream "+name+" to have a leader", func() error {
+		info, err := c.StreamInfo(name)
+		if err != nil {
+			return err
+		}
+		if info.Cluster == nil || info.Cluster.Leader == "" {
+			return fmt.Errorf("no leader")
+		}
+		if leader = c.Index(info.Cluster.Leader); leader < 0 {
+			return fmt.Errorf("leader %q is no node of this cluster", info.Cluster.Leader)
+		}
+		return nil
+	})
+	return leader
+}
+
+// WaitStreamCurrent waits (up to 3 minutes) until the stream has a leader
+// and replicas-1 replicas that are all online and current.
+func (c *Cluster) WaitStreamCurrent(t testing.TB, name string, replicas int) {
+	t.Helper()
+	c.poll(t, 3*time.Minute, fmt.Sprintf("stream %s to have %d current replicas", name, replicas), func() error {
+		info, err := c.StreamInfo(name)
+		if err != nil {
+			return err
+		}
+		if info.Cluster == nil || info.Cluster.Leader == "" {
+			return fmt.Errorf("no leader")
+		}
+		if len(info.Cluster.Replicas) != replicas-1 {
+			return fmt.Errorf("%d peers besides the leader", len(info.Cluster.Replicas))
+		}
+		for _, p := range info.Cluster.Replicas {
+			if !p.Current || p.Offline {
+				return fmt.Errorf("replica %s: current %v, offline %v, lag %d", p.Name, p.Current, p.Offline, p.Lag)
+			}
+		}
+		return nil
+	})
+}
+
+func (c *Cluster) poll(t testing.TB, within time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: waited %s for %s: %v", within, what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// DebianServer is Debian's nats-server binary as scripts/test-env.sh
+// install unpacks it (MCPWARDEN_NATS_SERVER_BIN overrides); without it the
+// test is skipped, or fails under CI=true.
+func DebianServer(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("MCPWARDEN_NATS_SERVER_BIN")
+	if bin == "" {
+		bin = filepath.Join(testenv.RepoRoot(), "build", "nats-server-debian", "usr", "sbin", "nats-server")
+	}
+	testenv.RequireFile(t, bin, "run scripts/test-env.sh install")
+	return bin
+}
+
+func secret(t testing.TB) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
