@@ -36,7 +36,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 	batchWait := fs.Duration("batch-wait", time.Second, "longest wait before a partial batch is inserted")
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "JetStream ack wait before a message is redelivered")
 	manageStream := fs.Bool("manage-stream", true, "create or update the JetStream stream at start-up")
-	replicas := fs.Int("stream-replicas", 1, "stream replicas when --manage-stream (3 on a cluster)")
+	replicas := fs.Int("stream-replicas", 0, "stream replicas when --manage-stream (0: 3 when the NATS server is part of a cluster, 1 on a single server)")
 	maxAge := fs.Duration("stream-max-age", 7*24*time.Hour, "how long the stream keeps events")
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check")
 	window := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the cross-check")

@@ -88,7 +88,9 @@ func HostToken(host string) string {
 // Config is the stream's configuration. The zero value gives the single-host
 // defaults.
 type Config struct {
-	// Replicas is 1 on one host; 3 on a fleet cluster.
+	// Replicas is how many servers keep each message. 0 lets Ensure choose
+	// (DefaultReplicas: 3 on a NATS cluster, 1 on a single server); the
+	// configuration itself (JetStream) reads 0 as 1.
 	Replicas int
 	// MaxAge is how long events stay in the stream once consumed or not;
 	// default 7 days, so a collector can be down for days without loss.
@@ -135,11 +137,35 @@ func (c Config) JetStream() jetstream.StreamConfig {
 	}
 }
 
-// Ensure creates the stream, or updates it to cfg when it exists.
+// ClusterReplicas is the stream's replicas on a NATS cluster: a message is
+// kept by three servers, so the stream (and every durable consumer, which
+// inherits it) keeps serving and losing nothing while one is down.
+const ClusterReplicas = 3
+
+// DefaultReplicas is the replicas a stream gets when none are asked for:
+// ClusterReplicas when the server nc is connected to is part of a cluster,
+// 1 on a single server (which can keep one copy only).
+func DefaultReplicas(nc *nats.Conn) int {
+	if nc != nil && nc.ConnectedClusterName() != "" {
+		return ClusterReplicas
+	}
+	return 1
+}
+
+// Ensure creates the stream, or updates it to cfg when it exists (an
+// existing stream's replicas are changed to cfg's). Replicas 0 is
+// DefaultReplicas of js's connection.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = DefaultReplicas(js.Conn())
+	}
 	s, err := js.CreateOrUpdateStream(ctx, cfg.JetStream())
 	if err != nil {
-		return nil, fmt.Errorf("create or update JetStream stream %s: %w (does this NATS account have JetStream enabled and the right to manage streams?)", Name, err)
+		hint := "does this NATS account have JetStream enabled and the right to manage streams?"
+		if cfg.Replicas > 1 {
+			hint = fmt.Sprintf("%d replicas need a NATS cluster of at least %d servers with JetStream, all up; on a single server use --stream-replicas 1", cfg.Replicas, cfg.Replicas)
+		}
+		return nil, fmt.Errorf("create or update JetStream stream %s with %d replicas: %w (%s)", Name, cfg.Replicas, err, hint)
 	}
 	return s, nil
 }
