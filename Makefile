@@ -6,6 +6,7 @@ GO        ?= go
 BIN       := bin/mcpwarden
 FENCE     := bin/mcpwarden-fence
 PIPELINE  := bin/mcpwarden-pipeline
+LOADGEN   := bin/mcpwarden-loadgen
 PKGS      := ./...
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
@@ -21,9 +22,11 @@ all: build
 # and `mcpwarden run` finds it next to bin/mcpwarden. mcpwarden-pipeline holds
 # the daemon, collect, query, events and why commands (NATS server,
 # ClickHouse, eBPF), which `mcpwarden COMMAND` execs from next to it.
+# mcpwarden-loadgen simulates a fleet of hosts (collector/loadgen).
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mcpwarden
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PIPELINE) ./cmd/mcpwarden-pipeline
+	$(GO) build -trimpath -o $(LOADGEN) ./cmd/mcpwarden-loadgen
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(FENCE) ./cmd/mcpwarden-fence
 
 # deps installs (idempotently) what the tests need: Debian packages, the
@@ -48,7 +51,7 @@ test: deps build
 # and fails the run: there is no second try.
 CLICKHOUSE_CURRENT_ADDR := 127.0.0.1:19000
 CLICKHOUSE_LEGACY_ADDR  := 127.0.0.1:9000
-CLICKHOUSE_PKGS := ./collector ./collector/query ./collector/store
+CLICKHOUSE_PKGS := ./collector ./collector/loadgen ./collector/query ./collector/store
 test-go:
 	MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_CURRENT_ADDR) \
 		MCPWARDEN_CLICKHOUSE_EXPECT_VERSION=26. \
