@@ -147,6 +147,10 @@ func TestCleanRunsAreClean(t *testing.T) {
 		RunID         string `json:"run_id"`
 		Mode          string `json:"mode"`
 		Server        string `json:"server"`
+		ServerVersion string `json:"server_version"`
+		ProtocolEra   string `json:"protocol_era"`
+		ServerExe     string `json:"server_exe"`
+		Identified    uint8  `json:"identified"`
 		Verdict       string `json:"verdict"`
 		Findings      uint64 `json:"findings"`
 		KernelDenials uint64 `json:"kernel_denials"`
@@ -205,6 +209,18 @@ func TestCleanRunsAreClean(t *testing.T) {
 	}
 	if named["secure-filesystem-server"] != 2 || named[""] != 2 || len(named) != 4 {
 		t.Errorf("the SERVER column of query runs: %v, want the filesystem server's name twice, two more servers twice each, and the two relayed runs unnamed", named)
+	}
+	// With its version and era; the relayed runs say they were never
+	// identified, and name their executable.
+	for _, r := range rows {
+		switch {
+		case r.Server != "" && (r.Identified != 1 || r.ProtocolEra == "" || r.ServerExe == ""):
+			t.Errorf("run %s (%s): identified %d, era %q, executable %q", r.RunID, r.Server, r.Identified, r.ProtocolEra, r.ServerExe)
+		case r.Server == "secure-filesystem-server" && r.ServerVersion == "":
+			t.Errorf("run %s: the filesystem server's version is missing", r.RunID)
+		case r.Server == "" && (r.Identified != 0 || r.ServerVersion != "" || r.ServerExe == ""):
+			t.Errorf("relayed run %s: identified %d, version %q, executable %q", r.RunID, r.Identified, r.ServerVersion, r.ServerExe)
+		}
 	}
 	if t.Failed() {
 		for _, q := range []string{"findings", "denials"} {

@@ -80,6 +80,9 @@ func cmdQuery(ctx context.Context, args []string) int {
 	if err := st.CheckSchema(ctx); err != nil {
 		return cli.Fail(cli.ExitInternal, err)
 	}
+	if err := st.CheckMigrated(ctx); err != nil {
+		return cli.Fail(cli.ExitInternal, err)
+	}
 	res, err := query.Run(ctx, st, name, query.Params{
 		From: from, To: to, Host: *host, Scope: *scope, Severity: *severity, Tool: *tool, Run: *run, Limit: *limit,
 	})

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
@@ -61,9 +63,17 @@ func (p Params) values() store.Params {
 
 // Result is a query's columns and rows.
 type Result struct {
+	// Name is the canned query's.
+	Name    string
 	Columns []string
 	Rows    [][]any
 }
+
+// MaxString bounds every string a result carries, in both outputs: valid
+// records hold tokens of at most 128 bytes, so anything longer came from
+// elsewhere (a row written around the collector) and is cut at a rune
+// boundary, marked with "…".
+const MaxString = 256
 
 // ErrTimelineNeedsRun: the timeline query is of one run.
 var ErrTimelineNeedsRun = errors.New("the timeline query needs --run RUN_ID (find run ids with 'mcpwarden query runs')")
@@ -103,7 +113,7 @@ func runSQL(ctx context.Context, st *store.Store, name, sql string, params store
 		return nil, fmt.Errorf("query %s: %w", name, err)
 	}
 	defer rows.Close()
-	res := &Result{Columns: rows.Columns()}
+	res := &Result{Name: name, Columns: rows.Columns()}
 	types := rows.ColumnTypes()
 	for rows.Next() {
 		dest := make([]any, len(types))
@@ -115,7 +125,7 @@ func runSQL(ctx context.Context, st *store.Store, name, sql string, params store
 		}
 		row := make([]any, len(dest))
 		for i, d := range dest {
-			row[i] = reflect.ValueOf(d).Elem().Interface()
+			row[i] = bounded(reflect.ValueOf(d).Elem().Interface())
 		}
 		res.Rows = append(res.Rows, row)
 	}
@@ -172,25 +182,31 @@ func (r *Result) WriteJSON(w io.Writer) error {
 }
 
 // WriteTable writes an aligned text table; *_ns columns are shown as UTC
-// times.
+// times, the runs query's server columns as one SERVER column (serverView),
+// and every string is escaped for a terminal (Escape): names and versions
+// are the servers' own, untrusted strings.
 func (r *Result) WriteTable(w io.Writer) error {
+	cols, rows := r.Columns, r.Rows
+	if r.Name == "runs" {
+		cols, rows = serverView(cols, rows)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := make([]string, len(r.Columns))
-	for i, c := range r.Columns {
+	head := make([]string, len(cols))
+	for i, c := range cols {
 		head[i] = strings.TrimSuffix(c, "_ns")
 		if c == "call_ns" {
 			head[i] = "call_ms"
 		}
 	}
 	fmt.Fprintln(tw, strings.ToUpper(strings.Join(head, "\t")))
-	for _, row := range r.Rows {
+	for _, row := range rows {
 		cells := make([]string, len(row))
 		for i, v := range row {
-			cells[i] = cell(r.Columns[i], v)
+			cells[i] = Escape(cell(cols[i], v))
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
-	if len(r.Rows) == 0 {
+	if len(rows) == 0 {
 		fmt.Fprintln(tw, "(no rows)")
 	}
 	return tw.Flush()
@@ -225,4 +241,131 @@ func cell(col string, v any) string {
 		return strconv.Itoa(int(x))
 	}
 	return fmt.Sprint(v)
+}
+
+// serverColumns are the runs query's columns that say which server ran,
+// folded into its server column in the table.
+var serverColumns = []string{"server", "server_version", "protocol_era", "server_exe", "identified"}
+
+// serverView replaces the runs query's server columns by one: "NAME
+// VERSION, ERA era" for a server that identified itself ("(no name)" or
+// "(no version)" where it left one out), "not identified (executable
+// EXE)" for one that never did. Columns or rows of another shape are
+// returned as they are.
+func serverView(cols []string, rows [][]any) ([]string, [][]any) {
+	at := map[string]int{}
+	for i, c := range cols {
+		at[c] = i
+	}
+	for _, c := range serverColumns {
+		if _, ok := at[c]; !ok {
+			return cols, rows
+		}
+	}
+	drop := map[int]bool{}
+	for _, c := range serverColumns[1:] {
+		drop[at[c]] = true
+	}
+	var out []string
+	for i, c := range cols {
+		if !drop[i] {
+			out = append(out, c)
+		}
+	}
+	str := func(row []any, c string) string { s, _ := row[at[c]].(string); return s }
+	outRows := make([][]any, len(rows))
+	for n, row := range rows {
+		var desc string
+		if identified(row[at["identified"]]) {
+			name, version := str(row, "server"), str(row, "server_version")
+			if name == "" {
+				name = "(no name)"
+			}
+			if version == "" {
+				version = "(no version)"
+			}
+			desc = name + " " + version + ", " + str(row, "protocol_era") + " era"
+		} else {
+			desc = "not identified"
+			if exe := str(row, "server_exe"); exe != "" {
+				desc += " (executable " + exe + ")"
+			}
+		}
+		var o []any
+		for i, v := range row {
+			switch {
+			case i == at["server"]:
+				o = append(o, desc)
+			case !drop[i]:
+				o = append(o, v)
+			}
+		}
+		outRows[n] = o
+	}
+	return out, outRows
+}
+
+func identified(v any) bool {
+	switch x := v.(type) {
+	case bool:
+		return x
+	case uint8:
+		return x != 0
+	}
+	return false
+}
+
+// bounded cuts a string longer than MaxString bytes (at a rune boundary,
+// invalid UTF-8 replaced) and marks the cut; other values are returned as
+// they are.
+func bounded(v any) any {
+	s, ok := v.(string)
+	if !ok || len(s) <= MaxString && utf8.ValidString(s) {
+		return v
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= MaxString {
+		return s
+	}
+	cut := MaxString
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// Escape makes s safe to print on a terminal, one table cell: a backslash
+// is doubled, and every rune that is not printable (control characters
+// such as tab, newline and escape; format characters such as the bidi
+// overrides and isolates and zero-width joiners; spaces other than U+0020)
+// becomes \uXXXX (\UXXXXXXXX beyond the BMP), an invalid byte \xXX.
+func Escape(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r > 0xFFFF:
+			fmt.Fprintf(&b, `\U%08X`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		}
+		i += size
+	}
+	return b.String()
 }

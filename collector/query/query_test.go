@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
 	"github.com/mcpwarden/mcpwarden/collector/store"
@@ -130,14 +131,27 @@ func TestCannedQueries(t *testing.T) {
 		if rows[1]["run_id"] == g.RunID {
 			rows[0], rows[1] = rows[1], rows[0]
 		}
-		if rows[0]["run_id"] != g.RunID || rows[0]["verdict"] != "ESCAPE" || rows[0]["mode"] != "audit" || rows[0]["server"] != "secure-filesystem-server" {
+		if rows[0]["run_id"] != g.RunID || rows[0]["verdict"] != "ESCAPE" || rows[0]["mode"] != "audit" || rows[0]["server"] != "secure-filesystem-server" ||
+			rows[0]["server_version"] != "0.2.0" || rows[0]["protocol_era"] != "legacy" || rows[0]["server_exe"] != "node" || num(rows[0]["identified"]) != 1 {
 			t.Fatalf("%v", rows[0])
 		}
-		if rows[1]["host"] != "web-2" || rows[1]["verdict"] != "CLEAN" || rows[1]["server"] != "" {
+		// A server that never identified itself says so, and its
+		// executable names it.
+		if rows[1]["host"] != "web-2" || rows[1]["verdict"] != "CLEAN" || rows[1]["server"] != "" || rows[1]["server_version"] != "" ||
+			rows[1]["protocol_era"] != "" || rows[1]["server_exe"] != "node" || num(rows[1]["identified"]) != 0 {
 			t.Fatalf("%v", rows[1])
 		}
 		if num(rows[0]["calls_denied"]) != 1 || num(rows[0]["findings"]) != float64(runFindings) || num(rows[0]["kernel_denials"]) != 1 {
 			t.Fatalf("counts: %v (want %d findings)", rows[0], runFindings)
+		}
+		table := runsTable(t, st, Params{})
+		if !strings.Contains(table, "secure-filesystem-server 0.2.0, legacy era") || !strings.Contains(table, "not identified (executable node)") {
+			t.Fatalf("the SERVER column does not say which server ran:\n%s", table)
+		}
+		for _, c := range []string{"SERVER_VERSION", "PROTOCOL_ERA", "SERVER_EXE", "IDENTIFIED"} {
+			if strings.Contains(table, c) {
+				t.Fatalf("the table has a %s column besides SERVER:\n%s", c, table)
+			}
 		}
 	})
 	t.Run("findings", func(t *testing.T) {
@@ -244,4 +258,131 @@ func TestCannedQueries(t *testing.T) {
 	if _, err := Run(context.Background(), st, "nope", Params{}); err == nil || !strings.Contains(err.Error(), "runs") {
 		t.Fatalf("unknown query: %v", err)
 	}
+}
+
+func runsTable(t *testing.T, st *store.Store, p Params) string {
+	t.Helper()
+	if p.To.IsZero() {
+		p.From, p.To = time.Now().Add(-24*time.Hour), time.Now()
+	}
+	res, err := Run(context.Background(), st, "runs", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := res.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestServerStringsAreUntrusted: a server's name and version are its own
+// strings. Rows holding hostile ones (written around the collector, which
+// only stores tokens) reach the table escaped, both outputs bounded, and
+// the values never change the SQL (they are values in the rollup states,
+// never parameters or text of a query).
+func TestServerStringsAreUntrusted(t *testing.T) {
+	ctx := context.Background()
+	st := migratedStore(t)
+	hostile := []struct{ name, version, era string }{
+		{"evil\x1b[2J\x1b]0;owned\x07", "1.0\ttab\nnewline", "modern"},
+		{"safe\u202egnp.exe", "\u2066v2\u2069\u200d", "legacy"},
+		{"x' OR 1=1 --", "'); DROP TABLE events; --", "unknown"},
+		{strings.Repeat("long-", 100) + "\xff\xfe", "\u00a0\u3000", "legacy"},
+		{"back\\slash", "\x00nul", "modern"},
+	}
+	t0 := time.Now().Add(-time.Hour)
+	var evs []schema.Event
+	for i, h := range hostile {
+		g := eventgen.New("web-1")
+		g.T0 = t0.Add(time.Duration(i) * time.Second)
+		evs = append(evs, g.Mixed(5)...)
+		id := g.Origin.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, g.T0.Add(time.Millisecond))
+		id.Launch = &schema.Launch{Phase: schema.PhaseIdentified, Mode: schema.ModeEnforce, LandlockABI: 7, ServerExe: "node",
+			ServerName: h.name, ServerVersion: h.version, ProtocolEra: h.era}
+		evs = append(evs, id)
+	}
+	if err := st.Insert(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	p := Params{From: t0.Add(-time.Minute), To: time.Now()}
+	compareWithScan(t, st, "runs", runsScanSQL, p)
+	var n uint64
+	if err := st.Conn().QueryRow(ctx, "SELECT count() FROM events").Scan(&n); err != nil || n != uint64(len(evs)) {
+		t.Fatalf("events: %d, %v (want %d)", n, err, len(evs))
+	}
+	table := runsTable(t, st, p)
+	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+	if len(lines) != 1+len(hostile) {
+		t.Fatalf("%d lines, want a header and %d rows (a newline got through?):\n%s", len(lines), len(hostile), table)
+	}
+	for _, r := range table {
+		if r != '\n' && !unicode.IsPrint(r) {
+			t.Fatalf("the table carries %U:\n%q", r, table)
+		}
+	}
+	for _, want := range []string{`evil\u001B[2J\u001B]0;owned\u0007`, `1.0\u0009tab\u000Anewline`, `safe\u202Egnp.exe`, `\u2066v2\u2069\u200D`,
+		"x' OR 1=1 --", `back\\slash`, `\u0000nul`, `\u00A0\u3000`, "…"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table lacks %q:\n%s", want, table)
+		}
+	}
+	rows := runJSON(t, st, "runs", p)
+	names := map[string]bool{}
+	for _, r := range rows {
+		name, _ := r["server"].(string)
+		if len(name) > MaxString+len("…") {
+			t.Errorf("a %d-byte name in the JSON", len(name))
+		}
+		names[name] = true
+	}
+	if !names[hostile[0].name] || !names[hostile[2].name] || !names[strings.Repeat("long-", 52)[:MaxString]+"…"] {
+		t.Errorf("the JSON does not carry the names as they are (bounded): %v", names)
+	}
+}
+
+func TestEscape(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain-token_1.0", "plain-token_1.0"},
+		{"with space", "with space"},
+		{"ünïcödé ✓", "ünïcödé ✓"},
+		{"a\tb\nc\r", `a\u0009b\u000Ac\u000D`},
+		{"\x1b[31mred", `\u001B[31mred`},
+		{"\u202eabc\u202c", `\u202Eabc\u202C`},
+		{"\u2066\u2067\u2068\u2069\u200b\u200d\ufeff", `\u2066\u2067\u2068\u2069\u200B\u200D\uFEFF`},
+		{"nb\u00a0sp", `nb\u00A0sp`},
+		{"\U000E0041tag", `\U000E0041tag`},
+		{"bad\xffbyte", `bad\xffbyte`},
+		{`\u0041`, `\\u0041`},
+		{"\u0085", `\u0085`},
+	} {
+		if got := Escape(tc.in); got != tc.want {
+			t.Errorf("Escape(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if got := bounded(strings.Repeat("é", 200)); got != strings.Repeat("é", MaxString/2)+"…" {
+		t.Errorf("bounded cut a rune: %q", got)
+	}
+	if got := bounded("ok"); got != "ok" {
+		t.Errorf("bounded(ok) = %v", got)
+	}
+}
+
+// FuzzEscape: whatever the bytes, the escaped cell is printable, one line,
+// without a tab, and distinct inputs stay distinct.
+func FuzzEscape(f *testing.F) {
+	for _, s := range []string{"", "a\tb", "\u202e", "\xff", `\\`, "\x1b]0;x\x07"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e := Escape(s)
+		for _, r := range e {
+			if !unicode.IsPrint(r) {
+				t.Fatalf("Escape(%q) = %q carries %U", s, e, r)
+			}
+		}
+		if Escape(s+"\x00") == e {
+			t.Fatalf("Escape(%q) loses a NUL", s)
+		}
+	})
 }

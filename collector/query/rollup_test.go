@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -59,7 +61,11 @@ func rerunMigration(t *testing.T, st *store.Store, name string) {
 		}
 		found = true
 		for _, s := range m.Statements {
-			if err := st.Conn().Exec(context.Background(), s); err != nil {
+			err := st.Conn().Exec(context.Background(), s)
+			if err != nil && strings.Contains(s, "ADD COLUMN") && strings.Contains(err.Error(), "already exists") {
+				continue // 18.16 has no ADD COLUMN IF NOT EXISTS; Migrate accepts this too
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -82,15 +88,36 @@ func rollupScenario(t0 time.Time) []schema.Event {
 		at := func(e *schema.Event, k int) {
 			e.TimeNS = g.T0.Add(time.Duration(k)*1700*time.Millisecond + time.Duration(rng.IntN(1000))*time.Microsecond).UnixNano()
 		}
-		l := g.Origin.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, g.T0)
-		l.Launch = &schema.Launch{Phase: "start", Mode: schema.ModeEnforce, LandlockABI: 7, ServerExe: "node",
-			ServerName: "server-" + strconv.Itoa(r%4), ProtocolEra: "legacy"}
+		// As the launcher writes them: the start record names the
+		// executable; once the proxy completed the handshake, the
+		// identified record (and the exit record after it) names the
+		// server, its version and era. Every fourth server never
+		// identifies itself.
+		mode := schema.ModeEnforce
 		if r%5 == 0 {
-			l.Launch.Mode = schema.ModeAudit
+			mode = schema.ModeAudit
 		}
+		l := g.Origin.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, g.T0)
+		l.Launch = &schema.Launch{Phase: schema.PhaseStart, Mode: mode, LandlockABI: 7, ServerExe: []string{"node", "python3"}[r%2]}
 		evs = append(evs, l)
+		identified := r%4 != 3
+		launch := func(phase schema.LaunchPhase, k int) {
+			e := g.Origin.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, g.T0)
+			e.Launch = &schema.Launch{Phase: phase, Mode: mode, LandlockABI: 7, ServerExe: l.Launch.ServerExe}
+			if identified {
+				e.Launch.ServerName, e.Launch.ServerVersion, e.Launch.ProtocolEra = "server-"+strconv.Itoa(r%4), "1."+strconv.Itoa(r), []string{"legacy", "modern"}[r%2]
+			}
+			at(&e, k)
+			evs = append(evs, e)
+		}
 		for k := 1; k < 120; k++ {
 			var e schema.Event
+			if k == 2 && identified {
+				launch(schema.PhaseIdentified, k)
+			}
+			if k == 119 && r%3 != 0 {
+				launch(schema.PhaseExit, k)
+			}
 			switch k % 9 {
 			case 0, 3, 6:
 				e = g.Decision(k)
@@ -199,6 +226,126 @@ func TestRunsRollupMatchesScan(t *testing.T) {
 			t.Fatalf("run %v: %d allowed calls, want %d", r[col["run_id"]], got, allowed[r[col["run_id"]].(string)])
 		}
 	}
+	checkServers(t, res)
+}
+
+// checkServers: of rollupScenario's 12 runs, the 9 that identified
+// themselves carry name, version and era, the other 3 only their
+// executable.
+func checkServers(t *testing.T, res *Result) {
+	t.Helper()
+	col := map[string]int{}
+	for i, c := range res.Columns {
+		col[c] = i
+	}
+	str := func(r []any, c string) string { s, _ := r[col[c]].(string); return s }
+	identified := 0
+	for _, r := range res.Rows {
+		if str(r, "server_exe") == "" {
+			t.Errorf("run %s: no executable", str(r, "run_id"))
+		}
+		if id, _ := r[col["identified"]].(uint8); id == 1 {
+			identified++
+			if !strings.HasPrefix(str(r, "server"), "server-") || !strings.HasPrefix(str(r, "server_version"), "1.") || str(r, "protocol_era") == "" {
+				t.Errorf("an identified run without its server: %v", r)
+			}
+		} else if str(r, "server") != "" || str(r, "server_version") != "" || str(r, "protocol_era") != "" {
+			t.Errorf("an unidentified run with a server: %v", r)
+		}
+	}
+	if identified != 9 || len(res.Rows) != 12 {
+		t.Errorf("%d of %d runs identified, want 9 of 12", identified, len(res.Rows))
+	}
+}
+
+// TestRunsServerMigratesForward: a database an earlier release left
+// (migrated up to the one before runs_server, holding runs) is migrated
+// forward: the runs it held gain their servers' versions and eras from the
+// backfill, the runs inserted afterwards from the new view, the old view
+// is gone, and the query matches the scan. Until then `mcpwarden query`
+// refuses the database, naming the migration.
+func TestRunsServerMigratesForward(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, chtest.Database(t), true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ms, err := chschema.Migrations(string(st.Layout()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := 0
+	for _, m := range ms {
+		if m.Name == "runs_server" {
+			version = m.Version
+		}
+	}
+	if version == 0 {
+		t.Fatalf("the %s layout has no runs_server migration", st.Layout())
+	}
+	if _, err := st.MigrateWith(ctx, store.MigrateOptions{Through: version - 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CheckMigrated(ctx); err == nil || !strings.Contains(err.Error(), "runs_server") || !strings.Contains(err.Error(), "collect --migrate") {
+		t.Fatalf("a database without runs_server is not refused clearly: %v", err)
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Minute).Add(17*time.Second + 123456789)
+	evs := rollupScenario(t0)
+	half := len(evs) / 2
+	if err := st.Insert(ctx, evs[:half]); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := st.Migrate(ctx)
+	if err != nil || !reflect.DeepEqual(applied, []int{version}) {
+		t.Fatalf("migrated forward: applied %v, %v; want [%d]", applied, err, version)
+	}
+	if err := st.CheckMigrated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	views := map[string]bool{}
+	rows, err := st.Conn().Query(ctx, "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine = 'MaterializedView'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		views[n] = true
+	}
+	rows.Close()
+	if views["runs_rollup_mv"] || !views["runs_rollup_mv2"] || !views["denials_rollup_mv"] {
+		t.Fatalf("views after the migration: %v", views)
+	}
+	if err := st.Insert(ctx, evs[half:]); err != nil {
+		t.Fatal(err)
+	}
+	end := t0.Add(12*23*time.Second + 121*1700*time.Millisecond)
+	all := Params{From: t0.Add(-time.Hour), To: end.Add(time.Hour), Limit: 1000}
+	compareWithScan(t, st, "runs", runsScanSQL, all)
+	rng := rand.New(rand.NewPCG(31, 37))
+	for i := 0; i < 10; i++ {
+		from := t0.Add(-time.Minute + time.Duration(rng.Int64N(int64(end.Sub(t0)))))
+		compareWithScan(t, st, "runs", runsScanSQL, Params{From: from, To: from.Add(time.Duration(rng.Int64N(int64(3 * time.Minute)))), Limit: 1000})
+	}
+	// Whole minutes only: the rollup alone must hold the servers of the
+	// runs inserted before the migration.
+	whole := Params{From: t0.Truncate(time.Minute), To: end.Truncate(time.Minute).Add(2 * time.Minute), Limit: 1000}
+	compareWithScan(t, st, "runs", runsScanSQL, whole)
+	res, err := Run(ctx, st, "runs", all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkServers(t, res)
+	// A second migrate (another collector) applies nothing; rerunning the
+	// migration's statements (a crash before its record) changes nothing.
+	if applied, err := st.Migrate(ctx); err != nil || len(applied) != 0 {
+		t.Fatalf("second migrate: %v, %v", applied, err)
+	}
+	rerunMigration(t, st, "runs_server")
+	compareWithScan(t, st, "runs", runsScanSQL, all)
 }
 
 // denialsScenario spreads denials of both layers, with and without a run,

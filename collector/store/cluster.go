@@ -20,7 +20,8 @@ import (
 // shard keeps the rollups of the events it holds; a query merges the
 // shards' states. The migrations are plain SQL with a few statement shapes
 // (create table, create materialized view ... TO, backfill INSERT ...
-// SELECT, ALTER TABLE ... ADD COLUMN); anything else is refused rather
+// SELECT, ALTER TABLE ... ADD COLUMN, DROP TABLE IF EXISTS of a view named
+// *_mv*); anything else is refused rather
 // than run on one node only.
 type clusterPlan struct {
 	cluster, db string
@@ -86,7 +87,8 @@ const EachNode = "/* each node */ "
 var (
 	createTableRE = regexp.MustCompile(`^CREATE TABLE IF NOT EXISTS (\w+)\s*\n?\(`)
 	createViewRE  = regexp.MustCompile(`^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS\s`)
-	insertRE      = regexp.MustCompile(`^INSERT INTO (\w+)\s*\n?SELECT\s`)
+	insertRE      = regexp.MustCompile(`^INSERT INTO (\w+)(\s*\([\w,\s]+\))?\s*\n?SELECT\s`)
+	dropViewRE    = regexp.MustCompile(`^DROP TABLE IF EXISTS (\w+_mv\d*)$`)
 	alterRE       = regexp.MustCompile(`^ALTER TABLE (\w+) (ADD COLUMN .*)$`)
 	fromRE        = regexp.MustCompile(`\bFROM (\w+)\b`)
 	engineRE      = regexp.MustCompile(`\nENGINE = (\w+)\(`)
@@ -124,7 +126,12 @@ func (p *clusterPlan) rewrite(stmts []string) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, "INSERT INTO "+p.qualified(m[1])+"\nSELECT "+body)
+			out = append(out, "INSERT INTO "+p.qualified(m[1])+m[2]+"\nSELECT "+body)
+		case dropViewRE.MatchString(st):
+			// A materialized view another replaced: it exists on every
+			// node (created ON CLUSTER), and is dropped on each in turn.
+			m := dropViewRE.FindStringSubmatch(st)
+			out = append(out, EachNode+"DROP TABLE IF EXISTS "+p.qualified(m[1]))
 		case alterRE.MatchString(st):
 			m := alterRE.FindStringSubmatch(st)
 			if err := p.known(m[1]); err != nil {

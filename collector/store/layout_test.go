@@ -87,7 +87,9 @@ func TestClusterRewrite(t *testing.T) {
 			for _, st := range out {
 				switch {
 				case strings.HasPrefix(st, "CREATE TABLE"), strings.HasPrefix(st, "ALTER TABLE"), strings.HasPrefix(st, "CREATE MATERIALIZED VIEW"),
-					strings.HasPrefix(st, EachNode+"ALTER TABLE `mcpwarden`.events ADD COLUMN"):
+					strings.HasPrefix(st, EachNode+"ALTER TABLE `mcpwarden`.events ADD COLUMN"),
+					strings.HasPrefix(st, EachNode+"ALTER TABLE `mcpwarden`.runs_rollup ADD COLUMN"),
+					st == EachNode+"DROP TABLE IF EXISTS `mcpwarden`.runs_rollup_mv":
 					if strings.HasPrefix(st, EachNode) {
 						continue
 					}
@@ -116,6 +118,8 @@ func TestClusterRewrite(t *testing.T) {
 	// Refused: statements of shapes the cluster form does not know.
 	for _, st := range []string{
 		"DROP TABLE events",
+		"DROP TABLE IF EXISTS events",
+		"DROP TABLE IF EXISTS runs_rollup_mv; DROP TABLE events",
 		"CREATE TABLE IF NOT EXISTS other\n(a UInt8)\nENGINE = MergeTree() ORDER BY a",
 		"CREATE TABLE IF NOT EXISTS events\n(a UInt8)\nENGINE = Log",
 		"INSERT INTO runs_rollup\nSELECT * FROM system.numbers",

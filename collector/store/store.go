@@ -133,6 +133,10 @@ type MigrateOptions struct {
 	// Retention is the TTL of each kind and table (current layout only;
 	// zero values take DefaultRetention's).
 	Retention Retention
+	// Through, when positive, applies only the migrations up to that
+	// version: a staged upgrade, and how tests build the database an
+	// earlier release left behind.
+	Through int
 }
 
 // MigrateWith applies the migrations of the database's layout not yet
@@ -183,7 +187,7 @@ ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`}
 	}
 	rows.Close()
 	for _, m := range ms {
-		if done[m.Version] {
+		if done[m.Version] || o.Through > 0 && m.Version > o.Through {
 			continue
 		}
 		stmts := m.Statements
@@ -234,6 +238,46 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("ClickHouse database %s has no events table: run 'mcpwarden collect --migrate' once", s.db)
+	}
+	return nil
+}
+
+// CheckMigrated reports a clear error when the database lacks a migration
+// of this release's layout (the canned queries read what the latest
+// migrations add: a database migrated by an older release must be migrated
+// again before it is queried).
+func (s *Store) CheckMigrated(ctx context.Context) error {
+	ms, err := chschema.Migrations(string(s.layout))
+	if err != nil {
+		return err
+	}
+	var n uint64
+	if err := s.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = {db:String} AND name = 'schema_migrations'", Params{"db": s.db}, &n); err != nil {
+		return fmt.Errorf("check ClickHouse schema: %w", err)
+	}
+	done := map[int]bool{}
+	if n > 0 {
+		rows, err := s.Query(ctx, "SELECT DISTINCT version FROM schema_migrations", nil)
+		if err != nil {
+			return fmt.Errorf("read schema_migrations: %w", err)
+		}
+		for rows.Next() {
+			var v uint32
+			if err := rows.Scan(&v); err != nil {
+				rows.Close()
+				return fmt.Errorf("read schema_migrations: %w", err)
+			}
+			done[int(v)] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read schema_migrations: %w", err)
+		}
+	}
+	for _, m := range ms {
+		if !done[m.Version] {
+			return fmt.Errorf("ClickHouse database %s lacks migration %04d_%s of the %s table layout: run 'mcpwarden collect --migrate' (or --migrate-only) once with this release", s.db, m.Version, m.Name, s.layout)
+		}
 	}
 	return nil
 }

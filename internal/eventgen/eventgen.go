@@ -71,7 +71,7 @@ func (g *Gen) Mixed(n int) []schema.Event {
 		switch {
 		case i == 0:
 			e := g.next(schema.KindLaunch)
-			e.Launch = &schema.Launch{Phase: "start", Mode: schema.ModeEnforce, LandlockABI: 7, ServerExe: "node", ProtocolEra: "legacy"}
+			e.Launch = &schema.Launch{Phase: "start", Mode: schema.ModeEnforce, LandlockABI: 7, ServerExe: "node"}
 			out = append(out, e)
 		case i%10 == 0:
 			out = append(out, g.Decision(i))

@@ -14,6 +14,10 @@ SELECT
     anyIf(scope_id, scope_id != '') AS scope_id,
     anyIf(mode, kind = 'launch') AS mode,
     anyIf(server_name, server_name != '') AS server,
+    anyIf(server_version, kind = 'launch' AND server_name != '') AS server_version,
+    anyIf(protocol_era, kind = 'launch' AND protocol_era != '') AS protocol_era,
+    anyIf(server_exe, kind = 'launch' AND server_exe != '') AS server_exe,
+    protocol_era != '' AS identified,
     min(time_ns) AS first_ns,
     max(time_ns) AS last_ns,
     uniqExactIf(cityHash64(event_id), kind = 'decision' AND decision = 'allow') AS calls_allowed,
@@ -27,7 +31,7 @@ SELECT
         'CLEAN') AS verdict
 FROM
 (
-    SELECT run_id, host, scope_id, kind, mode, server_name, time_ns, event_id, decision, finding_type, severity
+    SELECT run_id, host, scope_id, kind, mode, server_name, server_version, protocol_era, server_exe, time_ns, event_id, decision, finding_type, severity
     FROM events
     WHERE kind IN ('launch', 'decision', 'landlock_denial', 'finding')
       AND run_id != ''

@@ -1,14 +1,21 @@
--- runs: every run in the time range with its verdict.
+-- runs: every run in the time range with its verdict and the server it
+-- ran: serverInfo's name and version and the protocol era from the launch
+-- records (server, server_version, protocol_era; identified = 0 when the
+-- server never identified itself: the proxy never completed a handshake,
+-- or the run had no proxy), and the executable's base name (server_exe).
+-- Name and version are the server's own, untrusted strings (tokens of at
+-- most 128 bytes in valid records): never build SQL from them, and escape
+-- them for a terminal (mcpwarden query does).
 --   ESCAPE     an operation succeeded outside the scope and runtime profile
 --   ATTENTION  a critical or high finding (PROXY_GAP, UNDECLARED_WRITE, ...)
 --   REVIEW     only medium or low findings
 --   CLEAN      no findings
 -- Duplicates collapse: every count is over distinct event ids (as 64-bit
 -- CityHash values: a collision needs ~4 billion events in one group).
--- Reads runs_rollup (migration 0002, aggregate states per minute and run,
--- kept by a materialized view) for the minutes wholly inside [from, to),
--- and the events of the two partial minutes at the edges from the events
--- table, found by run through its primary key: the result is exact for any
+-- Reads runs_rollup (migrations 0002 and runs_server: aggregate states per
+-- minute and run, kept by materialized views) for the minutes wholly inside
+-- [from, to), and the events of the two partial minutes at the edges from
+-- the events table, found by run through its primary key: the result is exact for any
 -- range, and an event read from both sides is still counted once. Only the
 -- candidate runs' states are merged: the `limit` latest by their whole
 -- minutes plus every run with events in an edge minute (together a
@@ -23,6 +30,10 @@ SELECT
     anyIf(scope_id, scope_id != '') AS scope_id,
     anyIfMerge(mode) AS mode,
     anyIfMerge(server) AS server,
+    anyIfMerge(server_version) AS server_version,
+    anyIfMerge(protocol_era) AS protocol_era,
+    anyIfMerge(server_exe) AS server_exe,
+    protocol_era != '' AS identified,
     minMerge(first_ns) AS first_ns,
     maxMerge(last_ns) AS last_ns,
     uniqExactIfMerge(calls_allowed) AS calls_allowed,
@@ -40,7 +51,7 @@ FROM
     -- latest by their whole minutes, plus every run with events in the
     -- two partial minutes (together a superset of the latest runs).
     SELECT host, scope_id, run_id, first_ns, last_ns, mode, server,
-        calls_allowed, calls_denied, kernel_denials, findings, escapes, serious
+        server_version, protocol_era, server_exe, calls_allowed, calls_denied, kernel_denials, findings, escapes, serious
     FROM runs_rollup
     PREWHERE run_id GLOBAL IN
     (
@@ -73,6 +84,9 @@ FROM
         minState(time_ns), maxState(time_ns),
         anyIfState(mode, kind = 'launch'),
         anyIfState(server_name, server_name != ''),
+        anyIfState(server_version, kind = 'launch' AND server_name != ''),
+        anyIfState(protocol_era, kind = 'launch' AND protocol_era != ''),
+        anyIfState(server_exe, kind = 'launch' AND server_exe != ''),
         uniqExactIfState(cityHash64(event_id), kind = 'decision' AND decision = 'allow'),
         uniqExactIfState(cityHash64(event_id), kind = 'decision' AND decision = 'deny'),
         uniqExactIfState(cityHash64(event_id), kind = 'landlock_denial'),

@@ -56,8 +56,10 @@ GROUP BY minute, host, scope_id, run_id;
 
 -- Backfill what the events table held before the view existed. Rows the
 -- view also saw (inserted meanwhile) are harmless: every aggregate is
--- idempotent.
-INSERT INTO runs_rollup
+-- idempotent. (The columns are named: later migrations add more, which
+-- this backfill leaves at their defaults.)
+INSERT INTO runs_rollup (minute, host, scope_id, run_id, first_ns, last_ns, mode, server,
+    calls_allowed, calls_denied, kernel_denials, findings, escapes, serious)
 SELECT
     intDiv(time_ns, toInt64(60000000000)) - (modulo(time_ns, toInt64(60000000000)) < 0) AS minute,
     host, scope_id, run_id,
