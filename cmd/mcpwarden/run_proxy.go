@@ -93,10 +93,11 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 		return err
 	}
 	m := &withApprovals{p: p, late: late, stateDir: rc.StateDir, runID: rc.RunID, log: rc.Logger, restore: func() {}}
-	if rc.Config.Stdin == nil {
-		// The client's messages are read through Go's poller (see
-		// proxy.PollableInput); blocking mode is restored when the proxy ends.
-		rc.Config.Stdin, m.restore = proxy.PollableInput(os.Stdin)
+	if rc.Config.Stdin == nil && rc.Config.Stdout == nil {
+		// The client's messages are read and written through Go's poller
+		// (see proxy.PollableStdio); blocking mode is restored when the
+		// proxy ends.
+		rc.Config.Stdin, rc.Config.Stdout, m.restore = proxy.PollableStdio(os.Stdin, os.Stdout, os.Stderr)
 	}
 	rc.Config.Mediator = m
 	return nil
@@ -139,7 +140,7 @@ type withApprovals struct {
 	late            *lateApprovals
 	stateDir, runID string
 	log             *slog.Logger
-	restore         func() // the client's stdin back to blocking mode
+	restore         func() // the client's stdin and stdout back to blocking mode
 }
 
 func (w *withApprovals) Mediate(ctx context.Context, in io.Reader, out io.Writer, up launcher.Upstream) error {

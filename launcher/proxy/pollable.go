@@ -1,38 +1,76 @@
 package proxy
 
 import (
+	"io"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// PollableInput returns a reader on the same open file as f (the client's
-// stdin) in non-blocking mode, so that Go's poller waits for the next
-// message instead of a thread blocked in read(2). A blocked read keeps the
-// runtime taking the thread's processor away and handing it back around
-// every message; with the poller, the goroutine that reads also decides and
-// forwards with no hand-off. Only pipes and sockets are converted: the
-// non-blocking flag belongs to the open file, and a terminal's is shared
-// with the shell. restore puts blocking mode back (call it when the run
-// ends); for anything else f is returned as is and restore does nothing.
-func PollableInput(f *os.File) (in *os.File, restore func()) {
-	fd := int(f.Fd())
+var noDeadline time.Time
+
+// PollableStdio returns a reader on the client's stdin and a writer on its
+// stdout that go through Go's poller with raw, non-blocking system calls
+// (see rawFile), so that the goroutine that reads a message also decides
+// and forwards it with no hand-off, and no thread is taken off its
+// processor around every message.
+//
+// Each of stdin and stdout is converted only when it is a pipe or a socket
+// (the non-blocking flag belongs to the open file, and a terminal's is
+// shared with the shell) and is not the same pipe or socket as stderr
+// (whose writes are not made through the poller: a full pipe would make
+// them fail instead of wait). Where stdin and stdout are one socket, both
+// are converted, so every use of it waits in the poller. Anything else is
+// returned as it is. restore puts blocking mode back on the descriptors
+// that were converted; call it when the proxy has stopped reading and
+// writing them.
+func PollableStdio(stdin, stdout, stderr *os.File) (in io.Reader, out io.Writer, restore func()) {
+	errSt, errOK := fstat(stderr)
+	var undo []int
+	convert := func(f *os.File) any {
+		st, ok := fstat(f)
+		if !ok {
+			return f
+		}
+		if kind := st.Mode & unix.S_IFMT; kind != unix.S_IFIFO && kind != unix.S_IFSOCK {
+			return f
+		}
+		if errOK && st.Dev == errSt.Dev && st.Ino == errSt.Ino {
+			return f
+		}
+		fd := int(f.Fd())
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return f
+		}
+		if err := unix.SetNonblock(dup, true); err != nil {
+			unix.Close(dup)
+			return f
+		}
+		undo = append(undo, fd)
+		// os.NewFile registers a descriptor that is already non-blocking
+		// with the poller.
+		nf := os.NewFile(uintptr(dup), f.Name())
+		if r := newRawFile(nf); r != nil {
+			return r
+		}
+		return nf
+	}
+	in = convert(stdin).(io.Reader)
+	out = convert(stdout).(io.Writer)
+	return in, out, func() {
+		for _, fd := range undo {
+			_ = unix.SetNonblock(fd, false)
+		}
+	}
+}
+
+func fstat(f *os.File) (unix.Stat_t, bool) {
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return f, func() {}
+	if f == nil {
+		return st, false
 	}
-	if kind := st.Mode & unix.S_IFMT; kind != unix.S_IFIFO && kind != unix.S_IFSOCK {
-		return f, func() {}
-	}
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return f, func() {}
-	}
-	if err := unix.SetNonblock(dup, true); err != nil {
-		unix.Close(dup)
-		return f, func() {}
-	}
-	// os.NewFile registers a descriptor that is already non-blocking with
-	// the poller.
-	return os.NewFile(uintptr(dup), f.Name()), func() { _ = unix.SetNonblock(fd, false) }
+	err := unix.Fstat(int(f.Fd()), &st)
+	return st, err == nil
 }

@@ -88,7 +88,7 @@ func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.
 	s.upst.askedRoots = make(chan struct{})
 	s.upst.fence = slices.Clone(p.cfg.Scope.AllowedPaths)
 	s.upst.stdin = up.Stdin()
-	s.upst.w = jsonrpc.NewWriter(s.upst.stdin)
+	s.upst.w = jsonrpc.NewWriter(rawWriter(s.upst.stdin))
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.rec = newRecorder(s)
 	return s
@@ -396,7 +396,7 @@ func (s *session) restartLoop() {
 		}
 		s.upst.mu.Lock()
 		s.upst.stdin = s.up.Stdin()
-		s.upst.w = jsonrpc.NewWriter(s.upst.stdin)
+		s.upst.w = jsonrpc.NewWriter(rawWriter(s.upst.stdin))
 		w := s.upst.w
 		s.upst.fence = target
 		s.upst.mu.Unlock()

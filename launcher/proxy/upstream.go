@@ -398,7 +398,7 @@ var idPatterns = sync.OnceValues(func() (head, tail *regexp.Regexp) {
 
 // readUpstream reads one server process's stdout (generation gen).
 func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer, done <-chan struct{}) {
-	r := jsonrpc.NewReader(out, s.cfg.MaxMessageBytes)
+	r := jsonrpc.NewReader(rawReader(out), s.cfg.MaxMessageBytes)
 	for {
 		frame, err := r.Next()
 		if errors.Is(err, jsonrpc.ErrFrameTooLarge) {

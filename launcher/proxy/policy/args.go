@@ -357,7 +357,7 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 		if c.probes++; c.probes > maxProbes {
 			return nil, fmt.Errorf("more than %d strings that could name files; declare the tool's path arguments in tool_path_args", maxProbes)
 		}
-		if _, err := os.Lstat(c.relTo(s)); err == nil {
+		if Exists(c.relTo(s)) {
 			add(s) // it names an existing entry
 		}
 	}

@@ -11,10 +11,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/text/unicode/norm"
@@ -111,6 +114,16 @@ func Resolve(raw, home string, relTo func(string) string) (Resolved, error) {
 }
 
 func resolveReal(lexical string) (string, error) {
+	if noSymlinks(lexical) {
+		// It exists and no component is a symlink: it is its own real path.
+		return lexical, nil
+	}
+	return resolveRealSlow(lexical)
+}
+
+// resolveRealSlow resolves lexical through every symlink: the kernel's
+// answer for an existing path, else a walk.
+func resolveRealSlow(lexical string) (string, error) {
 	if real, ok := kernelRealpath(lexical); ok {
 		return real, nil
 	}
@@ -236,4 +249,58 @@ func kernelRealpath(p string) (string, bool) {
 		return "", false
 	}
 	return real, true
+}
+
+// resolveCached is RESOLVE_CACHED (Linux 5.12): fail with EAGAIN instead of
+// looking up a name that is not in the kernel's dentry cache.
+const resolveCached = 0x20
+
+// openCached opens p O_PATH (which opens nothing: no device is touched, no
+// read permission is needed) with one openat2 that cannot block: with
+// RESOLVE_CACHED the kernel answers from its dentry cache or fails with
+// EAGAIN instead of reading a disk or asking a network filesystem. So it
+// is made as a raw system call, without the runtime's bookkeeping, which
+// would otherwise wake the runtime's monitor thread around every call the
+// proxy decides (see launcher/proxy/rawio.go). The descriptor is closed
+// at once, also raw (closing an O_PATH descriptor flushes nothing). It
+// returns the errno (0: opened). Any answer but 0, ENOENT and ENOTDIR
+// (EAGAIN, ELOOP under RESOLVE_NO_SYMLINKS, ENOSYS on an old kernel, a
+// permission error) leaves the decision to the caller's general path.
+func openCached(p string, flags int, resolve uint64) syscall.Errno {
+	b, err := unix.BytePtrFromString(p)
+	if err != nil {
+		return unix.EINVAL
+	}
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_PATH | unix.O_CLOEXEC), Resolve: resolve | resolveCached}
+	fdcwd := unix.AT_FDCWD
+	fd, _, e := unix.RawSyscall6(unix.SYS_OPENAT2, uintptr(fdcwd), uintptr(unsafe.Pointer(b)), uintptr(unsafe.Pointer(&how)), unsafe.Sizeof(how), 0, 0)
+	runtime.KeepAlive(b)
+	if e != 0 {
+		return e
+	}
+	unix.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
+	return 0
+}
+
+// noSymlinks reports that p exists and that none of its components is a
+// symlink (or a /proc magic link), decided from the dentry cache without
+// blocking: p, absolute and clean, is then its own real path. false means
+// "not known": the caller resolves p the general way.
+func noSymlinks(p string) bool {
+	return openCached(p, 0, unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_NO_MAGICLINKS) == 0
+}
+
+// Exists reports whether p names an entry (as lstat(2) sees it: symlinks
+// of the directories on the way are followed, the last component is not).
+// It asks the dentry cache first (see openCached) and lstat(2) only when
+// the cache cannot tell.
+func Exists(p string) bool {
+	switch openCached(p, unix.O_NOFOLLOW, 0) {
+	case 0:
+		return true
+	case unix.ENOENT, unix.ENOTDIR:
+		return false
+	}
+	_, err := os.Lstat(p)
+	return err == nil
 }

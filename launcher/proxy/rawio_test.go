@@ -1,0 +1,186 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func pipe(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
+// A frame larger than the pipe's buffer is written whole (the writer waits
+// in the poller while the pipe is full) and read back byte for byte, and
+// the reader sees EOF when the writer closes.
+func TestRawFileCarriesLargeFramesAndEOF(t *testing.T) {
+	r, w := pipe(t)
+	rr, ok := rawReader(r).(*rawFile)
+	if !ok {
+		t.Fatal("a pipe of os.Pipe was not taken for raw reads")
+	}
+	rw, ok := rawWriter(w).(*rawFile)
+	if !ok {
+		t.Fatal("a pipe of os.Pipe was not taken for raw writes")
+	}
+	frame := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB, 16 pipe buffers
+	errc := make(chan error, 1)
+	go func() {
+		n, err := rw.Write(frame)
+		if err == nil && n != len(frame) {
+			err = errors.New("short write")
+		}
+		if cerr := rw.Close(); err == nil {
+			err = cerr
+		}
+		errc <- err
+	}()
+	got, err := io.ReadAll(rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if werr := <-errc; werr != nil {
+		t.Fatal(werr)
+	}
+	if !bytes.Equal(got, frame) {
+		t.Fatalf("read %d bytes back, want the %d written", len(got), len(frame))
+	}
+	if n, err := rr.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("after EOF: %d, %v", n, err)
+	}
+}
+
+// A write to a pipe whose reader is gone fails with EPIPE (SIGPIPE is not
+// raised for a descriptor other than 1 and 2 in a Go program), it does not
+// hang or report success.
+func TestRawFileWriteToAClosedPipeFails(t *testing.T) {
+	r, w := pipe(t)
+	r.Close()
+	if _, err := rawWriter(w).Write([]byte("x\n")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("write to a pipe without reader: %v, want EPIPE", err)
+	}
+}
+
+// A read blocked in the poller ends when the file is closed.
+func TestRawFileCloseEndsABlockedRead(t *testing.T) {
+	r, _ := pipe(t)
+	rr := rawReader(r)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := rr.Read(make([]byte, 16))
+		errc <- err
+	}()
+	r.Close()
+	if err := <-errc; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("read after close: %v, want os.ErrClosed", err)
+	}
+}
+
+// Blocking descriptors are never used with raw system calls: a regular
+// file, a blocking pipe, and a non-blocking descriptor outside the poller
+// are returned as they are.
+func TestRawFileRefusesWhatThePollerDoesNotWatch(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	blocking := os.NewFile(uintptr(fds[0]), "blocking")
+	defer blocking.Close()
+	other := os.NewFile(uintptr(fds[1]), "made non-blocking later")
+	defer other.Close()
+	if err := unix.SetNonblock(fds[1], true); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		f    *os.File
+	}{{"regular file", f}, {"blocking pipe", blocking}, {"non-blocking outside the poller", other}} {
+		if _, ok := rawReader(c.f).(*rawFile); ok {
+			t.Errorf("%s: taken for raw reads", c.name)
+		}
+		if _, ok := rawWriter(c.f).(*rawFile); ok {
+			t.Errorf("%s: taken for raw writes", c.name)
+		}
+	}
+}
+
+// PollableStdio converts the client's pipes, leaves a descriptor shared
+// with stderr and a regular file alone, and restore puts blocking mode back.
+func TestPollableStdio(t *testing.T) {
+	isNonblock := func(f *os.File) bool {
+		fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fl&unix.O_NONBLOCK != 0
+	}
+	blockingPipe := func() (*os.File, *os.File) {
+		var fds [2]int
+		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+		t.Cleanup(func() { r.Close(); w.Close() })
+		return r, w
+	}
+	inR, inW := blockingPipe()
+	outR, outW := blockingPipe()
+	_, errW := blockingPipe()
+	in, out, restore := PollableStdio(inR, outW, errW)
+	if _, ok := in.(*rawFile); !ok {
+		t.Fatalf("stdin pipe not converted: %T", in)
+	}
+	if _, ok := out.(*rawFile); !ok {
+		t.Fatalf("stdout pipe not converted: %T", out)
+	}
+	if !isNonblock(inR) || !isNonblock(outW) {
+		t.Fatal("the converted descriptors are not non-blocking")
+	}
+	go func() { _, _ = inW.Write([]byte("ping\n")) }()
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(in, buf); err != nil || string(buf) != "ping\n" {
+		t.Fatalf("read through the converted stdin: %q, %v", buf, err)
+	}
+	if _, err := out.Write([]byte("pong\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(outR, buf); err != nil || string(buf) != "pong\n" {
+		t.Fatalf("read what the converted stdout wrote: %q, %v", buf, err)
+	}
+	restore()
+	if isNonblock(inR) || isNonblock(outW) {
+		t.Fatal("restore left a descriptor non-blocking")
+	}
+
+	// stdout is the same pipe as stderr (2>&1): a full pipe would make
+	// stderr's writes fail, so it stays blocking; a regular file stays too.
+	shR, shW := blockingPipe()
+	_ = shR
+	f, err := os.Create(filepath.Join(t.TempDir(), "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	in, out, restore = PollableStdio(f, shW, shW)
+	defer restore()
+	if in != io.Reader(f) || out != io.Writer(shW) || isNonblock(shW) {
+		t.Fatalf("converted what it must not: %T %T", in, out)
+	}
+}
