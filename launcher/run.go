@@ -57,11 +57,12 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	srv.life = lf
 	ly := lf.layer()
 	l.lifeLayer = &ly
-	defer func() {
+	closeLife := sync.OnceFunc(func() {
 		if cerr := lf.close(); cerr != nil {
 			fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: the run's cgroup: %v\n", cerr)
 		}
-	}()
+	})
+	defer closeLife()
 	// The helper boots while the rest of this function runs; it execs
 	// nothing before launch sends it the go-ahead.
 	h, err := srv.spawn()
@@ -151,6 +152,16 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	srv.cur = p
 	code, reason, auditErr := srv.supervise(ctx)
 	l.reportLimitHits(lf.stats())
+	// Nothing of the run is left (supervise killed its cgroup): the temp
+	// dir, the cgroup and the watcher go while the exit record is written
+	// and synced, and Run returns once both are done.
+	cleaned := make(chan struct{})
+	go func() {
+		defer close(cleaned)
+		_ = os.RemoveAll(tmp)
+		closeLife()
+	}()
+	defer func() { <-cleaned }()
 	// A server that exited with an error before it answered anything, after
 	// the fence denied it a path it names on stderr, could not start under
 	// the fence: say which path and what grants it, and exit 70.
@@ -384,10 +395,29 @@ type proc struct {
 	exit     *sandbox.Status
 	exitRead chan struct{}
 	exitOnce sync.Once
+	// ended is closed when the server's end is known: the run's init
+	// reported its status (the init and the rest of the run may still be
+	// going down), or done closed.
+	ended     chan struct{}
+	endedOnce sync.Once
 }
 
 // exitDone says there is no (more) status to read from the helper.
 func (p *proc) exitDone() { p.exitOnce.Do(func() { close(p.exitRead) }) }
+
+func (p *proc) markEnded() { p.endedOnce.Do(func() { close(p.ended) }) }
+
+// exited is what supervise waits for: with a cgroup, the server's reported
+// status, after which the cgroup's kill takes down whatever is left and
+// waits until nothing of the run runs (the init's reaping, which includes
+// tearing down its pid namespace, is not waited for); without a cgroup,
+// nothing tells that the run is gone but the helper's own exit.
+func (s *server) exited(p *proc) <-chan struct{} {
+	if s.life == nil || s.life.grp == nil {
+		return p.done
+	}
+	return p.ended
+}
 
 func (s *server) Stdin() io.Writer {
 	s.mu.Lock()
@@ -589,7 +619,7 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgr
 		ExtraFiles:  []*os.File{specR, statusW}, // fds 3 and 4
 		SysProcAttr: sys,
 	}
-	p := &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{}), exitRead: make(chan struct{})}
+	p := &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{}), exitRead: make(chan struct{}), ended: make(chan struct{})}
 	if err := startLocked(cmd, grp, p); err != nil {
 		return nil, &StartError{Err: fmt.Errorf("start the fence helper: %w", err)}
 	}
@@ -644,6 +674,7 @@ func startLocked(cmd *exec.Cmd, grp *cgroup.Group, p *proc) error {
 		// it exits.
 		<-p.exitRead
 		close(p.done)
+		p.markEnded()
 	}()
 	return <-started
 }
@@ -741,8 +772,9 @@ func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*
 				if err != nil {
 					return
 				}
-				if st.Stage == sandbox.StageExit {
+				if st.Stage == sandbox.StageExit && h.p.exit == nil {
 					h.p.exit = st
+					h.p.markEnded()
 				}
 			}
 		}()
@@ -820,7 +852,7 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason, error) 
 		p := s.cur
 		s.mu.Unlock()
 		select {
-		case <-p.done:
+		case <-s.exited(p):
 		case sig := <-cfg.Signals:
 			if ss, ok := sig.(syscall.Signal); ok {
 				_ = p.cmd.Process.Signal(ss)

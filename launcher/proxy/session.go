@@ -97,7 +97,7 @@ func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.
 func (s *session) run(clientIn io.Reader) error {
 	defer s.cancel()
 	go s.rec.run()
-	go s.readUpstream(0, s.up.Stdout(), s.upst.w, s.up.Done())
+	go s.readUpstream(0, s.up.Stdout(), s.upst.w)
 
 	if d := s.cfg.Scope.NotAfter.Sub(s.cfg.Now()); d <= 0 {
 		s.stop(ErrScopeExpired)
@@ -409,7 +409,7 @@ func (s *session) restartLoop() {
 			s.stop(nil)
 			return
 		}
-		go s.readUpstream(gen, s.up.Stdout(), w, s.up.Done())
+		go s.readUpstream(gen, s.up.Stdout(), w)
 		if err := s.handshake(false); err != nil {
 			s.stop(errors.Join(ErrUpstream, err))
 			return

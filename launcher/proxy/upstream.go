@@ -397,7 +397,7 @@ var idPatterns = sync.OnceValues(func() (head, tail *regexp.Regexp) {
 })
 
 // readUpstream reads one server process's stdout (generation gen).
-func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer, done <-chan struct{}) {
+func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer) {
 	r := jsonrpc.NewReader(rawReader(out), s.cfg.MaxMessageBytes)
 	for {
 		frame, err := r.Next()
@@ -422,11 +422,12 @@ func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer, don
 			s.onUpstreamNotification(gen, m)
 		}
 	}
-	// The process's stdout ended. Unless it is being replaced, the run is over.
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-	case <-s.life.done:
+	// The process's stdout ended: nothing more can come from it. Unless it
+	// is being replaced (a restart moves the generation on before it stops
+	// the old process), the run is over. The session ends now, not once the
+	// process is reaped: its last decision records are written while the
+	// launcher waits for the process tree to go.
+	if s.isStopped() {
 		return
 	}
 	s.upst.mu.Lock()
