@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -18,23 +19,39 @@ type serverIdentity struct {
 // proxy, after initialize or server/discover): a launch record of phase
 // identified carrying the server's name, version and protocol era
 // (sanitised to tokens: they come from the server), which the exit record
-// repeats. It writes the audit log and the sink like every launch record;
-// an error wraps ErrAudit. Safe from any goroutine; only the first call
-// of a run records anything.
-func (l *Launcher) Identified(ctx context.Context, name, version, era string) error {
+// repeats. The record goes to the audit log and the sink like every launch
+// record, but in the background: the client's first answer does not wait
+// for its fsync. Run waits for it before it writes the exit record, so the
+// log keeps the order start, identified, exit; a failure is logged (it is
+// not one of the records a run is refused without). Safe from any
+// goroutine; only the first call of a run records anything.
+func (l *Launcher) Identified(ctx context.Context, name, version, era string) {
 	id := &l.identity
 	id.mu.Lock()
 	if id.era != "" || id.name != "" {
 		id.mu.Unlock()
-		return nil
+		return
 	}
 	id.name, id.version, id.era = schema.SanitizeToken(name), schema.SanitizeToken(version), schema.SanitizeToken(era)
 	if id.era == "" {
 		id.era = "unknown"
 	}
 	id.mu.Unlock()
-	return l.publish(ctx, l.record(schema.PhaseIdentified, l.cfg.Now(), 0, 0, ""))
+	ev := l.record(schema.PhaseIdentified, l.cfg.Now(), 0, 0, "")
+	l.identifying.Add(1)
+	go func() {
+		defer l.identifying.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), identifiedTimeout)
+		defer cancel()
+		if err := l.publish(ctx, ev); err != nil {
+			l.cfg.Logger.Error("the launch record naming the server was not written", "err", err.Error())
+		}
+	}()
 }
+
+// identifiedTimeout bounds the write of the identified record (a sink that
+// hangs must not hold the exit record back for ever).
+const identifiedTimeout = 30 * time.Second
 
 // withIdentity adds what Identified learned to a launch record.
 func (l *Launcher) withIdentity(lr *schema.Launch) {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
@@ -146,6 +147,7 @@ type Launcher struct {
 	requireProcs, requireMemory bool
 	lifeLayer                   *schema.Layer  // the cgroup layer, once the run's cgroup exists
 	identity                    serverIdentity // set by Identified
+	identifying                 sync.WaitGroup // Identified's record being written
 	cgroupFiles                 []string       // the limit files of the run's own cgroup, granted read-only
 	// pidNamespace: the server runs under the init of a new pid namespace
 	// that dies with the launcher (set by the namespace layer); then no
@@ -286,20 +288,6 @@ func New(cfg Config) (*Launcher, error) {
 	l := &Launcher{cfg: cfg, env: env, droppedEnv: dropped, limits: limits}
 	l.requireProcs = cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxProcesses > 0)
 	l.requireMemory = cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxMemoryMB > 0)
-	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{
-		PATH:        envValue(env, "PATH"),
-		Dir:         cfg.Dir,
-		Network:     len(cfg.Scope.Network.ConnectTCP) > 0 || len(cfg.Scope.Network.BindTCP) > 0,
-		Exec:        cfg.AllowExec,
-		NativeCache: cfg.CacheDir,
-	})
-	if err != nil {
-		return nil, &StartError{Err: fmt.Errorf("runtime profile: %w", err)}
-	}
-	l.base, err = ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, AllowRuntime: cfg.AllowRuntime})
-	if err != nil {
-		return nil, &StartError{Err: err}
-	}
 	if cfg.Mode == schema.ModeEnforce {
 		l.decision, err = ruleset.Decide(cfg.KernelABI(), cfg.BestEffort)
 		if err != nil {
@@ -314,6 +302,30 @@ func New(cfg Config) (*Launcher, error) {
 	return l, nil
 }
 
+// resolve resolves the server's runtime profile and derives the ruleset
+// without the run's temp dir. Run calls it while the fence helper starts:
+// neither depends on the other.
+func (l *Launcher) resolve() error {
+	cfg := &l.cfg
+	var err error
+	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{
+		PATH:        envValue(l.env, "PATH"),
+		Dir:         cfg.Dir,
+		Network:     len(cfg.Scope.Network.ConnectTCP) > 0 || len(cfg.Scope.Network.BindTCP) > 0,
+		Exec:        cfg.AllowExec,
+		NativeCache: cfg.CacheDir,
+	})
+	if err != nil {
+		return &StartError{Err: fmt.Errorf("runtime profile: %w", err)}
+	}
+	base, err := ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, AllowRuntime: cfg.AllowRuntime})
+	if err != nil {
+		return &StartError{Err: err}
+	}
+	l.base = base
+	return nil
+}
+
 // RunID is this run's id.
 func (l *Launcher) RunID() string { return l.cfg.RunID }
 
@@ -321,10 +333,10 @@ func (l *Launcher) RunID() string { return l.cfg.RunID }
 func (l *Launcher) Decision() ruleset.Decision { return l.decision }
 
 // Ruleset is the ruleset without the per-run temp dir (which exists only
-// while the run does).
+// while the run does); nil until Run has resolved the runtime profile.
 func (l *Launcher) Ruleset() *ruleset.Ruleset { return l.base }
 
-// Profile is the resolved runtime profile.
+// Profile is the resolved runtime profile; nil until Run has resolved it.
 func (l *Launcher) Profile() *runtimeprofile.Profile { return l.profile }
 
 // RecordRefusal writes the one launch record of a run that New refused

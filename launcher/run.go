@@ -50,6 +50,8 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		var le *LimitsError
 		if errors.As(err, &le) {
 			l.lifeLayer = &le.layer
+			// The refusal's record names the layers, which need the ruleset.
+			_ = l.resolve()
 			_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitRefusedKernel))
 		}
 		return err
@@ -63,35 +65,32 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		}
 	})
 	defer closeLife()
-	// The helper boots while the rest of this function runs; it execs
-	// nothing before launch sends it the go-ahead.
-	h, err := srv.spawn()
-	if err != nil {
-		var ie *IsolationError
-		if errors.As(err, &ie) {
-			if rerr := RecordRefusal(ctx, *cfg, schema.ExitRefusedKernel, l.decision.ABI); rerr != nil {
-				return fmt.Errorf("%w (and: %v)", err, rerr)
-			}
-		}
-		return err
-	}
-	launched := false
+	// The helper is started (a clone into the run's namespaces and cgroup,
+	// then its exec: the forking thread waits for that) while this
+	// goroutine resolves the server's runtime profile, makes the run's
+	// private temp dir and derives its ruleset, none of which depends on
+	// it. It execs nothing before launch sends it the go-ahead.
+	spawned := make(chan spawnResult, 1)
+	go func() {
+		h, err := srv.spawn()
+		spawned <- spawnResult{h, err}
+	}()
+	var h *pending
+	spawnDone, launched := false, false
 	defer func() {
-		if !launched {
+		switch {
+		case !spawnDone:
+			if r := <-spawned; r.err == nil {
+				r.h.kill()
+			}
+		case h != nil && !launched:
 			h.kill()
 		}
 	}()
-	// The watcher starts while the start record is written; the spec waits
-	// for it, so that from the server's first instruction on, a SIGKILLed
-	// launcher still takes the whole run with it.
-	watching := make(chan error, 1)
-	go func() { watching <- lf.startWatcher(cfg.HelperPath, cfg.Stderr, l.pidNamespace) }()
-	watched := false
-	defer func() { // before lf.close, which stops the watcher
-		if !watched {
-			<-watching
-		}
-	}()
+	if err := l.resolve(); err != nil {
+		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitStartFailed))
+		return err
+	}
 	tmp, err := os.MkdirTemp("", "mcpwarden-run-")
 	if err != nil {
 		return fmt.Errorf("create the run's private temp dir: %w", err)
@@ -117,12 +116,41 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		l.cgroupFiles = runtimeprofile.LimitFilesIn(dirs)
 		rs.AddRuntimeFiles(l.cgroupFiles, "the CPU and memory limits of the run's own cgroup")
 	}
-	// The helper sets up its namespaces and root while the start record
-	// is written; it execs nothing before launch says go.
+	sp := <-spawned
+	spawnDone = true
+	if sp.err != nil {
+		var ie *IsolationError
+		if errors.As(sp.err, &ie) {
+			if rerr := RecordRefusal(ctx, *cfg, schema.ExitRefusedKernel, l.decision.ABI); rerr != nil {
+				return fmt.Errorf("%w (and: %v)", sp.err, rerr)
+			}
+		}
+		return sp.err
+	}
+	h = sp.h
+	// The start record (its layers are known now that the namespaces were
+	// made or refused) is written and fsync'd while the helper gets its
+	// spec and sets up its namespaces and root; the go-ahead waits for it.
+	recorded := make(chan error, 1)
+	go func() { recorded <- l.publish(ctx, l.record(schema.PhaseStart, start, 0, 0, "")) }()
+	// The watcher starts meanwhile too; the go-ahead waits for it, so that
+	// from the server's first instruction on, a SIGKILLed launcher still
+	// takes the whole run with it.
+	watching := make(chan error, 1)
+	go func() { watching <- lf.startWatcher(cfg.HelperPath, cfg.Stderr, l.pidNamespace) }()
+	watched := false
+	defer func() { // before lf.close, which stops the watcher
+		if !watched {
+			<-watching
+		}
+	}()
 	if err := srv.sendSpec(h, rs); err != nil {
+		if <-recorded == nil {
+			_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitStartFailed))
+		}
 		return err
 	}
-	if err := l.publish(ctx, l.record(schema.PhaseStart, start, 0, 0, "")); err != nil {
+	if err := <-recorded; err != nil {
 		return err
 	}
 	if l.decision.Degraded {
@@ -179,6 +207,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			reason = schema.ExitStartFailed
 		}
 	}
+	l.identifying.Wait() // the identified record goes first
 	rec := l.record(schema.PhaseExit, start, srv.rootPID(), code, reason)
 	if perr := l.publish(context.WithoutCancel(ctx), rec); perr != nil {
 		return fmt.Errorf("%w (the server had exited with status %d)", perr, code)
@@ -525,6 +554,12 @@ func (h *pending) kill() {
 	<-h.p.done
 	h.p.stdin.Close()
 	h.p.stdout.Close()
+}
+
+// spawnResult is what spawn returned, from the goroutine that ran it.
+type spawnResult struct {
+	h   *pending
+	err error
 }
 
 // spawn starts the fence helper, in the run's namespaces. It boots (a Go

@@ -230,14 +230,9 @@ func (i *identify) record(name, version, era string) {
 	i.mu.Lock()
 	l := i.l
 	i.mu.Unlock()
-	if l == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := l.Identified(ctx, name, version, era); err != nil {
-		// The proxy's own records go to the same sinks and stop the run
-		// when they fail; this one is logged.
-		i.log.Error("the launch record naming the server was not written", "err", err.Error())
+	if l != nil {
+		// Written in the background (the client's answer does not wait for
+		// its fsync); a failure is logged by the launcher.
+		l.Identified(context.Background(), name, version, era)
 	}
 }

@@ -173,22 +173,8 @@ func bindInto(top string, m Mount, idmap int) error {
 		return errors.New("not a character device")
 	}
 	at := top + m.Path
-	if _, err := os.Lstat(at); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(at), 0o755); err != nil {
-			return err
-		}
-		if isDir {
-			err = unix.Mkdir(at, 0o755)
-		} else {
-			var fd int
-			fd, err = unix.Open(at, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
-			if err == nil {
-				unix.Close(fd)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("make its mount point: %w", err)
-		}
+	if err := mountPoint(at, isDir); err != nil {
+		return fmt.Errorf("make its mount point: %w", err)
 	}
 	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
 	if err != nil {
@@ -222,6 +208,34 @@ func bindInto(top string, m Mount, idmap int) error {
 		return fmt.Errorf("attach it: %w", err)
 	}
 	return nil
+}
+
+// mountPoint makes the directory or empty file at to mount on, and its
+// parents; one that is already there (through the bind of a granted
+// directory above it) is used as it is. Most parents exist already (the
+// mounts go parents first), so it tries the mount point alone first.
+func mountPoint(at string, dir bool) error {
+	create := func() error {
+		if dir {
+			return unix.Mkdir(at, 0o755)
+		}
+		fd, err := unix.Open(at, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	}
+	err := create()
+	if errors.Is(err, unix.ENOENT) {
+		if err := os.MkdirAll(filepath.Dir(at), 0o755); err != nil {
+			return err
+		}
+		err = create()
+	}
+	if errors.Is(err, unix.EEXIST) {
+		return nil
+	}
+	return err
 }
 
 // loopbackUp brings up lo, the only interface of a new network namespace.
