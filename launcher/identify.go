@@ -13,6 +13,10 @@ import (
 type serverIdentity struct {
 	mu                 sync.Mutex
 	name, version, era string
+	// written is closed once the identified record is written (nil before
+	// Identified); ended: the exit record is due, later calls record nothing.
+	written chan struct{}
+	ended   bool
 }
 
 // Identified records which server runs, once the mediator knows it (the
@@ -28,7 +32,7 @@ type serverIdentity struct {
 func (l *Launcher) Identified(ctx context.Context, name, version, era string) {
 	id := &l.identity
 	id.mu.Lock()
-	if id.era != "" || id.name != "" {
+	if id.era != "" || id.name != "" || id.ended {
 		id.mu.Unlock()
 		return
 	}
@@ -36,11 +40,12 @@ func (l *Launcher) Identified(ctx context.Context, name, version, era string) {
 	if id.era == "" {
 		id.era = "unknown"
 	}
+	written := make(chan struct{})
+	id.written = written
 	id.mu.Unlock()
 	ev := l.record(schema.PhaseIdentified, l.cfg.Now(), 0, 0, "")
-	l.identifying.Add(1)
 	go func() {
-		defer l.identifying.Done()
+		defer close(written)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), identifiedTimeout)
 		defer cancel()
 		if err := l.publish(ctx, ev); err != nil {
@@ -52,6 +57,20 @@ func (l *Launcher) Identified(ctx context.Context, name, version, era string) {
 // identifiedTimeout bounds the write of the identified record (a sink that
 // hangs must not hold the exit record back for ever).
 const identifiedTimeout = 30 * time.Second
+
+// identityWritten waits for the identified record, if one is being
+// written, and makes later Identified calls record nothing: the exit record
+// comes next.
+func (l *Launcher) identityWritten() {
+	id := &l.identity
+	id.mu.Lock()
+	id.ended = true
+	written := id.written
+	id.mu.Unlock()
+	if written != nil {
+		<-written
+	}
+}
 
 // withIdentity adds what Identified learned to a launch record.
 func (l *Launcher) withIdentity(lr *schema.Launch) {

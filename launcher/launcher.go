@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
@@ -147,7 +146,6 @@ type Launcher struct {
 	requireProcs, requireMemory bool
 	lifeLayer                   *schema.Layer  // the cgroup layer, once the run's cgroup exists
 	identity                    serverIdentity // set by Identified
-	identifying                 sync.WaitGroup // Identified's record being written
 	cgroupFiles                 []string       // the limit files of the run's own cgroup, granted read-only
 	// pidNamespace: the server runs under the init of a new pid namespace
 	// that dies with the launcher (set by the namespace layer); then no

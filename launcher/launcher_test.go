@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -426,4 +427,61 @@ func exitCodeOf(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// slowIdentified is a sink that takes its time over the identified record,
+// the way a fsync on a busy disk or a slow NATS does.
+type slowIdentified struct{ memSink }
+
+func (s *slowIdentified) Publish(ctx context.Context, ev []schema.Event) error {
+	if len(ev) > 0 && ev[0].Launch != nil && ev[0].Launch.Phase == schema.PhaseIdentified {
+		time.Sleep(300 * time.Millisecond)
+	}
+	return s.memSink.Publish(ctx, ev)
+}
+
+// identifyThenStop is a Mediator that reports the server's identity at once
+// (as the proxy does after initialize) and ends the run.
+type identifyThenStop struct{ l **launcher.Launcher }
+
+func (m identifyThenStop) Mediate(ctx context.Context, _ io.Reader, _ io.Writer, _ launcher.Upstream) error {
+	(*m.l).Identified(ctx, "naive", "1.0", "legacy")
+	return nil
+}
+
+// TestIdentifiedRecordComesBeforeExit: the identified record is written in
+// the background (the client's first answer does not wait for it), yet a
+// run that ends at once still records start, identified and exit, in that
+// order, with the exit record naming the server; a later call records
+// nothing.
+func TestIdentifiedRecordComesBeforeExit(t *testing.T) {
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, _, _ := inProcessConfig(t, scope, []string{"/bin/true"})
+	cfg.Mode = schema.ModeAudit
+	sink := &slowIdentified{}
+	cfg.Sink = sink
+	var l *launcher.Launcher
+	cfg.Mediator = identifyThenStop{&l}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background()); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	l.Identified(context.Background(), "other", "2", "modern")
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var phases []schema.LaunchPhase
+	for _, ev := range sink.events {
+		phases = append(phases, ev.Launch.Phase)
+	}
+	want := []schema.LaunchPhase{schema.PhaseStart, schema.PhaseIdentified, schema.PhaseExit}
+	if !slices.Equal(phases, want) {
+		t.Fatalf("records %v, want %v", phases, want)
+	}
+	if exit := sink.events[2].Launch; exit.ServerName != "naive" || exit.ProtocolEra != "legacy" {
+		t.Errorf("the exit record does not name the server: %+v", exit)
+	}
 }

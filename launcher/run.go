@@ -207,7 +207,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			reason = schema.ExitStartFailed
 		}
 	}
-	l.identifying.Wait() // the identified record goes first
+	l.identityWritten() // the identified record goes first
 	rec := l.record(schema.PhaseExit, start, srv.rootPID(), code, reason)
 	if perr := l.publish(context.WithoutCancel(ctx), rec); perr != nil {
 		return fmt.Errorf("%w (the server had exited with status %d)", perr, code)

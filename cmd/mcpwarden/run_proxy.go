@@ -71,7 +71,7 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 		return err
 	}
 	late := &lateApprovals{}
-	ident := &identify{log: rc.Logger}
+	ident := &identify{}
 	rc.Launched = append(rc.Launched, ident.set)
 	p, err := proxy.New(proxy.Config{
 		Scope:            rc.Scope,
@@ -215,9 +215,8 @@ func (f *fanout) Publish(ctx context.Context, events []schema.Event) error {
 // itself talking to (launcher.Identified); the launcher exists only after
 // the proxy is configured, so it is handed over once built.
 type identify struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	l   *launcher.Launcher
+	mu sync.Mutex
+	l  *launcher.Launcher
 }
 
 func (i *identify) set(l *launcher.Launcher) {
