@@ -81,6 +81,33 @@ bench: deps build
 	@rc=0; MCPWARDEN_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m $(PKGS) || rc=$$?; \
 		scripts/test-env.sh down; exit $$rc
 
+# bench-fleet runs the fleet benchmarks (collector/loadgen, docs/fleet.md)
+# on ClickHouse 26.7 (chdb-listen): simulated hosts through a 3-node NATS
+# JetStream cluster (stream R3) into collector processes of the real binary,
+# then every produced event checked stored once. The default is short
+# (100 hosts for 20 s, one collector); the issue's runs, e.g.:
+#   make bench-fleet FLEET_HOSTS=1000 FLEET_DURATION=10m FLEET_RATE=20000
+#   make bench-fleet FLEET_HOSTS=1000 FLEET_DURATION=60s FLEET_COLLECTORS=1,2,4
+#   make bench-fleet FLEET_HOSTS=1000 FLEET_DURATION=60s FLEET_SHARDS=2   (private 2x2 18.16 cluster)
+#   make bench-fleet FLEET_BENCH=BenchmarkFleetQueries FLEET_QUERY_EVENTS=100000000
+# It starts the test services (scripts/test-env.sh up) and leaves them up.
+FLEET_BENCH        ?= BenchmarkFleet
+FLEET_HOSTS        ?= 100
+FLEET_DURATION     ?= 20s
+FLEET_RATE         ?= 0
+FLEET_COLLECTORS   ?= 1
+FLEET_NATS         ?= cluster
+FLEET_SHARDS       ?= 0
+FLEET_QUERY_EVENTS ?= 10000000
+FLEET_QUERY_RUNS   ?= 20
+bench-fleet: deps build
+	@scripts/test-env.sh up
+	MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_CURRENT_ADDR) \
+		MCPWARDEN_FLEET_HOSTS=$(FLEET_HOSTS) MCPWARDEN_FLEET_DURATION=$(FLEET_DURATION) MCPWARDEN_FLEET_RATE=$(FLEET_RATE) \
+		MCPWARDEN_FLEET_COLLECTORS=$(FLEET_COLLECTORS) MCPWARDEN_FLEET_NATS=$(FLEET_NATS) MCPWARDEN_FLEET_SHARDS=$(FLEET_SHARDS) \
+		MCPWARDEN_FLEET_QUERY_EVENTS=$(FLEET_QUERY_EVENTS) \
+		$(GO) test -run '^$$' -bench '^$(FLEET_BENCH)$$' -benchtime $(if $(filter BenchmarkFleetQueries,$(FLEET_BENCH)),$(FLEET_QUERY_RUNS),1)x -timeout 90m ./collector/loadgen/
+
 # deploy-check validates deploy/docker-compose.yml (syntax, interpolation,
 # references) with docker-compose, which needs no container engine; the
 # configurations it mounts are tested against real servers in ./collector.

@@ -30,7 +30,8 @@ import (
 type fleet struct {
 	url, seeds string
 	hosts      []Host
-	collector  string // the collectors' seed file
+	// collectorArgs are the collectors' NATS credential flags.
+	collectorArgs []string
 }
 
 // collectorUser names the collectors' user in the seeds directory.
@@ -82,7 +83,8 @@ accounts {
 	if !ns.ReadyForConnections(60 * time.Second) {
 		tb.Fatal("NATS server not ready within 60 s")
 	}
-	return &fleet{url: ns.ClientURL(), seeds: seeds, hosts: Hosts(ns.ClientURL(), seeds, names), collector: SeedFile(seeds, collectorUser)}
+	return &fleet{url: ns.ClientURL(), seeds: seeds, hosts: Hosts(ns.ClientURL(), seeds, names),
+		collectorArgs: []string{"--nats-nkey", SeedFile(seeds, collectorUser)}}
 }
 
 func confList(xs []string) string {
@@ -93,18 +95,20 @@ func confList(xs []string) string {
 	return "[ " + strings.Join(q, ", ") + " ]"
 }
 
-// startCollectors migrates dsn and starts n `mcpwarden collect` processes
-// with the default flags, but without the cross-check (its findings would
-// be rows nobody produced), until the test ends.
-func (f *fleet) startCollectors(tb testing.TB, dsn string, n int, extra ...string) []*testenv.LockedBuffer {
+// startCollectors migrates dsn (with migrate's extra flags) and starts n
+// `mcpwarden collect` processes with the default flags, but without the
+// cross-check (its findings would be rows nobody produced), until the
+// test ends.
+func (f *fleet) startCollectors(tb testing.TB, dsn string, n int, migrate ...string) []*testenv.LockedBuffer {
 	tb.Helper()
 	bin := testenv.Mcpwarden(tb)
-	if out, err := exec.Command(bin, append([]string{"collect", "--migrate-only", "--clickhouse", dsn}, extra...)...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, append([]string{"collect", "--migrate-only", "--clickhouse", dsn}, migrate...)...).CombinedOutput(); err != nil {
 		tb.Fatalf("collect --migrate-only: %v\n%s", err, out)
 	}
 	var logs []*testenv.LockedBuffer
 	for i := 0; i < n; i++ {
-		logs = append(logs, startProcess(tb, "collecting", bin, "collect", "--nats", f.url, "--nats-nkey", f.collector, "--clickhouse", dsn, "--no-crosscheck"))
+		args := append([]string{"collect", "--nats", f.url, "--clickhouse", dsn, "--no-crosscheck"}, f.collectorArgs...)
+		logs = append(logs, startProcess(tb, "collecting", bin, args...))
 	}
 	return logs
 }

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -66,6 +67,9 @@ type host struct {
 	hasher *schema.PathHasher
 	comm   string
 	runs   int
+	// spread starts the host's cycle of scopes (and of denied runs) at a
+	// point of its own, from its name.
+	spread uint32
 }
 
 func newHost(name string) (*host, error) {
@@ -75,7 +79,9 @@ func newHost(name string) (*host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &host{origin: schema.Origin{Host: name, BootID: schema.NewID()[:8] + "-4a4d-4f3b-9a55-" + schema.NewID()[:12]}, hasher: h, comm: "node"}, nil
+	f := fnv.New32a()
+	f.Write([]byte(name))
+	return &host{origin: schema.Origin{Host: name, BootID: schema.NewID()[:8] + "-4a4d-4f3b-9a55-" + schema.NewID()[:12]}, hasher: h, comm: "node", spread: f.Sum32()}, nil
 }
 
 // scopes are the scopes hosts run under; a host's runs cycle through a few
@@ -95,12 +101,13 @@ type run struct {
 
 func (h *host) newRun(m Mix) *run {
 	h.runs++
-	s := (len(h.origin.Host) + h.runs) % scopes
+	s := int((h.spread + uint32(h.runs)) % scopes)
 	return &run{
 		h: h, id: schema.NewID(), mix: m,
 		scope:     "scope-" + strconv.Itoa(s),
 		scopeHash: fmt.Sprintf("sha256:%064x", s+1),
-		denied:    m.DenyEvery > 0 && h.runs%m.DenyEvery == 0,
+		// Not in step with the scopes: denied runs fall in every scope.
+		denied: m.DenyEvery > 0 && (int(h.spread/scopes%uint32(m.DenyEvery))+h.runs)%m.DenyEvery == 0,
 	}
 }
 

@@ -1,0 +1,155 @@
+package loadgen
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
+)
+
+// benchEnv reads an integer, duration or string knob of the fleet
+// benchmark from the environment.
+func benchInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
+}
+
+func benchDuration(tb testing.TB, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		tb.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return d
+}
+
+// startFleetCluster starts natstest's 3-node JetStream cluster (embedded
+// nodes) with a user per host, and the collectors' password file.
+func startFleetCluster(tb testing.TB, names []string) *fleet {
+	tb.Helper()
+	c := natstest.StartCluster(tb, natstest.ClusterConfig{Hosts: names})
+	pw := filepath.Join(tb.TempDir(), "collector.password")
+	testenv.WriteFiles(tb, map[string]string{pw: c.Password(c.User(stream.RoleCollector, ""))})
+	if err := os.Chmod(pw, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	f := &fleet{url: c.URL(), collectorArgs: []string{"--nats-user", c.User(stream.RoleCollector, ""), "--nats-password-file", pw}}
+	for _, h := range names {
+		f.hosts = append(f.hosts, Host{Name: h, NATS: c.Conn(stream.RoleDaemon, h, "mcpwarden-loadgen@"+h)})
+	}
+	return f
+}
+
+// BenchmarkFleet is the fleet benchmark (`make bench-fleet`): simulated
+// hosts publish through the real publisher into NATS, collector processes
+// of the real binary (default flags, no cross-check) store into
+// ClickHouse; it waits until every produced event is stored, fails unless
+// each is stored exactly once, and reports the stored events/s (first
+// publish to last insert), the offered rate, and the lag publish → stored
+// (p50, p99). Knobs (environment):
+//
+//	MCPWARDEN_FLEET_HOSTS       simulated hosts (default 100)
+//	MCPWARDEN_FLEET_DURATION    how long they publish (default 20s)
+//	MCPWARDEN_FLEET_RATE        fleet events/s, 0 = as fast as acknowledged (default 0)
+//	MCPWARDEN_FLEET_COLLECTORS  collector counts to run in turn, e.g. 1,2,4 (default 1)
+//	MCPWARDEN_FLEET_NATS        cluster (3 embedded nodes, stream R3; default) or single
+//	MCPWARDEN_FLEET_SHARDS      0 = the test server (MCPWARDEN_CLICKHOUSE_ADDR; default),
+//	                            2 = a private 2 shards x 2 replicas 18.16 cluster
+func BenchmarkFleet(b *testing.B) {
+	hosts := benchInt("MCPWARDEN_FLEET_HOSTS", 100)
+	dur := benchDuration(b, "MCPWARDEN_FLEET_DURATION", 20*time.Second)
+	rate, _ := strconv.ParseFloat(os.Getenv("MCPWARDEN_FLEET_RATE"), 64)
+	natsShape := os.Getenv("MCPWARDEN_FLEET_NATS")
+	if natsShape == "" {
+		natsShape = "cluster"
+	}
+	shards := benchInt("MCPWARDEN_FLEET_SHARDS", 0)
+	counts := []int{1}
+	if v := os.Getenv("MCPWARDEN_FLEET_COLLECTORS"); v != "" {
+		counts = nil
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n <= 0 {
+				b.Fatalf("MCPWARDEN_FLEET_COLLECTORS=%q: give counts such as 1,2,4", v)
+			}
+			counts = append(counts, n)
+		}
+	}
+	for _, n := range counts {
+		b.Run("collectors="+strconv.Itoa(n), func(b *testing.B) {
+			for range b.N {
+				fleetRun(b, hosts, dur, rate, natsShape, shards, n)
+			}
+		})
+	}
+}
+
+func fleetRun(b *testing.B, hosts int, dur time.Duration, rate float64, natsShape string, shards, collectors int) {
+	b.StopTimer()
+	names := HostNames("fl-"+schema.NewID()[:6], hosts)
+	var f *fleet
+	switch natsShape {
+	case "cluster":
+		f = startFleetCluster(b, names)
+	case "single":
+		f = startFleetNATS(b, names)
+	default:
+		b.Fatalf("MCPWARDEN_FLEET_NATS=%q: cluster or single", natsShape)
+	}
+	var dsn string
+	var migrate []string
+	switch shards {
+	case 0:
+		dsn = chtest.Database(b)
+	case 2:
+		c := chtest.StartCluster(b)
+		dsn = c.DSN(c.Database())
+		migrate = []string{"--cluster", c.Name}
+	default:
+		b.Fatalf("MCPWARDEN_FLEET_SHARDS=%d: 0 (one server) or 2 (the 2 x 2 cluster)", shards)
+	}
+	f.startCollectors(b, dsn, collectors, migrate...)
+	st := openStore(b, dsn)
+	b.StartTimer()
+	rep, err := Run(context.Background(), Config{Hosts: f.hosts, Duration: dur, Rate: rate, Mix: DefaultMix, SpoolDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	c, err := WaitStored(ctx, st, rep, 2*time.Second)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !c.OK() {
+		b.Fatalf("not stored exactly: %s", c)
+	}
+	lag, err := Lag(context.Background(), st, rep)
+	if err != nil {
+		b.Fatal(err)
+	}
+	span := lag.Last.Sub(rep.Start).Seconds()
+	b.ReportMetric(float64(c.Distinct)/span, "events/s")
+	b.ReportMetric(float64(rep.Events)/rep.Elapsed().Seconds(), "offered-events/s")
+	b.ReportMetric(ms(lag.P50), "lag-p50-ms")
+	b.ReportMetric(ms(lag.P99), "lag-p99-ms")
+	b.ReportMetric(float64(c.Lost()), "lost")
+	b.ReportMetric(float64(c.Rows-c.Distinct), "duplicate-rows")
+	b.Logf("%d hosts, %d runs, %d events (%v) in %.1f s; stored %d distinct in %d rows, drained %.1f s after the last publish; lag p50 %v p99 %v max %v; refused %d, spooled messages %d",
+		hosts, rep.Runs, rep.Events, rep.ByKind, rep.Elapsed().Seconds(), c.Distinct, c.Rows, lag.Last.Sub(rep.End).Seconds(), lag.P50, lag.P99, lag.Max, rep.Refused, rep.Spooled)
+}
