@@ -68,7 +68,7 @@ func startFleetCluster(tb testing.TB, names []string) *fleet {
 //	MCPWARDEN_FLEET_COLLECTORS  collector counts to run in turn, e.g. 1,2,4 (default 1)
 //	MCPWARDEN_FLEET_NATS        cluster (3 embedded nodes, stream R3; default) or single
 //	MCPWARDEN_FLEET_SHARDS      0 = the test server (MCPWARDEN_CLICKHOUSE_ADDR; default),
-//	                            2 = a private 2 shards x 2 replicas 18.16 cluster
+//	                            1 or 2 = a private 18.16 cluster of that many shards x 2 replicas
 func BenchmarkFleet(b *testing.B) {
 	hosts := benchInt("MCPWARDEN_FLEET_HOSTS", 100)
 	dur := benchDuration(b, "MCPWARDEN_FLEET_DURATION", 20*time.Second)
@@ -115,12 +115,12 @@ func fleetRun(b *testing.B, hosts int, dur time.Duration, rate float64, natsShap
 	switch shards {
 	case 0:
 		dsn = chtest.Database(b)
-	case 2:
-		c := chtest.StartCluster(b)
+	case 1, 2:
+		c := chtest.StartClusterShards(b, shards)
 		dsn = c.DSN(c.Database())
 		migrate = []string{"--cluster", c.Name}
 	default:
-		b.Fatalf("MCPWARDEN_FLEET_SHARDS=%d: 0 (one server) or 2 (the 2 x 2 cluster)", shards)
+		b.Fatalf("MCPWARDEN_FLEET_SHARDS=%d: 0 (one server), 1 or 2 (a cluster of that many shards of 2 replicas)", shards)
 	}
 	f.startCollectors(b, dsn, collectors, migrate...)
 	st := openStore(b, dsn)

@@ -267,6 +267,13 @@ func BenchmarkFleetQueries(b *testing.B) {
 	if len(runs) == 0 {
 		b.Fatal("no runs stored")
 	}
+	// What the fleet's events cost on disk (compressed, active parts), by
+	// table: the cost model's bytes per stored event (docs/fleet.md).
+	var evBytes, evRows, rollBytes uint64
+	if err := st.QueryRow(ctx, "SELECT sumIf(data_compressed_bytes, table = 'events'), sumIf(rows, table = 'events'), sumIf(data_compressed_bytes, table != 'events') FROM system.parts WHERE database = {db:String} AND active", store.Params{"db": fleetQueryDB}, &evBytes, &evRows, &rollBytes); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d events stored in %d compressed bytes: %.1f B/event, rollups %.2f B/event", evRows, evBytes, float64(evBytes)/float64(evRows), float64(rollBytes)/float64(evRows))
 	week := query.Params{From: last.Add(-8 * 24 * time.Hour), To: last.Add(time.Second), Limit: 1000}
 	scoped := week
 	scoped.Scope = "scope-3"

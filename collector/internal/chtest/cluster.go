@@ -123,6 +123,16 @@ type Cluster struct {
 // shards of two replicas) on free loopback ports.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return StartClusterShards(t, 2)
+}
+
+// StartClusterShards is StartCluster with the first shards (1 or 2) of
+// deploy/clickhouse/cluster's shards only, each of two replicas.
+func StartClusterShards(t testing.TB, shards int) *Cluster {
+	t.Helper()
+	if shards < 1 || shards > 2 {
+		t.Fatalf("chtest: a cluster of %d shards: deploy/clickhouse/cluster has 2", shards)
+	}
 	testenv.RequireCommand(t, "clickhouse-server")
 	root := filepath.Join(testenv.RepoRoot(), "deploy", "clickhouse")
 	clusterXML, err := os.ReadFile(filepath.Join(root, "cluster", "config.d", "cluster.xml"))
@@ -131,9 +141,9 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	zk := StartZooKeeper(t)
 	c := &Cluster{Name: "mcpwarden", ZK: zk}
-	const shards, replicas = 2, 2
+	const replicas = 2
 	ports := map[string]int{}
-	for i := 1; i <= shards*replicas; i++ {
+	for i := 1; i <= 2*replicas; i++ {
 		ports["ch-"+strconv.Itoa(i)] = testenv.FreePort(t)
 	}
 	text := string(clusterXML)
@@ -149,6 +159,11 @@ func StartCluster(t testing.TB) *Cluster {
 			t.Fatalf("deploy/clickhouse/cluster/config.d/cluster.xml no longer contains %q, which this test replaces", old)
 		}
 		text = strings.ReplaceAll(text, old, repl)
+	}
+	if shards == 1 { // drop the second shard's block
+		first := strings.Index(text, "</shard>") + len("</shard>")
+		second := strings.Index(text[first:], "</shard>") + len("</shard>")
+		text = text[:first] + text[first+second:]
 	}
 	files := map[string]string{"config.d/cluster.xml": text}
 	for _, f := range []string{"config.d/mcpwarden.xml", "users.d/mcpwarden.xml"} {
