@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Duration, "duration", time.Minute, "how long the hosts run (0: until --runs)")
 	fs.IntVar(&o.Runs, "runs", 0, "runs per host (0: until --duration)")
 	fs.Float64Var(&o.Rate, "rate", 0, "events per second for the whole fleet (0: as fast as NATS acknowledges)")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight", 16, "unacknowledged messages per host (the daemon's default is 256; hosts x this many messages may be held in memory)")
 	fs.IntVar(&o.Mix.RuntimeOps, "runtime-ops", o.Mix.RuntimeOps, "file operations of a server's start-up, per run")
 	fs.IntVar(&o.Mix.Calls, "calls", o.Mix.Calls, "tools/call decisions per run")
 	fs.IntVar(&o.Mix.OpsPerCall, "ops-per-call", o.Mix.OpsPerCall, "file operations per call")

@@ -37,11 +37,12 @@ func benchDuration(tb testing.TB, name string, def time.Duration) time.Duration 
 	return d
 }
 
-// startFleetCluster starts natstest's 3-node JetStream cluster (embedded
-// nodes) with a user per host, and the collectors' password file.
-func startFleetCluster(tb testing.TB, names []string) *fleet {
+// startFleetCluster starts natstest's 3-node JetStream cluster (Debian's
+// nats-server processes when bin is given, embedded nodes otherwise) with a
+// user per host, and the collectors' password file.
+func startFleetCluster(tb testing.TB, names []string, bin string) *fleet {
 	tb.Helper()
-	c := natstest.StartCluster(tb, natstest.ClusterConfig{Hosts: names})
+	c := natstest.StartCluster(tb, natstest.ClusterConfig{Hosts: names, Bin: bin})
 	pw := filepath.Join(tb.TempDir(), "collector.password")
 	testenv.WriteFiles(tb, map[string]string{pw: c.Password(c.User(stream.RoleCollector, ""))})
 	if err := os.Chmod(pw, 0o600); err != nil {
@@ -66,7 +67,10 @@ func startFleetCluster(tb testing.TB, names []string) *fleet {
 //	MCPWARDEN_FLEET_DURATION    how long they publish (default 20s)
 //	MCPWARDEN_FLEET_RATE        fleet events/s, 0 = as fast as acknowledged (default 0)
 //	MCPWARDEN_FLEET_COLLECTORS  collector counts to run in turn, e.g. 1,2,4 (default 1)
-//	MCPWARDEN_FLEET_NATS        cluster (3 embedded nodes, stream R3; default) or single
+//	MCPWARDEN_FLEET_NATS        cluster (3 nodes of Debian's nats-server, stream R3; default),
+//	                            embedded (the same cluster, embedded in the benchmark process),
+//	                            single (one embedded server, R1)
+//	MCPWARDEN_FLEET_MAX_IN_FLIGHT  unacknowledged messages per host (default 16)
 //	MCPWARDEN_FLEET_SHARDS      0 = the test server (MCPWARDEN_CLICKHOUSE_ADDR; default),
 //	                            1 or 2 = a private 18.16 cluster of that many shards x 2 replicas
 func BenchmarkFleet(b *testing.B) {
@@ -78,6 +82,7 @@ func BenchmarkFleet(b *testing.B) {
 		natsShape = "cluster"
 	}
 	shards := benchInt("MCPWARDEN_FLEET_SHARDS", 0)
+	inFlight := benchInt("MCPWARDEN_FLEET_MAX_IN_FLIGHT", 16)
 	counts := []int{1}
 	if v := os.Getenv("MCPWARDEN_FLEET_COLLECTORS"); v != "" {
 		counts = nil
@@ -92,23 +97,36 @@ func BenchmarkFleet(b *testing.B) {
 	for _, n := range counts {
 		b.Run("collectors="+strconv.Itoa(n), func(b *testing.B) {
 			for range b.N {
-				fleetRun(b, hosts, dur, rate, natsShape, shards, n)
+				fleetRun(b, fleetShape{hosts, dur, rate, natsShape, shards, n, inFlight})
 			}
 		})
 	}
 }
 
-func fleetRun(b *testing.B, hosts int, dur time.Duration, rate float64, natsShape string, shards, collectors int) {
+// fleetShape is one BenchmarkFleet run's shape.
+type fleetShape struct {
+	hosts              int
+	dur                time.Duration
+	rate               float64
+	nats               string
+	shards, collectors int
+	inFlight           int
+}
+
+func fleetRun(b *testing.B, sh fleetShape) {
 	b.StopTimer()
+	hosts, dur, rate, natsShape, shards, collectors := sh.hosts, sh.dur, sh.rate, sh.nats, sh.shards, sh.collectors
 	names := HostNames("fl-"+schema.NewID()[:6], hosts)
 	var f *fleet
 	switch natsShape {
 	case "cluster":
-		f = startFleetCluster(b, names)
+		f = startFleetCluster(b, names, natstest.DebianServer(b))
+	case "embedded":
+		f = startFleetCluster(b, names, "")
 	case "single":
 		f = startFleetNATS(b, names)
 	default:
-		b.Fatalf("MCPWARDEN_FLEET_NATS=%q: cluster or single", natsShape)
+		b.Fatalf("MCPWARDEN_FLEET_NATS=%q: cluster, embedded or single", natsShape)
 	}
 	var dsn string
 	var migrate []string
@@ -125,7 +143,7 @@ func fleetRun(b *testing.B, hosts int, dur time.Duration, rate float64, natsShap
 	f.startCollectors(b, dsn, collectors, migrate...)
 	st := openStore(b, dsn)
 	b.StartTimer()
-	rep, err := Run(context.Background(), Config{Hosts: f.hosts, Duration: dur, Rate: rate, Mix: DefaultMix, SpoolDir: b.TempDir()})
+	rep, err := Run(context.Background(), Config{Hosts: f.hosts, Duration: dur, Rate: rate, Mix: DefaultMix, MaxInFlight: sh.inFlight, SpoolDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -44,6 +44,10 @@ type Config struct {
 	// acknowledges (each host's publisher bounds what is in flight).
 	Rate float64
 	Mix  Mix
+	// MaxInFlight bounds each host's unacknowledged messages (0: the
+	// publisher's default, 256). A fleet of unpaced hosts holds up to
+	// hosts × MaxInFlight messages in memory.
+	MaxInFlight int
 	// SpoolDir holds one spool directory per host (required: the publisher
 	// spools what NATS does not acknowledge in time).
 	SpoolDir string
@@ -92,6 +96,9 @@ func (c *Config) validate() error {
 	}
 	if c.Duration <= 0 && c.RunsPerHost <= 0 {
 		return errors.New("loadgen: give a duration or a number of runs per host")
+	}
+	if c.MaxInFlight < 0 {
+		return fmt.Errorf("loadgen: negative in-flight bound %d", c.MaxInFlight)
 	}
 	if c.Rate < 0 {
 		return fmt.Errorf("loadgen: negative rate %v", c.Rate)
@@ -219,7 +226,7 @@ func newSim(ctx context.Context, cfg Config, h Host, log *slog.Logger) (*sim, er
 		nc.Close()
 		return nil, fmt.Errorf("loadgen: host %s: %w", h.Name, err)
 	}
-	pub, err := publish.New(ctx, publish.Config{Conn: nc, SpoolDir: dir, Logger: log.With("host", h.Name)})
+	pub, err := publish.New(ctx, publish.Config{Conn: nc, SpoolDir: dir, MaxInFlight: cfg.MaxInFlight, Logger: log.With("host", h.Name)})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("loadgen: host %s: %w", h.Name, err)

@@ -36,6 +36,8 @@ type Options struct {
 	Runs       int
 	Rate       float64
 	Mix        Mix
+	// MaxInFlight bounds each host's unacknowledged messages.
+	MaxInFlight int
 	// SpoolDir holds the hosts' spools; "" means a temporary directory,
 	// removed at the end.
 	SpoolDir string
@@ -97,7 +99,7 @@ func Simulate(ctx context.Context, o Options, w io.Writer) (*Summary, error) {
 		defer os.RemoveAll(spool)
 	}
 	rep, err := Run(ctx, Config{Hosts: Hosts(o.NATSURL, o.SeedDir, names), Duration: o.Duration, RunsPerHost: o.Runs,
-		Rate: o.Rate, Mix: o.Mix, SpoolDir: spool, Logger: o.Logger})
+		Rate: o.Rate, Mix: o.Mix, MaxInFlight: o.MaxInFlight, SpoolDir: spool, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
