@@ -26,8 +26,11 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 //
 //  1. read the spec; start the exec stage (this program again, as pid 2:
 //     a plain helper, in the server's own user namespace when the spec
-//     says so) so that its start-up overlaps the rest;
-//  2. set up the namespaces and the minimal root (setupNamespaces);
+//     says so) so that its start-up overlaps the rest, while another
+//     goroutine sets the host name, brings up loopback and makes the
+//     root's mounts up to the first idmapped one (setupNamespaces);
+//  2. finish the minimal root with the server's user namespace as the
+//     idmap (finishNamespaces);
 //  3. hand the exec stage its spec (without the namespaces) and relay its
 //     readiness, then the launcher's go, to it;
 //  4. give up every privilege of its own, report the server's start, and
@@ -50,13 +53,29 @@ func runInit(in *bufio.Reader, status *os.File) int {
 	if err := mountRunProc(); err != nil {
 		return report(status, &Status{Stage: StageRoot, Errno: errnoOf(err), Path: "/proc", Message: "mount the run's /proc: " + err.Error()})
 	}
+	// The host name, loopback and the root's mounts up to the first
+	// idmapped one are made while this (locked) thread starts the exec
+	// stage: they need nothing of it, and its start is mostly waiting.
+	type setup struct {
+		root *rootBuild
+		st   *Status
+	}
+	early := make(chan setup, 1)
+	go func() {
+		root, st := setupNamespaces(spec)
+		early <- setup{root, st}
+	}()
 	stage, err := startExecStage(spec.NS.Server)
+	set := <-early
 	if err != nil {
 		return report(status, &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "start the exec stage: " + err.Error()})
 	}
 	fail := func(st *Status) int {
 		stage.kill()
 		return report(status, st)
+	}
+	if set.st != nil {
+		return fail(set.st)
 	}
 	idmap := -1
 	if spec.NS.Server != nil {
@@ -66,7 +85,7 @@ func runInit(in *bufio.Reader, status *os.File) int {
 			return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "open the server's user namespace: " + err.Error()})
 		}
 	}
-	st := setupNamespaces(spec, idmap)
+	st := finishNamespaces(set.root, idmap)
 	if idmap >= 0 {
 		unix.Close(idmap)
 	}

@@ -18,24 +18,36 @@ const (
 )
 
 // setupNamespaces does, as the run's init, what the namespaces it was
-// started in need: a private mount tree, the host name, loopback, and the
-// minimal root with the run's /proc.
-func setupNamespaces(s *Spec, idmap int) *Status {
+// started in need: the host name, loopback, and the first part of the
+// minimal root (rootBuild.start). It needs nothing of the exec stage, so
+// it runs while the stage is being started; finishNamespaces does the
+// rest once the server's user namespace exists.
+func setupNamespaces(s *Spec) (*rootBuild, *Status) {
 	ns := s.NS
 	if ns.UTS && ns.Hostname != "" {
 		if err := unix.Sethostname([]byte(ns.Hostname)); err != nil {
-			return &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "set the run's host name: " + err.Error()}
+			return nil, &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "set the run's host name: " + err.Error()}
 		}
 	}
 	if ns.Net {
 		if err := loopbackUp(); err != nil {
-			return &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "bring up loopback in the run's network namespace: " + err.Error()}
+			return nil, &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "bring up loopback in the run's network namespace: " + err.Error()}
 		}
 	}
-	if ns.Mount {
-		return buildRoot(ns, idmap)
+	if !ns.Mount {
+		return nil, nil
 	}
-	return nil
+	b := &rootBuild{ns: ns}
+	return b, b.start()
+}
+
+// finishNamespaces completes the minimal root begun by setupNamespaces
+// (b nil: there is none); idmap is the server's user namespace, or -1.
+func finishNamespaces(b *rootBuild, idmap int) *Status {
+	if b == nil {
+		return nil
+	}
+	return b.finish(idmap)
 }
 
 // mountRunProc makes the mount tree private (nothing mounted here may
@@ -49,27 +61,62 @@ func mountRunProc() error {
 	return unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible")
 }
 
-// buildRoot mounts a fresh tmpfs on the staging directory, bind-mounts
-// every path of the spec onto the same path below it, recreates the links,
-// mounts the private TMPDIR and the run's /proc, and makes it the root.
-func buildRoot(ns *Namespaces, idmap int) *Status {
-	r := &ns.Root
-	top := r.Staging
-	fail := func(path, what string, err error) *Status {
-		return &Status{Stage: StageRoot, Errno: errnoOf(err), Path: path, Message: fmt.Sprintf("%s %s: %v", what, path, err)}
-	}
+// rootBuild builds the minimal root: a fresh tmpfs on the staging
+// directory, every path of the spec bind-mounted onto the same path below
+// it (parents first), the links, the private TMPDIR and the run's /proc,
+// and then it becomes the root. It goes in two parts: start makes the
+// mounts up to the first idmapped one (which needs the server's user
+// namespace, so the exec stage must exist), finish the rest.
+type rootBuild struct {
+	ns     *Namespaces
+	mounts []Mount // sorted, parents first
+	next   int     // the first of mounts not made yet
+}
+
+func rootFail(path, what string, err error) *Status {
+	return &Status{Stage: StageRoot, Errno: errnoOf(err), Path: path, Message: fmt.Sprintf("%s %s: %v", what, path, err)}
+}
+
+// start mounts the root's tmpfs and every mount before the first idmapped one.
+func (b *rootBuild) start() *Status {
+	top := b.ns.Root.Staging
 	if err := unix.Mount("tmpfs", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, rootTmpfsOptions); err != nil {
-		return fail(top, "mount the new root's tmpfs on", err)
+		return rootFail(top, "mount the new root's tmpfs on", err)
 	}
-	mounts := append([]Mount(nil), r.Mounts...)
+	b.mounts = append([]Mount(nil), b.ns.Root.Mounts...)
 	// Parents first: a file granted inside a granted directory is mounted
 	// over that directory's bind.
-	sort.SliceStable(mounts, func(i, j int) bool { return mounts[i].Path < mounts[j].Path })
-	for _, m := range mounts {
+	sort.SliceStable(b.mounts, func(i, j int) bool { return b.mounts[i].Path < b.mounts[j].Path })
+	return b.bind(-1, true)
+}
+
+// bind makes the mounts from b.next on, stopping before an idmapped one
+// when untilIdmap.
+func (b *rootBuild) bind(idmap int, untilIdmap bool) *Status {
+	top := b.ns.Root.Staging
+	for ; b.next < len(b.mounts); b.next++ {
+		m := b.mounts[b.next]
+		if m.Idmap && untilIdmap {
+			return nil
+		}
 		if err := bindInto(top, m, idmap); err != nil {
-			return fail(m.Path, "bind", err)
+			return rootFail(m.Path, "bind", err)
 		}
 	}
+	return nil
+}
+
+// finish makes the remaining mounts (idmap: the server's user namespace,
+// or -1), the links, directories, the private TMPDIR and the run's /proc,
+// and pivots into the new root.
+func (b *rootBuild) finish(idmap int) *Status {
+	if st := b.bind(idmap, false); st != nil {
+		return st
+	}
+	ns := b.ns
+	r := &ns.Root
+	top := r.Staging
+	fail := rootFail
 	for _, l := range r.Links {
 		at := top + l.Path
 		if _, err := os.Lstat(at); err == nil {
