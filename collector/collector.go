@@ -291,7 +291,16 @@ func (c *Collector) Run(ctx context.Context) error {
 	} else if err := st.CheckSchema(ctx); err != nil {
 		return err
 	}
-	nc, err := stream.Connect(c.cfg.NATS)
+	// A permission the server refuses is reported asynchronously (the
+	// request itself only times out): keep the last one, so that waiting
+	// for JetStream ends with the real cause.
+	var refusal atomic.Pointer[error]
+	nc, err := stream.Connect(c.cfg.NATS, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			refusal.Store(&err)
+		}
+		c.log.Warn("NATS reported an error", "error", err)
+	}))
 	if err != nil {
 		return err
 	}
@@ -301,17 +310,24 @@ func (c *Collector) Run(ctx context.Context) error {
 		return fmt.Errorf("collect: JetStream context: %w", err)
 	}
 	var s jetstream.Stream
-	if c.cfg.Stream != nil {
-		s, err = stream.Ensure(ctx, js, *c.cfg.Stream)
-	} else {
-		s, err = js.Stream(ctx, stream.Name)
-	}
+	var cons jetstream.Consumer
+	err = c.untilJetStream(ctx, &refusal, "open the stream and the durable consumer", func(ctx context.Context) error {
+		var err error
+		if c.cfg.Stream != nil {
+			s, err = stream.Ensure(ctx, js, *c.cfg.Stream)
+		} else {
+			s, err = js.Stream(ctx, stream.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("collect: open stream %s: %w (start the daemon or create the stream; see docs/pipeline.md)", stream.Name, err)
+		}
+		if cons, err = s.CreateOrUpdateConsumer(ctx, ConsumerConfig(c.cfg.Durable, c.cfg.AckWait)); err != nil {
+			return fmt.Errorf("collect: create durable consumer %s: %w", c.cfg.Durable, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("collect: open stream %s: %w (start the daemon or create the stream; see docs/pipeline.md)", stream.Name, err)
-	}
-	cons, err := s.CreateOrUpdateConsumer(ctx, ConsumerConfig(c.cfg.Durable, c.cfg.AckWait))
-	if err != nil {
-		return fmt.Errorf("collect: create durable consumer %s: %w", c.cfg.Durable, err)
+		return err
 	}
 	c.log.Info("collecting", "stream", stream.Name, "consumer", c.cfg.Durable, "database", st.Database())
 
@@ -338,6 +354,50 @@ func (c *Collector) Run(ctx context.Context) error {
 	err = c.consume(ctx, cons, st)
 	<-done
 	return err
+}
+
+// untilJetStream runs f until it succeeds, retrying (with a growing delay,
+// logged) while JetStream is not there yet: no answer in time, no
+// responders, a cluster still electing its leaders or short of the
+// servers a replicated stream needs (a cluster starting, a node down). Any
+// other error, and a permission the server refused, ends it.
+func (c *Collector) untilJetStream(ctx context.Context, refusal *atomic.Pointer[error], what string, f func(context.Context) error) error {
+	delay := 500 * time.Millisecond
+	for {
+		// Each attempt is bounded: a request the server drops (a refused
+		// permission) is never answered.
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := f(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if r := refusal.Load(); r != nil {
+			return fmt.Errorf("%w (NATS refused this user: %w)", err, *r)
+		}
+		if !jetStreamNotReady(err) || ctx.Err() != nil {
+			return err
+		}
+		c.log.Warn("JetStream is not ready; retrying", "what", what, "error", err, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return ctx.Err()
+		}
+		delay = min(2*delay, c.cfg.MaxBackoff)
+	}
+}
+
+// jetStreamNotReady reports an error that a JetStream still starting (no
+// meta leader yet), or a cluster one node short, returns.
+func jetStreamNotReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// 503s: the system temporarily unavailable, insufficient
+		// resources, incomplete results; not JetStream disabled on the
+		// server or for the account, which stays so.
+		return apiErr.Code == 503 && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 type held struct {

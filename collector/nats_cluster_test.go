@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -272,4 +273,22 @@ func streamContents(t *testing.T, cl *natstest.Cluster) (events, msgs uint64) {
 		msgs++
 	}
 	return events, msgs
+}
+
+// TestCollectorRefusedByNATSFails: a collector whose user may not manage
+// the stream (here the analyst's) stops with the server's refusal instead
+// of waiting for JetStream for ever.
+func TestCollectorRefusedByNATSFails(t *testing.T) {
+	cl := natstest.StartCluster(t, natstest.ClusterConfig{})
+	c, err := New(Config{NATS: cl.Conn(stream.RoleReader, "", "not-a-collector"), ClickHouseDSN: chtest.Database(t), Migrate: true,
+		Stream: &stream.Config{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err = c.Run(ctx)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "NATS refused this user") || !strings.Contains(err.Error(), "Permissions Violation for Publish to \"$JS.API.STREAM.") {
+		t.Fatalf("a collector without the right to manage the stream: %v", err)
+	}
 }
