@@ -109,12 +109,13 @@ bench-fleet: deps build
 		MCPWARDEN_FLEET_QUERY_EVENTS=$(FLEET_QUERY_EVENTS) \
 		$(GO) test -run '^$$' -bench '^$(FLEET_BENCH)$$' -benchtime $(if $(filter BenchmarkFleetQueries,$(FLEET_BENCH)),$(FLEET_QUERY_RUNS),1)x -timeout 90m ./collector/loadgen/
 
-# deploy-check validates deploy/docker-compose.yml (syntax, interpolation,
-# references) with docker-compose, which needs no container engine; the
+# deploy-check validates deploy/docker-compose.yml, alone and with the
+# 3-node NATS cluster of docker-compose.nats-cluster.yml (syntax,
+# interpolation, references), with docker-compose, which needs no container engine; the
 # configurations it mounts are tested against real servers in ./collector.
 deploy-check:
 	HOST_WEB_1_PASSWORD=x HOST_WEB_2_PASSWORD=x COLLECTOR_PASSWORD=x ANALYST_PASSWORD=x CLICKHOUSE_COLLECTOR_PASSWORD=x CLICKHOUSE_ANALYST_PASSWORD=x GRAFANA_ADMIN_PASSWORD=x \
-		docker-compose -f deploy/docker-compose.yml config -q
+		sh -c 'docker-compose -f deploy/docker-compose.yml config -q && docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.nats-cluster.yml config -q'
 
 generate:
 	$(GO) generate ./...

@@ -2,13 +2,6 @@ package collector
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -103,7 +96,7 @@ func checkDeployNATS(t *testing.T, startServer func(t *testing.T, opts *server.O
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	ca := writeTestPKI(t, dir)
+	ca := natstest.WriteTLS(t, dir)
 	port := testenv.FreePort(t)
 	text := string(conf)
 	for old, repl := range map[string]string{
@@ -118,9 +111,7 @@ func checkDeployNATS(t *testing.T, startServer func(t *testing.T, opts *server.O
 		text = strings.ReplaceAll(text, old, repl)
 	}
 	confPath := filepath.Join(dir, "nats-server.conf")
-	if err := os.WriteFile(confPath, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFiles(t, map[string]string{confPath: text, filepath.Join(dir, "accounts.conf"): deployAccounts(t)})
 	pw := map[string]string{"HOST_WEB_1_PASSWORD": randomPassword(t), "HOST_WEB_2_PASSWORD": randomPassword(t),
 		"COLLECTOR_PASSWORD": randomPassword(t), "ANALYST_PASSWORD": randomPassword(t)}
 	for k, v := range pw {
@@ -296,6 +287,17 @@ func checkDeployNATS(t *testing.T, startServer func(t *testing.T, opts *server.O
 	}
 }
 
+// deployAccounts is deploy/nats/accounts.conf, which both configurations
+// include.
+func deployAccounts(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "nats", "accounts.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // checkDeployPermissions fails t unless every user of the deploy
 // configuration holds exactly its role's permissions.
 func checkDeployPermissions(t *testing.T, opts *server.Options) {
@@ -333,45 +335,4 @@ func checkDeployPermissions(t *testing.T, opts *server.Options) {
 				u.Username, pubAllow, w.PublishAllow, pubDeny, w.PublishDeny, subAllow, w.SubscribeAllow)
 		}
 	}
-}
-
-// writeTestPKI writes ca.pem, server.pem and server-key.pem (for 127.0.0.1)
-// into dir and returns the CA's path.
-func writeTestPKI(t *testing.T, dir string) string {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "mcpwarden test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{
-		filepath.Join(dir, "ca.pem"):         string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})),
-		filepath.Join(dir, "server.pem"):     string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		filepath.Join(dir, "server-key.pem"): string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})),
-	}
-	testenv.WriteFiles(t, files)
-	return filepath.Join(dir, "ca.pem")
 }

@@ -1,9 +1,11 @@
 package natstest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -53,6 +55,7 @@ type Cluster struct {
 	dir       string
 	nodes     []*Node
 	passwords map[string]string
+	routePass string
 }
 
 // Node is one server of a Cluster.
@@ -88,6 +91,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 		c.passwords[u.name] = secret(t)
 	}
 	routePassword := secret(t)
+	c.routePass = routePassword
 	for i := 0; i < cfg.Nodes; i++ {
 		c.nodes = append(c.nodes, &Node{Name: "n" + strconv.Itoa(i+1), ClientPort: testenv.FreePort(t), RoutePort: testenv.FreePort(t)})
 	}
@@ -210,6 +214,9 @@ func (c *Cluster) User(r stream.Role, host string) string {
 		return "analyst"
 	}
 }
+
+// RoutePassword is the password the nodes' routes log in with (user route).
+func (c *Cluster) RoutePassword() string { return c.routePass }
 
 // Password is user's password.
 func (c *Cluster) Password(user string) string { return c.passwords[user] }
@@ -459,4 +466,72 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// RouteRefused speaks the route protocol to a node's route port at addr
+// (over TLS with tlsCfg, when it is not nil) as user, and returns nil if the
+// node refuses the route (an Authorization Violation, a failed TLS
+// handshake, or the connection closed), an error if it took it.
+func RouteRefused(addr string, tlsCfg *tls.Config, user, password string) error {
+	if tlsCfg == nil {
+		return routeRefused(addr, nil, false, user, password)
+	}
+	// Servers differ in when a route's TLS starts: 2.9 sends its INFO in
+	// the clear first, newer releases wait for the handshake. Try both.
+	if err := routeRefused(addr, tlsCfg, true, user, password); err != nil {
+		return err
+	}
+	return routeRefused(addr, tlsCfg, false, user, password)
+}
+
+func routeRefused(addr string, tlsCfg *tls.Config, tlsFirst bool, user, password string) error {
+	raw, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(time.Minute))
+	var conn net.Conn = raw
+	handshake := func() bool {
+		tc := tls.Client(raw, tlsCfg)
+		if err := tc.Handshake(); err != nil {
+			return false
+		}
+		conn = tc
+		return true
+	}
+	if tlsFirst && !handshake() {
+		return nil // refused: no certificate it trusts (or not TLS first)
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil // closed before it spoke: no route
+	}
+	if !strings.HasPrefix(line, "INFO ") {
+		return fmt.Errorf("no INFO from the route port: %q", line)
+	}
+	if tlsCfg != nil && !tlsFirst {
+		if !handshake() {
+			return nil
+		}
+		r = bufio.NewReader(conn)
+	}
+	connect := fmt.Sprintf(`CONNECT {"verbose":false,"pedantic":false,"user":%q,"pass":%q,"tls_required":%v,"name":"rogue","cluster":%q}`+"\r\nPING\r\n",
+		user, password, tlsCfg != nil, ClusterName)
+	if _, err := conn.Write([]byte(connect)); err != nil {
+		return nil // closed on us: refused
+	}
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return nil // closed without taking the route
+		}
+		switch {
+		case strings.Contains(line, "Authorization Violation"):
+			return nil
+		case strings.HasPrefix(line, "PONG"):
+			return fmt.Errorf("the node answered PONG: the route was taken")
+		}
+	}
 }

@@ -1,10 +1,7 @@
 package stream_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -186,9 +183,13 @@ func clusterPermissions(t *testing.T, bin string) {
 			for _, who := range []struct{ user, password string }{
 				{"", ""}, {"route", "wrong"}, {natstest.HostUser("web-1"), cl.Password(natstest.HostUser("web-1"))},
 			} {
-				if err := routeConnect(n.RoutePort, who.user, who.password); err != nil {
+				if err := natstest.RouteRefused("127.0.0.1:"+strconv.Itoa(n.RoutePort), nil, who.user, who.password); err != nil {
 					t.Errorf("a route as %q: %v", who.user, err)
 				}
+			}
+			// The probe itself: with the routes' password it is taken.
+			if natstest.RouteRefused("127.0.0.1:"+strconv.Itoa(n.RoutePort), nil, "route", cl.RoutePassword()) == nil {
+				t.Error("a route with the routes' password was refused: the probe proves nothing")
 			}
 			route := only(cl.Conn(stream.RoleDaemon, "web-1", "rogue"))
 			route.User, route.Password = "route", "x"
@@ -242,39 +243,5 @@ func nextMsg(oc jetstream.Consumer) (jetstream.Msg, error) {
 			return m, err
 		}
 		time.Sleep(200 * time.Millisecond) // see collector's streamContents: interest spreads late
-	}
-}
-
-// routeConnect speaks the route protocol to a node's route port as user
-// and returns nil if the node refuses it (Authorization Violation, or the
-// connection closed), an error if it took the route.
-func routeConnect(port int, user, password string) error {
-	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 10*time.Second)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Minute))
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "INFO ") {
-		return fmt.Errorf("no INFO from the route port: %q, %v", line, err)
-	}
-	connect := fmt.Sprintf(`CONNECT {"verbose":false,"pedantic":false,"user":%q,"pass":%q,"tls_required":false,"name":"rogue","cluster":%q}`+"\r\nPING\r\n",
-		user, password, natstest.ClusterName)
-	if _, err := conn.Write([]byte(connect)); err != nil {
-		return nil // closed on us: refused
-	}
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return nil // closed without taking the route
-		}
-		switch {
-		case strings.Contains(line, "Authorization Violation"):
-			return nil
-		case strings.HasPrefix(line, "PONG"):
-			return fmt.Errorf("the node answered PONG: the route was taken")
-		}
 	}
 }

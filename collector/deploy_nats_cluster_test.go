@@ -1,0 +1,314 @@
+package collector
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/transport/publish"
+	"github.com/mcpwarden/mcpwarden/transport/stream"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestDeployNATSCluster runs deploy/nats/cluster.conf (with accounts.conf)
+// on three nodes, as deploy/README's cluster steps say (only paths, ports,
+// host names and certificates replaced): embedded servers, and Debian's
+// nats-server 2.9.10 as processes. The collector, given every node's URL,
+// creates the stream, which is R3, and stores; host web-1 publishes through
+// the publisher; the stream's leader is killed mid-stream (SIGKILL for
+// Debian's) and comes back; every event is stored once. On every node
+// web-1 cannot publish as web-2, and the route port admits no node without
+// a certificate of the cluster's CA.
+func TestDeployNATSCluster(t *testing.T) {
+	for _, debian := range []bool{false, true} {
+		name := "embedded"
+		if debian {
+			name = "debian"
+		}
+		t.Run(name, func(t *testing.T) {
+			bin := ""
+			if debian {
+				bin = natstest.DebianServer(t)
+			}
+			deployNATSCluster(t, bin)
+		})
+	}
+}
+
+// deployNode is one node of the deploy configuration.
+type deployNode struct {
+	name                  string
+	conf                  string
+	clientPort, routePort int
+	ns                    *server.Server
+	cmd                   *exec.Cmd
+	out                   *testenv.LockedBuffer
+	bin                   string
+	startedOpts           *server.Options
+}
+
+func (n *deployNode) start(t *testing.T) {
+	t.Helper()
+	if n.bin != "" {
+		n.out = &testenv.LockedBuffer{}
+		n.cmd = exec.Command(n.bin, "-c", n.conf)
+		n.cmd.Env = append(os.Environ(), "NATS_SERVER_NAME="+n.name)
+		n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+		n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(n.clientPort), time.Second)
+			if err == nil {
+				c.Close()
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Debian's nats-server %s did not listen:\n%s", n.name, n.out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Setenv("NATS_SERVER_NAME", n.name)
+	opts, err := server.ProcessConfigFile(n.conf)
+	if err != nil {
+		t.Fatalf("deploy/nats/cluster.conf does not load: %v", err)
+	}
+	opts.NoSigs = true
+	n.startedOpts = opts
+	if n.ns, err = server.NewServer(opts); err != nil {
+		t.Fatal(err)
+	}
+	go n.ns.Start()
+	if !n.ns.ReadyForConnections(2 * time.Minute) {
+		t.Fatalf("nats-server %s on the deploy configuration did not start", n.name)
+	}
+}
+
+func (n *deployNode) kill() {
+	switch {
+	case n.cmd != nil:
+		_ = n.cmd.Process.Kill()
+		_ = n.cmd.Wait()
+		n.cmd = nil
+	case n.ns != nil:
+		n.ns.Shutdown()
+		n.ns.WaitForShutdown()
+		n.ns = nil
+	}
+}
+
+func deployNATSCluster(t *testing.T, bin string) {
+	conf, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "nats", "cluster.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca := natstest.WriteTLS(t, dir)
+	pw := map[string]string{"HOST_WEB_1_PASSWORD": randomPassword(t), "HOST_WEB_2_PASSWORD": randomPassword(t),
+		"COLLECTOR_PASSWORD": randomPassword(t), "ANALYST_PASSWORD": randomPassword(t)}
+	for k, v := range pw {
+		t.Setenv(k, v)
+	}
+	var nodes []*deployNode
+	for i := 1; i <= 3; i++ {
+		nodes = append(nodes, &deployNode{name: "nats-" + strconv.Itoa(i), clientPort: testenv.FreePort(t), routePort: testenv.FreePort(t), bin: bin})
+	}
+	for _, n := range nodes {
+		text := string(conf)
+		repl := map[string]string{
+			"0.0.0.0:4222":    "127.0.0.1:" + strconv.Itoa(n.clientPort),
+			"0.0.0.0:6222":    "127.0.0.1:" + strconv.Itoa(n.routePort),
+			"127.0.0.1:8222":  "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
+			"/data/jetstream": filepath.Join(dir, n.name, "js"),
+			"/etc/nats/tls/":  dir + "/",
+		}
+		for _, o := range nodes {
+			repl[o.name+":6222"] = "127.0.0.1:" + strconv.Itoa(o.routePort)
+		}
+		for old, r := range repl {
+			if !strings.Contains(text, old) {
+				t.Fatalf("deploy/nats/cluster.conf no longer contains %q, which this test replaces", old)
+			}
+			text = strings.ReplaceAll(text, old, r)
+		}
+		n.conf = filepath.Join(dir, n.name, "cluster.conf")
+		testenv.WriteFiles(t, map[string]string{n.conf: text, filepath.Join(dir, n.name, "accounts.conf"): deployAccounts(t)})
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			if t.Failed() && n.out != nil {
+				t.Logf("nats-server %s log (tail):\n%s", n.name, lastBytes(n.out.String(), 3000))
+			}
+			n.kill()
+		}
+	})
+	for _, n := range nodes {
+		n.start(t)
+	}
+	if bin == "" {
+		checkDeployPermissions(t, nodes[0].startedOpts)
+	}
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = "nats://127.0.0.1:" + strconv.Itoa(n.clientPort)
+	}
+	conn := func(user, password string, role stream.Role, host string) stream.ConnOptions {
+		return stream.ConnOptions{URL: strings.Join(urls, ","), User: user, Password: password,
+			CAFile: ca, Name: user, InboxPrefix: role.Inbox(host)}
+	}
+	collectorOpts := conn("collector", pw["COLLECTOR_PASSWORD"], stream.RoleCollector, "")
+
+	// The collector, as the README runs it: every node's URL, the stream's
+	// replicas left to it.
+	dsn := chtest.Database(t)
+	c, err := New(Config{NATS: collectorOpts, ClickHouseDSN: dsn, Migrate: true, Stream: &stream.Config{},
+		BatchEvents: 1000, BatchWait: 100 * time.Millisecond, AckWait: 10 * time.Second, MaxBackoff: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, c)
+	info := func() (*jetstream.StreamInfo, error) {
+		nc, err := stream.Connect(collectorOpts, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0))
+		if err != nil {
+			return nil, err
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, stream.Name)
+		if err != nil {
+			return nil, err
+		}
+		return s.Info(ctx)
+	}
+	leader := func() *deployNode {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			si, err := info()
+			if err == nil && si.Cluster != nil {
+				if si.Config.Replicas != stream.ClusterReplicas {
+					t.Fatalf("the collector made the stream R%d on a cluster of three", si.Config.Replicas)
+				}
+				current := 0
+				for _, p := range si.Cluster.Replicas {
+					if p.Current && !p.Offline {
+						current++
+					}
+				}
+				for _, n := range nodes {
+					if n.name == si.Cluster.Leader && current >= 1 {
+						return n
+					}
+				}
+				err = fmt.Errorf("leader %q, %d current replicas", si.Cluster.Leader, current)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the stream has no leader with a current replica: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	first := leader()
+
+	hostNC, err := stream.Connect(conn("host-web-1", pw["HOST_WEB_1_PASSWORD"], stream.RoleDaemon, "web-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hostNC.Close)
+	pub, err := publish.New(context.Background(), publish.Config{Conn: hostNC, SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close(context.Background())
+	evs := eventgen.New("web-1").Mixed(12_000)
+	for i := 0; i < len(evs); i += 400 {
+		if i == len(evs)/2 {
+			first.kill() // the stream's leader, mid-stream
+		}
+		if err := pub.Publish(context.Background(), evs[i:i+400]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := leader()
+	if second == first {
+		t.Fatal("the killed node is still the stream's leader")
+	}
+
+	// On every node that runs: web-1 cannot publish as web-2; no route
+	// without the cluster's certificate.
+	web2Body, err := schema.EncodeBatch(eventgen.New("web-2").Mixed(5)[1:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(ca)
+	pool.AppendCertsFromPEM(caPEM)
+	for i, n := range nodes {
+		if n == first {
+			continue
+		}
+		o := conn("host-web-1", pw["HOST_WEB_1_PASSWORD"], stream.RoleDaemon, "web-1")
+		o.URL = urls[i]
+		nc, v := natstest.Connect(t, o)
+		v.Drain()
+		_ = nc.Publish(stream.Subject("web-2", schema.KindFileOp), web2Body)
+		_ = nc.Flush()
+		v.Wait(t, stream.Subject("web-2", schema.KindFileOp))
+		addr := "127.0.0.1:" + strconv.Itoa(n.routePort)
+		for _, cfg := range []*tls.Config{nil, {RootCAs: pool, ServerName: "127.0.0.1"}} {
+			if err := natstest.RouteRefused(addr, cfg, "", ""); err != nil {
+				t.Errorf("%s: a route without the cluster's certificate (TLS %v): %v", n.name, cfg != nil, err)
+			}
+		}
+		// The probe itself: with the cluster's certificate it is taken.
+		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "route.pem"), filepath.Join(dir, "route-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if natstest.RouteRefused(addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}}, "", "") == nil {
+			t.Errorf("%s: a route with the cluster's certificate was refused: the probe proves nothing", n.name)
+		}
+	}
+
+	first.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := openStore(t, dsn)
+	waitDistinct(t, st, uint64(len(evs)), 5*time.Minute)
+	stop()
+	assertNoDuplicatesInQueries(t, st, uint64(len(evs)))
+	t.Logf("killed the leader %s; new leader %s; the publisher spooled %d messages and reconnected %d times",
+		first.name, second.name, pub.Stats().Spooled, hostNC.Stats().Reconnects)
+}
+
+func lastBytes(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
