@@ -88,10 +88,12 @@ func stripComments(s string) string {
 // objects are the rendered manifests, decoded strictly (an unknown or
 // misplaced field is an error) into the Kubernetes API types.
 type objects struct {
-	daemonSets  []appsv1.DaemonSet
-	deployments []appsv1.Deployment
-	jobs        []batchv1.Job
-	services    []corev1.Service
+	daemonSets   []appsv1.DaemonSet
+	deployments  []appsv1.Deployment
+	jobs         []batchv1.Job
+	services     []corev1.Service
+	statefulSets []appsv1.StatefulSet
+	configMaps   []corev1.ConfigMap
 }
 
 func decode(t *testing.T, docs []string) objects {
@@ -128,6 +130,14 @@ func decode(t *testing.T, docs []string) objects {
 			var x corev1.Service
 			strict(&x)
 			o.services = append(o.services, x)
+		case "apps/v1 StatefulSet":
+			var x appsv1.StatefulSet
+			strict(&x)
+			o.statefulSets = append(o.statefulSets, x)
+		case "v1 ConfigMap":
+			var x corev1.ConfigMap
+			strict(&x)
+			o.configMaps = append(o.configMaps, x)
 		default:
 			t.Fatalf("the chart renders %s %s, which this test does not know: add it here", meta.APIVersion, meta.Kind)
 		}

@@ -41,7 +41,7 @@ containers:
       - --nats={{ include "mcpwarden.natsURL" $root }}
       - --nats-user={{ $v.collector.natsUser }}
       - --nats-password-file=/etc/mcpwarden/nats/password
-      {{- if $v.nats.tlsCASecret }}
+      {{- if include "mcpwarden.natsCASecret" $root }}
       - --nats-tls-ca=/etc/mcpwarden/tls/ca.pem
       {{- end }}
       - --stream-replicas={{ $v.collector.streamReplicas }}
@@ -83,7 +83,7 @@ containers:
     {{- if not .migrate }}
     volumeMounts:
       - {name: nats-password, mountPath: /etc/mcpwarden/nats, readOnly: true}
-      {{- if $v.nats.tlsCASecret }}
+      {{- if include "mcpwarden.natsCASecret" $root }}
       - {name: nats-tls, mountPath: /etc/mcpwarden/tls, readOnly: true}
       {{- end }}
     {{- end }}
@@ -94,10 +94,10 @@ volumes:
       secretName: {{ $secret }}
       items: [{key: nats-password, path: password}]
       defaultMode: 0400
-  {{- if $v.nats.tlsCASecret }}
+  {{- if include "mcpwarden.natsCASecret" $root }}
   - name: nats-tls
     secret:
-      secretName: {{ $v.nats.tlsCASecret }}
+      secretName: {{ include "mcpwarden.natsCASecret" $root }}
       items: [{key: ca.pem, path: ca.pem}]
   {{- end }}
 {{- end }}

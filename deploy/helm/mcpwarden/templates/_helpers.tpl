@@ -25,13 +25,34 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* The NATS flags both components share: the URL, and TLS when a CA is given. */}}
+{{/* The NATS URL both components use: nats.url, or every pod of the chart's NATS cluster. */}}
 {{- define "mcpwarden.natsURL" -}}
-{{- $u := required "nats.url is required: the NATS JetStream the daemons publish to and the collectors read (e.g. tls://nats.mcpwarden:4222)" .Values.nats.url -}}
+{{- if .Values.nats.cluster.enabled -}}
+{{- if .Values.nats.url -}}
+{{- fail "nats.url and nats.cluster.enabled both given: the chart's NATS cluster sets the URL; drop one" -}}
+{{- end -}}
+{{- $name := printf "%s-nats" (include "mcpwarden.fullname" .) -}}
+{{- $urls := list -}}
+{{- range $i := until 3 -}}
+{{- $urls = append $urls (printf "tls://%s-%d.%s.%s.svc:4222" $name $i $name $.Release.Namespace) -}}
+{{- end -}}
+{{- join "," $urls -}}
+{{- else -}}
+{{- $u := required "nats.url is required: the NATS JetStream the daemons publish to and the collectors read (e.g. tls://nats.mcpwarden:4222), or set nats.cluster.enabled" .Values.nats.url -}}
 {{- if contains "@" $u -}}
 {{- fail "nats.url must not carry credentials (every user of the node can read a command line): give them in daemon.credentialsSecret and collector.secret" -}}
 {{- end -}}
 {{- $u -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the NATS CA (ca.pem), or nothing. */}}
+{{- define "mcpwarden.natsCASecret" -}}
+{{- if .Values.nats.tlsCASecret -}}
+{{- .Values.nats.tlsCASecret -}}
+{{- else if .Values.nats.cluster.enabled -}}
+{{- .Values.nats.cluster.tlsSecret -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A host directory shared with the node's launchers: absolute, no "..", not "/". */}}
