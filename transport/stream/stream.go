@@ -162,7 +162,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.
 	s, err := js.CreateOrUpdateStream(ctx, cfg.JetStream())
 	if err != nil {
 		hint := "does this NATS account have JetStream enabled and the right to manage streams?"
-		if cfg.Replicas > 1 {
+		var apiErr *jetstream.APIError
+		if cfg.Replicas > 1 && errors.As(err, &apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamNotFound {
 			hint = fmt.Sprintf("%d replicas need a NATS cluster of at least %d servers with JetStream, all up; on a single server use --stream-replicas 1", cfg.Replicas, cfg.Replicas)
 		}
 		return nil, fmt.Errorf("create or update JetStream stream %s with %d replicas: %w (%s)", Name, cfg.Replicas, err, hint)
