@@ -935,6 +935,12 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason, error) 
 			s.waitRestart(p)
 			continue
 		}
+		// What is left of the run goes first: the mediator's last records
+		// are written meanwhile, and a leftover holding the server's stdout
+		// open cannot delay its end.
+		if err := s.life.kill(p.cmd.Process.Pid, p.cmd.Process.Pid); err != nil {
+			cfg.Logger.Warn("processes of the run did not die", "run_id", cfg.RunID, "err", err)
+		}
 		// Let the mediator drain what the server wrote before it exited.
 		if mdone != nil {
 			select {
@@ -945,9 +951,6 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason, error) 
 		cancel()
 		p.stdout.Close()
 		p.stdin.Close()
-		if err := s.life.kill(p.cmd.Process.Pid, p.cmd.Process.Pid); err != nil {
-			cfg.Logger.Warn("processes of the run did not die", "run_id", cfg.RunID, "err", err)
-		}
 		code, why := exitCode(p) // set by Wait before done closed
 		if reason != "" {
 			why = reason
