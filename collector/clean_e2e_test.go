@@ -1,25 +1,18 @@
 package collector_test
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/internal/e2etest"
 	"github.com/mcpwarden/mcpwarden/internal/mcptest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
-	"github.com/mcpwarden/mcpwarden/transport/natsserver"
-	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
 // TestCleanRunsAreClean is issue 11's first promise, end to end: the
@@ -46,38 +39,15 @@ func TestCleanRunsAreClean(t *testing.T) {
 	python := testenv.RequireCommand(t, "/usr/bin/python3")
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)
-	dir := t.TempDir()
-	naive := filepath.Join(dir, "naiveserver")
+	tr := testenv.NewTree(t, `{"scope_id":"clean-runs","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file","list_allowed_directories","test_simple_text","now"],"tool_classes":{"test_simple_text":"read","read_text_file":"read","now":"read"},"approval":"none","expires_after_minutes":30}`)
+	state, socket, base, ws, inside, scope := tr.State, tr.Socket, tr.Base, tr.WS, tr.Inside, tr.Scope
+	testenv.WriteFiles(t, map[string]string{inside: "INSIDE-CLEAN"})
+	naive := filepath.Join(tr.Root, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
-	venvServer := mcptest.InstallVenvServer(t, python, filepath.Join(dir, "venv"))
-
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if _, err := stream.Ensure(context.Background(), js, stream.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	root, _ := filepath.EvalSymlinks(dir)
-	state := filepath.Join(root, "state")
-	socket := filepath.Join(root, "run", "daemon.sock")
-	base := filepath.Join(root, "base")
-	ws := filepath.Join(base, "ws")
-	inside := filepath.Join(ws, "a.txt")
-	scope := filepath.Join(root, "scope.json")
-	testenv.WriteFiles(t, map[string]string{
-		inside: "INSIDE-CLEAN",
-		scope:  `{"scope_id":"clean-runs","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file","list_allowed_directories","test_simple_text","now"],"tool_classes":{"test_simple_text":"read","read_text_file":"read","now":"read"},"approval":"none","expires_after_minutes":30}`,
-	})
-	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
-	background(t, "collecting", bin, "collect", "--nats", ns.ClientURL(), "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
+	venvServer := mcptest.InstallVenvServer(t, python, filepath.Join(tr.Root, "venv"))
+	natsURL := e2etest.NATS(t, filepath.Join(tr.Root, "nats"))
+	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", natsURL, "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
+	background(t, "collecting", bin, "collect", "--nats", natsURL, "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
 
 	runArgs := func(mode string, proxy bool) []string {
 		return []string{"run", "--proxy=" + map[bool]string{true: "true", false: "false"}[proxy], "--mode", mode, "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--"}
@@ -111,22 +81,11 @@ func TestCleanRunsAreClean(t *testing.T) {
 	naiveSession := func(t *testing.T, mode string) {
 		cmd := exec.Command(bin, append(runArgs(mode, false), naive)...)
 		cmd.Dir = base
-		stdin, _ := cmd.StdinPipe()
-		stdout, _ := cmd.StdoutPipe()
-		var rlog bytes.Buffer
-		cmd.Stderr = &rlog
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(stdout)
-		for _, req := range []string{`{"op":"ping"}`, `{"op":"pid"}`} {
-			if _, err := io.WriteString(stdin, req+"\n"); err != nil || !lines.Scan() || !strings.Contains(lines.Text(), `"ok":true`) {
-				t.Fatalf("naive %s: %v %q (%s)", req, err, lines.Text(), rlog.String())
+		answers, log := testenv.RunNaive(t, cmd, `{"op":"ping"}`, `{"op":"pid"}`)
+		for _, a := range answers {
+			if !strings.Contains(a, `"ok":true`) {
+				t.Fatalf("naive: %q (%s)", a, log)
 			}
-		}
-		stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("run --mode %s: %v\n%s", mode, err, rlog.String())
 		}
 	}
 	start := time.Now().Add(-time.Minute)

@@ -1,11 +1,9 @@
 package collector
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,46 +100,24 @@ func TestSystemdSingleHost(t *testing.T) {
 	// A server wrapped by `mcpwarden run`, registered with the unit's
 	// daemon at the unit's socket, with the daemon's state dir (its path
 	// key).
-	root := t.TempDir()
-	naive := filepath.Join(root, "naiveserver")
+	tr := testenv.NewTree(t, testenv.ReadScope("systemd-e2e"))
+	base, inside, secret, scope := tr.Base, tr.Inside, tr.Secret, tr.Scope
+	naive := filepath.Join(tr.Root, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
-	base := filepath.Join(root, "base")
-	inside := filepath.Join(base, "ws", "a.txt")
-	secret := filepath.Join(root, "outside", "secret.txt")
-	scope := filepath.Join(root, "scope.json")
-	testenv.WriteFiles(t, map[string]string{
-		inside: "inside", secret: "OUTSIDE-SECRET",
-		scope: `{"scope_id":"systemd-e2e","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
-	})
 	// --no-namespaces: an outside path does not exist for a namespaced
 	// server, so Landlock would never see the attempt (as in the daemon's
 	// own end-to-end tests).
-	run := exec.Command(testenv.Mcpwarden(t), "run", "--proxy=false", "--no-namespaces", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
-	run.Dir = base
-	stdin, _ := run.StdinPipe()
-	stdout, _ := run.StdoutPipe()
-	rlog := &testenv.LockedBuffer{}
-	run.Stderr = rlog
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdout)
-	do := func(req string) string {
-		if _, err := io.WriteString(stdin, req+"\n"); err != nil || !lines.Scan() {
-			t.Fatalf("%s: no answer (%v); run log:\n%s\ndaemon log:\n%s", req, err, rlog.String(), logOf(dlog))
-		}
-		return lines.Text()
-	}
-	if got := do(`{"op":"read","path":"` + inside + `"}`); !strings.Contains(got, `"ok":true`) {
+	cmd := exec.Command(testenv.Mcpwarden(t), "run", "--proxy=false", "--no-namespaces", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
+	cmd.Dir = base
+	run := testenv.StartNaive(t, cmd)
+	run.Context = func() string { return "daemon log:\n" + logOf(dlog) }
+	if got := run.Do(testenv.NaiveRead(inside)); !strings.Contains(got, `"ok":true`) {
 		t.Fatalf("inside read: %s", got)
 	}
-	if got := do(`{"op":"read","path":"` + secret + `"}`); !strings.Contains(got, "EACCES") {
+	if got := run.Do(testenv.NaiveRead(secret)); !strings.Contains(got, "EACCES") {
 		t.Fatalf("outside read not denied: %s", got)
 	}
-	stdin.Close()
-	if err := run.Wait(); err != nil {
-		t.Fatalf("run: %v\n%s", err, rlog.String())
-	}
+	run.Finish()
 
 	// What the daemon saw, read back as root with the state dir's reader key.
 	nats := "nats://127.0.0.1:" + natsPort

@@ -1,10 +1,7 @@
 package collector_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,15 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
 	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/internal/e2etest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
-	"github.com/mcpwarden/mcpwarden/transport/natsserver"
-	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
 // background starts a long-running mcpwarden command; it is interrupted at
@@ -64,73 +57,25 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	testenv.RequireRoot(t)
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)
-	dir := t.TempDir()
-	naive := filepath.Join(dir, "naiveserver")
+	tr := testenv.NewTree(t, testenv.ReadScope("e2e-pipeline"))
+	state, socket, base, scope, inside, secret := tr.State, tr.Socket, tr.Base, tr.Scope, tr.Inside, tr.Secret
+	naive := filepath.Join(tr.Root, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
+	natsURL := e2etest.NATS(t, filepath.Join(tr.Root, "nats")) // shut down after the daemon and collector stop
 
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown) // after the daemon and collector stop (cleanups run last-in first-out)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	if _, err := stream.Ensure(context.Background(), js, stream.Config{}); err != nil {
-		t.Fatal(err)
-	}
-
-	root, _ := filepath.EvalSymlinks(dir)
-	state := filepath.Join(root, "state")
-	socket := filepath.Join(root, "run", "daemon.sock")
-	base := filepath.Join(root, "base")
-	ws := filepath.Join(base, "ws")
-	secret := filepath.Join(root, "outside", "secret.txt")
-	inside := filepath.Join(ws, "a.txt")
-	scope := filepath.Join(root, "scope.json")
-	testenv.WriteFiles(t, map[string]string{
-		inside: "inside",
-		secret: "OUTSIDE-SECRET",
-		scope:  `{"scope_id":"e2e-pipeline","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
-	})
-
-	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
-	background(t, "collecting", bin, "collect", "--nats", ns.ClientURL(), "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
+	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", natsURL, "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
+	background(t, "collecting", bin, "collect", "--nats", natsURL, "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
 
 	runOnce := func(mode string, reqs ...string) []string {
 		// --no-namespaces: the findings expected here come from Landlock's
 		// denials, which the run's mount namespace pre-empts (ENOENT).
 		run := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--mode", mode, "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
 		run.Dir = base
-		stdin, _ := run.StdinPipe()
-		stdout, _ := run.StdoutPipe()
-		var rlog bytes.Buffer
-		run.Stderr = &rlog
-		if err := run.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(stdout)
-		var out []string
-		for _, req := range reqs {
-			if _, err := io.WriteString(stdin, req+"\n"); err != nil {
-				t.Fatalf("send %s: %v (%s)", req, err, rlog.String())
-			}
-			if !lines.Scan() {
-				t.Fatalf("no answer to %s (%s)", req, rlog.String())
-			}
-			out = append(out, lines.Text())
-		}
-		stdin.Close()
-		if err := run.Wait(); err != nil {
-			t.Fatalf("run --mode %s: %v\n%s", mode, err, rlog.String())
-		}
+		out, _ := testenv.RunNaive(t, run, reqs...)
 		return out
 	}
-	readInside := `{"op":"read","path":"` + inside + `"}`
-	readSecret := `{"op":"read","path":"` + secret + `"}`
+	readInside := testenv.NaiveRead(inside)
+	readSecret := testenv.NaiveRead(secret)
 	if got := runOnce("enforce", readInside, readSecret); !strings.Contains(got[0], `"ok":true`) || !strings.Contains(got[1], "EACCES") {
 		t.Fatalf("enforce run: %v", got)
 	}

@@ -2,8 +2,6 @@ package daemon_test
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,13 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/mcpwarden/mcpwarden/internal/e2etest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
-	"github.com/mcpwarden/mcpwarden/transport/natsserver"
-	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
 // stack is the real binaries around a real NATS JetStream: the daemon
@@ -46,21 +40,7 @@ func newStack(t testing.TB) *stack {
 			t.Errorf("daemon --unload: %v %s", err, out)
 		}
 	})
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, NoAuth: true})
-	if err != nil {
-		t.Fatalf("embedded NATS: %v", err)
-	}
-	t.Cleanup(ns.Shutdown)
-	st.nats = ns.ClientURL()
-	nc, err := nats.Connect(st.nats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	if _, err := stream.Ensure(context.Background(), js, stream.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	st.nats = e2etest.NATS(t, filepath.Join(root, "nats"))
 	return st
 }
 
@@ -120,22 +100,7 @@ func (st *stack) daemon(t testing.TB) (stop func(sig os.Signal) error) {
 // events reads every stored event with `mcpwarden events --json`.
 func (st *stack) events(t *testing.T) []schema.Event {
 	t.Helper()
-	out, err := exec.Command(st.bin, "events", "--json", "--nats", st.nats).Output()
-	if err != nil {
-		t.Fatalf("mcpwarden events: %v", err)
-	}
-	var evs []schema.Event
-	for _, line := range bytes.Split(out, []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var e schema.Event
-		if err := json.Unmarshal(line, &e); err != nil {
-			t.Fatalf("events --json printed %q: %v", line, err)
-		}
-		evs = append(evs, e)
-	}
-	return evs
+	return testenv.Events(t, st.bin, "--nats", st.nats)
 }
 
 func (st *stack) hasher(t *testing.T) *schema.PathHasher {
@@ -157,17 +122,9 @@ func (st *stack) hasher(t *testing.T) *schema.PathHasher {
 // result back.
 func TestRunWithDaemonEndToEnd(t *testing.T) {
 	st := newStack(t)
-	bin, naive, root, state, socket := st.bin, st.naive, st.root, st.state, st.socket
-	base := filepath.Join(root, "base")
-	ws := filepath.Join(base, "ws")
-	secret := filepath.Join(root, "outside", "secret.txt")
-	inside := filepath.Join(ws, "a.txt")
-	scope := filepath.Join(root, "scope.json")
-	testenv.WriteFiles(t, map[string]string{
-		inside: "inside",
-		secret: "OUTSIDE-SECRET",
-		scope:  `{"scope_id":"e2e","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
-	})
+	bin, naive, state, socket := st.bin, st.naive, st.state, st.socket
+	tr := testenv.NewTreeAt(t, st.root, testenv.ReadScope("e2e"))
+	base, secret, inside, scope := tr.Base, tr.Secret, tr.Inside, tr.Scope
 
 	// A run configured with a daemon that is not there must not start.
 	refused := exec.Command(bin, "run", "--proxy=false", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
@@ -183,35 +140,16 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 	// --no-namespaces: these runs test what the daemon sees of Landlock's
 	// denials; with the run's mount namespace an outside path does not
 	// exist for the server (ENOENT) and Landlock never sees the attempt.
-	run := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
-	run.Dir = base
-	stdin, _ := run.StdinPipe()
-	stdout, _ := run.StdoutPipe()
-	rlog := &testenv.LockedBuffer{}
-	run.Stderr = rlog
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdout)
-	do := func(req string) string {
-		if _, err := io.WriteString(stdin, req+"\n"); err != nil {
-			t.Fatalf("send %s: %v (run log: %s)", req, err, rlog.String())
-		}
-		if !lines.Scan() {
-			t.Fatalf("no answer to %s (run log: %s)", req, rlog.String())
-		}
-		return lines.Text()
-	}
-	if got := do(`{"op":"read","path":"` + inside + `"}`); !strings.Contains(got, `"ok":true`) {
+	cmd := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--", naive)
+	cmd.Dir = base
+	run := testenv.StartNaive(t, cmd)
+	if got := run.Do(testenv.NaiveRead(inside)); !strings.Contains(got, `"ok":true`) {
 		t.Fatalf("inside read: %s", got)
 	}
-	if got := do(`{"op":"read","path":"` + secret + `"}`); !strings.Contains(got, "EACCES") {
+	if got := run.Do(testenv.NaiveRead(secret)); !strings.Contains(got, "EACCES") {
 		t.Fatalf("outside read not denied: %s", got)
 	}
-	stdin.Close()
-	if err := run.Wait(); err != nil {
-		t.Fatalf("run: %v\n%s", err, rlog.String())
-	}
+	run.Finish()
 
 	hasher := st.hasher(t)
 	insideHash, secretHash := hasher.Hash(inside), hasher.Hash(secret)
@@ -439,44 +377,24 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 //     the server) is reported as the run's, and nothing is an escape.
 func TestNamespacedRunIsObserved(t *testing.T) {
 	st := newStack(t)
-	base := filepath.Join(st.root, "base")
-	ws := filepath.Join(base, "ws")
-	secret := filepath.Join(st.root, "outside", "secret.txt")
-	inside := filepath.Join(ws, "a.txt")
-	scope := filepath.Join(st.root, "scope.json")
-	testenv.WriteFiles(t, map[string]string{
-		inside: "inside",
-		secret: "OUTSIDE-SECRET",
-		scope:  `{"scope_id":"e2e-ns","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
-	})
+	tr := testenv.NewTreeAt(t, st.root, testenv.ReadScope("e2e-ns"))
+	base, secret, inside, scope := tr.Base, tr.Secret, tr.Inside, tr.Scope
 	st.startDaemon(t)
 
-	run := exec.Command(st.bin, "run", "--proxy=false", "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", st.naive)
-	run.Dir = base
-	stdin, _ := run.StdinPipe()
-	stdout, _ := run.StdoutPipe()
-	rlog := &testenv.LockedBuffer{}
-	run.Stderr = rlog
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	cmd := exec.Command(st.bin, "run", "--proxy=false", "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", st.naive)
+	cmd.Dir = base
+	run := testenv.StartNaive(t, cmd)
+	rlog := run.Log
 	do := func(req string) (ok bool, text string) {
 		t.Helper()
-		if _, err := io.WriteString(stdin, req+"\n"); err != nil {
-			t.Fatalf("send %s: %v (run log: %s)", req, err, rlog.String())
-		}
-		if !lines.Scan() {
-			t.Fatalf("no answer to %s (run log: %s)", req, rlog.String())
-		}
+		answer := run.Do(req)
 		var resp struct {
 			OK    bool   `json:"ok"`
 			Data  string `json:"data"`
 			Errno string `json:"errno"`
 		}
-		if err := json.Unmarshal(lines.Bytes(), &resp); err != nil {
-			t.Fatalf("answer to %s: %q", req, lines.Text())
+		if err := json.Unmarshal([]byte(answer), &resp); err != nil {
+			t.Fatalf("answer to %s: %q", req, answer)
 		}
 		return resp.OK, resp.Data + resp.Errno
 	}
@@ -485,24 +403,21 @@ func TestNamespacedRunIsObserved(t *testing.T) {
 	if !ok || ppid != "1" {
 		t.Fatalf("the server's pid and parent are %q in its namespace, want its parent to be the run's init, 1 (no pid namespace? run log: %s)", pids, rlog.String())
 	}
-	if ok, got := do(`{"op":"read","path":"` + inside + `"}`); !ok || got != "inside" {
+	if ok, got := do(testenv.NaiveRead(inside)); !ok || got != "inside" {
 		t.Fatalf("inside read: %v %s", ok, got)
 	}
-	if ok, got := do(`{"op":"read","path":"` + secret + `"}`); ok || !strings.Contains(got, "ENOENT") {
+	if ok, got := do(testenv.NaiveRead(secret)); ok || !strings.Contains(got, "ENOENT") {
 		t.Fatalf("a host path outside the minimal root: %v %s, want ENOENT", ok, got)
 	}
 	if ok, got := do(`{"op":"readdir","path":"` + base + `"}`); ok || !strings.Contains(got, "EACCES") {
 		t.Fatalf("listing the scope's parent: %v %s, want EACCES from Landlock", ok, got)
 	}
 	for _, p := range []string{"/proc/self/status", "/proc/" + nsPID + "/status"} {
-		if ok, got := do(`{"op":"read","path":"` + p + `"}`); !ok {
+		if ok, got := do(testenv.NaiveRead(p)); !ok {
 			t.Fatalf("read %s: %s", p, got)
 		}
 	}
-	stdin.Close()
-	if err := run.Wait(); err != nil {
-		t.Fatalf("run: %v\n%s", err, rlog.String())
-	}
+	run.Finish()
 
 	hasher := st.hasher(t)
 	insideHash, secretHash, baseHash := hasher.Hash(inside), hasher.Hash(secret), hasher.Hash(base)

@@ -1,9 +1,7 @@
 package daemon_test
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,36 +15,18 @@ import (
 
 // naiveRun is `mcpwarden run --daemon-socket` around the naive server,
 // driven line by line.
-type naiveRun struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines *bufio.Scanner
-	log   *testenv.LockedBuffer
-}
-
-func (st *stack) naiveRun(t *testing.T, scope, base string) *naiveRun {
+func (st *stack) naiveRun(t *testing.T, scope, base string) *testenv.Naive {
 	t.Helper()
 	cmd := exec.Command(st.bin, "run", "--proxy=false", "--daemon-socket", st.socket, "--scope", scope, "--base", base, "--state-dir", st.state, "--", st.naive)
 	cmd.Dir = base
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	r := &naiveRun{t: t, cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout), log: &testenv.LockedBuffer{}}
-	cmd.Stderr = r.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
-	return r
+	return testenv.StartNaive(t, cmd)
 }
 
-func (r *naiveRun) read(path string) {
-	r.t.Helper()
-	if _, err := io.WriteString(r.stdin, `{"op":"read","path":"`+path+`"}`+"\n"); err != nil {
-		r.t.Fatalf("send: %v (run log: %s)", err, r.log.String())
-	}
-	if !r.lines.Scan() || !strings.Contains(r.lines.Text(), `"ok":true`) {
-		r.t.Fatalf("read %s: %q (run log: %s)", filepath.Base(path), r.lines.Text(), r.log.String())
+// readOK has run read path, failing the test unless the read succeeds.
+func readOK(t *testing.T, run *testenv.Naive, path string) {
+	t.Helper()
+	if got := run.Do(testenv.NaiveRead(path)); !strings.Contains(got, `"ok":true`) {
+		t.Fatalf("read %s: %q (run log: %s)", filepath.Base(path), got, run.Log.String())
 	}
 }
 
@@ -73,7 +53,7 @@ func TestDaemonRestartAdoptsRuns(t *testing.T) {
 	run := st.naiveRun(t, scope, base)
 	readAll := func(phase string) {
 		for i := range reads {
-			run.read(filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i)))
+			readOK(t, run, filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i)))
 		}
 	}
 	hasher := st.hasher(t)
@@ -100,7 +80,7 @@ func TestDaemonRestartAdoptsRuns(t *testing.T) {
 	// unclean restart's finding says so): the kill comes once they are in.
 	for deadline := time.Now().Add(30 * time.Second); seen()["before"] < reads; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("reads before the kill not published: %v\ndaemon log:\n%s\nrun log:\n%s", seen(), st.dlog.String(), run.log.String())
+			t.Fatalf("reads before the kill not published: %v\ndaemon log:\n%s\nrun log:\n%s", seen(), st.dlog.String(), run.Log.String())
 		}
 	}
 
@@ -118,9 +98,8 @@ func TestDaemonRestartAdoptsRuns(t *testing.T) {
 	readAll("down-stopped")
 	st.daemon(t)
 	readAll("after-stopped")
-	run.stdin.Close()
-	if err := run.cmd.Wait(); err != nil {
-		t.Fatalf("run: %v\n%s", err, run.log.String())
+	if err := run.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s", err, run.Log.String())
 	}
 
 	deadline := time.Now().Add(30 * time.Second)

@@ -1,10 +1,7 @@
 package explain
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +71,7 @@ func TestSingleHostEndToEnd(t *testing.T) {
 		}
 	}
 
-	runOnce := func(mode string, reqs ...string) string {
+	runOnce := func(mode string, reqs ...string) {
 		t.Helper()
 		// --no-namespaces: in its own mount namespace the server would not
 		// even see the path outside the base (ENOENT, no denial to explain),
@@ -82,50 +79,14 @@ func TestSingleHostEndToEnd(t *testing.T) {
 		run := exec.Command(bin, "run", "--proxy=false", "--no-namespaces", "--mode", mode, "--daemon-socket", socket,
 			"--scope", scope, "--base", base, "--state-dir", state, "--", naive)
 		run.Dir = base
-		stdin, _ := run.StdinPipe()
-		stdout, _ := run.StdoutPipe()
-		var rlog bytes.Buffer
-		run.Stderr = &rlog
-		if err := run.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(stdout)
-		for _, req := range reqs {
-			if _, err := io.WriteString(stdin, req+"\n"); err != nil {
-				t.Fatalf("send %s: %v (%s)", req, err, rlog.String())
-			}
-			if !lines.Scan() {
-				t.Fatalf("no answer to %s (%s)", req, rlog.String())
-			}
-		}
-		stdin.Close()
-		if err := run.Wait(); err != nil {
-			t.Fatalf("run --mode %s: %v\n%s", mode, err, rlog.String())
-		}
-		return rlog.String()
+		testenv.RunNaive(t, run, reqs...)
 	}
-	read := func(p string) string { return `{"op":"read","path":"` + p + `"}` }
-	runOnce("enforce", read(inside), read(outside))
-	runOnce("audit", read(outside))
+	runOnce("enforce", testenv.NaiveRead(inside), testenv.NaiveRead(outside))
+	runOnce("audit", testenv.NaiveRead(outside))
 
 	events := func(t *testing.T) []schema.Event {
 		t.Helper()
-		out, err := exec.Command(bin, "events", "--json", "--nats", natsURL, "--state-dir", state).Output()
-		if err != nil {
-			t.Fatalf("mcpwarden events: %v", err)
-		}
-		var evs []schema.Event
-		for _, line := range bytes.Split(out, []byte("\n")) {
-			if len(line) == 0 {
-				continue
-			}
-			var e schema.Event
-			if err := json.Unmarshal(line, &e); err != nil {
-				t.Fatalf("events --json printed %q: %v", line, err)
-			}
-			evs = append(evs, e)
-		}
-		return evs
+		return testenv.Events(t, bin, "--nats", natsURL, "--state-dir", state)
 	}
 	// Wait for the final findings of both runs; each came provisional first.
 	var runs []string
