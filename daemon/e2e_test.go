@@ -373,6 +373,9 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 //     mount point's parent) and Landlock does not grant: blocked_by_kernel
 //     (EACCES), Landlock's own record of it attributed to the run, and the
 //     cross-check's BLOCKED_ATTEMPT joining the two;
+//   - a write to its own /proc entry (granted read-only): blocked_by_kernel,
+//     and Landlock's record of it, which names the entry by the server's
+//     pid in its namespace, classified runtime like the probe's event;
 //   - nothing of the fence helper (the init, the exec stage before it exec'd
 //     the server) is reported as the run's, and nothing is an escape.
 func TestNamespacedRunIsObserved(t *testing.T) {
@@ -417,11 +420,17 @@ func TestNamespacedRunIsObserved(t *testing.T) {
 			t.Fatalf("read %s: %s", p, got)
 		}
 	}
+	// Its own /proc entry is granted read-only: Landlock refuses a write.
+	if ok, got := do(`{"op":"write","path":"/proc/self/comm","data":"x"}`); ok || !strings.Contains(got, "EACCES") {
+		t.Fatalf("writing its own /proc/self/comm: %v %s, want EACCES from Landlock", ok, got)
+	}
 	run.Finish()
 
 	hasher := st.hasher(t)
 	insideHash, secretHash, baseHash := hasher.Hash(inside), hasher.Hash(secret), hasher.Hash(base)
 	procHash := hasher.Hash("/proc/" + nsPID + "/status")
+	commHash := hasher.Hash("/proc/" + nsPID + "/comm")
+	var commOp, commDenial *schema.Event
 	var runID string
 	var evs []schema.Event
 	var allowed, missing, blocked, denial *schema.Event
@@ -435,6 +444,7 @@ func TestNamespacedRunIsObserved(t *testing.T) {
 			}
 		}
 		evs, procReads, allowed, missing, blocked, denial, attempt = nil, nil, nil, nil, nil, nil, false
+		commOp, commDenial = nil, nil
 		for _, e := range all {
 			if runID == "" || e.RunID != runID {
 				continue
@@ -452,6 +462,10 @@ func TestNamespacedRunIsObserved(t *testing.T) {
 				procReads = append(procReads, &e)
 			case e.LandlockDenial != nil && e.LandlockDenial.PathHash == baseHash:
 				denial = &e
+			case e.FileOp != nil && e.FileOp.PathHash == commHash:
+				commOp = &e
+			case e.LandlockDenial != nil && e.LandlockDenial.PathHash == commHash:
+				commDenial = &e
 			}
 		}
 		for _, e := range evs {
@@ -460,12 +474,12 @@ func TestNamespacedRunIsObserved(t *testing.T) {
 				attempt = true
 			}
 		}
-		if allowed != nil && missing != nil && blocked != nil && denial != nil && attempt && len(procReads) >= 2 {
+		if allowed != nil && missing != nil && blocked != nil && denial != nil && attempt && len(procReads) >= 2 && commOp != nil && commDenial != nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the namespaced run's events are incomplete: run %q, inside %v, outside %v, blocked %v, Landlock record %v, BLOCKED_ATTEMPT %v, own /proc reads %d\ndaemon log:\n%s\nrun log:\n%s",
-				runID, allowed != nil, missing != nil, blocked != nil, denial != nil, attempt, len(procReads), st.dlog.String(), rlog.String())
+			t.Fatalf("the namespaced run's events are incomplete: run %q, inside %v, outside %v, blocked %v, Landlock record %v, BLOCKED_ATTEMPT %v, own /proc reads %d, own /proc write %v and its Landlock record %v\ndaemon log:\n%s\nrun log:\n%s",
+				runID, allowed != nil, missing != nil, blocked != nil, denial != nil, attempt, len(procReads), commOp != nil, commDenial != nil, st.dlog.String(), rlog.String())
 		}
 	}
 	if f := allowed.FileOp; f.Verdict != "allowed" || f.PathClass != schema.PathWorkspace || f.Comm != "naiveserver" {
@@ -479,6 +493,15 @@ func TestNamespacedRunIsObserved(t *testing.T) {
 	}
 	if !slices.Contains(denial.LandlockDenial.Blockers, "fs.read_dir") || denial.LandlockDenial.PathClass != schema.PathOutside {
 		t.Errorf("Landlock's record: %+v", *denial.LandlockDenial)
+	}
+	// Both views of the refused write name the server's own /proc entry
+	// (the record by the pid its /proc gives it, the daemon's probe by
+	// /proc/self) and classify it alike: the runtime's.
+	if f := commOp.FileOp; f.Verdict != "blocked_by_kernel" || f.PathClass != schema.PathRuntime || f.Result != -13 {
+		t.Errorf("writing its own /proc entry: %+v, want blocked_by_kernel, runtime, -13", *f)
+	}
+	if ld := commDenial.LandlockDenial; !slices.Contains(ld.Blockers, "fs.write_file") || ld.PathClass != schema.PathRuntime {
+		t.Errorf("Landlock's record of the write to its own /proc entry: %+v, want fs.write_file, runtime (as the probe's event)", *ld)
 	}
 	for _, e := range procReads {
 		if f := e.FileOp; f.Verdict != "allowed" || f.PathClass != schema.PathRuntime || f.PID != allowed.FileOp.PID {

@@ -10,6 +10,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/audit"
 	"github.com/mcpwarden/mcpwarden/daemon/classify"
 	"github.com/mcpwarden/mcpwarden/daemon/kevent"
+	"github.com/mcpwarden/mcpwarden/daemon/procinfo"
 	"github.com/mcpwarden/mcpwarden/daemon/runs"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -317,6 +318,17 @@ func (p *processor) landlock(rec any, now time.Time) {
 			p.foreign[v.Domain] = true
 			return
 		}
+		// The domain's records name its creator's own /proc entries by
+		// the creator's pid in its own pid namespace (a namespaced run's
+		// server is pid 2 or so there): known, they are classified like
+		// the probes' events of the same paths (the creator's /proc/self).
+		// The creator is the server itself: the fence helper's exec stage
+		// restricts itself, then execs the server.
+		if proc, err := procinfo.Of(int(v.PID), nil); err == nil {
+			p.d.table.SetDomainCreator(v.Domain, uint32(proc.OwnPID))
+		} else {
+			p.d.log.Debug("the creator of a Landlock domain is gone", "domain", v.Domain, "err", err)
+		}
 		if err := p.d.saveState(); err != nil {
 			p.d.log.Error("save the run table", "err", err)
 		}
@@ -370,7 +382,13 @@ func (p *processor) denial(run *runs.Run, a audit.LandlockAccess) {
 	if a.Path != "" {
 		ld.PathHash = p.hash(a.Path)
 		if run != nil {
-			ld.PathClass, _ = run.Policy.Classify(a.Path, true, classify.Read, -13)
+			// The creator's own /proc entries are its /proc/self, as in
+			// fileOp; the hash stays the path as the record names it.
+			path := a.Path
+			if own := p.d.table.DomainCreator(a.Domain); own != 0 {
+				path = classify.SelfProc(path, own, own)
+			}
+			ld.PathClass, _ = run.Policy.Classify(path, true, classify.Read, -13)
 		}
 	}
 	p.batch = append(p.batch, e)

@@ -1,12 +1,16 @@
 package daemon
 
 import (
+	"os"
+	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/daemon/audit"
 	"github.com/mcpwarden/mcpwarden/daemon/classify"
 	"github.com/mcpwarden/mcpwarden/daemon/kevent"
+	"github.com/mcpwarden/mcpwarden/daemon/procinfo"
 	"github.com/mcpwarden/mcpwarden/daemon/runs"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -102,5 +106,55 @@ func TestOtherProgramsDomainsStayOut(t *testing.T) {
 	}
 	if ours != 2 || runless != 1 {
 		t.Fatalf("%d denials of the run, %d without a run; want 2 and 1", ours, runless)
+	}
+}
+
+// TestLandlockRecordsOfTheCreatorsOwnProc: a Landlock record names the
+// /proc entries of the domain's creator (the server) by the pid its own
+// /proc gives it; they are classified as its /proc/self, like the probes'
+// events of the same paths, and keep the record's path as their hash.
+// Another process's entry stays outside, and so does every /proc entry
+// of a domain whose creator was gone before the daemon could read its pid.
+func TestLandlockRecordsOfTheCreatorsOwnProc(t *testing.T) {
+	p, hasher, slot := testProcessor(t)
+	now := time.Now()
+	self := uint32(os.Getpid())
+	p.d.table.Forked(slot, 11, self)
+	own, err := procinfo.Of(int(self), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownPID := strconv.Itoa(own.OwnPID)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	p.d.table.Forked(slot, 11, uint32(gone.Process.Pid))
+	p.landlock(audit.LandlockDomain{Domain: "c1", Status: "allocated", PID: int(self)}, now)
+	p.landlock(audit.LandlockDomain{Domain: "c2", Status: "allocated", PID: gone.Process.Pid}, now)
+	if got := p.d.table.DomainCreator("c1"); got != uint32(own.OwnPID) {
+		t.Fatalf("creator of c1: %d, want %d", got, own.OwnPID)
+	}
+	for _, tc := range []struct {
+		domain, path string
+		class        schema.PathClass
+	}{
+		{"c1", "/proc/" + ownPID + "/comm", schema.PathRuntime},
+		{"c1", "/proc/" + ownPID + "/task/" + ownPID + "/stat", schema.PathRuntime},
+		{"c1", "/proc/" + ownPID, schema.PathRuntime},
+		{"c1", "/proc/" + strconv.Itoa(own.OwnPID+1) + "/comm", schema.PathOutside},
+		{"c1", "/proc/1/environ", schema.PathOutside},
+		{"c1", "/etc/hostname", schema.PathOutside},
+		{"c2", "/proc/" + strconv.Itoa(gone.Process.Pid) + "/comm", schema.PathOutside},
+	} {
+		p.batch = nil
+		p.landlock(audit.LandlockAccess{TimeMS: now.UnixMilli(), Domain: tc.domain, Blockers: []string{"fs.write_file"}, Path: tc.path}, now)
+		if len(p.batch) != 1 || p.batch[0].LandlockDenial == nil {
+			t.Fatalf("%s: %d events", tc.path, len(p.batch))
+		}
+		ld := p.batch[0].LandlockDenial
+		if ld.PathClass != tc.class || ld.PathHash != hasher.Hash(tc.path) || p.batch[0].RunID != "r1" {
+			t.Errorf("%s in %s: class %s (want %s), hash of the record's path %v", tc.path, tc.domain, ld.PathClass, tc.class, ld.PathHash == hasher.Hash(tc.path))
+		}
 	}
 }

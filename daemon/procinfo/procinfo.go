@@ -38,6 +38,9 @@ type Process struct {
 	UID      uint32 // real uid
 	Start    uint64 // start time, clock ticks since boot
 	CgroupID uint64 // cgroup v2 id, 0 without a cgroup v2 mount
+	// OwnPID is its pid in its own (innermost) pid namespace: the number
+	// its /proc gives it (NSpid's last field; PID outside any namespace).
+	OwnPID int
 }
 
 // InInitPidNS reports whether this process runs in the initial pid
@@ -179,11 +182,33 @@ func read(pid int) (Process, error) {
 		return p, fmt.Errorf("process status: Uid %q", uids)
 	}
 	p.UID = uint32(uid)
+	if p.OwnPID, err = ownPID(status, pid); err != nil {
+		return p, err
+	}
 	if p.Start, err = startTime(dir); err != nil {
 		return p, err
 	}
 	p.CgroupID, err = cgroupID(dir)
 	return p, err
+}
+
+// ownPID is the last NSpid field of a process status (the pid in the
+// process's innermost pid namespace); a kernel without NSpid has no pid
+// namespaces to show, so the pid is the process's own.
+func ownPID(status []byte, pid int) (int, error) {
+	ns, ok := field(status, "NSpid:")
+	if !ok {
+		return pid, nil
+	}
+	f := strings.Fields(ns)
+	if len(f) == 0 {
+		return 0, errors.New("process status: empty NSpid")
+	}
+	own, err := strconv.Atoi(f[len(f)-1])
+	if err != nil || own <= 0 {
+		return 0, fmt.Errorf("process status: NSpid %q", ns)
+	}
+	return own, nil
 }
 
 // startTime is field 22 of /proc/PID/stat, after the parenthesised comm

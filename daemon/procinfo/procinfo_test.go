@@ -89,6 +89,24 @@ func TestParsers(t *testing.T) {
 			t.Errorf("parsePidfdInfo(%q) = %d, %v", c.in, got, err)
 		}
 	}
+	for _, c := range []struct {
+		in   string
+		want int
+		bad  bool
+	}{
+		{"Pid:\t6016\nNSpid:\t6016\t3\n", 3, false},
+		{"Pid:\t6016\nNSpid:\t6016\t40\t2\n", 2, false},
+		{"Pid:\t6016\nNSpid:\t6016\n", 6016, false},
+		{"Pid:\t6016\n", 6016, false}, // a kernel without NSpid has no pid namespaces to show
+		{"NSpid:\t\n", 0, true},
+		{"NSpid:\t6016 x\n", 0, true},
+		{"NSpid:\t6016 0\n", 0, true},
+	} {
+		got, err := ownPID([]byte(c.in), 6016)
+		if got != c.want || (err != nil) != c.bad {
+			t.Errorf("ownPID(%q) = %d, %v", c.in, got, err)
+		}
+	}
 	fields := "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 20 21"
 	for _, comm := range []string{"cat", "a) (b", "x)", ") 9 9 9", ""} {
 		got, err := parseStartTime([]byte("123 (" + comm + ") " + fields))

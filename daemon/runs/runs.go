@@ -90,6 +90,10 @@ type Table struct {
 	byID    map[string]*Run
 	pids    map[uint32]uint32 // pid → slot, including exited pids until the run is forgotten
 	domains map[string]uint32 // Landlock domain → slot
+	// ownPID: a Landlock domain → its creator's pid in the creator's own
+	// pid namespace (the number its /proc gives it, and so the number the
+	// domain's records name its /proc entries by); absent when unknown.
+	ownPID map[string]uint32
 	// setup holds root pids that have not exec'd the server yet: until then
 	// the process is the launcher's own fence helper. The value is the
 	// helper's comm once seen.
@@ -107,6 +111,7 @@ func NewTable() *Table {
 		byID:    map[string]*Run{},
 		pids:    map[uint32]uint32{},
 		domains: map[string]uint32{},
+		ownPID:  map[string]uint32{},
 		setup:   map[uint32]string{},
 		claims:  map[string]claim{},
 	}
@@ -275,6 +280,7 @@ func (t *Table) Remove(slot uint32) {
 	for d, s := range t.domains {
 		if s == slot {
 			delete(t.domains, d)
+			delete(t.ownPID, d)
 		}
 	}
 }
@@ -393,6 +399,25 @@ func (t *Table) BindDomain(domain string, creator uint32) *Run {
 	return r
 }
 
+// SetDomainCreator records the pid that the creator of a bound Landlock
+// domain has in its own pid namespace (ownPID, the number its /proc gives
+// it): the domain's records name the creator's /proc entries by it.
+func (t *Table) SetDomainCreator(domain string, ownPID uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.domains[domain]; ok && ownPID != 0 {
+		t.ownPID[domain] = ownPID
+	}
+}
+
+// DomainCreator is the pid SetDomainCreator recorded for domain, 0 if
+// none.
+func (t *Table) DomainCreator(domain string) uint32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ownPID[domain]
+}
+
 // ByDomain returns the run of a Landlock domain, if known.
 func (t *Table) ByDomain(domain string) *Run {
 	t.mu.Lock()
@@ -458,7 +483,10 @@ type RunState struct {
 	// another comm ends the phase, as before the restart).
 	SetupComms map[uint32]string `json:"setup_comms,omitempty"`
 	Domains    []string          `json:"domains"` // its Landlock domains
-	Ended      time.Time         `json:"ended,omitzero"`
+	// DomainCreators: each domain's creator's pid in its own pid
+	// namespace, where known (Table.SetDomainCreator).
+	DomainCreators map[string]uint32 `json:"domain_creators,omitempty"`
+	Ended          time.Time         `json:"ended,omitzero"`
 }
 
 // State returns the durable part of the table.
@@ -489,6 +517,12 @@ func (t *Table) State(bootID string) State {
 		for d, s := range t.domains {
 			if s == slot {
 				rs.Domains = append(rs.Domains, d)
+				if own, ok := t.ownPID[d]; ok {
+					if rs.DomainCreators == nil {
+						rs.DomainCreators = map[string]uint32{}
+					}
+					rs.DomainCreators[d] = own
+				}
 			}
 		}
 		slices.Sort(rs.Domains)
@@ -527,6 +561,9 @@ func Restore(st State, live map[uint32][]uint32, now time.Time) *Table {
 		}
 		for _, d := range rs.Domains {
 			t.domains[d] = r.Slot
+			if own := rs.DomainCreators[d]; own != 0 {
+				t.ownPID[d] = own
+			}
 		}
 		for _, pid := range rs.Setup {
 			t.setup[pid] = rs.SetupComms[pid]

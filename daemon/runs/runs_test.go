@@ -128,6 +128,8 @@ func TestStateRoundTrip(t *testing.T) {
 	sa, _ := tab.Add(a)
 	tab.Forked(sa, 100, 101)
 	tab.BindDomain("1a", 100)
+	tab.SetDomainCreator("1a", 2)
+	tab.SetDomainCreator("unbound", 3)
 	b := &Run{ID: "b", RootPID: 200, Owner: owner, Registered: now}
 	sb, _ := tab.Add(b)
 	tab.Exited(sb, 200, now)
@@ -147,8 +149,11 @@ func TestStateRoundTrip(t *testing.T) {
 	if ra == nil || ra.Ended() || ra.Policy.Workspace[0] != "/w" || ra.CgroupID != 77 || !ra.Owner.Same(owner) {
 		t.Fatalf("restored run a: %+v", ra)
 	}
-	if r.ByPID(100) != ra || r.ByDomain("1a") != ra {
-		t.Error("pids or domains of a lost")
+	if r.ByPID(100) != ra || r.ByDomain("1a") != ra || r.DomainCreator("1a") != 2 {
+		t.Error("pids, domains or a domain's creator of a lost")
+	}
+	if r.DomainCreator("unbound") != 0 {
+		t.Error("the creator of a domain of no run was kept")
 	}
 	if !r.Exited(sa, 101, now) {
 		t.Error("the last live process's exit did not end the run")
