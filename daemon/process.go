@@ -45,6 +45,13 @@ type processor struct {
 	// keyed hash and each run's location of a path are cached, bounded.
 	hashes map[string]schema.PathHash
 	locs   map[locKey]classify.Location
+
+	// ownPID: a watched process's pid (as the probes see it) → its pid in
+	// its own pid namespace, from its records; bounded. creators: a run's
+	// Landlock domain → its creator's pid, until the creator's own pid is
+	// known. Both name a domain's records' /proc entries (see denial).
+	ownPID   map[uint32]uint32
+	creators map[string]uint32
 }
 
 type locKey struct {
@@ -57,7 +64,8 @@ const maxCached = 1 << 16
 
 func newProcessor(d *Daemon) *processor {
 	return &processor{d: d, pending: map[string][]pendingDenial{}, foreign: map[string]bool{},
-		hashes: make(map[string]schema.PathHash), locs: make(map[locKey]classify.Location)}
+		hashes: make(map[string]schema.PathHash), locs: make(map[locKey]classify.Location),
+		ownPID: map[uint32]uint32{}, creators: map[string]uint32{}}
 }
 
 func (p *processor) hash(path string) schema.PathHash {
@@ -233,6 +241,12 @@ func (p *processor) handle(r *kevent.Record) {
 		return // the run was forgotten long ago; its slot is never reused
 	}
 	t := time.Unix(0, int64(r.KtimeNS)+p.d.monoOffset)
+	if r.NSTGID != 0 && p.ownPID[r.TGID] != r.NSTGID {
+		if len(p.ownPID) >= maxCached {
+			clear(p.ownPID)
+		}
+		p.ownPID[r.TGID] = r.NSTGID
+	}
 	switch r.Op {
 	case kevent.OpFork:
 		p.d.table.Forked(r.Slot, r.TGID, uint32(r.Ret))
@@ -323,12 +337,10 @@ func (p *processor) landlock(rec any, now time.Time) {
 		// server is pid 2 or so there): known, they are classified like
 		// the probes' events of the same paths (the creator's /proc/self).
 		// The creator is the server itself: the fence helper's exec stage
-		// restricts itself, then execs the server.
-		if proc, err := procinfo.Of(int(v.PID), nil); err == nil {
-			p.d.table.SetDomainCreator(v.Domain, uint32(proc.OwnPID))
-		} else {
-			p.d.log.Debug("the creator of a Landlock domain is gone", "domain", v.Domain, "err", err)
-		}
+		// restricts itself, then execs the server. Its own pid comes from
+		// its records, else from /proc while it lives, else (its records
+		// not yet read) at the domain's next denial.
+		p.bindCreator(v.Domain, uint32(v.PID))
 		if err := p.d.saveState(); err != nil {
 			p.d.log.Error("save the run table", "err", err)
 		}
@@ -350,6 +362,26 @@ func (p *processor) landlock(rec any, now time.Time) {
 		p.pending[v.Domain] = append(p.pending[v.Domain], pendingDenial{rec: v, since: now})
 		p.npend++
 	}
+}
+
+// bindCreator records the own pid of the creator (pid, as the probes see
+// it) of a run's Landlock domain, or remembers to look for it again.
+func (p *processor) bindCreator(domain string, pid uint32) {
+	own := p.ownPID[pid]
+	if own == 0 {
+		if proc, err := procinfo.Of(int(pid), nil); err == nil {
+			own = uint32(proc.OwnPID)
+		}
+	}
+	if own != 0 {
+		p.d.table.SetDomainCreator(domain, own)
+		delete(p.creators, domain)
+		return
+	}
+	if len(p.creators) >= maxCached {
+		clear(p.creators)
+	}
+	p.creators[domain] = pid
 }
 
 // expirePending sends, without a run, denials whose domain record never
@@ -385,7 +417,12 @@ func (p *processor) denial(run *runs.Run, a audit.LandlockAccess) {
 			// The creator's own /proc entries are its /proc/self, as in
 			// fileOp; the hash stays the path as the record names it.
 			path := a.Path
-			if own := p.d.table.DomainCreator(a.Domain); own != 0 {
+			own := p.d.table.DomainCreator(a.Domain)
+			if pid, ok := p.creators[a.Domain]; ok && own == 0 {
+				p.bindCreator(a.Domain, pid)
+				own = p.d.table.DomainCreator(a.Domain)
+			}
+			if own != 0 {
 				path = classify.SelfProc(path, own, own)
 			}
 			ld.PathClass, _ = run.Policy.Classify(path, true, classify.Read, -13)

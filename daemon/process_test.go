@@ -135,6 +135,16 @@ func TestLandlockRecordsOfTheCreatorsOwnProc(t *testing.T) {
 	if got := p.d.table.DomainCreator("c1"); got != uint32(own.OwnPID) {
 		t.Fatalf("creator of c1: %d, want %d", got, own.OwnPID)
 	}
+	// Creators in pid namespaces of their own, known from their records
+	// (host pids no process here has): read before the domain record
+	// (c3), or only after it (c4, found at the domain's next denial).
+	const host3, host4 = 1<<22 - 3, 1<<22 - 4
+	p.d.table.Forked(slot, 11, host3)
+	p.d.table.Forked(slot, 11, host4)
+	p.record(&kevent.Record{KtimeNS: 1, TGID: host3, PID: host3, NSTGID: 3, NSPID: 3, Slot: slot, Op: kevent.OpOpenat, Ret: 3, Comm: "node", Path1: "/srv/app/x", Path1OK: true})
+	p.landlock(audit.LandlockDomain{Domain: "c3", Status: "allocated", PID: host3}, now)
+	p.landlock(audit.LandlockDomain{Domain: "c4", Status: "allocated", PID: host4}, now)
+	p.record(&kevent.Record{KtimeNS: 1, TGID: host4, PID: host4, NSTGID: 4, NSPID: 4, Slot: slot, Op: kevent.OpOpenat, Ret: 3, Comm: "node", Path1: "/srv/app/x", Path1OK: true})
 	for _, tc := range []struct {
 		domain, path string
 		class        schema.PathClass
@@ -146,6 +156,10 @@ func TestLandlockRecordsOfTheCreatorsOwnProc(t *testing.T) {
 		{"c1", "/proc/1/environ", schema.PathOutside},
 		{"c1", "/etc/hostname", schema.PathOutside},
 		{"c2", "/proc/" + strconv.Itoa(gone.Process.Pid) + "/comm", schema.PathOutside},
+		{"c3", "/proc/3/statm", schema.PathRuntime},
+		{"c3", "/proc/4/statm", schema.PathOutside},
+		{"c4", "/proc/4/statm", schema.PathRuntime},
+		{"c4", "/proc/3/statm", schema.PathOutside},
 	} {
 		p.batch = nil
 		p.landlock(audit.LandlockAccess{TimeMS: now.UnixMilli(), Domain: tc.domain, Blockers: []string{"fs.write_file"}, Path: tc.path}, now)
