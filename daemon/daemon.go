@@ -504,6 +504,7 @@ func (d *Daemon) register(peer *localsock.Peer, reg *api.Registration, root *os.
 	if err != nil {
 		return out, err
 	}
+	d.table.SetOwnPID(pid, uint32(proc.OwnPID))
 	if err := d.watchRoot(pid, slot, root); err != nil {
 		d.table.Remove(slot)
 		return out, err
@@ -607,6 +608,7 @@ func (d *Daemon) adoptChild(slot, parent, child uint32) (bool, error) {
 	}
 	// In the table first, so that its exit, once watched, ends it there.
 	d.table.Adopted(slot, parent, child)
+	d.table.SetOwnPID(child, uint32(p.OwnPID))
 	if err := d.probes.Watch(child, slot); err != nil {
 		d.table.Exited(slot, child, time.Now())
 		return false, err

@@ -369,6 +369,9 @@ func (p *processor) landlock(rec any, now time.Time) {
 func (p *processor) bindCreator(domain string, pid uint32) {
 	own := p.ownPID[pid]
 	if own == 0 {
+		own = p.d.table.OwnPID(pid) // read at registration
+	}
+	if own == 0 {
 		if proc, err := procinfo.Of(int(pid), nil); err == nil {
 			own = uint32(proc.OwnPID)
 		}

@@ -94,6 +94,9 @@ type Table struct {
 	// pid namespace (the number its /proc gives it, and so the number the
 	// domain's records name its /proc entries by); absent when unknown.
 	ownPID map[string]uint32
+	// ownOf: a run's pid → its pid in its own pid namespace, where
+	// registration read it (the root and the processes it adopted).
+	ownOf map[uint32]uint32
 	// setup holds root pids that have not exec'd the server yet: until then
 	// the process is the launcher's own fence helper. The value is the
 	// helper's comm once seen.
@@ -112,6 +115,7 @@ func NewTable() *Table {
 		pids:    map[uint32]uint32{},
 		domains: map[string]uint32{},
 		ownPID:  map[string]uint32{},
+		ownOf:   map[uint32]uint32{},
 		setup:   map[uint32]string{},
 		claims:  map[string]claim{},
 	}
@@ -275,6 +279,7 @@ func (t *Table) Remove(slot uint32) {
 		if s == slot {
 			delete(t.pids, pid)
 			delete(t.setup, pid)
+			delete(t.ownOf, pid)
 		}
 	}
 	for d, s := range t.domains {
@@ -408,6 +413,23 @@ func (t *Table) SetDomainCreator(domain string, ownPID uint32) {
 	if _, ok := t.domains[domain]; ok && ownPID != 0 {
 		t.ownPID[domain] = ownPID
 	}
+}
+
+// SetOwnPID records the pid that process pid of a run has in its own pid
+// namespace (read while it lived, at registration).
+func (t *Table) SetOwnPID(pid, own uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.pids[pid]; ok && own != 0 {
+		t.ownOf[pid] = own
+	}
+}
+
+// OwnPID is the pid SetOwnPID recorded for pid, 0 if none.
+func (t *Table) OwnPID(pid uint32) uint32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ownOf[pid]
 }
 
 // DomainCreator is the pid SetDomainCreator recorded for domain, 0 if

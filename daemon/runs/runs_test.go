@@ -130,6 +130,11 @@ func TestStateRoundTrip(t *testing.T) {
 	tab.BindDomain("1a", 100)
 	tab.SetDomainCreator("1a", 2)
 	tab.SetDomainCreator("unbound", 3)
+	tab.SetOwnPID(101, 2)
+	tab.SetOwnPID(999, 3)
+	if tab.OwnPID(101) != 2 || tab.OwnPID(999) != 0 {
+		t.Errorf("own pids: %d of a run's process, %d of no run's", tab.OwnPID(101), tab.OwnPID(999))
+	}
 	b := &Run{ID: "b", RootPID: 200, Owner: owner, Registered: now}
 	sb, _ := tab.Add(b)
 	tab.Exited(sb, 200, now)
