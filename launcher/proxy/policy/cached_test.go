@@ -3,6 +3,7 @@ package policy
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -116,4 +117,34 @@ func TestCachedLookupSeesASwappedSymlink(t *testing.T) {
 	if _, d := p.CheckArguments("read_text_file", args, eff); d == nil {
 		t.Fatal("a symlink to outside swapped in after a cached check was allowed")
 	}
+}
+
+// FuzzCachedLookupsAgree: for any name under the fixture (symlinks in and
+// out, dangling, secrets), the dentry-cache fast paths answer as the
+// general ones do.
+func FuzzCachedLookupsAgree(f *testing.F) {
+	for _, s := range []string{"allowed/probe.txt", "allowed/escape/probe.txt", "allowed/dangling", "allowed/inner-link", "outside/link-in", "allowed/.env", "allowed/../outside", "missing/x", "allowed/probe.txt/x", ""} {
+		f.Add(s)
+	}
+	_, base := fixture(f)
+	f.Fuzz(func(t *testing.T, rel string) {
+		if strings.ContainsRune(rel, 0) {
+			return
+		}
+		p := filepath.Join(base, rel)
+		if p != base && !strings.HasPrefix(p, base+"/") {
+			return // names elsewhere (/proc/self/fd/N) change between two looks
+		}
+		for round := 0; round < 2; round++ {
+			wantReal, wantErr := resolveRealSlow(p)
+			gotReal, gotErr := resolveReal(p)
+			if gotReal != wantReal || (gotErr == nil) != (wantErr == nil) {
+				t.Fatalf("resolveReal(%q) = %q, %v; the general path says %q, %v", p, gotReal, gotErr, wantReal, wantErr)
+			}
+			_, lerr := os.Lstat(p)
+			if got := Exists(p); got != (lerr == nil) {
+				t.Fatalf("Exists(%q) = %v; lstat says %v", p, got, lerr)
+			}
+		}
+	})
 }
