@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,12 +23,15 @@ var noDeadline time.Time
 // (whose writes are not made through the poller: a full pipe would make
 // them fail instead of wait). Where stdin and stdout are one socket, both
 // are converted, so every use of it waits in the poller. Anything else is
-// returned as it is. restore puts blocking mode back on the descriptors
-// that were converted; call it when the proxy has stopped reading and
-// writing them.
+// returned as it is. restore closes the converted readers and writers
+// (a read or write still in progress finishes first; later ones fail as on
+// a closed file, so none can block a thread on a descriptor that is
+// blocking again) and then puts blocking mode back on the client's
+// descriptors; call it when the proxy is done with them.
 func PollableStdio(stdin, stdout, stderr *os.File) (in io.Reader, out io.Writer, restore func()) {
 	errSt, errOK := fstat(stderr)
 	var undo []int
+	var dups []*os.File
 	convert := func(f *os.File) any {
 		st, ok := fstat(f)
 		if !ok {
@@ -52,6 +56,7 @@ func PollableStdio(stdin, stdout, stderr *os.File) (in io.Reader, out io.Writer,
 		// os.NewFile registers a descriptor that is already non-blocking
 		// with the poller.
 		nf := os.NewFile(uintptr(dup), f.Name())
+		dups = append(dups, nf)
 		if r := newRawFile(nf); r != nil {
 			return r
 		}
@@ -59,11 +64,14 @@ func PollableStdio(stdin, stdout, stderr *os.File) (in io.Reader, out io.Writer,
 	}
 	in = convert(stdin).(io.Reader)
 	out = convert(stdout).(io.Writer)
-	return in, out, func() {
+	return in, out, sync.OnceFunc(func() {
+		for _, f := range dups {
+			_ = f.Close()
+		}
 		for _, fd := range undo {
 			_ = unix.SetNonblock(fd, false)
 		}
-	}
+	})
 }
 
 func fstat(f *os.File) (unix.Stat_t, bool) {

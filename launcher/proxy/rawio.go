@@ -18,7 +18,8 @@ import (
 // request-response protocol: one futex wake-up and a few sleeps of another
 // thread per message, on the machine's few cores. When a read finds no
 // data or a write finds the pipe full, the goroutine waits in the poller
-// as os.File's own methods do.
+// as os.File's own methods do. Nothing may call Fd on a file taken raw:
+// Fd puts the descriptor back into blocking mode.
 type rawFile struct {
 	f  *os.File
 	rc syscall.RawConn

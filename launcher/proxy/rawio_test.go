@@ -164,9 +164,31 @@ func TestPollableStdio(t *testing.T) {
 	if _, err := io.ReadFull(outR, buf); err != nil || string(buf) != "pong\n" {
 		t.Fatalf("read what the converted stdout wrote: %q, %v", buf, err)
 	}
+	// A reader still waiting when restore runs, and every later read and
+	// write, fail as on a closed file: none may block a thread on a
+	// descriptor that is blocking again.
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := in.Read(buf)
+		waiting <- err
+	}()
 	restore()
 	if isNonblock(inR) || isNonblock(outW) {
 		t.Fatal("restore left a descriptor non-blocking")
+	}
+	if err := <-waiting; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("a read waiting at restore: %v, want os.ErrClosed", err)
+	}
+	if _, err := in.Read(buf); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("a read after restore: %v, want os.ErrClosed", err)
+	}
+	if _, err := out.Write([]byte("late\n")); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("a write after restore: %v, want os.ErrClosed", err)
+	}
+	// The client's own descriptors are still open and usable.
+	go func() { _, _ = inW.Write([]byte("more\n")) }()
+	if _, err := io.ReadFull(inR, buf); err != nil || string(buf) != "more\n" {
+		t.Fatalf("the client's stdin after restore: %q, %v", buf, err)
 	}
 
 	// stdout is the same pipe as stderr (2>&1): a full pipe would make
