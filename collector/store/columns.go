@@ -393,11 +393,15 @@ func (s *Store) ReadRun(ctx context.Context, run RunRef, limit int) ([]schema.Ev
 }
 
 // RunHosts lists the hosts a run's events came from (one, unless a run id
-// was reused): the small kinds are looked at first, the file operations
-// only when a run has nothing else.
+// was reused). It reads runs_rollup first (launches, decisions, denials
+// and findings, one small row per run and minute) together with the other
+// small kinds (health) of the events table, found through its primary key
+// (kind first), instead of scanning run_id over every stored event; the
+// file operations are looked at only when a run has nothing else (or its
+// rollup rows expired before its events).
 func (s *Store) RunHosts(ctx context.Context, runID string) ([]string, error) {
-	for _, where := range []string{"kind != 'file_op' AND run_id = {run:String}", "run_id = {run:String}"} {
-		rows, err := s.Query(ctx, "SELECT DISTINCT host FROM events WHERE "+where+" ORDER BY host", Params{"run": runID})
+	for _, sql := range runHostsSQL {
+		rows, err := s.Query(ctx, sql, Params{"run": runID})
 		if err != nil {
 			return nil, fmt.Errorf("find the run's host in ClickHouse: %w", err)
 		}
@@ -417,6 +421,20 @@ func (s *Store) RunHosts(ctx context.Context, runID string) ([]string, error) {
 		}
 	}
 	return nil, nil
+}
+
+// runHostsSQL are RunHosts' look-ups, cheapest first. The first one's
+// kinds outside the rollup are named as != conditions, each of which the
+// primary key (kind, host, run_id, ...) turns into ranges.
+var runHostsSQL = []string{
+	`SELECT DISTINCT host FROM (
+    SELECT host FROM runs_rollup WHERE run_id = {run:String}
+    UNION ALL
+    SELECT host FROM events
+    WHERE kind != 'file_op' AND kind != 'launch' AND kind != 'decision' AND kind != 'landlock_denial' AND kind != 'finding'
+      AND run_id = {run:String}
+) ORDER BY host`,
+	"SELECT DISTINCT host FROM events WHERE run_id = {run:String} ORDER BY host",
 }
 
 // ReadRunArrived is ReadRun plus when each event arrived: the first time

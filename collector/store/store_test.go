@@ -119,3 +119,70 @@ func TestInsertRoundTripAndDuplicatesCollapse(t *testing.T) {
 		t.Fatalf("recent runs %v, %v", runs, err)
 	}
 }
+
+// RunHosts must name every host a run's events came from, whichever kinds
+// they are, and look at file operations only when nothing else is stored.
+func TestRunHosts(t *testing.T) {
+	s := openMigrated(t)
+	ctx := context.Background()
+	var evs []schema.Event
+	add := func(host, run string, kinds ...schema.Kind) {
+		g := eventgen.New(host)
+		g.RunID = run
+		for i, k := range kinds {
+			switch k {
+			case schema.KindDecision:
+				evs = append(evs, g.Decision(i))
+			case schema.KindFileOp:
+				evs = append(evs, g.FileOp(i))
+			case schema.KindHealth:
+				h := g.Origin.NewEvent(schema.KindHealth, run, "", "", g.T0.Add(time.Duration(i)*time.Second))
+				h.Health = &schema.Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on"}
+				evs = append(evs, h)
+			default:
+				t.Fatalf("kind %s not made here", k)
+			}
+		}
+	}
+	add("host-a", "run-reused", schema.KindDecision, schema.KindFileOp)
+	add("host-b", "run-reused", schema.KindDecision)
+	add("host-c", "run-fileops", schema.KindFileOp, schema.KindFileOp)
+	add("host-d", "run-health", schema.KindHealth)
+	add("host-e", "run-health-and-call", schema.KindHealth)
+	add("host-f", "run-health-and-call", schema.KindDecision)
+	add("host-g", "run-call-and-fileops", schema.KindDecision)
+	add("host-h", "run-call-and-fileops", schema.KindFileOp)
+	for i := range evs {
+		if err := evs[i].Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Insert(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		run  string
+		want []string
+	}{
+		{"run-reused", []string{"host-a", "host-b"}},
+		{"run-fileops", []string{"host-c"}},
+		{"run-health", []string{"host-d"}},
+		{"run-health-and-call", []string{"host-e", "host-f"}},
+		// As before runs_rollup was read: the file operations are not
+		// looked at when the run has other events.
+		{"run-call-and-fileops", []string{"host-g"}},
+		{"run-unknown", nil},
+		{"run-reused' OR '1'='1", nil},
+		{"", nil},
+	} {
+		t.Run(c.run, func(t *testing.T) {
+			got, err := s.RunHosts(ctx, c.run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("RunHosts(%q) = %q, want %q", c.run, got, c.want)
+			}
+		})
+	}
+}

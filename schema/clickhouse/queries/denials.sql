@@ -2,7 +2,8 @@
 -- and the kernel's Landlock denial records (by path class), per tool.
 -- Duplicates collapse on event_id (counted as 64-bit CityHash values, as
 -- are runs and hosts).
--- Without --host it reads denials_rollup (migration 0003): the whole days
+-- Without --host (with or without --scope: scope_id is in the rollup's
+-- sorting key) it reads denials_rollup (migration 0003): the whole days
 -- inside [from, to), the whole hours and minutes of the partial days and
 -- hours, and the events of the two partial minutes at the edges from the
 -- events table (found through the primary key by run, from runs_rollup);
@@ -10,9 +11,9 @@
 -- Only denials of runs are listed: a Landlock denial the daemon could not
 -- tie to a run (another program's domain, or one older than the daemon)
 -- has no scope, and `query health` counts those per host
--- (unattributed_denials). With --host or
--- --scope it scans the events table instead (a filtered scan is fast: the
--- primary key starts with kind, host).
+-- (unattributed_denials). With --host it
+-- scans the events table instead (a filtered scan is fast: the primary key
+-- starts with kind, host); the rollup keeps no host.
 -- The edge runs' subquery is GLOBAL IN, so on a cluster it runs once and
 -- every shard gets its result.
 -- The same query as a plain scan: collector/query/testdata/denials_scan.sql.
@@ -28,14 +29,14 @@ FROM
     -- whole days
     SELECT scope_id, layer, reason, tool, denials, runs, hosts, last_ns
     FROM denials_rollup
-    WHERE level = 1 AND {host:String} = '' AND {scope:String} = '' AND scope_id != ''
+    WHERE level = 1 AND {host:String} = '' AND ({scope:String} = '' OR scope_id = {scope:String}) AND scope_id != ''
       AND bucket >= (intDiv({from:Int64}, toInt64(86400000000000)) + (modulo({from:Int64}, toInt64(86400000000000)) > 0)) AND bucket < (intDiv({to:Int64}, toInt64(86400000000000)) - (modulo({to:Int64}, toInt64(86400000000000)) < 0))
 
     UNION ALL
     -- whole hours of the partial days
     SELECT scope_id, layer, reason, tool, denials, runs, hosts, last_ns
     FROM denials_rollup
-    WHERE level = 2 AND {host:String} = '' AND {scope:String} = '' AND scope_id != ''
+    WHERE level = 2 AND {host:String} = '' AND ({scope:String} = '' OR scope_id = {scope:String}) AND scope_id != ''
       AND bucket >= (intDiv({from:Int64}, toInt64(3600000000000)) + (modulo({from:Int64}, toInt64(3600000000000)) > 0)) AND bucket < (intDiv({to:Int64}, toInt64(3600000000000)) - (modulo({to:Int64}, toInt64(3600000000000)) < 0))
       AND (bucket < (intDiv({from:Int64}, toInt64(86400000000000)) + (modulo({from:Int64}, toInt64(86400000000000)) > 0)) * 24 OR bucket >= (intDiv({to:Int64}, toInt64(86400000000000)) - (modulo({to:Int64}, toInt64(86400000000000)) < 0)) * 24)
 
@@ -43,7 +44,7 @@ FROM
     -- whole minutes of the partial hours
     SELECT scope_id, layer, reason, tool, denials, runs, hosts, last_ns
     FROM denials_rollup
-    WHERE level = 3 AND {host:String} = '' AND {scope:String} = '' AND scope_id != ''
+    WHERE level = 3 AND {host:String} = '' AND ({scope:String} = '' OR scope_id = {scope:String}) AND scope_id != ''
       AND bucket >= (intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)) AND bucket < (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0))
       AND (bucket < (intDiv({from:Int64}, toInt64(3600000000000)) + (modulo({from:Int64}, toInt64(3600000000000)) > 0)) * 60 OR bucket >= (intDiv({to:Int64}, toInt64(3600000000000)) - (modulo({to:Int64}, toInt64(3600000000000)) < 0)) * 60)
 
@@ -62,7 +63,7 @@ FROM
     WHERE kind IN ('decision', 'landlock_denial')
       AND (kind = 'landlock_denial' OR decision = 'deny')
       AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
-      AND {host:String} = '' AND {scope:String} = ''
+      AND {host:String} = '' AND ({scope:String} = '' OR scope_id = {scope:String})
       AND (time_ns < (intDiv({from:Int64}, toInt64(60000000000)) + (modulo({from:Int64}, toInt64(60000000000)) > 0)) * toInt64(60000000000)
         OR time_ns >= (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)) * toInt64(60000000000)
         OR intDiv({from:Int64}, toInt64(60000000000)) >= 153722867 OR intDiv({to:Int64}, toInt64(60000000000)) <= -153722867)
@@ -70,12 +71,12 @@ FROM
       (
           SELECT host, run_id
           FROM runs_rollup
-          WHERE {host:String} = '' AND {scope:String} = ''
+          WHERE {host:String} = '' AND ({scope:String} = '' OR scope_id = {scope:String})
             AND (minute = (intDiv({from:Int64}, toInt64(60000000000)) - (modulo({from:Int64}, toInt64(60000000000)) < 0)) OR minute = (intDiv({to:Int64}, toInt64(60000000000)) - (modulo({to:Int64}, toInt64(60000000000)) < 0)))
       )
     GROUP BY scope_id, layer, reason, tool
     UNION ALL
-    -- --host or --scope: a scan of the events table
+    -- --host: a scan of the events table
     SELECT
         scope_id,
         if(kind = 'decision', 'proxy', 'kernel') AS layer,
@@ -89,7 +90,7 @@ FROM
     WHERE kind IN ('decision', 'landlock_denial')
       AND (kind = 'landlock_denial' OR decision = 'deny')
       AND time_ns >= {from:Int64} AND time_ns < {to:Int64}
-      AND ({host:String} != '' OR {scope:String} != '')
+      AND {host:String} != ''
       AND run_id != ''
       AND ({host:String} = '' OR host = {host:String})
       AND ({scope:String} = '' OR scope_id = {scope:String})
