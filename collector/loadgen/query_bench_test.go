@@ -291,6 +291,9 @@ func BenchmarkFleetQueries(b *testing.B) {
 		name, query string
 		p           func() query.Params
 	}{
+		// One round trip that reads nothing (SELECT 1): what the connection
+		// alone costs, side by side with the queries.
+		{"round_trip", "", nil},
 		// As `query timeline --run ID` (the run's host looked up first) and
 		// with --host too.
 		{"timeline_one_run", "timeline", func() query.Params { return query.Params{Run: runs[rng.IntN(len(runs))].run, Limit: 5000} }},
@@ -309,6 +312,15 @@ func BenchmarkFleetQueries(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			var lat []time.Duration
 			for range b.N {
+				if c.p == nil {
+					start := time.Now()
+					var one uint8
+					if err := st.QueryRow(ctx, "SELECT toUInt8(1)", nil, &one); err != nil || one != 1 {
+						b.Fatalf("SELECT 1: %d, %v", one, err)
+					}
+					lat = append(lat, time.Since(start))
+					continue
+				}
 				p := c.p()
 				start := time.Now()
 				res, err := query.Run(ctx, st, c.query, p)

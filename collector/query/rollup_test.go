@@ -296,9 +296,15 @@ func TestRunsServerMigratesForward(t *testing.T) {
 	if err := st.Insert(ctx, evs[:half]); err != nil {
 		t.Fatal(err)
 	}
+	var want []int // runs_server and every later migration
+	for _, m := range ms {
+		if m.Version >= version {
+			want = append(want, m.Version)
+		}
+	}
 	applied, err := st.Migrate(ctx)
-	if err != nil || !reflect.DeepEqual(applied, []int{version}) {
-		t.Fatalf("migrated forward: applied %v, %v; want [%d]", applied, err, version)
+	if err != nil || !reflect.DeepEqual(applied, want) {
+		t.Fatalf("migrated forward: applied %v, %v; want %v", applied, err, want)
 	}
 	if err := st.CheckMigrated(ctx); err != nil {
 		t.Fatal(err)

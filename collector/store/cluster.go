@@ -20,7 +20,8 @@ import (
 // shard keeps the rollups of the events it holds; a query merges the
 // shards' states. The migrations are plain SQL with a few statement shapes
 // (create table, create materialized view ... TO, backfill INSERT ...
-// SELECT, ALTER TABLE ... ADD COLUMN, DROP TABLE IF EXISTS of a view named
+// SELECT, ALTER TABLE ... ADD COLUMN, MODIFY SETTING, ADD and MATERIALIZE
+// PROJECTION, DROP TABLE IF EXISTS of a view named
 // *_mv*); anything else is refused rather
 // than run on one node only.
 type clusterPlan struct {
@@ -90,6 +91,7 @@ var (
 	insertRE      = regexp.MustCompile(`^INSERT INTO (\w+)(\s*\([\w,\s]+\))?\s*\n?SELECT\s`)
 	dropViewRE    = regexp.MustCompile(`^DROP TABLE IF EXISTS (\w+_mv\d*)$`)
 	alterRE       = regexp.MustCompile(`^ALTER TABLE (\w+) (ADD COLUMN .*)$`)
+	alterLocalRE  = regexp.MustCompile(`^ALTER TABLE (\w+) ((?:MODIFY SETTING|ADD PROJECTION|MATERIALIZE PROJECTION) .*)$`)
 	fromRE        = regexp.MustCompile(`\bFROM (\w+)\b`)
 	engineRE      = regexp.MustCompile(`\nENGINE = (\w+)\(`)
 )
@@ -144,6 +146,14 @@ func (p *clusterPlan) rewrite(stmts []string) ([]string, error) {
 			// when the shards are.
 			out = append(out, "ALTER TABLE "+p.qualified(m[1]+"_local")+p.onCluster()+" "+m[2],
 				EachNode+"ALTER TABLE "+p.qualified(m[1])+" "+m[2])
+		case alterLocalRE.MatchString(st):
+			// A table setting or a projection: the replicated tables'
+			// alone (a Distributed table has neither).
+			m := alterLocalRE.FindStringSubmatch(st)
+			if err := p.known(m[1]); err != nil {
+				return nil, err
+			}
+			out = append(out, "ALTER TABLE "+p.qualified(m[1]+"_local")+p.onCluster()+" "+m[2])
 		default:
 			return nil, fmt.Errorf("a statement this migration runs cannot be run on a cluster: %.80q", st)
 		}

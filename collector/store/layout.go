@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -105,4 +106,31 @@ func (s *Store) detect(ctx context.Context) error {
 		return fmt.Errorf("database %s has an events table that is not mcpwarden's (no time or time_ns column)", s.db)
 	}
 	return nil
+}
+
+// sinceRE marks a migration statement that needs ClickHouse X.Y or later.
+var sinceRE = regexp.MustCompile(`^/\* since (\d+)\.(\d+) \*/ `)
+
+// forRelease is a migration's statements as the server of version v runs
+// them: a statement marked "/* since X.Y */ " is kept (without the mark)
+// on X.Y or later and left out on older releases. Only accelerators (a
+// projection) are marked: a query's result never depends on one.
+func forRelease(stmts []string, v serverVersion) ([]string, error) {
+	out := make([]string, 0, len(stmts))
+	for _, st := range stmts {
+		m := sinceRE.FindStringSubmatch(st)
+		if m == nil {
+			if strings.HasPrefix(st, "/* since") {
+				return nil, fmt.Errorf("a statement marked %.30q: write the mark as /* since X.Y */ and a space", st)
+			}
+			out = append(out, st)
+			continue
+		}
+		major, _ := strconv.Atoi(m[1])
+		minor, _ := strconv.Atoi(m[2])
+		if v.atLeast(serverVersion{major, minor}) {
+			out = append(out, st[len(m[0]):])
+		}
+	}
+	return out, nil
 }

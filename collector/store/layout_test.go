@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,11 @@ func TestClusterRewrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range ms {
-			out, err := p.rewrite(m.Statements)
+			stmts, err := forRelease(m.Statements, serverVersion{26, 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := p.rewrite(stmts)
 			if err != nil {
 				t.Fatalf("%s %04d: %v", layout, m.Version, err)
 			}
@@ -124,6 +129,8 @@ func TestClusterRewrite(t *testing.T) {
 		"CREATE TABLE IF NOT EXISTS events\n(a UInt8)\nENGINE = Log",
 		"INSERT INTO runs_rollup\nSELECT * FROM system.numbers",
 		"ALTER TABLE other ADD COLUMN x UInt8",
+		"ALTER TABLE other ADD PROJECTION p (SELECT * ORDER BY a)",
+		"ALTER TABLE runs_rollup DROP PROJECTION by_scope",
 	} {
 		if _, err := p.rewrite([]string{st}); err == nil {
 			t.Errorf("accepted on a cluster: %q", st)
@@ -262,6 +269,33 @@ func TestRetentionKeepsFileOperationsShorter(t *testing.T) {
 		}
 		if !strings.Contains(got, want) || (table == "events" && strings.Contains(got, "kind != 'file_op'")) {
 			t.Errorf("%s: %s, want %s", table, got, want)
+		}
+	}
+}
+
+// TestForRelease: a statement marked "since X.Y" runs on X.Y and later
+// only; a malformed mark is refused, not run.
+func TestForRelease(t *testing.T) {
+	stmts := []string{"CREATE TABLE a", "/* since 24.8 */ ALTER TABLE a MODIFY SETTING x = 1", "/* since 26.10 */ ALTER TABLE a ADD PROJECTION p"}
+	for _, c := range []struct {
+		v    serverVersion
+		want []string
+	}{
+		{serverVersion{22, 8}, []string{"CREATE TABLE a"}},
+		{serverVersion{24, 3}, []string{"CREATE TABLE a"}},
+		{serverVersion{24, 8}, []string{"CREATE TABLE a", "ALTER TABLE a MODIFY SETTING x = 1"}},
+		{serverVersion{26, 7}, []string{"CREATE TABLE a", "ALTER TABLE a MODIFY SETTING x = 1"}},
+		{serverVersion{26, 10}, []string{"CREATE TABLE a", "ALTER TABLE a MODIFY SETTING x = 1", "ALTER TABLE a ADD PROJECTION p"}},
+		{serverVersion{27, 1}, []string{"CREATE TABLE a", "ALTER TABLE a MODIFY SETTING x = 1", "ALTER TABLE a ADD PROJECTION p"}},
+	} {
+		got, err := forRelease(stmts, c.v)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%v: %q, %v; want %q", c.v, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"/* since 24 */ ALTER TABLE a", "/* since 24.8*/ ALTER TABLE a", "/* since x.y */ ALTER TABLE a"} {
+		if got, err := forRelease([]string{bad}, serverVersion{26, 7}); err == nil {
+			t.Errorf("%q accepted: %q", bad, got)
 		}
 	}
 }

@@ -190,7 +190,10 @@ ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`}
 		if done[m.Version] || o.Through > 0 && m.Version > o.Through {
 			continue
 		}
-		stmts := m.Statements
+		stmts, err := forRelease(m.Statements, s.version)
+		if err != nil {
+			return applied, fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+		}
 		if plan != nil {
 			if stmts, err = plan.rewrite(stmts); err != nil {
 				return applied, fmt.Errorf("migration %04d_%s on cluster %s: %w", m.Version, m.Name, o.Cluster, err)

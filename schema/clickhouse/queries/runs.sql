@@ -22,6 +22,9 @@
 -- superset of the `limit` latest). Ties are broken by run_id. The
 -- subqueries are GLOBAL IN: on a cluster (Distributed tables) they run once
 -- and every shard gets their result; on one server it is a plain IN.
+-- With --scope, ClickHouse reads runs_rollup's projection by_scope (migration
+-- 0005 of the current layout: sorted by scope first) instead of every
+-- granule of the range; the result is the same.
 -- The same query as a plain scan: collector/query/testdata/runs_scan.sql.
 -- Parameters: from, to (Unix ns), host ('' = all), scope ('' = all), limit.
 SELECT
