@@ -439,24 +439,27 @@ func (c *Collector) consume(ctx context.Context, cons jetstream.Consumer, st *st
 	// A continuous pull keeps messages the server sent in the iterator until
 	// taken; one-shot fetches that expire can strand delivered messages
 	// until AckWait. The prefetch is small so an outage holds few messages.
-	var it jetstream.MessagesContext
+	var p *puller
 	defer func() {
-		if it != nil {
-			it.Stop()
+		if p != nil {
+			p.stop()
 		}
 	}()
 	for ctx.Err() == nil {
-		if it == nil {
-			var err error
-			if it, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(1024, c.prefetchBytes())); err != nil {
+		if p == nil {
+			it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(1024, c.prefetchBytes()),
+				jetstream.PullHeartbeat(pullHeartbeat))
+			if err != nil {
 				c.log.Warn("pull from JetStream failed; retrying", "error", err)
 				sleep(ctx, time.Second)
 				continue
 			}
+			p = startPuller(it)
 		}
-		h, err := c.fill(ctx, it)
+		h, err := c.fill(ctx, p.msgs)
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			it = nil
+			p.stop()
+			p = nil
 		}
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("fetch from JetStream failed; retrying", "error", err)
@@ -472,6 +475,59 @@ func (c *Collector) consume(ctx context.Context, cons jetstream.Consumer, st *st
 		}
 	}
 	return nil
+}
+
+// pullHeartbeat is how often the server holding a pull says it is alive; a
+// pull is given up for a new one after two missing heartbeats, so a consumer
+// leader killed mid-pull costs about 10 s (the default, half the pull's 30 s
+// expiry, cost 30 s).
+const pullHeartbeat = 5 * time.Second
+
+// pulled is one answer of the iterator's Next.
+type pulled struct {
+	m   jetstream.Msg
+	err error
+}
+
+// A puller waits in the iterator's Next with no deadline of its own and
+// hands each message on. The iterator watches the pull's heartbeats only
+// while a Next waits, for twice the heartbeat interval, and starts a new pull
+// when they stop (the pull request died with a consumer leader that was
+// killed): Next calls cut short at every batch deadline never let that
+// watch fire, and a collector whose pull was parked on a killed node waited
+// for messages forever.
+type puller struct {
+	it   jetstream.MessagesContext
+	msgs chan pulled
+	quit chan struct{}
+	done chan struct{}
+}
+
+func startPuller(it jetstream.MessagesContext) *puller {
+	p := &puller{it: it, msgs: make(chan pulled), quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			m, err := it.Next()
+			select {
+			case p.msgs <- pulled{m, err}:
+			case <-p.quit:
+				// Taken by nobody: JetStream redelivers it after AckWait.
+				return
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the iterator and waits for the puller to return.
+func (p *puller) stop() {
+	close(p.quit)
+	p.it.Stop()
+	<-p.done
 }
 
 // prefetchBytes sizes each pull to about one batch, and never below the
@@ -493,25 +549,28 @@ func nakAll(msgs []jetstream.Msg) {
 }
 
 // fill takes messages until the batch is full or BatchWait has passed.
-func (c *Collector) fill(ctx context.Context, it jetstream.MessagesContext) (held, error) {
+func (c *Collector) fill(ctx context.Context, from <-chan pulled) (held, error) {
 	h := held{events: make([]schema.Event, 0, c.cfg.BatchEvents+schema.MaxBatchEvents/16)}
-	deadline := time.Now().Add(c.cfg.BatchWait)
+	timer := time.NewTimer(c.cfg.BatchWait)
+	defer timer.Stop()
 	var got []jetstream.Msg
 	var events int
 	var ferr error
-	for events < c.cfg.BatchEvents && ctx.Err() == nil {
-		wait := time.Until(deadline)
-		if wait < time.Millisecond {
+take:
+	for events < c.cfg.BatchEvents {
+		var r pulled
+		select {
+		case r = <-from:
+		case <-timer.C:
+			break take
+		case <-ctx.Done():
+			break take
+		}
+		if r.err != nil {
+			ferr = r.err
 			break
 		}
-		m, err := it.Next(jetstream.NextMaxWait(wait))
-		if errors.Is(err, nats.ErrTimeout) {
-			break
-		}
-		if err != nil {
-			ferr = err
-			break
-		}
+		m := r.m
 		c.messages.Add(1)
 		got = append(got, m)
 		// Estimate from the size; decoding happens in parallel below.

@@ -144,17 +144,27 @@ func killMidStream(t *testing.T, bin string, leader bool) {
 	waitDrained(t, cl)
 	stop()
 	assertNoDuplicatesInQueries(t, st, produced)
-	events, msgs := streamContents(t, cl)
+	events, msgs, dups := streamContents(t, cl)
 	if events != produced {
-		t.Fatalf("the stream holds %d events, produced %d", events, produced)
+		t.Fatalf("the stream holds %d distinct batches' events, produced %d", events, produced)
 	}
-	var spooled, reconnects uint64
+	var spooled, replayed, reconnects uint64
 	for _, h := range hs {
 		spooled += h.pub.Stats().Spooled
+		replayed += h.pub.Stats().Replayed
 		reconnects += h.nc.Stats().Reconnects
 	}
-	t.Logf("killed %s (leader before %s, after %s); %d messages in the stream, each once; publishers spooled %d messages, reconnected %d times; the collector stored %d events for %d produced (redeliveries collapse)",
-		cl.Nodes()[victim].Name, cl.Nodes()[leaderBefore].Name, cl.Nodes()[leaderAfter].Name, msgs, spooled, reconnects, c.Stats().Events, produced)
+	// A batch whose publish was in flight when the leader died may be in the
+	// stream twice: the replay with the same Nats-Msg-Id can reach the new
+	// leader before it has applied the first copy to its duplicate window
+	// (seen with Debian's nats-server 2.9.10). Only a batch whose ack failed
+	// (and was spooled for a replay) can be there twice; ClickHouse holds
+	// each event once all the same (above).
+	if dups > spooled {
+		t.Fatalf("%d batches are in the stream twice, but the publishers spooled only %d", dups, spooled)
+	}
+	t.Logf("killed %s (leader before %s, after %s); %d messages in the stream, %d of them a second copy of a replayed batch; publishers spooled %d messages, replayed %d, reconnected %d times; the collector stored %d events for %d produced (redeliveries collapse)",
+		cl.Nodes()[victim].Name, cl.Nodes()[leaderBefore].Name, cl.Nodes()[leaderAfter].Name, msgs, dups, spooled, replayed, reconnects, c.Stats().Events, produced)
 }
 
 // waitClusterConsumer waits until the collector has created its durable consumer.
@@ -226,12 +236,15 @@ func waitDrained(t *testing.T, cl *natstest.Cluster) {
 	}
 }
 
-// streamContents reads the whole stream as the analyst and returns the
-// events its messages hold and the number of messages, failing t if a
-// Nats-Msg-Id occurs twice or the stream's count disagrees.
-func streamContents(t *testing.T, cl *natstest.Cluster) (events, msgs uint64) {
+// streamContents reads the whole stream through a consumer of its own with
+// explicit acks (a message whose delivery is lost comes again; a stream
+// sequence seen twice is counted once) and returns the events of its
+// distinct batches (by Nats-Msg-Id), the number of messages, and how many of
+// them repeat a batch already read. An ordered consumer is no good here:
+// after the kill it reset itself hundreds of times and skipped messages.
+func streamContents(t *testing.T, cl *natstest.Cluster) (events, msgs, dups uint64) {
 	t.Helper()
-	nc, _ := natstest.Connect(t, cl.Conn(stream.RoleReader, "", "analyst"))
+	nc, _ := natstest.Connect(t, cl.Conn(stream.RoleCollector, "", "stream-reader"))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -242,37 +255,63 @@ func streamContents(t *testing.T, cl *natstest.Cluster) (events, msgs uint64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	oc, err := js.OrderedConsumer(ctx, stream.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{stream.AllSubjects}})
-	if err != nil {
-		t.Fatal(err)
+	var cons jetstream.Consumer
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		cons, err = js.CreateOrUpdateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{
+			Durable: "test-stream-contents", DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: -1,
+			FilterSubject: stream.AllSubjects, MaxRequestBatch: 1000,
+		})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create a consumer to read the stream: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	seen := map[string]bool{}
-	deadline := time.Now().Add(3 * time.Minute)
+	seqs := map[uint64]bool{}
 	for msgs < info.State.Msgs {
-		m, err := oc.Next(jetstream.FetchMaxWait(30 * time.Second))
-		if err != nil {
-			// Interest in a new consumer's pull subject spreads over the
-			// routes a moment after it is created (no responders until
-			// then); the ordered consumer keeps its place.
-			if time.Now().After(deadline) {
-				t.Fatalf("read the stream after %d of %d messages: %v", msgs, info.State.Msgs, err)
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(10*time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				md, err := m.Metadata()
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = m.Ack()
+				if seqs[md.Sequence.Stream] {
+					continue
+				}
+				seqs[md.Sequence.Stream] = true
+				msgs++
+				id := m.Headers().Get(jetstream.MsgIDHeader)
+				if id == "" {
+					t.Fatalf("message %d has no Nats-Msg-Id", md.Sequence.Stream)
+				}
+				if seen[id] {
+					dups++
+					continue
+				}
+				seen[id] = true
+				evs, rejected, err := stream.DecodeBatch(m.Subject(), m.Data())
+				if err != nil || rejected != 0 {
+					t.Fatalf("message on %s: %d rejected, %v", m.Subject(), rejected, err)
+				}
+				events += uint64(len(evs))
 			}
-			time.Sleep(200 * time.Millisecond)
-			continue
+			err = batch.Error()
 		}
-		id := m.Headers().Get(jetstream.MsgIDHeader)
-		if id == "" || seen[id] {
-			t.Fatalf("message %q is in the stream twice, or has no Nats-Msg-Id", id)
+		if err != nil && time.Now().After(deadline) {
+			t.Fatalf("read the stream after %d of %d messages: %v", msgs, info.State.Msgs, err)
 		}
-		seen[id] = true
-		evs, rejected, err := stream.DecodeBatch(m.Subject(), m.Data())
-		if err != nil || rejected != 0 {
-			t.Fatalf("message on %s: %d rejected, %v", m.Subject(), rejected, err)
+		if ctx.Err() != nil {
+			t.Fatalf("read the stream: %d of %d messages in 5 minutes", msgs, info.State.Msgs)
 		}
-		events += uint64(len(evs))
-		msgs++
 	}
-	return events, msgs
+	return events, msgs, dups
 }
 
 // TestCollectorRefusedByNATSFails: a collector whose user may not manage
