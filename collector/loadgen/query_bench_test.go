@@ -129,7 +129,7 @@ func fillQueryDB(b *testing.B, n uint64) (*store.Store, time.Time) {
 	// merges have them (OPTIMIZE FINAL of 100 M rows takes many minutes).
 	if os.Getenv("MCPWARDEN_FLEET_QUERY_OPTIMIZE") != "0" {
 		t := time.Now()
-		optimizeAll(b, st)
+		chtest.MergeParts(b, st.Conn(), fleetQueryDB)
 		b.Logf("merged (OPTIMIZE FINAL per partition) in %s", time.Since(t).Round(time.Second))
 	}
 	if err := st.Conn().QueryRow(ctx, "SELECT count(), max(time_ns) FROM events").Scan(&have, &maxNS); err != nil {
@@ -214,32 +214,6 @@ func copyHosts(ctx context.Context, st *store.Store, j uint64) error {
     call_end - toIntervalSecond({shift:Int64}) AS call_end)
 FROM (SELECT * FROM events WHERE host LIKE 'fq-____')` // inside: REPLACE's host would be the WHERE's
 	return st.Exec(ctx, sql, store.Params{"j": strconv.FormatUint(j, 10), "shift": strconv.FormatInt(int64(j)*int64(fillSpan/time.Second), 10)})
-}
-
-// optimizeAll merges every partition of the benchmark tables, as
-// background merges eventually would.
-func optimizeAll(b *testing.B, st *store.Store) {
-	ctx := context.Background()
-	for _, t := range []string{"events", "runs_rollup", "denials_rollup"} {
-		rows, err := st.Query(ctx, "SELECT DISTINCT partition_id FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active", store.Params{"db": fleetQueryDB, "t": t})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				b.Fatal(err)
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		for _, id := range ids {
-			if err := st.Conn().Exec(ctx, "OPTIMIZE TABLE "+t+" PARTITION ID '"+id+"' FINAL"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
 }
 
 // BenchmarkFleetQueries runs the per-run and per-scope canned queries (and

@@ -55,7 +55,7 @@ func benchStore(b *testing.B, n uint64) (*store.Store, time.Time) {
 			b.Fatal(err)
 		}
 		b.Logf("generated in %s", time.Since(start))
-		optimize(b, st)
+		chtest.MergeParts(b, st.Conn(), benchDB)
 		if err := st.Conn().QueryRow(ctx, "SELECT max(time_ns) FROM events").Scan(&maxNS); err != nil {
 			b.Fatal(err)
 		}
@@ -71,32 +71,6 @@ func generateSQLFor(l store.Layout) string {
 		sql = strings.NewReplacer("kind, time_ns,", "kind, time,", "start_ns, end_ns,", "call_start, call_end,", "@NS(", "fromUnixTimestamp64Nano(").Replace(sql)
 	}
 	return strings.ReplaceAll(sql, "@NS(", "(")
-}
-
-// optimize merges every partition of the benchmark tables, as background
-// merges would eventually do.
-func optimize(b *testing.B, st *store.Store) {
-	ctx := context.Background()
-	for _, t := range []string{"events", "runs_rollup", "denials_rollup"} {
-		rows, err := st.Conn().Query(ctx, "SELECT DISTINCT partition_id FROM system.parts WHERE database = ? AND table = ? AND active", benchDB, t)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				b.Fatal(err)
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		for _, id := range ids {
-			if err := st.Conn().Exec(ctx, "OPTIMIZE TABLE "+t+" PARTITION ID '"+id+"' FINAL"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
 }
 
 // BenchmarkCannedQueries runs every canned query over the benchmark

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -240,4 +241,32 @@ func tail(b []byte) string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
+}
+
+// MergeParts merges every active partition of the pipeline's tables in
+// database db into one part (OPTIMIZE … FINAL per partition), as background
+// merges eventually would, so that a benchmark reads a settled layout.
+func MergeParts(tb testing.TB, conn driver.Conn, db string) {
+	tb.Helper()
+	ctx := context.Background()
+	for _, t := range []string{"events", "runs_rollup", "denials_rollup"} {
+		rows, err := conn.Query(ctx, "SELECT DISTINCT partition_id FROM system.parts WHERE database = ? AND table = ? AND active", db, t)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				tb.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		for _, id := range ids {
+			if err := conn.Exec(ctx, "OPTIMIZE TABLE "+db+"."+t+" PARTITION ID '"+id+"' FINAL"); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
 }
