@@ -46,12 +46,12 @@ type processor struct {
 	hashes map[string]schema.PathHash
 	locs   map[locKey]classify.Location
 
-	// ownPID: a watched process's pid (as the probes see it) → its pid in
-	// its own pid namespace, from its records; bounded. creators: a run's
+	// nsPIDs: a watched process's pid (as the probes see it) → its pid in
+	// its own pid namespace, from its records; bounded. unbound: a run's
 	// Landlock domain → its creator's pid, until the creator's own pid is
 	// known. Both name a domain's records' /proc entries (see denial).
-	ownPID   map[uint32]uint32
-	creators map[string]uint32
+	nsPIDs  map[uint32]uint32
+	unbound map[string]uint32
 }
 
 type locKey struct {
@@ -65,7 +65,7 @@ const maxCached = 1 << 16
 func newProcessor(d *Daemon) *processor {
 	return &processor{d: d, pending: map[string][]pendingDenial{}, foreign: map[string]bool{},
 		hashes: make(map[string]schema.PathHash), locs: make(map[locKey]classify.Location),
-		ownPID: map[uint32]uint32{}, creators: map[string]uint32{}}
+		nsPIDs: map[uint32]uint32{}, unbound: map[string]uint32{}}
 }
 
 func (p *processor) hash(path string) schema.PathHash {
@@ -241,11 +241,11 @@ func (p *processor) handle(r *kevent.Record) {
 		return // the run was forgotten long ago; its slot is never reused
 	}
 	t := time.Unix(0, int64(r.KtimeNS)+p.d.monoOffset)
-	if r.NSTGID != 0 && p.ownPID[r.TGID] != r.NSTGID {
-		if len(p.ownPID) >= maxCached {
-			clear(p.ownPID)
+	if r.NSTGID != 0 && p.nsPIDs[r.TGID] != r.NSTGID {
+		if len(p.nsPIDs) >= maxCached {
+			clear(p.nsPIDs)
 		}
-		p.ownPID[r.TGID] = r.NSTGID
+		p.nsPIDs[r.TGID] = r.NSTGID
 	}
 	switch r.Op {
 	case kevent.OpFork:
@@ -365,9 +365,10 @@ func (p *processor) landlock(rec any, now time.Time) {
 }
 
 // bindCreator records the own pid of the creator (pid, as the probes see
-// it) of a run's Landlock domain, or remembers to look for it again.
-func (p *processor) bindCreator(domain string, pid uint32) {
-	own := p.ownPID[pid]
+// it) of a run's Landlock domain and returns it, or remembers to look for
+// it again and returns 0.
+func (p *processor) bindCreator(domain string, pid uint32) uint32 {
+	own := p.nsPIDs[pid]
 	if own == 0 {
 		own = p.d.table.OwnPID(pid) // read at registration
 	}
@@ -378,13 +379,14 @@ func (p *processor) bindCreator(domain string, pid uint32) {
 	}
 	if own != 0 {
 		p.d.table.SetDomainCreator(domain, own)
-		delete(p.creators, domain)
-		return
+		delete(p.unbound, domain)
+		return own
 	}
-	if len(p.creators) >= maxCached {
-		clear(p.creators)
+	if len(p.unbound) >= maxCached {
+		clear(p.unbound)
 	}
-	p.creators[domain] = pid
+	p.unbound[domain] = pid
+	return 0
 }
 
 // expirePending sends, without a run, denials whose domain record never
@@ -421,9 +423,8 @@ func (p *processor) denial(run *runs.Run, a audit.LandlockAccess) {
 			// fileOp; the hash stays the path as the record names it.
 			path := a.Path
 			own := p.d.table.DomainCreator(a.Domain)
-			if pid, ok := p.creators[a.Domain]; ok && own == 0 {
-				p.bindCreator(a.Domain, pid)
-				own = p.d.table.DomainCreator(a.Domain)
+			if pid, ok := p.unbound[a.Domain]; ok && own == 0 {
+				own = p.bindCreator(a.Domain, pid)
 			}
 			if own != 0 {
 				path = classify.SelfProc(path, own, own)

@@ -90,10 +90,10 @@ type Table struct {
 	byID    map[string]*Run
 	pids    map[uint32]uint32 // pid → slot, including exited pids until the run is forgotten
 	domains map[string]uint32 // Landlock domain → slot
-	// ownPID: a Landlock domain → its creator's pid in the creator's own
-	// pid namespace (the number its /proc gives it, and so the number the
-	// domain's records name its /proc entries by); absent when unknown.
-	ownPID map[string]uint32
+	// creatorPIDs: a Landlock domain → its creator's pid in the creator's
+	// own pid namespace (the number its /proc gives it, and so the number
+	// the domain's records name its /proc entries by); absent when unknown.
+	creatorPIDs map[string]uint32
 	// ownOf: a run's pid → its pid in its own pid namespace, where
 	// registration read it (the root and the processes it adopted).
 	ownOf map[uint32]uint32
@@ -110,14 +110,14 @@ type Table struct {
 // NewTable returns an empty table.
 func NewTable() *Table {
 	return &Table{
-		bySlot:  map[uint32]*Run{},
-		byID:    map[string]*Run{},
-		pids:    map[uint32]uint32{},
-		domains: map[string]uint32{},
-		ownPID:  map[string]uint32{},
-		ownOf:   map[uint32]uint32{},
-		setup:   map[uint32]string{},
-		claims:  map[string]claim{},
+		bySlot:      map[uint32]*Run{},
+		byID:        map[string]*Run{},
+		pids:        map[uint32]uint32{},
+		domains:     map[string]uint32{},
+		creatorPIDs: map[string]uint32{},
+		ownOf:       map[uint32]uint32{},
+		setup:       map[uint32]string{},
+		claims:      map[string]claim{},
 	}
 }
 
@@ -285,7 +285,7 @@ func (t *Table) Remove(slot uint32) {
 	for d, s := range t.domains {
 		if s == slot {
 			delete(t.domains, d)
-			delete(t.ownPID, d)
+			delete(t.creatorPIDs, d)
 		}
 	}
 }
@@ -411,7 +411,7 @@ func (t *Table) SetDomainCreator(domain string, ownPID uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.domains[domain]; ok && ownPID != 0 {
-		t.ownPID[domain] = ownPID
+		t.creatorPIDs[domain] = ownPID
 	}
 }
 
@@ -437,7 +437,7 @@ func (t *Table) OwnPID(pid uint32) uint32 {
 func (t *Table) DomainCreator(domain string) uint32 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.ownPID[domain]
+	return t.creatorPIDs[domain]
 }
 
 // ByDomain returns the run of a Landlock domain, if known.
@@ -539,7 +539,7 @@ func (t *Table) State(bootID string) State {
 		for d, s := range t.domains {
 			if s == slot {
 				rs.Domains = append(rs.Domains, d)
-				if own, ok := t.ownPID[d]; ok {
+				if own, ok := t.creatorPIDs[d]; ok {
 					if rs.DomainCreators == nil {
 						rs.DomainCreators = map[string]uint32{}
 					}
@@ -584,7 +584,7 @@ func Restore(st State, live map[uint32][]uint32, now time.Time) *Table {
 		for _, d := range rs.Domains {
 			t.domains[d] = r.Slot
 			if own := rs.DomainCreators[d]; own != 0 {
-				t.ownPID[d] = own
+				t.creatorPIDs[d] = own
 			}
 		}
 		for _, pid := range rs.Setup {
