@@ -136,7 +136,7 @@ type Launcher struct {
 	cfg      Config
 	profile  *runtimeprofile.Profile
 	decision ruleset.Decision
-	base     *ruleset.Ruleset // without the tmpdir rule, for display
+	base     *ruleset.Ruleset // the run's, nil until Run derived it; the records' layers read it
 	env      []string
 	// droppedEnv are the launcher's variables held back from the server
 	// (credentials, runtime variables), by name.
@@ -201,8 +201,8 @@ func (e *ExitError) Error() string {
 	return fmt.Sprintf("server exited with status %d", e.Code)
 }
 
-// New checks cfg, resolves the runtime profile and decides, from the
-// kernel's Landlock ABI, whether the run may start. A *ruleset.KernelError
+// New checks cfg and decides, from the kernel's Landlock ABI, whether the
+// run may start (Run resolves the runtime profile). A *ruleset.KernelError
 // means the kernel cannot fence this run and --best-effort was not given.
 func New(cfg Config) (*Launcher, error) {
 	if cfg.Scope == nil {
@@ -300,10 +300,11 @@ func New(cfg Config) (*Launcher, error) {
 	return l, nil
 }
 
-// resolve resolves the server's runtime profile and derives the ruleset
-// without the run's temp dir. Run calls it while the fence helper starts:
+// resolve resolves the server's runtime profile and derives the run's
+// ruleset, with tmp (the run's private temp dir; "" for a run refused
+// before it had one) granted. Run calls it while the fence helper starts:
 // neither depends on the other.
-func (l *Launcher) resolve() error {
+func (l *Launcher) resolve(tmp string) (*ruleset.Ruleset, error) {
 	cfg := &l.cfg
 	var err error
 	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{
@@ -314,14 +315,14 @@ func (l *Launcher) resolve() error {
 		NativeCache: cfg.CacheDir,
 	})
 	if err != nil {
-		return &StartError{Err: fmt.Errorf("runtime profile: %w", err)}
+		return nil, &StartError{Err: fmt.Errorf("runtime profile: %w", err)}
 	}
-	base, err := ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, AllowRuntime: cfg.AllowRuntime})
+	rs, err := ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, TmpDir: tmp, AllowRuntime: cfg.AllowRuntime})
 	if err != nil {
-		return &StartError{Err: err}
+		return nil, &StartError{Err: err}
 	}
-	l.base = base
-	return nil
+	l.base = rs
+	return rs, nil
 }
 
 // RunID is this run's id.
@@ -329,13 +330,6 @@ func (l *Launcher) RunID() string { return l.cfg.RunID }
 
 // Decision is the strict/degraded decision for this kernel.
 func (l *Launcher) Decision() ruleset.Decision { return l.decision }
-
-// Ruleset is the ruleset without the per-run temp dir (which exists only
-// while the run does); nil until Run has resolved the runtime profile.
-func (l *Launcher) Ruleset() *ruleset.Ruleset { return l.base }
-
-// Profile is the resolved runtime profile; nil until Run has resolved it.
-func (l *Launcher) Profile() *runtimeprofile.Profile { return l.profile }
 
 // RecordRefusal writes the one launch record of a run that New refused
 // (kernel capability, runtime profile): phase "exit", exit_status -1 and a

@@ -51,7 +51,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		if errors.As(err, &le) {
 			l.lifeLayer = &le.layer
 			// The refusal's record names the layers, which need the ruleset.
-			_ = l.resolve()
+			_, _ = l.resolve("")
 			_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitRefusedKernel))
 		}
 		return err
@@ -67,8 +67,8 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	defer closeLife()
 	// The helper is started (a clone into the run's namespaces and cgroup,
 	// then its exec: the forking thread waits for that) while this
-	// goroutine resolves the server's runtime profile, makes the run's
-	// private temp dir and derives its ruleset, none of which depends on
+	// goroutine makes the run's private temp dir, resolves the server's
+	// runtime profile and derives its ruleset, none of which depends on
 	// it. It execs nothing before launch sends it the go-ahead.
 	spawned := make(chan spawnResult, 1)
 	go func() {
@@ -87,10 +87,6 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			h.kill()
 		}
 	}()
-	if err := l.resolve(); err != nil {
-		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitStartFailed))
-		return err
-	}
 	tmp, err := os.MkdirTemp("", "mcpwarden-run-")
 	if err != nil {
 		return fmt.Errorf("create the run's private temp dir: %w", err)
@@ -101,9 +97,10 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		tmp = real
 	}
 	srv.tmp = tmp
-	rs, err := ruleset.Derive(cfg.Scope, ruleset.Input{Profile: l.profile, TmpDir: tmp, AllowRuntime: cfg.AllowRuntime})
+	rs, err := l.resolve(tmp)
 	if err != nil {
-		return &StartError{Err: err}
+		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitStartFailed))
+		return err
 	}
 	if lf.grp != nil {
 		// The run has its own cgroup: its runtime reads that cgroup's limits
