@@ -32,7 +32,7 @@ type serverIdentity struct {
 func (l *Launcher) Identified(ctx context.Context, name, version, era string) {
 	id := &l.identity
 	id.mu.Lock()
-	if id.era != "" || id.name != "" || id.ended {
+	if id.written != nil || id.ended {
 		id.mu.Unlock()
 		return
 	}
