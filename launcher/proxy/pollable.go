@@ -4,12 +4,9 @@ import (
 	"io"
 	"os"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-var noDeadline time.Time
 
 // PollableStdio returns a reader on the client's stdin and a writer on its
 // stdout that go through Go's poller with raw, non-blocking system calls
@@ -32,7 +29,7 @@ func PollableStdio(stdin, stdout, stderr *os.File) (in io.Reader, out io.Writer,
 	errSt, errOK := fstat(stderr)
 	var undo []int
 	var dups []*os.File
-	convert := func(f *os.File) any {
+	convert := func(f *os.File) io.ReadWriter {
 		st, ok := fstat(f)
 		if !ok {
 			return f
@@ -62,9 +59,7 @@ func PollableStdio(stdin, stdout, stderr *os.File) (in io.Reader, out io.Writer,
 		}
 		return nf
 	}
-	in = convert(stdin).(io.Reader)
-	out = convert(stdout).(io.Writer)
-	return in, out, sync.OnceFunc(func() {
+	return convert(stdin), convert(stdout), sync.OnceFunc(func() {
 		for _, f := range dups {
 			_ = f.Close()
 		}

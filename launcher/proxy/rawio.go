@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -66,7 +67,7 @@ func newRawFile(f *os.File) *rawFile {
 	// EAGAIN: a wait on it reports an error at once, which is what this
 	// probe looks for. SetReadDeadline fails only for files outside the
 	// poller.
-	if f.SetReadDeadline(noDeadline) != nil {
+	if f.SetReadDeadline(time.Time{}) != nil {
 		return nil
 	}
 	return &rawFile{f: f, rc: rc}
