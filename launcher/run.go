@@ -948,7 +948,7 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason, error) 
 		cancel()
 		p.stdout.Close()
 		p.stdin.Close()
-		code, why := exitCode(p) // set by Wait before done closed
+		code, why := exitCode(p) // the init's report (set before ended closed), else Wait's (before done)
 		if reason != "" {
 			why = reason
 		}
