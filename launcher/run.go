@@ -91,11 +91,12 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("create the run's private temp dir: %w", err)
 	}
-	defer os.RemoveAll(tmp)
 	// The helper refuses rule paths with symlinks in them; $TMPDIR may have one.
 	if real, err := filepath.EvalSymlinks(tmp); err == nil {
 		tmp = real
 	}
+	removeTmp := sync.OnceFunc(func() { _ = os.RemoveAll(tmp) })
+	defer removeTmp()
 	srv.tmp = tmp
 	rs, err := l.resolve(tmp)
 	if err != nil {
@@ -183,7 +184,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	cleaned := make(chan struct{})
 	go func() {
 		defer close(cleaned)
-		_ = os.RemoveAll(tmp)
+		removeTmp()
 		closeLife()
 	}()
 	defer func() { <-cleaned }()
