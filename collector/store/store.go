@@ -172,20 +172,10 @@ ENGINE = ReplacingMergeTree(applied_at) ORDER BY version`}
 			return nil, fmt.Errorf("create schema_migrations: %w", err)
 		}
 	}
-	done := map[int]bool{}
-	rows, err := s.conn.Query(ctx, "SELECT DISTINCT version FROM schema_migrations")
+	done, err := s.appliedMigrations(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read schema_migrations: %w", err)
+		return nil, err
 	}
-	for rows.Next() {
-		var v uint32
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read schema_migrations: %w", err)
-		}
-		done[int(v)] = true
-	}
-	rows.Close()
 	for _, m := range ms {
 		if done[m.Version] || o.Through > 0 && m.Version > o.Through {
 			continue
@@ -260,21 +250,8 @@ func (s *Store) CheckMigrated(ctx context.Context) error {
 	}
 	done := map[int]bool{}
 	if n > 0 {
-		rows, err := s.Query(ctx, "SELECT DISTINCT version FROM schema_migrations", nil)
-		if err != nil {
-			return fmt.Errorf("read schema_migrations: %w", err)
-		}
-		for rows.Next() {
-			var v uint32
-			if err := rows.Scan(&v); err != nil {
-				rows.Close()
-				return fmt.Errorf("read schema_migrations: %w", err)
-			}
-			done[int(v)] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read schema_migrations: %w", err)
+		if done, err = s.appliedMigrations(ctx); err != nil {
+			return err
 		}
 	}
 	for _, m := range ms {
@@ -283,6 +260,27 @@ func (s *Store) CheckMigrated(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// appliedMigrations reads the versions schema_migrations records.
+func (s *Store) appliedMigrations(ctx context.Context) (map[int]bool, error) {
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	defer rows.Close()
+	done := map[int]bool{}
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("read schema_migrations: %w", err)
+		}
+		done[int(v)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	return done, nil
 }
 
 // columnExists reports whether err says that the column stmt adds exists
