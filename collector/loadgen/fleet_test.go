@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,14 +85,6 @@ accounts {
 	}
 	return &fleet{url: ns.ClientURL(), seeds: seeds, hosts: Hosts(ns.ClientURL(), seeds, names),
 		collectorArgs: []string{"--nats-nkey", SeedFile(seeds, collectorUser)}}
-}
-
-func confList(xs []string) string {
-	q := make([]string, len(xs))
-	for i, x := range xs {
-		q[i] = strconv.Quote(x)
-	}
-	return "[ " + strings.Join(q, ", ") + " ]"
 }
 
 // startCollectors migrates dsn (with migrate's extra flags) and starts n

@@ -217,19 +217,21 @@ func UsersConf(pubs map[string]string) string {
 	slices.Sort(names)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %d simulated hosts of mcpwarden-loadgen: nkey users, each publishing under its own host token only.\n", len(names))
-	list := func(xs []string) string {
-		q := make([]string, len(xs))
-		for i, x := range xs {
-			q[i] = strconv.Quote(x)
-		}
-		return "[ " + strings.Join(q, ", ") + " ]"
-	}
 	for _, h := range names {
 		p := stream.HostPermissions(h, false)
 		fmt.Fprintf(&b, "{ nkey: %s, permissions: { publish: { allow: %s }, subscribe: { allow: %s } } }\n",
-			pubs[h], list(p.PublishAllow), list(p.SubscribeAllow))
+			pubs[h], confList(p.PublishAllow), confList(p.SubscribeAllow))
 	}
 	return b.String()
+}
+
+// confList is xs as a nats-server configuration list of quoted strings.
+func confList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = strconv.Quote(x)
+	}
+	return "[ " + strings.Join(q, ", ") + " ]"
 }
 
 // WriteUsersConf writes UsersConf of o's hosts to file (0600: it names
