@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -50,5 +51,31 @@ func TestFlags(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(seeds, h+".nk")); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("seed of %s: %v %v", h, st, err)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/help.golden")
+
+// TestHelpGolden: --help prints the usage and every flag, as
+// testdata/help.golden says (go test -run TestHelpGolden -update rewrites
+// it).
+func TestHelpGolden(t *testing.T) {
+	var stderr strings.Builder
+	if code := run(context.Background(), []string{"--help"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	golden := filepath.Join("testdata", "help.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(stderr.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestHelpGolden -update)", err)
+	}
+	if stderr.String() != string(want) {
+		t.Errorf("help differs from %s (rerun with -update if intended):\n--- got\n%s\n--- want\n%s", golden, stderr.String(), want)
 	}
 }
