@@ -55,7 +55,8 @@ type Config struct {
 	// (default 60 s); the collector marks held messages in progress well
 	// within it while it retries.
 	AckWait time.Duration
-	// MaxBackoff caps the retry delay when ClickHouse fails (default 10 s).
+	// MaxBackoff caps the retry delay when ClickHouse fails, and while
+	// JetStream is not ready at start-up (default 10 s).
 	MaxBackoff time.Duration
 	// LagEvery is how often the consumer's lag is read from JetStream for
 	// Stats (default 5 s).
