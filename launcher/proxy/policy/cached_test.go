@@ -52,7 +52,7 @@ func TestCachedLookupsAgreeWithTheGeneralPath(t *testing.T) {
 		filepath.Join(a, "missing"),                   // a write target
 		filepath.Join(a, "missing", "deeper", "file"), // below a missing directory
 		filepath.Join(a, "probe.txt", "below-a-file"), // ENOTDIR
-		filepath.Join(a, "sub", "..", "probe.txt"),    // not clean: Resolve cleans first, checked as is here
+		filepath.Join(a, "sub", "..", "probe.txt"),    // Join cleans it, as Resolve does before resolveReal
 		"/proc/self/cwd",                              // a magic link
 		"/proc/self/root" + a,
 		"/",

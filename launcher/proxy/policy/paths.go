@@ -113,6 +113,8 @@ func Resolve(raw, home string, relTo func(string) string) (Resolved, error) {
 	return Resolved{Lexical: lexical, Real: real}, nil
 }
 
+// resolveReal is the real path of lexical, which must be absolute and
+// clean (Resolve cleans it): the fast path returns it as it is.
 func resolveReal(lexical string) (string, error) {
 	if noSymlinks(lexical) {
 		// It exists and no component is a symlink: it is its own real path.
