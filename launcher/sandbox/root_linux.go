@@ -53,7 +53,7 @@ func finishNamespaces(b *rootBuild, idmap int) *Status {
 // mountRunProc makes the mount tree private (nothing mounted here may
 // propagate back to the host) and mounts the run's own /proc over the
 // host's: only the run's processes. hidepid: a process sees the /proc
-// entries of its own uid only. buildRoot moves it into the new root.
+// entries of its own uid only. rootBuild.finish moves it into the new root.
 func mountRunProc() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the run's mounts private: %w", err)
