@@ -5,13 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +19,6 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -52,71 +48,6 @@ func TestDeployNATSCluster(t *testing.T) {
 	}
 }
 
-// deployNode is one node of the deploy configuration.
-type deployNode struct {
-	name                  string
-	conf                  string
-	clientPort, routePort int
-	ns                    *server.Server
-	cmd                   *exec.Cmd
-	out                   *testenv.LockedBuffer
-	bin                   string
-	startedOpts           *server.Options
-}
-
-func (n *deployNode) start(t *testing.T) {
-	t.Helper()
-	if n.bin != "" {
-		n.out = &testenv.LockedBuffer{}
-		n.cmd = exec.Command(n.bin, "-c", n.conf)
-		n.cmd.Env = append(os.Environ(), "NATS_SERVER_NAME="+n.name)
-		n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
-		n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := n.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(n.clientPort), time.Second)
-			if err == nil {
-				c.Close()
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Debian's nats-server %s did not listen:\n%s", n.name, n.out.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	t.Setenv("NATS_SERVER_NAME", n.name)
-	opts, err := server.ProcessConfigFile(n.conf)
-	if err != nil {
-		t.Fatalf("deploy/nats/cluster.conf does not load: %v", err)
-	}
-	opts.NoSigs = true
-	n.startedOpts = opts
-	if n.ns, err = server.NewServer(opts); err != nil {
-		t.Fatal(err)
-	}
-	go n.ns.Start()
-	if !n.ns.ReadyForConnections(2 * time.Minute) {
-		t.Fatalf("nats-server %s on the deploy configuration did not start", n.name)
-	}
-}
-
-func (n *deployNode) kill() {
-	switch {
-	case n.cmd != nil:
-		_ = n.cmd.Process.Kill()
-		_ = n.cmd.Wait()
-		n.cmd = nil
-	case n.ns != nil:
-		n.ns.Shutdown()
-		n.ns.WaitForShutdown()
-		n.ns = nil
-	}
-}
-
 func deployNATSCluster(t *testing.T, bin string) {
 	conf, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "nats", "cluster.conf"))
 	if err != nil {
@@ -129,21 +60,23 @@ func deployNATSCluster(t *testing.T, bin string) {
 	for k, v := range pw {
 		t.Setenv(k, v)
 	}
-	var nodes []*deployNode
+	var nodes []*natstest.Node
 	for i := 1; i <= 3; i++ {
-		nodes = append(nodes, &deployNode{name: "nats-" + strconv.Itoa(i), clientPort: testenv.FreePort(t), routePort: testenv.FreePort(t), bin: bin})
+		name := "nats-" + strconv.Itoa(i)
+		nodes = append(nodes, &natstest.Node{Server: natstest.Server{Name: name, ClientPort: testenv.FreePort(t), Bin: bin,
+			Env: []string{"NATS_SERVER_NAME=" + name}}, RoutePort: testenv.FreePort(t)})
 	}
 	for _, n := range nodes {
 		text := string(conf)
 		repl := map[string]string{
-			"0.0.0.0:4222":    "127.0.0.1:" + strconv.Itoa(n.clientPort),
-			"0.0.0.0:6222":    "127.0.0.1:" + strconv.Itoa(n.routePort),
+			"0.0.0.0:4222":    "127.0.0.1:" + strconv.Itoa(n.ClientPort),
+			"0.0.0.0:6222":    "127.0.0.1:" + strconv.Itoa(n.RoutePort),
 			"127.0.0.1:8222":  "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)),
-			"/data/jetstream": filepath.Join(dir, n.name, "js"),
+			"/data/jetstream": filepath.Join(dir, n.Name, "js"),
 			"/etc/nats/tls/":  dir + "/",
 		}
 		for _, o := range nodes {
-			repl[o.name+":6222"] = "127.0.0.1:" + strconv.Itoa(o.routePort)
+			repl[o.Name+":6222"] = "127.0.0.1:" + strconv.Itoa(o.RoutePort)
 		}
 		for old, r := range repl {
 			if !strings.Contains(text, old) {
@@ -151,26 +84,26 @@ func deployNATSCluster(t *testing.T, bin string) {
 			}
 			text = strings.ReplaceAll(text, old, r)
 		}
-		n.conf = filepath.Join(dir, n.name, "cluster.conf")
-		testenv.WriteFiles(t, map[string]string{n.conf: text, filepath.Join(dir, n.name, "accounts.conf"): deployAccounts(t)})
+		n.Conf = filepath.Join(dir, n.Name, "cluster.conf")
+		testenv.WriteFiles(t, map[string]string{n.Conf: text, filepath.Join(dir, n.Name, "accounts.conf"): deployAccounts(t)})
 	}
 	t.Cleanup(func() {
 		for _, n := range nodes {
-			if t.Failed() && n.out != nil {
-				t.Logf("nats-server %s log (tail):\n%s", n.name, lastBytes(n.out.String(), 3000))
+			if log := n.Log(3000); t.Failed() && log != "" {
+				t.Logf("nats-server %s log (tail):\n%s", n.Name, log)
 			}
-			n.kill()
+			n.Stop()
 		}
 	})
 	for _, n := range nodes {
-		n.start(t)
+		n.Start(t)
 	}
 	if bin == "" {
-		checkDeployPermissions(t, nodes[0].startedOpts)
+		checkDeployPermissions(t, nodes[0].Options())
 	}
 	urls := make([]string, len(nodes))
 	for i, n := range nodes {
-		urls[i] = "nats://127.0.0.1:" + strconv.Itoa(n.clientPort)
+		urls[i] = "nats://127.0.0.1:" + strconv.Itoa(n.ClientPort)
 	}
 	conn := func(user, password string, role stream.Role, host string) stream.ConnOptions {
 		return stream.ConnOptions{URL: strings.Join(urls, ","), User: user, Password: password,
@@ -202,7 +135,7 @@ func deployNATSCluster(t *testing.T, bin string) {
 		}
 		return s.Info(ctx)
 	}
-	leader := func() *deployNode {
+	leader := func() *natstest.Node {
 		t.Helper()
 		deadline := time.Now().Add(3 * time.Minute)
 		for {
@@ -218,7 +151,7 @@ func deployNATSCluster(t *testing.T, bin string) {
 					}
 				}
 				for _, n := range nodes {
-					if n.name == si.Cluster.Leader && current >= 1 {
+					if n.Name == si.Cluster.Leader && current >= 1 {
 						return n
 					}
 				}
@@ -245,7 +178,7 @@ func deployNATSCluster(t *testing.T, bin string) {
 	evs := eventgen.New("web-1").Mixed(12_000)
 	for i := 0; i < len(evs); i += 400 {
 		if i == len(evs)/2 {
-			first.kill() // the stream's leader, mid-stream
+			first.Stop() // the stream's leader, mid-stream
 		}
 		if err := pub.Publish(context.Background(), evs[i:i+400]); err != nil {
 			t.Fatal(err)
@@ -276,10 +209,10 @@ func deployNATSCluster(t *testing.T, bin string) {
 		_ = nc.Publish(stream.Subject("web-2", schema.KindFileOp), web2Body)
 		_ = nc.Flush()
 		v.Wait(t, stream.Subject("web-2", schema.KindFileOp))
-		addr := "127.0.0.1:" + strconv.Itoa(n.routePort)
+		addr := "127.0.0.1:" + strconv.Itoa(n.RoutePort)
 		for _, cfg := range []*tls.Config{nil, {RootCAs: pool, ServerName: "127.0.0.1"}} {
 			if err := natstest.RouteRefused(addr, cfg, "", ""); err != nil {
-				t.Errorf("%s: a route without the cluster's certificate (TLS %v): %v", n.name, cfg != nil, err)
+				t.Errorf("%s: a route without the cluster's certificate (TLS %v): %v", n.Name, cfg != nil, err)
 			}
 		}
 		// The probe itself: with the cluster's certificate it is taken.
@@ -288,11 +221,11 @@ func deployNATSCluster(t *testing.T, bin string) {
 			t.Fatal(err)
 		}
 		if natstest.RouteRefused(addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}}, "", "") == nil {
-			t.Errorf("%s: a route with the cluster's certificate was refused: the probe proves nothing", n.name)
+			t.Errorf("%s: a route with the cluster's certificate was refused: the probe proves nothing", n.Name)
 		}
 	}
 
-	first.start(t)
+	first.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := pub.Flush(ctx); err != nil {
@@ -303,12 +236,5 @@ func deployNATSCluster(t *testing.T, bin string) {
 	stop()
 	assertNoDuplicatesInQueries(t, st, uint64(len(evs)))
 	t.Logf("killed the leader %s; new leader %s; the publisher spooled %d messages and reconnected %d times",
-		first.name, second.name, pub.Stats().Spooled, hostNC.Stats().Reconnects)
-}
-
-func lastBytes(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
+		first.Name, second.Name, pub.Stats().Spooled, hostNC.Stats().Reconnects)
 }

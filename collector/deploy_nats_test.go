@@ -2,9 +2,7 @@ package collector
 
 import (
 	"context"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -34,63 +32,20 @@ import (
 // consumer of its own, the collectors' durable, the inboxes); the analyst
 // reads but publishes and acks nothing; nobody connects without TLS or
 // with a wrong password.
-func TestDeployNATSConfig(t *testing.T) {
-	checkDeployNATS(t, func(t *testing.T, opts *server.Options, _ string, _ int) {
-		ns, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go ns.Start()
-		t.Cleanup(ns.Shutdown)
-		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats-server on the deploy configuration did not start")
-		}
-	})
-}
+func TestDeployNATSConfig(t *testing.T) { checkDeployNATS(t, "") }
 
 // TestDeployNATSConfigOnDebianNATSServer walks the same flow on Debian's
 // own nats-server (2.9.10, the binary of the Debian package, which
 // scripts/test-env.sh install unpacks into build/): an operator may run the
 // distribution's server rather than the release the project embeds.
 func TestDeployNATSConfigOnDebianNATSServer(t *testing.T) {
-	bin := os.Getenv("MCPWARDEN_NATS_SERVER_BIN")
-	if bin == "" {
-		bin = filepath.Join(testenv.RepoRoot(), "build", "nats-server-debian", "usr", "sbin", "nats-server")
-	}
-	testenv.RequireFile(t, bin, "run scripts/test-env.sh install")
-	checkDeployNATS(t, func(t *testing.T, _ *server.Options, conf string, port int) {
-		cmd := exec.Command(bin, "-c", conf)
-		out := &testenv.LockedBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("nats-server log:\n%s", out.String())
-			}
-		})
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
-			if err == nil {
-				c.Close()
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Debian's nats-server did not listen on the deploy configuration:\n%s", out.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
+	checkDeployNATS(t, natstest.DebianServer(t))
 }
 
 // checkDeployNATS loads deploy/nats/nats-server.conf (paths, ports and
 // certificates replaced), checks its permissions, starts a server on it
-// with start, and walks every role.
-func checkDeployNATS(t *testing.T, startServer func(t *testing.T, opts *server.Options, conf string, port int)) {
+// (a process of bin, or embedded when bin is empty), and walks every role.
+func checkDeployNATS(t *testing.T, bin string) {
 	conf, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "nats", "nats-server.conf"))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +77,14 @@ func checkDeployNATS(t *testing.T, startServer func(t *testing.T, opts *server.O
 		t.Fatalf("deploy/nats/nats-server.conf does not load: %v", err)
 	}
 	checkDeployPermissions(t, opts)
-	startServer(t, opts, confPath, port)
+	ns := &natstest.Server{Name: "deploy", Conf: confPath, ClientPort: port, Bin: bin}
+	t.Cleanup(func() {
+		if log := ns.Log(1 << 20); t.Failed() && log != "" {
+			t.Logf("nats-server log:\n%s", log)
+		}
+		ns.Stop()
+	})
+	ns.Start(t)
 	url := func(user, password string) string {
 		return "nats://" + user + ":" + password + "@127.0.0.1:" + strconv.Itoa(port)
 	}

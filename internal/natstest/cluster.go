@@ -11,16 +11,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -58,19 +54,11 @@ type Cluster struct {
 	routePass string
 }
 
-// Node is one server of a Cluster.
+// Node is one server of a Cluster: its Name (n1, n2, ...), client port
+// and configuration file are the Server's.
 type Node struct {
-	// Name is the server's name (n1, n2, ...), as JetStream reports a
-	// stream's leader and replicas.
-	Name                  string
-	ClientPort, RoutePort int
-	// Conf is the node's configuration file.
-	Conf string
-
-	mu  sync.Mutex
-	ns  *server.Server
-	cmd *exec.Cmd
-	out *testenv.LockedBuffer
+	Server
+	RoutePort int
 }
 
 // ClusterName is the name the test clusters' nodes share.
@@ -93,7 +81,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	routePassword := secret(t)
 	c.routePass = routePassword
 	for i := 0; i < cfg.Nodes; i++ {
-		c.nodes = append(c.nodes, &Node{Name: "n" + strconv.Itoa(i+1), ClientPort: testenv.FreePort(t), RoutePort: testenv.FreePort(t)})
+		c.nodes = append(c.nodes, &Node{Server: Server{Name: "n" + strconv.Itoa(i+1), ClientPort: testenv.FreePort(t), Bin: cfg.Bin}, RoutePort: testenv.FreePort(t)})
 	}
 	for _, n := range c.nodes {
 		n.Conf = filepath.Join(c.dir, n.Name+".conf")
@@ -107,8 +95,8 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 		}
 		if t.Failed() && cfg.Bin != "" {
 			for _, n := range c.nodes {
-				if n.out != nil {
-					t.Logf("nats-server %s log (tail):\n%s", n.Name, tail(n.out.String(), 4000))
+				if log := n.Log(4000); log != "" {
+					t.Logf("nats-server %s log (tail):\n%s", n.Name, log)
 				}
 			}
 		}
@@ -232,75 +220,17 @@ func (c *Cluster) Index(name string) int {
 }
 
 // Running reports whether node i is running.
-func (c *Cluster) Running(i int) bool {
-	n := c.nodes[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.ns != nil || n.cmd != nil
-}
+func (c *Cluster) Running(i int) bool { return c.nodes[i].Running() }
 
 func (c *Cluster) start(i int) {
-	t := c.t
-	n := c.nodes[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if c.cfg.Bin != "" {
-		if n.out == nil {
-			n.out = &testenv.LockedBuffer{}
-		}
-		cmd := exec.Command(c.cfg.Bin, "-c", n.Conf)
-		cmd.Stdout, cmd.Stderr = n.out, n.out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("natstest: start %s: %v", c.cfg.Bin, err)
-		}
-		n.cmd = cmd
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(n.ClientPort), time.Second)
-			if err == nil {
-				conn.Close()
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("natstest: nats-server %s did not listen on port %d:\n%s", n.Name, n.ClientPort, tail(n.out.String(), 4000))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	opts, err := server.ProcessConfigFile(n.Conf)
-	if err != nil {
-		t.Fatalf("natstest: node %s configuration: %v", n.Name, err)
-	}
-	opts.NoSigs = true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("natstest: node %s: %v", n.Name, err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(2 * time.Minute) {
-		ns.Shutdown()
-		t.Fatalf("natstest: node %s did not accept clients on port %d", n.Name, n.ClientPort)
-	}
-	n.ns = ns
+	c.t.Helper()
+	c.nodes[i].Start(c.t)
 }
 
 // stop stops node i: SIGKILL for a process, a shutdown for an embedded one.
 func (c *Cluster) stop(i int, mustRun bool) {
-	n := c.nodes[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	switch {
-	case n.cmd != nil:
-		_ = n.cmd.Process.Kill()
-		_ = n.cmd.Wait()
-		n.cmd = nil
-	case n.ns != nil:
-		n.ns.Shutdown()
-		n.ns.WaitForShutdown()
-		n.ns = nil
-	case mustRun:
-		c.t.Fatalf("natstest: node %s is not running", n.Name)
+	if !c.nodes[i].Stop() && mustRun {
+		c.t.Fatalf("natstest: node %s is not running", c.nodes[i].Name)
 	}
 }
 
