@@ -19,8 +19,6 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestDeployNATSCluster runs deploy/nats/cluster.conf (with accounts.conf)
@@ -120,26 +118,11 @@ func deployNATSCluster(t *testing.T, bin string) {
 		t.Fatal(err)
 	}
 	stop := start(t, c)
-	info := func() (*jetstream.StreamInfo, error) {
-		nc, err := stream.Connect(collectorOpts, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0))
-		if err != nil {
-			return nil, err
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s, err := js.Stream(ctx, stream.Name)
-		if err != nil {
-			return nil, err
-		}
-		return s.Info(ctx)
-	}
 	leader := func() *natstest.Node {
 		t.Helper()
 		deadline := time.Now().Add(3 * time.Minute)
 		for {
-			si, err := info()
+			si, err := natstest.StreamInfo(collectorOpts, stream.Name)
 			if err == nil && si.Cluster != nil {
 				if si.Config.Replicas != stream.ClusterReplicas {
 					t.Fatalf("the collector made the stream R%d on a cluster of three", si.Config.Replicas)

@@ -172,7 +172,7 @@ func waitClusterConsumer(t *testing.T, cl *natstest.Cluster) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		_, err := consumerInfo(cl)
+		_, err := cl.ConsumerInfo(stream.Name, stream.CollectorDurable)
 		if err == nil {
 			return
 		}
@@ -183,32 +183,13 @@ func waitClusterConsumer(t *testing.T, cl *natstest.Cluster) {
 	}
 }
 
-func consumerInfo(cl *natstest.Cluster) (*jetstream.ConsumerInfo, error) {
-	nc, err := stream.Connect(cl.Conn(stream.RoleCollector, "", "test-admin"), nats.RetryOnFailedConnect(false), nats.MaxReconnects(0))
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cons, err := js.Consumer(ctx, stream.Name, stream.CollectorDurable)
-	if err != nil {
-		return nil, err
-	}
-	return cons.Info(ctx)
-}
-
 // checkConsumerR3 fails t unless the durable consumer is replicated on all
 // three nodes.
 func checkConsumerR3(t *testing.T, cl *natstest.Cluster) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		info, err := consumerInfo(cl)
+		info, err := cl.ConsumerInfo(stream.Name, stream.CollectorDurable)
 		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == 2 {
 			return
 		}
@@ -225,7 +206,7 @@ func waitDrained(t *testing.T, cl *natstest.Cluster) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		info, err := consumerInfo(cl)
+		info, err := cl.ConsumerInfo(stream.Name, stream.CollectorDurable)
 		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
 			return
 		}

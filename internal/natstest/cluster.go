@@ -247,9 +247,9 @@ func (c *Cluster) Restart(i int) {
 	c.start(i)
 }
 
-// admin connects as the collector to the running nodes only (or to node
-// only, if only >= 0), failing fast.
-func (c *Cluster) admin(only int) (*nats.Conn, error) {
+// adminConn is how the collector connects to the running nodes only (or
+// to node only, if only >= 0).
+func (c *Cluster) adminConn(only int) (stream.ConnOptions, error) {
 	var urls []string
 	for i := range c.nodes {
 		if (only < 0 || i == only) && c.Running(i) {
@@ -257,11 +257,54 @@ func (c *Cluster) admin(only int) (*nats.Conn, error) {
 		}
 	}
 	if len(urls) == 0 {
-		return nil, fmt.Errorf("no node is running")
+		return stream.ConnOptions{}, fmt.Errorf("no node is running")
 	}
 	o := c.Conn(stream.RoleCollector, "", "natstest-admin")
 	o.URL = strings.Join(urls, ",")
-	return stream.Connect(o, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0), nats.Timeout(5*time.Second))
+	return o, nil
+}
+
+// withJetStream connects with o, failing fast, and runs f on JetStream
+// with a 5-second deadline.
+func withJetStream(o stream.ConnOptions, f func(context.Context, jetstream.JetStream) error) error {
+	nc, err := stream.Connect(o, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0), nats.Timeout(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return f(ctx, js)
+}
+
+// StreamInfo is stream name's info, asked through a new connection of o
+// that fails fast.
+func StreamInfo(o stream.ConnOptions, name string) (info *jetstream.StreamInfo, err error) {
+	err = withJetStream(o, func(ctx context.Context, js jetstream.JetStream) error {
+		s, err := js.Stream(ctx, name)
+		if err == nil {
+			info, err = s.Info(ctx)
+		}
+		return err
+	})
+	return info, err
+}
+
+// ConsumerInfo is the info of streamName's consumer name, asked through a
+// new connection of o that fails fast.
+func ConsumerInfo(o stream.ConnOptions, streamName, name string) (info *jetstream.ConsumerInfo, err error) {
+	err = withJetStream(o, func(ctx context.Context, js jetstream.JetStream) error {
+		cons, err := js.Consumer(ctx, streamName, name)
+		if err == nil {
+			info, err = cons.Info(ctx)
+		}
+		return err
+	})
+	return info, err
 }
 
 // WaitReady waits (up to 3 minutes) until JetStream answers an account
@@ -273,41 +316,35 @@ func (c *Cluster) WaitReady(t testing.TB) {
 			continue
 		}
 		c.poll(t, 3*time.Minute, "JetStream to answer on node "+c.nodes[i].Name, func() error {
-			nc, err := c.admin(i)
+			o, err := c.adminConn(i)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
+			return withJetStream(o, func(ctx context.Context, js jetstream.JetStream) error {
+				_, err := js.AccountInfo(ctx)
 				return err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err = js.AccountInfo(ctx)
-			return err
+			})
 		})
 	}
 }
 
 // StreamInfo is the stream's info as a running node reports it.
 func (c *Cluster) StreamInfo(name string) (*jetstream.StreamInfo, error) {
-	nc, err := c.admin(-1)
+	o, err := c.adminConn(-1)
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	return StreamInfo(o, name)
+}
+
+// ConsumerInfo is the info of streamName's consumer name as a running node
+// reports it.
+func (c *Cluster) ConsumerInfo(streamName, name string) (*jetstream.ConsumerInfo, error) {
+	o, err := c.adminConn(-1)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return s.Info(ctx)
+	return ConsumerInfo(o, streamName, name)
 }
 
 // StreamLeader waits (up to 3 minutes) until the stream has a leader and
