@@ -107,37 +107,19 @@ func decode(t *testing.T, docs []string) objects {
 		if err := yaml.Unmarshal([]byte(d), &meta); err != nil {
 			t.Fatalf("a rendered document is not YAML: %v\n%s", err, d)
 		}
-		strict := func(into any) {
-			t.Helper()
-			if err := yaml.UnmarshalStrict([]byte(d), into); err != nil {
-				t.Fatalf("%s does not decode strictly into its API type: %v\n%s", meta.Kind, err, d)
-			}
-		}
 		switch meta.APIVersion + " " + meta.Kind {
 		case "apps/v1 DaemonSet":
-			var x appsv1.DaemonSet
-			strict(&x)
-			o.daemonSets = append(o.daemonSets, x)
+			decodeInto(t, d, meta.Kind, &o.daemonSets)
 		case "apps/v1 Deployment":
-			var x appsv1.Deployment
-			strict(&x)
-			o.deployments = append(o.deployments, x)
+			decodeInto(t, d, meta.Kind, &o.deployments)
 		case "batch/v1 Job":
-			var x batchv1.Job
-			strict(&x)
-			o.jobs = append(o.jobs, x)
+			decodeInto(t, d, meta.Kind, &o.jobs)
 		case "v1 Service":
-			var x corev1.Service
-			strict(&x)
-			o.services = append(o.services, x)
+			decodeInto(t, d, meta.Kind, &o.services)
 		case "apps/v1 StatefulSet":
-			var x appsv1.StatefulSet
-			strict(&x)
-			o.statefulSets = append(o.statefulSets, x)
+			decodeInto(t, d, meta.Kind, &o.statefulSets)
 		case "v1 ConfigMap":
-			var x corev1.ConfigMap
-			strict(&x)
-			o.configMaps = append(o.configMaps, x)
+			decodeInto(t, d, meta.Kind, &o.configMaps)
 		default:
 			t.Fatalf("the chart renders %s %s, which this test does not know: add it here", meta.APIVersion, meta.Kind)
 		}
@@ -145,7 +127,18 @@ func decode(t *testing.T, docs []string) objects {
 	return o
 }
 
-// checkObject applies the API server's rules for names and labels, and
+// decodeInto decodes the manifest d strictly into its API type T and
+// appends it to list.
+func decodeInto[T any](t *testing.T, d, kind string, list *[]T) {
+	t.Helper()
+	var x T
+	if err := yaml.UnmarshalStrict([]byte(d), &x); err != nil {
+		t.Fatalf("%s does not decode strictly into its API type: %v\n%s", kind, err, d)
+	}
+	*list = append(*list, x)
+}
+
+// checkMeta applies the API server's rules for names and labels, and
 // checks that the selector matches the pod template.
 func checkMeta(t *testing.T, kind, name string, labels map[string]string) {
 	t.Helper()
