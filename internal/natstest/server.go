@@ -1,12 +1,15 @@
 package natstest
 
 import (
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -85,10 +88,20 @@ func (s *Server) Start(t testing.TB) {
 	if err != nil {
 		t.Fatalf("natstest: server %s: %v", s.Name, err)
 	}
+	if s.out == nil {
+		s.out = &testenv.LockedBuffer{}
+	}
+	// What the server logs goes to Log: an embedded server that cannot
+	// start (its monitoring port taken meanwhile, say) says why only there,
+	// and never becomes ready.
+	log := &logTo{w: s.out}
+	ns.SetLogger(log, false, false)
 	go ns.Start()
-	if !ns.ReadyForConnections(2 * time.Minute) {
-		ns.Shutdown()
-		t.Fatalf("natstest: server %s did not accept clients on port %d", s.Name, s.ClientPort)
+	for deadline := time.Now().Add(2 * time.Minute); !ns.ReadyForConnections(time.Second); {
+		if log.fatal.Load() || time.Now().After(deadline) {
+			ns.Shutdown()
+			t.Fatalf("natstest: server %s did not accept clients on port %d:\n%s", s.Name, s.ClientPort, tail(s.out.String(), 4000))
+		}
 	}
 	s.ns, s.opts = ns, opts
 }
@@ -129,8 +142,8 @@ func (s *Server) Options() *server.Options {
 	return s.opts
 }
 
-// Log is the tail (up to n bytes) of a process's output ("" for an
-// embedded server).
+// Log is the tail (up to n bytes) of the server's output: a process's, or
+// what an embedded server logged.
 func (s *Server) Log(n int) string {
 	s.mu.Lock()
 	out := s.out
@@ -140,3 +153,23 @@ func (s *Server) Log(n int) string {
 	}
 	return tail(out.String(), n)
 }
+
+// logTo is a nats-server logger writing to w; fatal is set once the
+// server logged a fatal error.
+type logTo struct {
+	w     io.Writer
+	fatal atomic.Bool
+}
+
+func (l *logTo) logf(level, format string, v []any) {
+	fmt.Fprintf(l.w, "["+level+"] "+format+"\n", v...)
+}
+func (l *logTo) Noticef(format string, v ...any) { l.logf("INF", format, v) }
+func (l *logTo) Warnf(format string, v ...any)   { l.logf("WRN", format, v) }
+func (l *logTo) Errorf(format string, v ...any)  { l.logf("ERR", format, v) }
+func (l *logTo) Fatalf(format string, v ...any) {
+	l.logf("FTL", format, v)
+	l.fatal.Store(true)
+}
+func (l *logTo) Debugf(format string, v ...any) { l.logf("DBG", format, v) }
+func (l *logTo) Tracef(format string, v ...any) { l.logf("TRC", format, v) }
