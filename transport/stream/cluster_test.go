@@ -245,3 +245,28 @@ func nextMsg(oc jetstream.Consumer) (jetstream.Msg, error) {
 		time.Sleep(200 * time.Millisecond) // see collector's streamContents: interest spreads late
 	}
 }
+
+// TestClusterStreamRaisedToR3: on a cluster, a stream already there at R1
+// (made before the cluster's stream was R3, or by hand) is updated to R3 by
+// Ensure asked for no replicas, as the collectors call it (deploy/README).
+func TestClusterStreamRaisedToR3(t *testing.T) {
+	cl := natstest.StartCluster(t, natstest.ClusterConfig{})
+	nc, _ := natstest.Connect(t, cl.Conn(stream.RoleCollector, "", "collector"))
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := stream.Ensure(ctx, js, stream.Config{Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := cl.StreamInfo(stream.Name); err != nil || info.Config.Replicas != 1 {
+		t.Fatalf("the stream made at R1: %+v, %v", info, err)
+	}
+	s, err := stream.Ensure(ctx, js, stream.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.Replicas; got != stream.ClusterReplicas {
+		t.Fatalf("Ensure left the cluster's R1 stream at R%d", got)
+	}
+	cl.WaitStreamCurrent(t, stream.Name, stream.ClusterReplicas)
+}
