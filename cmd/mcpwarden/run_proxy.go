@@ -87,6 +87,7 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
 		SecretPatterns:   secrets,
 		ApprovalTimeout:  e.approvalTimeout,
 		RootsTimeout:     e.rootsTimeout,
+		WorkDir:          rc.Config.Dir, // "": the launcher's, as the server's
 		OnServerInfo:     ident.record,
 	})
 	if err != nil {

@@ -82,7 +82,12 @@ type Config struct {
 	MaxResponseBytes int
 	SecretPatterns   []string // nil: schema.DefaultSecretPatterns
 	// Home is what '~' in a path argument expands to: the server's $HOME.
-	Home            string
+	Home string
+	// WorkDir is the server's working directory (default: the proxy's
+	// own, as the launcher's): a relative name in the arguments of a tool
+	// that is not the filesystem server's is checked against it as well as
+	// against the base.
+	WorkDir         string
 	ApprovalTimeout time.Duration
 	RootsTimeout    time.Duration // how long a call waits for the client's roots answer
 	RestartTimeout  time.Duration // how long a call waits for a narrowing restart of the server
@@ -156,7 +161,14 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	pol, err := policy.New(policy.Config{Scope: cfg.Scope, SecretPatterns: cfg.SecretPatterns, Home: cfg.Home})
+	if cfg.WorkDir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("proxy: working directory: %w", err)
+		}
+		cfg.WorkDir = wd
+	}
+	pol, err := policy.New(policy.Config{Scope: cfg.Scope, SecretPatterns: cfg.SecretPatterns, Home: cfg.Home, WorkDir: cfg.WorkDir})
 	if err != nil {
 		return nil, fmt.Errorf("proxy policy: %w", err)
 	}

@@ -29,6 +29,8 @@ const (
 	// directory looking for secrets.
 	maxSubtree      = 10000
 	maxSubtreeDepth = 64
+	// maxPaths bounds the paths one call may name.
+	maxPaths = 4096
 )
 
 // pointer is a parsed tool_path_args entry: JSON Pointer tokens, where "*"
@@ -141,12 +143,29 @@ func walk(raw []byte, visit func(ptr []string, kind byte, s string) *Denial) (*D
 
 // argChecker checks the paths of one call.
 type argChecker struct {
-	p       *Policy
-	relTo   func(string) string
+	p     *Policy
+	relTo func(string) string
+	// alt resolves a relative name against the server's working directory
+	// when that is not the base (nil otherwise): such a name is checked
+	// both ways.
+	alt     func(string) string
 	eff     []string
 	moves   bool
 	checked []string
 	probes  int
+	paths   int // paths checked so far (bounded by maxPaths)
+	walked  int // subtree entries walked so far (bounded by maxSubtree)
+}
+
+// newChecker is an argChecker whose relative names resolve with relTo
+// and, for a server that is not the filesystem server, also against the
+// server's working directory.
+func (p *Policy) newChecker(relTo func(string) string, effective []string, fsTool bool) *argChecker {
+	c := &argChecker{p: p, eff: effective, relTo: relTo}
+	if !fsTool && p.workDir != "" && p.workDir != p.scope.Base {
+		c.alt = BaseRelative(p.workDir)
+	}
+	return c
 }
 
 // CheckArguments finds every path in a call's arguments, at any depth and
@@ -178,10 +197,12 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 		return nil, deny(schema.ErrMalformedRequest, "arguments must be an object")
 	}
 	t, builtin := fsTools[name]
-	c := &argChecker{p: p, eff: effective, relTo: BaseRelative(p.scope.Base), moves: t.Moves || MovesByName(name)}
+	relTo := BaseRelative(p.scope.Base)
 	if builtin {
-		c.relTo = FSRelative(effective)
+		relTo = FSRelative(effective)
 	}
+	c := p.newChecker(relTo, effective, builtin)
+	c.moves = t.Moves || MovesByName(name)
 	declared := p.pathArgs[name]
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
 		if len(ptr) == 0 {
@@ -231,7 +252,7 @@ func (p *Policy) CheckLooseArguments(raw json.RawMessage, effective []string) ([
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
-	c := &argChecker{p: p, eff: effective, relTo: BaseRelative(p.scope.Base)}
+	c := p.newChecker(BaseRelative(p.scope.Base), effective, false)
 	if raw[0] == '"' {
 		var s string
 		if json.Unmarshal(raw, &s) != nil {
@@ -278,8 +299,15 @@ func (c *argChecker) table(spec ArgSpec, ptr []string, kind byte, s string) *Den
 	return c.path(ptr, s)
 }
 
-// path checks s as a path (a file:// URI is read as its path).
+// path checks s as a path (a file:// URI is read as its path). A name
+// that starts with an environment variable is checked as a server that
+// expands it would read it: $HOME as '~', any other variable is refused
+// (the proxy cannot know its value). A relative name is checked against
+// the server's working directory too when that is not the base.
 func (c *argChecker) path(ptr []string, s string) *Denial {
+	if c.paths++; c.paths > maxPaths {
+		return deny(schema.ErrMalformedRequest, "a call may name at most %d paths", maxPaths)
+	}
 	if hasFileScheme(s) {
 		p, err := FilePath(s)
 		if err != nil {
@@ -287,17 +315,67 @@ func (c *argChecker) path(ptr []string, s string) *Denial {
 		}
 		s = p
 	}
-	real, d := c.p.CheckPath(s, c.relTo, c.eff)
+	if name, rest, ok := envPrefix(s); ok {
+		if name != "HOME" {
+			return deny(schema.ErrPathOutsideScope, "argument %q: starts with the environment variable $%s, which the proxy cannot expand", label(ptr), truncateName(name))
+		}
+		if d := c.one(ptr, "~"+rest, c.relTo); d != nil {
+			return d
+		}
+	}
+	if d := c.one(ptr, s, c.relTo); d != nil {
+		return d
+	}
+	if c.alt != nil && !filepath.IsAbs(s) && !strings.HasPrefix(s, "~") {
+		return c.one(ptr, s, c.alt)
+	}
+	return nil
+}
+
+// one checks s as a path with relative names resolved by relTo.
+func (c *argChecker) one(ptr []string, s string, relTo func(string) string) *Denial {
+	real, d := c.p.CheckPath(s, relTo, c.eff)
 	if real != "" {
 		c.checked = append(c.checked, real)
 	}
 	if d == nil && c.moves {
-		d = c.p.checkSubtree(real)
+		d = c.p.checkSubtree(real, &c.walked)
 	}
 	if d != nil {
 		d.Reason = fmt.Sprintf("argument %q: %s", label(ptr), d.Reason)
 	}
 	return d
+}
+
+// envPrefix reports whether s starts with an environment variable a shell
+// or a server that expands them would replace: "$NAME" or "${NAME}",
+// alone or followed by '/'. rest is what follows the variable.
+func envPrefix(s string) (name, rest string, ok bool) {
+	if len(s) < 2 || s[0] != '$' {
+		return "", "", false
+	}
+	body, braced := s[1:], false
+	if body[0] == '{' {
+		body, braced = body[1:], true
+	}
+	n := 0
+	for n < len(body) && (body[n] == '_' || body[n] >= 'A' && body[n] <= 'Z' || body[n] >= 'a' && body[n] <= 'z' || n > 0 && body[n] >= '0' && body[n] <= '9') {
+		n++
+	}
+	if n == 0 {
+		return "", "", false
+	}
+	name, rest = body[:n], body[n:]
+	if braced {
+		if !strings.HasPrefix(rest, "}") {
+			return "", "", false
+		}
+		rest = rest[1:]
+	}
+	if rest != "" && rest[0] != '/' {
+		return "", "", false
+	}
+	return name, rest, true
 }
 
 // loose checks s when it looks like a path, in each form a server might
@@ -341,8 +419,14 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 	if strings.ContainsRune(s, '\\') && looksLikePath(strings.ReplaceAll(s, `\`, "/")) {
 		add(s)
 	}
-	if strings.ContainsRune(s, '%') {
-		if d, err := url.PathUnescape(s); err == nil && d != s && looksLikePath(d) {
+	// Decoded as often as a server might decode it (a doubly encoded
+	// "%252e%252e%252f" is "../" to one that decodes twice).
+	for i, d := 0, s; i < 3 && strings.ContainsRune(d, '%'); i++ {
+		next, err := url.PathUnescape(d)
+		if err != nil || next == d {
+			break
+		}
+		if d = next; looksLikePath(d) {
 			add(s)
 			add(d)
 		}
@@ -357,7 +441,7 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 		if c.probes++; c.probes > maxProbes {
 			return nil, fmt.Errorf("more than %d strings that could name files; declare the tool's path arguments in tool_path_args", maxProbes)
 		}
-		if Exists(c.relTo(s)) {
+		if Exists(c.relTo(s)) || c.alt != nil && Exists(c.alt(s)) {
 			add(s) // it names an existing entry
 		}
 	}
@@ -374,6 +458,9 @@ func looksLikePath(s string) bool {
 		return true
 	case hasFileScheme(s):
 		return true
+	case s[0] == '$':
+		_, _, env := envPrefix(s)
+		return env
 	case strings.Contains(s, "/../") || strings.HasSuffix(s, "/.."):
 		// A URL of another scheme ("https://h/a/../b") is not a path.
 		return !hasURLScheme(s)
@@ -408,7 +495,7 @@ func probeable(s string) bool {
 // holds a secret: the secret would be readable under its new name. The
 // walk does not follow symlinks, is bounded, and a subtree that cannot be
 // walked is refused.
-func (p *Policy) checkSubtree(real string) *Denial {
+func (p *Policy) checkSubtree(real string, walked *int) *Denial {
 	st, err := os.Lstat(real)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // a new destination: its own name was checked
@@ -419,15 +506,14 @@ func (p *Policy) checkSubtree(real string) *Denial {
 	if !st.IsDir() {
 		return nil
 	}
-	n := 0
 	errSecret := errors.New("secret")
 	errBound := errors.New("bound")
 	werr := filepath.WalkDir(real, func(path string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		n++
-		if n > maxSubtree || strings.Count(path[len(real):], "/") > maxSubtreeDepth {
+		*walked++
+		if *walked > maxSubtree || strings.Count(path[len(real):], "/") > maxSubtreeDepth {
 			return errBound
 		}
 		if p.secrets.Match(path) {
@@ -464,4 +550,93 @@ func truncateName(s string) string {
 		return s[:64] + "…"
 	}
 	return s
+}
+
+// MayHoldPath is a quick test that raw (JSON) holds no string a path
+// check could refuse: nothing absolute, relative with a separator, '~',
+// '$', percent-encoded, backslashed or outside ASCII (NFKC), and no "." or
+// "..". When it reports false, CheckValues would pass raw.
+func MayHoldPath(raw []byte) bool {
+	for _, b := range raw {
+		switch {
+		case b == '/', b == '~', b == '%', b == '\\', b == '$', b >= 0x80:
+			return true
+		}
+	}
+	return bytes.Contains(raw, []byte(`"."`)) || bytes.Contains(raw, []byte(`".."`))
+}
+
+// CheckValues checks the strings and member names of a request's
+// parameters that are not its arguments (params members a method does not
+// read, _meta): each that looks like a path must be inside effective and
+// not secret. Nothing is looked up under the base: these are not the
+// arguments of a tool.
+func (p *Policy) CheckValues(raw json.RawMessage, effective []string) ([]string, *Denial) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || !MayHoldPath(raw) {
+		return nil, nil
+	}
+	c := p.newChecker(BaseRelative(p.scope.Base), effective, false)
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return nil, deny(schema.ErrMalformedRequest, "parameter is not valid JSON")
+		}
+		return c.checked, c.loose([]string{"value"}, s, false)
+	}
+	if raw[0] != '{' && raw[0] != '[' {
+		return nil, nil
+	}
+	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
+		if len(ptr) > 0 && (kind == '"' || kind == kindName) {
+			return c.loose(ptr, s, false)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, deny(schema.ErrMalformedRequest, "parameters are not valid JSON")
+	}
+	return c.checked, d
+}
+
+// CheckResultURIs checks a server's result (a tool's content, a prompt's
+// messages, a resource's contents) for file:// URIs in members named
+// "uri": an embedded resource or a link to a file outside effective, or to
+// a secret, is refused — the server read, or points the client at, what
+// the scope does not allow (through a path the proxy never saw). URIs of
+// other schemes are the server's own names.
+func (p *Policy) CheckResultURIs(raw json.RawMessage, effective []string) ([]string, *Denial) {
+	if !hasFileURI(raw) {
+		return nil, nil
+	}
+	c := p.newChecker(BaseRelative(p.scope.Base), effective, false)
+	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
+		if kind != '"' || len(ptr) == 0 || ptr[len(ptr)-1] != "uri" || !hasFileScheme(s) {
+			return nil
+		}
+		if d := c.path(ptr, s); d != nil {
+			d.Reason = "the server's answer holds a file URI it may not serve: " + d.Reason
+			return d
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, deny(schema.ErrMalformedRequest, "the server's answer is not valid JSON")
+	}
+	return c.checked, d
+}
+
+// hasFileURI: raw holds "file:" in any case.
+func hasFileURI(raw []byte) bool {
+	for i := 0; ; {
+		j := bytes.IndexByte(raw[i:], ':')
+		if j < 0 {
+			return false
+		}
+		i += j
+		if i >= 4 && raw[i-4]|0x20 == 'f' && raw[i-3]|0x20 == 'i' && raw[i-2]|0x20 == 'l' && raw[i-1]|0x20 == 'e' {
+			return true
+		}
+		i++
+	}
 }

@@ -26,6 +26,10 @@ type Config struct {
 	Scope          *schema.CanonicalScope
 	SecretPatterns []string // nil → schema.DefaultSecretPatterns
 	Home           string   // expansion of '~'; empty refuses '~'
+	// WorkDir is the server's working directory, where a server that is
+	// not the filesystem server resolves a relative name; "" when it is
+	// the base.
+	WorkDir string
 }
 
 // Policy decides calls for one scope. It is immutable and safe for
@@ -34,6 +38,7 @@ type Policy struct {
 	scope    *schema.CanonicalScope
 	secrets  *schema.Secrets
 	home     string
+	workDir  string
 	allowed  map[string]bool
 	prompts  map[string]bool
 	pathArgs map[string][]pointer // tool_path_args, parsed
@@ -51,7 +56,14 @@ func New(c Config) (*Policy, error) {
 			return nil, err
 		}
 	}
-	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, allowed: map[string]bool{}, prompts: map[string]bool{}, pathArgs: map[string][]pointer{}}
+	workDir := c.WorkDir
+	if workDir != "" {
+		if real, err := filepath.EvalSymlinks(workDir); err == nil {
+			workDir = real
+		}
+		workDir = filepath.Clean(workDir)
+	}
+	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, workDir: workDir, allowed: map[string]bool{}, prompts: map[string]bool{}, pathArgs: map[string][]pointer{}}
 	for _, t := range c.Scope.ToolAllowlist {
 		p.allowed[t] = true
 	}
@@ -129,10 +141,28 @@ func (p *Policy) CheckPath(raw string, relTo func(string) string, effective []st
 	if !Within(effective, r.Lexical) || !Within(effective, r.Real) {
 		return r.Real, deny(schema.ErrPathOutsideScope, "path is outside the run's scope")
 	}
-	if p.secrets.Match(r.Real) || (r.Lexical != r.Real && p.secrets.Match(r.Lexical)) {
+	if p.secrets.Match(r.Real) || (r.Lexical != r.Real && p.secrets.Match(r.Lexical)) || p.secretTrimmed(r.Lexical) || p.secretTrimmed(r.Real) {
 		return r.Real, deny(schema.ErrSecretPath, "path is a secret (credentials, keys, .env, .git, .ssh) and is never served")
 	}
 	return r.Real, nil
+}
+
+// secretTrimmed reports whether path matches a secret pattern once the
+// trailing dots and spaces of its components are dropped, as Windows and
+// some servers drop them (".git." and ".ssh " are ".git" and ".ssh"
+// there): such a name is refused like the secret it spells.
+func (p *Policy) secretTrimmed(path string) bool {
+	if !strings.Contains(path, "./") && !strings.Contains(path, " /") && !strings.HasSuffix(path, ".") && !strings.HasSuffix(path, " ") {
+		return false
+	}
+	parts := strings.Split(path, "/")
+	changed := false
+	for i, c := range parts {
+		if t := strings.TrimRight(c, ". "); t != c && t != "" {
+			parts[i], changed = t, true
+		}
+	}
+	return changed && p.secrets.Match(strings.Join(parts, "/"))
 }
 
 // IsSecret reports whether an absolute canonical path matches a secret pattern.
