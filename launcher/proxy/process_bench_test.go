@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -43,6 +44,7 @@ type procConn struct {
 
 type benchBins struct {
 	mcpwarden, echo, relay string
+	baseline               string // MCPWARDEN_BASELINE_BIN: an older binary run side by side
 	base, scope, stateDir  string
 }
 
@@ -53,6 +55,12 @@ func buildBenchBins(b *testing.B) benchBins {
 	bins := fencetest.Build(b)
 	dir := b.TempDir()
 	bb := benchBins{mcpwarden: bins.Mcpwarden, echo: filepath.Join(dir, "mcpecho"), relay: filepath.Join(dir, "relay")}
+	if old := os.Getenv("MCPWARDEN_BASELINE_BIN"); old != "" {
+		if !filepath.IsAbs(old) {
+			b.Fatalf("MCPWARDEN_BASELINE_BIN=%q: give an absolute path", old)
+		}
+		bb.baseline = old
+	}
 	if err := testenv.GoBuild(bb.echo, "./internal/mcpecho", "CGO_ENABLED=0"); err != nil {
 		b.Fatal(err)
 	}
@@ -74,15 +82,26 @@ func buildBenchBins(b *testing.B) benchBins {
 	return bb
 }
 
-// configs returns the argv of each configuration.
+// configs returns the argv of each configuration. With
+// MCPWARDEN_BASELINE_BIN set, that binary's proxy and --proxy=false run
+// too ("baseline-proxy", "baseline-fence-relay"), called in the same turns,
+// so that an old and a new binary are compared on the same machine state.
 func (bb benchBins) configs() [][2]any {
-	run := []string{bb.mcpwarden, "run", "--scope", bb.scope, "--base", bb.base, "--state-dir", bb.stateDir}
-	return [][2]any{
+	args := []string{"run", "--scope", bb.scope, "--base", bb.base, "--state-dir", bb.stateDir}
+	run := append([]string{bb.mcpwarden}, args...)
+	cfgs := [][2]any{
 		{"direct", []string{bb.echo}},
 		{"c-relay", []string{bb.relay, bb.echo}},
 		{"fence-relay", append(append(slices.Clone(run), "--proxy=false", "--"), bb.echo)},
 		{"proxy", append(append(slices.Clone(run), "--"), bb.echo)},
 	}
+	if bb.baseline != "" {
+		old := append([]string{bb.baseline}, args...)
+		cfgs = append(cfgs,
+			[2]any{"baseline-fence-relay", append(append(slices.Clone(old), "--proxy=false", "--"), bb.echo)},
+			[2]any{"baseline-proxy", append(append(slices.Clone(old), "--"), bb.echo)})
+	}
+	return cfgs
 }
 
 func startProc(b *testing.B, name string, argv []string) *procConn {
@@ -225,6 +244,10 @@ func reportLatencies(b *testing.B, conns []*procConn, lat [][]time.Duration) {
 	}
 	b.ReportMetric(us(p["proxy"][0]-p["c-relay"][0]), "proxy-over-relay-p50-µs")
 	b.ReportMetric(us(p["proxy"][1]-p["c-relay"][1]), "proxy-over-relay-p99-µs")
+	if _, ok := p["baseline-proxy"]; ok {
+		b.ReportMetric(us(p["baseline-proxy"][0]-p["c-relay"][0]), "baseline-proxy-over-relay-p50-µs")
+		b.ReportMetric(us(p["baseline-proxy"][1]-p["c-relay"][1]), "baseline-proxy-over-relay-p99-µs")
+	}
 	b.ReportMetric(float64(len(lat[0])), "calls-each")
 }
 
