@@ -6,9 +6,7 @@
 package auditlog
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,7 +21,11 @@ type Log struct {
 	mu   sync.Mutex
 	f    *os.File
 	path string
+	buf  []byte // the encoding buffer, reused from batch to batch (under mu)
 }
+
+// maxKeptBuffer bounds the encoding buffer kept between batches.
+const maxKeptBuffer = 1 << 20
 
 // DefaultStateDir is /var/lib/mcpwarden for root, else
 // $XDG_STATE_HOME/mcpwarden (default ~/.local/state/mcpwarden).
@@ -72,19 +74,22 @@ func (l *Log) Publish(ctx context.Context, events []schema.Event) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	for i := range events {
-		if err := enc.Encode(&events[i]); err != nil {
-			return fmt.Errorf("encode audit record: %w", err)
-		}
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {
 		return errors.New("audit log is closed")
 	}
-	if _, err := l.f.Write(buf.Bytes()); err != nil {
+	buf := l.buf[:0]
+	for i := range events {
+		var err error
+		if buf, err = appendEvent(buf, &events[i]); err != nil {
+			return fmt.Errorf("encode audit record: %w", err)
+		}
+	}
+	if cap(buf) <= maxKeptBuffer {
+		l.buf = buf
+	}
+	if _, err := l.f.Write(buf); err != nil {
 		return fmt.Errorf("write audit log: %w", err)
 	}
 	if err := l.f.Sync(); err != nil {
