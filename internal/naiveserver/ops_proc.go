@@ -8,6 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// heldInotify are the instances inotify_hog holds.
+var heldInotify []int
+
 // procOps: other processes: resource limits, scheduling, IPC objects, inotify on directories outside the scope, ...
 var procOps = map[string]op{
 	// Limits and scheduling of process PID (outside the run, same uid).
@@ -68,6 +71,32 @@ var procOps = map[string]op{
 			return "", e
 		}
 		unix.Close(int(fd))
+		return "", nil
+	},
+	// Inotify instances, as many as the kernel gives (up to N), held
+	// until inotify_release: fs.inotify.max_user_instances is per host
+	// uid (and charged to each user namespace's owner), so whatever the
+	// run holds, the other processes of that uid lack. Data: the count.
+	"inotify_hog": func(r Request) (string, error) {
+		var err error
+		for len(heldInotify) < r.N {
+			fd, e := unix.InotifyInit1(unix.IN_CLOEXEC)
+			if e != nil {
+				err = e
+				break
+			}
+			heldInotify = append(heldInotify, fd)
+		}
+		if len(heldInotify) == 0 {
+			return "0", err
+		}
+		return strconv.Itoa(len(heldInotify)), nil
+	},
+	"inotify_release": func(r Request) (string, error) {
+		for _, fd := range heldInotify {
+			unix.Close(fd)
+		}
+		heldInotify = nil
 		return "", nil
 	},
 	// An inotify watch on a directory the fence will not list.

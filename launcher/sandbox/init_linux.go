@@ -243,6 +243,16 @@ func startExecStage(srv *ServerUserNS) (*execStage, error) {
 		sys.GidMappingsEnableSetgroups = true
 		sys.Credential = &syscall.Credential{Uid: uint32(srv.Inside.UID), Gid: uint32(srv.Inside.GID), Groups: []uint32{}}
 	}
+	var restore func() error
+	if srv != nil {
+		if restore, err = ownNextUserNS(srv.Host.UID); err != nil {
+			specR.Close()
+			specW.Close()
+			statusR.Close()
+			statusW.Close()
+			return nil, err
+		}
+	}
 	// /proc/self/exe: exec'd through the magic link, the helper's own file
 	// needs no search permission on its directories for the new uid.
 	pid, err := syscall.ForkExec("/proc/self/exe", []string{HelperName}, &syscall.ProcAttr{
@@ -250,6 +260,16 @@ func startExecStage(srv *ServerUserNS) (*execStage, error) {
 		Files: []uintptr{0, 1, 2, specR.Fd(), statusW.Fd()},
 		Sys:   sys,
 	})
+	if restore != nil {
+		if rerr := restore(); rerr != nil {
+			if err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				var ws syscall.WaitStatus
+				_, _ = syscall.Wait4(pid, &ws, 0, nil)
+			}
+			err = rerr
+		}
+	}
 	specR.Close()
 	statusW.Close()
 	if err != nil {
@@ -258,6 +278,59 @@ func startExecStage(srv *ServerUserNS) (*execStage, error) {
 		return nil, err
 	}
 	return &execStage{pid: pid, spec: specW, status: bufio.NewReader(statusR), statF: statusR}, nil
+}
+
+// ownNextUserNS makes uid the owner of the next user namespace this
+// (locked) thread creates, by making it this thread's effective uid until
+// the returned restore runs; the thread keeps its capabilities meanwhile
+// (SECBIT_NO_SETUID_FIXUP), which writing the new namespace's gid map
+// needs.
+//
+// Why: the kernel charges a per-user counter of a process in a user
+// namespace (inotify instances and watches, pending signals, message-queue
+// bytes) to its uid there and, up the chain, to each namespace's owner in
+// the parent. A server namespace owned by root would spend host root's:
+// fs.inotify.max_user_instances (128) is shared by every root process, so
+// a server holding them all left the host's root daemons without inotify.
+// Owned by the dedicated uid, the run spends only the dedicated uid's,
+// which no other process has. (The init, which takes the dedicated uid
+// later, then holds every capability in the server's namespace; it owns
+// nothing there and the server cannot reach it: not dumpable, no ptrace.)
+// secbitNoSetuidFixup is SECBIT_NO_SETUID_FIXUP (linux/securebits.h): a
+// change of uid leaves the capability sets as they are.
+const secbitNoSetuidFixup = 1 << 2
+
+func ownNextUserNS(uid int) (restore func() error, err error) {
+	euid := os.Geteuid()
+	bits, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_GET_SECUREBITS, 0, 0)
+	if e != 0 {
+		return nil, fmt.Errorf("read the securebits: %w", e)
+	}
+	sig := pdeathsig()
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits|secbitNoSetuidFixup, 0); e != 0 {
+		return nil, fmt.Errorf("keep the capabilities across a change of uid: %w", e)
+	}
+	// Raw: only this thread, the one that clones; the rest of the init
+	// keeps its identity.
+	if _, _, e := syscall.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
+		_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0)
+		return nil, fmt.Errorf("take uid %d to own the server's user namespace: %w", uid, e)
+	}
+	return func() error {
+		if _, _, e := syscall.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(euid), ^uintptr(0)); e != 0 {
+			return fmt.Errorf("take back uid %d after making the server's user namespace: %w", euid, e)
+		}
+		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0); e != 0 {
+			return fmt.Errorf("restore the securebits: %w", e)
+		}
+		// A change of effective uid clears the parent-death signal.
+		if sig != 0 {
+			if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(sig), 0); e != 0 {
+				return fmt.Errorf("set the parent-death signal again: %w", e)
+			}
+		}
+		return nil
+	}, nil
 }
 
 func (e *execStage) sendSpec(s *Spec) error {

@@ -43,6 +43,14 @@ type Options struct {
 	// the runtime's files could otherwise change them through a read-only
 	// descriptor.
 	DedicatedUID bool `json:"dedicated_uid,omitempty"`
+	// OwnUserCounters: the kernel's per-user counters that a process in a
+	// user namespace also charges to the namespace's owner (inotify
+	// instances and watches) count against a uid no other process has:
+	// the dedicated uid, owner of the server's user namespace. Only then
+	// are inotify instances allowed: otherwise they come out of the
+	// launching user's (or host root's) 128, and a server holding them
+	// all leaves that user's other processes without any.
+	OwnUserCounters bool `json:"own_user_counters,omitempty"`
 }
 
 // Action is a seccomp filter's return value.
@@ -119,7 +127,7 @@ const (
 	CheckIOUring       = "io_uring"              // io_uring unless granted
 	CheckOtherProcs    = "own-processes-only"    // prlimit64/sched_*/setpriority/ioprio_set on self only
 	CheckIPC           = "sysv-ipc"              // SysV IPC and mqueues without an ipc namespace
-	CheckWatches       = "inotify"               // inotify watches without a mount namespace
+	CheckWatches       = "inotify"               // inotify watches without a mount namespace, instances without own per-user counters
 	CheckIoctl         = "ioctl"                 // TIOCSTI, TIOCLINUX, file attribute ioctls
 	CheckFcntl         = "fcntl"                 // F_SETLEASE
 	CheckPersonality   = "personality"           // no READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, ...
@@ -161,7 +169,7 @@ var allowed = []string{
 	"link", "linkat", "symlink", "symlinkat", "truncate", "ftruncate", "fallocate", "fsync", "fdatasync", "sync",
 	"syncfs", "sync_file_range", "flock", "fadvise64", "readahead", "copy_file_range", "sendfile", "splice", "tee",
 	"vmsplice", "umask", "name_to_handle_at", "fgetxattr", "flistxattr", "cachestat", "pipe", "pipe2",
-	"inotify_init", "inotify_init1", "inotify_rm_watch",
+	"inotify_rm_watch",
 	// memory (mmap/mprotect with PROT_EXEC stay: JIT runtimes need them)
 	"brk", "mmap", "munmap", "mremap", "mprotect", "madvise", "mincore", "msync", "mlock", "mlock2", "mlockall",
 	"munlock", "munlockall", "remap_file_pages", "membarrier", "pkey_alloc", "pkey_free", "pkey_mprotect",
@@ -345,6 +353,10 @@ func rules(o Options) []group {
 	allowIf(CheckIOUring, o.AllowIOUring, eperm, "io_uring_setup", "io_uring_enter", "io_uring_register")
 	allowIf(CheckIPC, o.IPCNamespace, eperm, ipcNames...)
 	allowIf(CheckWatches, o.MountNamespace, eperm, "inotify_add_watch")
+	// An inotify instance is charged to the server's uid and, up the user
+	// namespaces, to each namespace's owner: fs.inotify.max_user_instances
+	// (128) is shared by every process of that host uid.
+	allowIf(CheckWatches, o.OwnUserCounters, eperm, "inotify_init", "inotify_init1")
 	// Modes and times. Landlock checks none of them. By path they reach
 	// any file the server can name, so they are refused unless the mount
 	// namespace confines them: in the minimal root everything but the

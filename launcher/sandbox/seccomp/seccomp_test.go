@@ -336,7 +336,9 @@ func TestFilterDecisions(t *testing.T) {
 		{"mq_open in own ipc ns", layered, sys("mq_open", ptr, 0, 0, 0), Allow},
 		{"inotify watch without mount ns", strict, sys("inotify_add_watch", 3, ptr, unix.IN_CREATE), eperm},
 		{"inotify watch in own mount ns", layered, sys("inotify_add_watch", 3, ptr, unix.IN_CREATE), Allow},
-		{"inotify_init1", strict, sys("inotify_init1", unix.IN_CLOEXEC), Allow},
+		{"inotify_init1 without own per-user counters", strict, sys("inotify_init1", unix.IN_CLOEXEC), eperm},
+		{"inotify_init without own per-user counters", layered, sys("inotify_init"), eperm},
+		{"inotify_init1 with own per-user counters", Options{OwnUserCounters: true}, sys("inotify_init1", unix.IN_CLOEXEC), Allow},
 		{"fanotify_mark", layered, sys("fanotify_mark", 3, 0, 0, 0, ptr), eperm},
 	}
 	for _, a := range Arches {
@@ -512,13 +514,13 @@ func TestSummary(t *testing.T) {
 	if len(s.Relaxed) != 0 {
 		t.Errorf("strict filter relaxed: %v", s.Relaxed)
 	}
-	loose := build(t, X86_64, Options{AllowIOUring: true, IPCNamespace: true, MountNamespace: true}).Summary()
+	loose := build(t, X86_64, Options{AllowIOUring: true, IPCNamespace: true, MountNamespace: true, OwnUserCounters: true}).Summary()
 	for _, c := range []string{CheckIOUring, CheckIPC, CheckWatches} {
 		if contains(loose.Checks, c) {
 			t.Errorf("check %s reported although lifted: %v", c, loose.Checks)
 		}
 	}
-	if len(loose.Relaxed) != 3 { // io_uring, ipc, the mount namespace's watches and metadata
+	if len(loose.Relaxed) != 4 { // io_uring, ipc, the mount namespace's watches and metadata, inotify instances
 		t.Errorf("relaxed %v", loose.Relaxed)
 	}
 }
@@ -724,6 +726,10 @@ func FuzzFilter(f *testing.F) {
 		case "msgget", "shmget", "semget", "shmat", "mq_open":
 			if !o.IPCNamespace {
 				t.Fatalf("%s allowed without an ipc namespace", name)
+			}
+		case "inotify_init", "inotify_init1":
+			if !o.OwnUserCounters {
+				t.Fatalf("%s allowed without the run's own per-user counters", name)
 			}
 		case "inotify_add_watch":
 			if !o.MountNamespace {
