@@ -119,17 +119,25 @@ func counts(t *testing.T, st *store.Store) (rows, distinct uint64) {
 
 func waitDistinct(t *testing.T, st *store.Store, want uint64, within time.Duration) {
 	t.Helper()
+	// within bounds the time without progress, not the whole wait: on a
+	// loaded machine storing is slow but goes on, and a stalled collector
+	// still fails after within. 15 minutes bound the wait in all.
+	end := time.Now().Add(15 * time.Minute)
 	deadline := time.Now().Add(within)
-	var distinct uint64
-	for time.Now().Before(deadline) {
+	var distinct, seen uint64
+	for time.Now().Before(deadline) && time.Now().Before(end) {
 		var err error
 		if err = st.Conn().QueryRow(context.Background(), "SELECT uniqExact(event_id) FROM events").Scan(&distinct); err == nil && distinct >= want {
 			break
 		}
+		if distinct > seen {
+			seen = distinct
+			deadline = time.Now().Add(within)
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if distinct != want {
-		t.Fatalf("%d distinct events stored, produced %d", distinct, want)
+		t.Fatalf("%d distinct events stored, produced %d (no progress for %s)", distinct, want, within)
 	}
 }
 

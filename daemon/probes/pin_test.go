@@ -219,7 +219,12 @@ func TestNamespacedIDs(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(unshare, "--pid", "--fork", os.Args[0], "-test.run=^$")
+	// A shell waits for a first line before it becomes unshare, so that
+	// unshare forks the opener only once it is watched (watching follows
+	// forks made afterwards; on a loaded machine unshare could otherwise
+	// fork before Watch).
+	sh := testenv.RequireCommand(t, "sh")
+	cmd := exec.Command(sh, "-c", `read -r _ && exec "$0" "$@"`, unshare, "--pid", "--fork", os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), openerEnv+"=1")
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
@@ -227,8 +232,10 @@ func TestNamespacedIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { in.Close(); cmd.Wait() }()
-	// unshare forks the opener: watching unshare follows it.
 	if err := p.Watch(uint32(cmd.Process.Pid), 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(in, "go\n"); err != nil {
 		t.Fatal(err)
 	}
 	o := &opener{cmd: cmd, in: in, out: bufio.NewScanner(out)}

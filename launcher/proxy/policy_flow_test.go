@@ -350,8 +350,17 @@ func TestSymlinkSwapDuringApproval(t *testing.T) {
 // TestExpiryTimer lets the scope run out in real time: the run stops by
 // itself, and a call sent afterwards still gets the model-visible denial.
 func TestExpiryTimer(t *testing.T) {
+	// The scope must outlive the server's start, the handshake and one
+	// read, and then run out. How long those take depends on the load, so
+	// a run without expiry measures them first, and the window is four
+	// times that, 8 s at least.
+	began := time.Now()
+	probe := newFixture(t, fixtureOpts{})
+	probe.client.initLegacy(false)
+	mustRead(t, probe.client, filepath.Join(probe.base, "allowed", "probe.txt"), "MARKER-ALLOWED")
+	window := max(8*time.Second, 4*time.Since(began))
 	f := newFixture(t, fixtureOpts{keepClientOpen: true, scope: func(s *schema.Scope) {
-		issued := time.Now().Add(-60*time.Minute + 8*time.Second) // long enough for a loaded machine to start the server
+		issued := time.Now().Add(-60*time.Minute + window)
 		s.IssuedAt = &issued
 	}})
 	c := f.client
@@ -364,7 +373,7 @@ func TestExpiryTimer(t *testing.T) {
 			t.Fatalf("Mediate = %v, want ErrScopeExpired", err)
 		}
 		f.errc <- err
-	case <-time.After(30 * time.Second):
+	case <-time.After(window + 30*time.Second):
 		t.Fatal("the run did not stop at the scope's expiry")
 	}
 	for _, method := range []string{"tools/call", "tools/list", "resources/read"} {
