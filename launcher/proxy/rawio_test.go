@@ -206,3 +206,108 @@ func TestPollableStdio(t *testing.T) {
 		t.Fatalf("converted what it must not: %T %T", in, out)
 	}
 }
+
+// PollableStdio on sockets (a client that hands the proxy a socketpair, as
+// inetd-style supervisors and some MCP hosts do): a socket as stdin and
+// another as stdout, and one socket as both, are converted, carry a frame
+// larger than the socket buffer both ways, see the peer's shutdown as EOF,
+// and are blocking again after restore.
+func TestPollableStdioSockets(t *testing.T) {
+	socketpair := func() (*os.File, *os.File) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a, b
+	}
+	isNonblock := func(f *os.File) bool {
+		fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fl&unix.O_NONBLOCK != 0
+	}
+	for _, tc := range []struct {
+		name string
+		// open returns the proxy's stdin and stdout and the client's ends
+		// that write to stdin and read from stdout.
+		open func() (stdin, stdout, clientW, clientR *os.File)
+	}{
+		{"socketpair as stdin and another as stdout", func() (*os.File, *os.File, *os.File, *os.File) {
+			in, inPeer := socketpair()
+			out, outPeer := socketpair()
+			return in, out, inPeer, outPeer
+		}},
+		{"one socket as stdin and stdout", func() (*os.File, *os.File, *os.File, *os.File) {
+			s, peer := socketpair()
+			return s, s, peer, peer
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdin, stdout, clientW, clientR := tc.open()
+			var fds [2]int
+			if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+				t.Fatal(err)
+			}
+			errR, errW := os.NewFile(uintptr(fds[0]), "er"), os.NewFile(uintptr(fds[1]), "ew")
+			defer errR.Close()
+			defer errW.Close()
+			in, out, restore := PollableStdio(stdin, stdout, errW)
+			if _, ok := in.(*rawFile); !ok {
+				t.Fatalf("stdin socket not converted: %T", in)
+			}
+			if _, ok := out.(*rawFile); !ok {
+				t.Fatalf("stdout socket not converted: %T", out)
+			}
+			if !isNonblock(stdin) || !isNonblock(stdout) {
+				t.Fatal("the converted sockets are not non-blocking")
+			}
+			frame := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB, more than a socket buffer
+			// Client -> proxy: the client writes a large frame and shuts
+			// its writing side; the proxy reads it whole, then EOF.
+			werr := make(chan error, 1)
+			go func() {
+				_, err := clientW.Write(frame)
+				if err == nil {
+					err = unix.Shutdown(int(clientW.Fd()), unix.SHUT_WR)
+				}
+				werr <- err
+			}()
+			got, err := io.ReadAll(in)
+			if err != nil {
+				t.Fatalf("read through the converted stdin: %v", err)
+			}
+			if err := <-werr; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, frame) {
+				t.Fatalf("read %d bytes through stdin, want the %d written", len(got), len(frame))
+			}
+			// Proxy -> client: a large frame written through the poller
+			// (it waits while the socket is full) reaches the client whole.
+			rc := make(chan []byte, 1)
+			go func() {
+				b, _ := io.ReadAll(clientR)
+				rc <- b
+			}()
+			if n, err := out.Write(frame); err != nil || n != len(frame) {
+				t.Fatalf("write through the converted stdout: %d, %v", n, err)
+			}
+			restore()
+			if isNonblock(stdin) || isNonblock(stdout) {
+				t.Fatal("restore left a socket non-blocking")
+			}
+			if err := unix.Shutdown(int(stdout.Fd()), unix.SHUT_WR); err != nil {
+				t.Fatal(err)
+			}
+			if b := <-rc; !bytes.Equal(b, frame) {
+				t.Fatalf("the client read %d bytes from stdout, want the %d written", len(b), len(frame))
+			}
+			if _, err := in.Read(make([]byte, 1)); !errors.Is(err, os.ErrClosed) {
+				t.Fatalf("a read after restore: %v, want os.ErrClosed", err)
+			}
+		})
+	}
+}
