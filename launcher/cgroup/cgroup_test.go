@@ -276,6 +276,37 @@ func TestKillLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestKillSeesTheGroupEmptyWhenItEmpties: Kill waits between rounds on
+// cgroup.events, which the kernel marks changed when the group's last
+// process exits; the wait must be woken by that change (not run out), and
+// the file then read as not populated.
+func TestKillSeesTheGroupEmptyWhenItEmpties(t *testing.T) {
+	h := requireCgroups(t, true)
+	g := newGroup(t, h, layouts[0], cgroup.Limits{Processes: 64})
+	c := child("sleep")
+	startIn(t, g, c)
+	populated, wait, closeEvents := g.EventsForTest()
+	defer closeEvents()
+	if !populated() {
+		t.Fatal("cgroup.events says not populated with a process in the group")
+	}
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Wait()
+	// The kill may have emptied the group before this wait began: the
+	// change since the last read is what wakes it either way.
+	if !wait(10 * time.Minute) {
+		t.Fatal("the wait on cgroup.events ran out although the group emptied")
+	}
+	if populated() {
+		t.Error("cgroup.events still says populated after the only process exited")
+	}
+	if wait(time.Millisecond) {
+		t.Error("the wait reported a change when nothing changed since the last read")
+	}
+}
+
 // zombieLeader reports whether pid's main thread has exited while the
 // process still runs.
 func zombieLeader(pid int) bool {

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -28,4 +29,10 @@ func (g *Group) AbandonForTest() {
 		syscall.Close(g.lockFD)
 		g.lockFD = -1
 	}
+}
+
+// EventsForTest opens the group's cgroup.events as Kill watches it.
+func (g *Group) EventsForTest() (populated func() bool, wait func(time.Duration) bool, closeFn func()) {
+	e := newEventsFile(filepath.Join(g.v2, "cgroup.events"))
+	return e.populated, e.wait, e.close
 }
