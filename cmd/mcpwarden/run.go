@@ -78,7 +78,6 @@ type runContext struct {
 var errConfig = errors.New("configuration")
 
 func cmdRun(ctx context.Context, args []string) int {
-	launcher.TuneGC(os.Getenv)
 	fs := cli.NewFlags("run", runUsage)
 	scopeFile := fs.String("scope", "", "scope record (JSON) to enforce; required")
 	base := fs.String("base", ".", "approved base directory the scope's paths are relative to")
