@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"testing"
 )
 
@@ -98,5 +99,70 @@ func TestForwardAndParseAllocationBudgets(t *testing.T) {
 				t.Errorf("Forward: %v allocations, budget %v", n, tc.encode)
 			}
 		})
+	}
+}
+
+// TestParseBytesBudget: the frame scanner is pooled and a Message keeps
+// only a right-sized copy of its member lists, so parsing a call or a
+// result allocates a few hundred bytes (it was over 1.4 KiB for the
+// scanner alone, twice per call).
+func TestParseBytesBudget(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops pooled scanners at random")
+	}
+	for _, tc := range []struct {
+		name   string
+		frame  string
+		budget uint64 // bytes per Parse
+	}{
+		{"tools/call", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}`, 512},
+		{"result", `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"ok"}]}}`, 384},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := []byte(tc.frame)
+			_, _ = Parse(b) // fill the pool
+			const runs = 500
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for i := 0; i < runs; i++ {
+				if _, err := Parse(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runtime.ReadMemStats(&after)
+			if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > tc.budget {
+				t.Errorf("Parse allocates %d bytes per frame, budget %d", per, tc.budget)
+			}
+		})
+	}
+}
+
+// TestParsedMembersOutliveTheScanner: a Message's member lists are its
+// own; parsing further frames (which reuse the pooled scanner) changes
+// nothing in them.
+func TestParsedMembersOutliveTheScanner(t *testing.T) {
+	first, err := Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"p":1},"_meta":{"k":"v"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		if _, err := Parse([]byte(`{"jsonrpc":"2.0","id":2,"method":"x","params":{"other":2,"more":3,"_meta":{"z":"w","y":1}}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, ok := first.Param("name"); !ok || string(v) != `"a"` {
+		t.Errorf("params.name = %s, %v", v, ok)
+	}
+	if v, ok := first.Param("arguments"); !ok || string(v) != `{"p":1}` {
+		t.Errorf("params.arguments = %s, %v", v, ok)
+	}
+	if len(first.ParamMembers) != 3 || len(first.MetaMembers) != 1 {
+		t.Fatalf("members: %d params, %d meta", len(first.ParamMembers), len(first.MetaMembers))
+	}
+	if v, ok := first.Meta("k"); !ok || string(v) != `"v"` {
+		t.Errorf("_meta.k = %s, %v", v, ok)
+	}
+	if _, ok := first.Param("other"); ok {
+		t.Error("a later frame's member shows in an earlier message")
 	}
 }

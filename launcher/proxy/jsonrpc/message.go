@@ -126,6 +126,9 @@ func Parse(frame []byte) (*Message, error) {
 		return nil, perr(CodeInvalidRequest, nil, "batch requests are not supported")
 	}
 	sc, err := scanFrame(frame)
+	if err == nil {
+		defer sc.release()
+	}
 	if err != nil {
 		if errors.Is(err, errSyntax) {
 			return nil, perr(CodeParseError, nil, "%v", err)
@@ -175,8 +178,7 @@ func Parse(frame []byte) (*Message, error) {
 			return nil, perr(CodeInvalidRequest, id, "params must be an object")
 		}
 		m.Params = env.Params
-		m.ParamMembers = sc.params
-		m.MetaMembers = sc.meta
+		m.ParamMembers, m.MetaMembers = sc.members()
 	}
 	switch {
 	case env.Method != nil:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
@@ -40,22 +41,57 @@ type scanner struct {
 	store        [24]Member // backing for the three lists in the common case
 }
 
+// scanners are reused from frame to frame: a scanner is over a kilobyte
+// (its member store), two per call. What a Message keeps of one is copied
+// out first (Parse); release clears every reference into the frame.
+var scanners = sync.Pool{New: func() any { return new(scanner) }}
+
 // scanFrame validates b and returns its scanner, holding the members of
-// the envelope, params and params._meta when b is an object.
+// the envelope, params and params._meta when b is an object. The caller
+// releases it when done with its lists.
 func scanFrame(b []byte) (*scanner, error) {
-	s := &scanner{b: b}
+	s := scanners.Get().(*scanner)
+	s.b, s.i, s.depth = b, 0, 0
 	s.top = s.store[:0:8]
 	s.params = s.store[8:8:16]
 	s.meta = s.store[16:16:24]
 	s.ws()
 	if err := s.value(collectTop); err != nil {
+		s.release()
 		return nil, err
 	}
 	s.ws()
 	if s.i != len(s.b) {
+		s.release()
 		return nil, fmt.Errorf("%w: data after the value", errSyntax)
 	}
 	return s, nil
+}
+
+// release returns s to the pool, holding nothing of its frame.
+func (s *scanner) release() {
+	clear(s.store[:])
+	s.b, s.top, s.params, s.meta = nil, nil, nil, nil
+	scanners.Put(s)
+}
+
+// members returns copies of the params and _meta lists in one allocation
+// (none when both are empty), so that nothing refers to the scanner.
+func (s *scanner) members() (params, meta []Member) {
+	np, nm := len(s.params), len(s.meta)
+	if np+nm == 0 {
+		return nil, nil
+	}
+	all := make([]Member, np+nm)
+	copy(all, s.params)
+	copy(all[np:], s.meta)
+	if np > 0 {
+		params = all[:np:np]
+	}
+	if nm > 0 {
+		meta = all[np:]
+	}
+	return params, meta
 }
 
 // What an object's members are collected into.
