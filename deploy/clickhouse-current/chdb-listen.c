@@ -19,6 +19,17 @@
  * port to it, ending every connection towards ClickHouse the orderly way: a
  * FIN, then draining what ClickHouse still sends, then close.
  *
+ * Why the Hello check: the same handler aborts the process when ClickHouse
+ * throws on a client that does not speak the native protocol at all (a port
+ * probe sending a newline, an HTTP request: "Unexpected packet from
+ * client"). So the relay reads the client's first packet itself, and only a
+ * well-formed Hello (packet 0, client name, version, revision, database, a
+ * non-empty user, password, each string within bounds) opens a connection to
+ * ClickHouse; anything else, or a client that sends no complete Hello
+ * within 60 s, is dropped without ClickHouse ever seeing it. What a client
+ * sends after a valid Hello is not checked: a client that speaks the
+ * protocol wrongly past its Hello can still abort the engine.
+ *
  * Usage: chdb-listen --path=DIR --tcp_port=PORT [clickhouse-local options]
  * The listener has no authentication (clickhouse-local's default user), so
  * it binds 127.0.0.1 only; --listen_host and --query are refused.
@@ -38,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The chDB v2 C API, declared here so the build needs only libchdb.so. */
@@ -119,16 +131,119 @@ static int no_delay(int fd) {
 	return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* The bounds of a Hello: no string of it longer than HELLO_MAX_STRING, the
+ * whole packet within HELLO_MAX (clickhouse-go's is about 60 bytes). */
+#define HELLO_MAX 65536
+#define HELLO_MAX_STRING 16384
+#define HELLO_TIMEOUT_MS 60000
+
+/* hello_parse's outcomes: a whole valid Hello, more bytes needed, or not a
+ * Hello. */
+enum hello { HELLO_OK, HELLO_MORE, HELLO_BAD };
+
+/* varuint reads a LEB128 unsigned integer (ClickHouse's VarUInt, at most 9
+ * bytes) at *off in b[0:n]. */
+static enum hello varuint(const unsigned char *b, size_t n, size_t *off, uint64_t *v) {
+	*v = 0;
+	for (int i = 0; i < 9; i++) {
+		if (*off >= n) return HELLO_MORE;
+		unsigned char c = b[(*off)++];
+		*v |= (uint64_t)(c & 0x7f) << (7 * i);
+		if (!(c & 0x80)) return HELLO_OK;
+	}
+	return HELLO_BAD;
+}
+
+/* string skips a length-prefixed string at *off; *len is its length. */
+static enum hello string(const unsigned char *b, size_t n, size_t *off, uint64_t *len) {
+	enum hello h = varuint(b, n, off, len);
+	if (h != HELLO_OK) return h;
+	if (*len > HELLO_MAX_STRING) return HELLO_BAD;
+	if (n - *off < *len) return HELLO_MORE;
+	*off += *len;
+	return HELLO_OK;
+}
+
+/* hello_parse checks that b[0:n] starts with a whole, well-formed client
+ * Hello: packet type 0, client name, major, minor, protocol revision,
+ * database, user (not empty), password. */
+static enum hello hello_parse(const unsigned char *b, size_t n) {
+	size_t off = 0;
+	uint64_t v, user_len = 0;
+	enum hello h;
+	if ((h = varuint(b, n, &off, &v)) != HELLO_OK) return h;
+	if (v != 0) return HELLO_BAD;
+	if ((h = string(b, n, &off, &v)) != HELLO_OK) return h; /* client name */
+	for (int i = 0; i < 3; i++)                              /* major, minor, revision */
+		if ((h = varuint(b, n, &off, &v)) != HELLO_OK) return h;
+	if ((h = string(b, n, &off, &v)) != HELLO_OK) return h; /* database */
+	if ((h = string(b, n, &off, &user_len)) != HELLO_OK) return h;
+	if ((h = string(b, n, &off, &v)) != HELLO_OK) return h; /* password */
+	return user_len > 0 ? HELLO_OK : HELLO_BAD;
+}
+
+/* read_hello reads from client into b until it holds a whole valid Hello;
+ * it returns the bytes read (the Hello and anything after it), or -1 when
+ * the client sent something else, ended, or took longer than
+ * HELLO_TIMEOUT_MS in all. */
+static ssize_t read_hello(int client, unsigned char *b) {
+	size_t n = 0;
+	struct pollfd p = {.fd = client, .events = POLLIN};
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long left = HELLO_TIMEOUT_MS - ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+		if (left <= 0) return -1;
+		int r = poll(&p, 1, (int)left);
+		if (r < 0 && errno == EINTR) continue;
+		if (r <= 0) return -1;
+		ssize_t got = read(client, b + n, HELLO_MAX - n);
+		if (got < 0 && errno == EINTR) continue;
+		if (got <= 0) return -1;
+		n += (size_t)got;
+		enum hello h = hello_parse(b, n);
+		if (h == HELLO_OK) return (ssize_t)n;
+		if (h == HELLO_BAD || n == HELLO_MAX) return -1;
+	}
+}
+
+/* write_all writes b[0:n] to fd. */
+static int write_all(int fd, const unsigned char *b, size_t n) {
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(fd, b + off, n - off);
+		if (w < 0 && errno == EINTR) continue;
+		if (w <= 0) return -1;
+		off += (size_t)w;
+	}
+	return 0;
+}
+
 static void *relay(void *arg) {
 	int client = (int)(intptr_t)arg;
+	unsigned char *hello = malloc(HELLO_MAX);
+	ssize_t hn = hello ? read_hello(client, hello) : -1;
+	if (hn < 0) {
+		/* Not a native-protocol client: ClickHouse never sees it. */
+		free(hello);
+		close(client);
+		return NULL;
+	}
 	int backend = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a = loopback(backend_port);
 	if (backend < 0 || no_delay(client) != 0 || no_delay(backend) != 0 ||
-	    connect(backend, (struct sockaddr *)&a, sizeof a) != 0) {
+	    connect(backend, (struct sockaddr *)&a, sizeof a) != 0 ||
+	    write_all(backend, hello, (size_t)hn) != 0) {
+		free(hello);
 		close(client);
-		if (backend >= 0) close(backend);
+		if (backend >= 0) {
+			shutdown(backend, SHUT_WR);
+			drain(backend);
+			close(backend);
+		}
 		return NULL;
 	}
+	free(hello);
 	struct pollfd p[2] = {{.fd = client, .events = POLLIN}, {.fd = backend, .events = POLLIN}};
 	for (;;) {
 		if (poll(p, 2, -1) < 0) {
