@@ -5,6 +5,11 @@
 GO        ?= go
 BIN       := bin/mcpwarden
 FENCE     := bin/mcpwarden-fence
+EXECSTAGE := bin/mcpwarden-exec
+CC        ?= cc
+# The exec stage is C, static and stripped (launcher/sandbox/execstage);
+# internal/testenv builds it with the same flags.
+EXECSTAGE_CFLAGS := -std=gnu11 -O2 -Wall -Wextra -Werror -static -s
 PIPELINE  := bin/mcpwarden-pipeline
 LOADGEN   := bin/mcpwarden-loadgen
 PKGS      := ./...
@@ -19,7 +24,8 @@ TEST_TIMEOUT ?= 30m
 all: build
 
 # The fence helper is static (no cgo) and stripped: it starts for every run,
-# and `mcpwarden run` finds it next to bin/mcpwarden. mcpwarden-pipeline holds
+# and `mcpwarden run` finds it next to bin/mcpwarden, with its exec stage
+# mcpwarden-exec (C) next to it. mcpwarden-pipeline holds
 # the daemon, collect, query, events and why commands (NATS server,
 # ClickHouse, eBPF), which `mcpwarden COMMAND` execs from next to it.
 # mcpwarden-loadgen simulates a fleet of hosts (collector/loadgen).
@@ -28,6 +34,7 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PIPELINE) ./cmd/mcpwarden-pipeline
 	$(GO) build -trimpath -o $(LOADGEN) ./cmd/mcpwarden-loadgen
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(FENCE) ./cmd/mcpwarden-fence
+	$(CC) $(EXECSTAGE_CFLAGS) -o $(EXECSTAGE) launcher/sandbox/execstage/stage.c launcher/sandbox/execstage/handover.c
 
 # deps installs (idempotently) what the tests need: Debian packages, the
 # pinned MCP servers from npm, Go tools.

@@ -22,6 +22,11 @@ import (
 // proxy), e.g. `go build -o /tmp/landrun ./cmd/landrun` in a checkout.
 const EnvLandrun = "MCPWARDEN_LANDRUN_BIN"
 
+// EnvOldMcpwarden names another mcpwarden build (with its fence helper
+// next to it) that BenchmarkLaunchVsLandrun runs alongside, as
+// "mcpwarden-old": before and after a change, in the same run.
+const EnvOldMcpwarden = "MCPWARDEN_OLD_BIN"
+
 // initializeRequest is what a client sends first.
 const initializeRequest = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}` + "\n"
 
@@ -90,9 +95,13 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 	}
 	scope := fencetest.WriteScope(b, dir, map[string]any{"allowed_paths": []string{"allowed"}})
 	log := filepath.Join(dir, "audit.jsonl")
-	kinds := []string{"direct", "mcpwarden"}
+		kinds := []string{"direct", "mcpwarden"}
 	if landrun != "" {
 		kinds = append(kinds, "landrun")
+	}
+	old := os.Getenv(EnvOldMcpwarden)
+	if old != "" {
+		kinds = append(kinds, "mcpwarden-old")
 	}
 	command := func(kind string) *exec.Cmd {
 		var cmd *exec.Cmd
@@ -101,6 +110,8 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 			cmd = exec.Command(echo)
 		case "mcpwarden":
 			cmd = exec.Command(bins.Mcpwarden, "run", "--scope", scope, "--base", base, "--audit-log", log, "--", echo)
+				case "mcpwarden-old":
+			cmd = exec.Command(old, "run", "--scope", scope, "--base", base, "--audit-log", log, "--", echo)
 		case "landrun":
 			cmd = exec.Command(landrun, "--best-effort", "--ldd", "--add-exec", "--ro", allowed, echo)
 		}
@@ -132,6 +143,10 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 		b.ReportMetric(median(times["mcpwarden"])-median(times["landrun"]), "over-landrun-ms")
 		summary += fmt.Sprintf(", landrun %.2f ms (+%.2f); mcpwarden adds %.2f ms more than landrun (target: at most 1)",
 			median(times["landrun"]), median(times["landrun"])-direct, median(times["mcpwarden"])-median(times["landrun"]))
+	}
+		if old != "" {
+		b.ReportMetric(median(times["mcpwarden-old"])-direct, "old-added-ms")
+		summary += fmt.Sprintf("; %s adds %.2f ms", old, median(times["mcpwarden-old"])-direct)
 	}
 	b.Log(summary)
 }

@@ -465,7 +465,7 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 	bin := filepath.Join(root, "bin")
 	base := filepath.Join(root, "base")
 	testenv.WriteFiles(t, map[string]string{filepath.Join(base, "allowed", "a.txt"): "inside"})
-	for _, f := range []string{b.Mcpwarden, b.Fence, b.Naive} {
+	for _, f := range []string{b.Mcpwarden, b.Fence, b.ExecStage, b.Naive} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

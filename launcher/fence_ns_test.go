@@ -490,7 +490,8 @@ func newUnprivilegedRun(t *testing.T, access string) *unprivilegedRun {
 		t.Fatal(err)
 	}
 	u.bins = fencetest.Binaries{Mcpwarden: filepath.Join(bin, "mcpwarden"), Fence: filepath.Join(bin, testenv.HelperName), Naive: filepath.Join(bin, "naiveserver")}
-	for from, to := range map[string]string{b.Mcpwarden: u.bins.Mcpwarden, b.Fence: u.bins.Fence, b.Naive: u.bins.Naive} {
+	u.bins.ExecStage = filepath.Join(bin, testenv.ExecStageName)
+	for from, to := range map[string]string{b.Mcpwarden: u.bins.Mcpwarden, b.Fence: u.bins.Fence, b.ExecStage: u.bins.ExecStage, b.Naive: u.bins.Naive} {
 		data, err := os.ReadFile(from)
 		if err != nil {
 			t.Fatal(err)

@@ -379,18 +379,54 @@ func DefaultHelperPath() (string, error) {
 	return filepath.Join(filepath.Dir(exe), sandbox.HelperName), nil
 }
 
-// checkHelper refuses a helper that is missing, not executable, or
-// writable by others (whoever can rewrite it controls every fenced server).
+// checkHelper refuses a fence helper, or an exec stage next to it, that
+// is missing, not executable, or writable by others (whoever can rewrite
+// either controls every fenced server).
 func checkHelper(path string) error {
+	if err := checkBinary("fence helper", path); err != nil {
+		return err
+	}
+	return checkBinary("exec stage", execStagePath(path))
+}
+
+// execStagePath is the exec stage (mcpwarden-exec) next to the fence helper.
+func execStagePath(helper string) string {
+	return filepath.Join(filepath.Dir(helper), sandbox.ExecStageName)
+}
+
+func checkBinary(what, path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("the fence helper %s is missing (%v): build it with 'make build', which puts it next to mcpwarden, or install it there", path, errors.Unwrap(err))
+		return fmt.Errorf("the %s %s is missing (%v): build it with 'make build', which puts it next to mcpwarden, or install it there", what, path, errors.Unwrap(err))
 	}
+	return checkMode(what, path, st)
+}
+
+func checkMode(what, path string, st os.FileInfo) error {
 	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("the fence helper %s is not an executable file: rebuild it with 'make build'", path)
+		return fmt.Errorf("the %s %s is not an executable file: rebuild it with 'make build'", what, path)
 	}
 	if st.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("the fence helper %s is writable by group or others (mode %v): fix it with chmod go-w %s", path, st.Mode().Perm(), path)
+		return fmt.Errorf("the %s %s is writable by group or others (mode %v): fix it with chmod go-w %s", what, path, st.Mode().Perm(), path)
 	}
 	return nil
+}
+
+// openExecStage opens the exec stage next to the fence helper for one
+// run, checked on the descriptor the helper will exec.
+func openExecStage(helper string) (*os.File, error) {
+	path := execStagePath(helper)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("the exec stage %s is missing (%v): build it with 'make build', which puts it next to mcpwarden, or install it there", path, errors.Unwrap(err))
+	}
+	st, err := f.Stat()
+	if err == nil {
+		err = checkMode("exec stage", path, st)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }

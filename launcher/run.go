@@ -570,13 +570,20 @@ type spawnResult struct {
 // the run goes on without them and says so, unless they are required.
 func (s *server) spawn() (*pending, error) {
 	cfg, iso := &s.l.cfg, s.l.iso
-	h, err := spawnHelper(cfg.HelperPath, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso)
+	// The exec stage goes to the helper opened: the file checked is the
+	// file the run's init execs.
+	stage, err := openExecStage(cfg.HelperPath)
+	if err != nil {
+		return nil, err
+	}
+	defer stage.Close()
+	h, err := spawnHelper(cfg.HelperPath, stage, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso)
 	if err != nil && iso.flags != 0 {
 		if derr := iso.degrade(err, cfg.Scope); derr != nil {
 			return nil, derr
 		}
 		fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: no namespaces (%s: %v); the server runs with Landlock and seccomp only, and sees the host's mounts, processes and network; --require-namespaces refuses instead\n", iso.nsReason, errors.Unwrap(err))
-		h, err = spawnHelper(cfg.HelperPath, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso)
+		h, err = spawnHelper(cfg.HelperPath, stage, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso)
 	}
 	if err != nil {
 		return nil, err
@@ -592,11 +599,12 @@ func (s *server) spawn() (*pending, error) {
 	return h, nil
 }
 
-// spawnHelper starts helperPath as the fence helper in dir, inside the
+// spawnHelper starts helperPath as the fence helper, with the exec stage
+// stage, in dir, inside the
 // run's cgroup grp when there is one, in the namespaces iso asks for,
 // copying its stderr (later: the server's) to stderr as lines marked with
 // name and its pid (package serverlog).
-func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgroup.Group, iso *isolation) (_ *pending, err error) {
+func spawnHelper(helperPath string, stage *os.File, dir string, stderr io.Writer, name string, grp *cgroup.Group, iso *isolation) (_ *pending, err error) {
 	var files []*os.File
 	defer func() {
 		if err != nil {
@@ -652,7 +660,7 @@ func spawnHelper(helperPath, dir string, stderr io.Writer, name string, grp *cgr
 		Stdin:       inR,
 		Stdout:      outW,
 		Stderr:      errW,
-		ExtraFiles:  []*os.File{specR, statusW}, // fds 3 and 4
+		ExtraFiles:  []*os.File{specR, statusW, stage}, // fds 3, 4 and 5 (sandbox.ExecStageFD)
 		SysProcAttr: sys,
 	}
 	p := &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{}), exitRead: make(chan struct{}), ended: make(chan struct{})}

@@ -75,6 +75,10 @@ func MustGoBuild(tb testing.TB, out, pkg string) {
 // `mcpwarden run` finds it next to its own executable.
 const HelperName = "mcpwarden-fence"
 
+// ExecStageName is the fence's exec stage (launcher/sandbox.ExecStageName),
+// a C program the launcher finds next to the fence helper.
+const ExecStageName = "mcpwarden-exec"
+
 // PipelineName is the program holding the daemon, collect, query, events
 // and why commands (internal/cli.PipelineName); `mcpwarden COMMAND` execs it
 // from next to its own executable.
@@ -95,7 +99,7 @@ func Mcpwarden(tb testing.TB) string {
 	b := &mcpwardenBuild
 	b.once.Do(func() {
 		if bin := os.Getenv("MCPWARDEN_BIN"); bin != "" {
-			for _, name := range []string{HelperName, PipelineName} {
+			for _, name := range []string{HelperName, ExecStageName, PipelineName} {
 				next := filepath.Join(filepath.Dir(bin), name)
 				if _, err := os.Stat(next); err != nil {
 					b.err = fmt.Errorf("MCPWARDEN_BIN=%s but %s is missing next to it: run 'make build'", bin, next)
@@ -137,14 +141,32 @@ func FenceHelper(tb testing.TB) string {
 	return filepath.Join(filepath.Dir(Mcpwarden(tb)), HelperName)
 }
 
-// BuildFenceHelper builds cmd/mcpwarden-fence the way `make build` does:
-// static (no cgo), stripped.
+// BuildFenceHelper builds cmd/mcpwarden-fence the way `make build` does
+// (static, no cgo, stripped) and its exec stage next to it (BuildExecStage).
 func BuildFenceHelper(out string) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/mcpwarden-fence")
 	cmd.Dir = RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/mcpwarden-fence: %v\n%s", err, b)
+	}
+	return BuildExecStage(filepath.Join(filepath.Dir(out), ExecStageName))
+}
+
+// ExecStageSources are the C files of the exec stage, relative to the
+// repository root; ExecStageCFlags are the Makefile's EXECSTAGE_CFLAGS.
+var (
+	ExecStageSources = []string{"launcher/sandbox/execstage/stage.c", "launcher/sandbox/execstage/handover.c"}
+	ExecStageCFlags  = []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-s"}
+)
+
+// BuildExecStage builds the exec stage the way `make build` does.
+func BuildExecStage(out string) error {
+	args := append(append([]string{}, ExecStageCFlags...), "-o", out)
+	cmd := exec.Command("cc", append(args, ExecStageSources...)...)
+	cmd.Dir = RepoRoot()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("cc %s: %v (scripts/test-env.sh install installs gcc)\n%s", ExecStageSources[0], err, b)
 	}
 	return nil
 }

@@ -130,21 +130,26 @@ func buildLandlock(s *Spec) (int, *Status) {
 	if err != nil {
 		return -1, &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset (fs %#x, net %#x, scoped %#x): %v", s.HandledFS, s.HandledNet, s.Scoped, err)}
 	}
-	if st := addLandlockRules(fd, s); st != nil {
+	if st := addLandlockRules(fd, s, 0); st != nil {
 		unix.Close(fd)
 		return -1, st
 	}
 	return fd, nil
 }
 
-// addLandlockRules adds the rules of s to the ruleset fd.
-func addLandlockRules(fd int, s *Spec) *Status {
+// addLandlockRules adds the rules of s to the ruleset fd. A rule under
+// /proc/self names the /proc entry of server, the process that becomes the
+// server (0: this one).
+func addLandlockRules(fd int, s *Spec, server int) *Status {
 	for _, p := range s.Paths {
 		access := p.Access & s.HandledFS
 		if access == 0 {
 			continue
 		}
 		path, err := ownProc(p.Path)
+		if server > 0 {
+			path, err = procOf(p.Path, server), nil
+		}
 		if err != nil {
 			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: err.Error()}
 		}
@@ -187,18 +192,29 @@ const procSelf = "/proc/self"
 // namespace's). This process becomes the server at exec and keeps the pid,
 // so the rule covers the server's /proc entry and no other process's.
 func ownProc(path string) (string, error) {
-	rest, ok := strings.CutPrefix(path, procSelf)
-	if !ok || rest != "" && rest[0] != '/' {
+	if rest, ok := strings.CutPrefix(path, procSelf); !ok || rest != "" && rest[0] != '/' {
 		return path, nil
 	}
 	pid, err := os.Readlink(procSelf)
 	if err != nil {
 		return "", fmt.Errorf("read %s for the rule on the server's own /proc entry: %w", procSelf, err)
 	}
-	if n, err := strconv.Atoi(pid); err != nil || n <= 0 {
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
 		return "", fmt.Errorf("%s points to %q, not a process id", procSelf, pid)
 	}
-	return "/proc/" + pid + rest, nil
+	return procOf(path, n), nil
+}
+
+// procOf turns a rule path under /proc/self into the same path under
+// /proc/PID: the exec stage's entry, as the run's init (its parent, in the
+// same pid namespace and /proc) sees it.
+func procOf(path string, pid int) string {
+	rest, ok := strings.CutPrefix(path, procSelf)
+	if !ok || rest != "" && rest[0] != '/' {
+		return path
+	}
+	return "/proc/" + strconv.Itoa(pid) + rest
 }
 
 // becomeIdentity switches every thread to id (no supplementary groups).

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,14 +24,14 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 
 // runInit is the helper started as pid 1 of the run's new pid namespace:
 //
-//  1. read the spec; start the exec stage (this program again, as pid 2:
-//     a plain helper, in the server's own user namespace when the spec
-//     says so) so that its start-up overlaps the rest, while another
-//     goroutine sets the host name, brings up loopback and makes the
-//     root's mounts up to the first idmapped one (setupNamespaces);
+//  1. read the spec; create the Landlock ruleset and start the exec stage
+//     (mcpwarden-exec, as pid 2, in the server's own user namespace when
+//     the spec says so) holding it, while another goroutine builds the
+//     seccomp program, sets the host name, brings up loopback and makes
+//     the root's mounts up to the first idmapped one (setupNamespaces);
 //  2. finish the minimal root with the server's user namespace as the
-//     idmap (finishNamespaces);
-//  3. hand the exec stage its spec (without the namespaces) and relay its
+//     idmap (finishNamespaces), and add the ruleset's rules;
+//  3. hand the exec stage its fence (handover.go) and relay its
 //     readiness, then the launcher's go, to it;
 //  4. give up every privilege of its own, report the server's start, and
 //     be the run's init: reap every process, forward signals to the
@@ -57,15 +57,36 @@ func runInit(in *bufio.Reader, status *os.File) int {
 	// idmapped one are made while this (locked) thread starts the exec
 	// stage: they need nothing of it, and its start is mostly waiting.
 	type setup struct {
-		root *rootBuild
-		st   *Status
+		root   *rootBuild
+		filter *seccomp.Filter
+		st     *Status
 	}
 	early := make(chan setup, 1)
 	go func() {
-		root, st := setupNamespaces(spec)
-		early <- setup{root, st}
+		var set setup
+		if spec.Enforce && spec.Seccomp {
+			f, err := seccomp.Build(seccomp.Native, spec.Filter)
+			if err != nil {
+				early <- setup{st: &Status{Stage: StageSeccomp, Message: err.Error()}}
+				return
+			}
+			set.filter = f
+		}
+		set.root, set.st = setupNamespaces(spec)
+		early <- set
 	}()
-	stage, err := startExecStage(spec.NS.Server)
+	// The Landlock ruleset is made before the exec stage, which inherits
+	// it; its rules are added once the root is done (a ruleset's rules
+	// may be added by any holder until it is enforced).
+	ruleset := -1
+	if spec.Enforce && spec.ABI > 0 {
+		if ruleset, err = landlockCreateRuleset(&rulesetAttr{handledFS: spec.HandledFS, handledNet: spec.HandledNet, scoped: spec.Scoped}); err != nil {
+			<-early
+			return report(status, &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset (fs %#x, net %#x, scoped %#x): %v", spec.HandledFS, spec.HandledNet, spec.Scoped, err)})
+		}
+	}
+	stage, err := startExecStage(spec.NS.Server, ruleset)
+	unix.Close(ExecStageFD)
 	set := <-early
 	if err != nil {
 		return report(status, &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "start the exec stage: " + err.Error()})
@@ -104,13 +125,33 @@ func runInit(in *bufio.Reader, status *os.File) int {
 			_, _ = unix.Open(r.Path, unix.O_PATH|unix.O_CLOEXEC, 0) // a path the kernel lacks fails the exec stage's rule
 		}
 	}
-	sub := *spec
-	sub.NS = nil
-	if spec.NS.Server != nil {
-		sub.Identity = nil // the exec stage already runs as the server's identity
+	if ruleset >= 0 {
+		st := addLandlockRules(ruleset, spec, stage.pid)
+		unix.Close(ruleset)
+		if st != nil {
+			return fail(st)
+		}
 	}
-	if err := stage.sendSpec(&sub); err != nil {
-		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "send the exec stage its spec: " + err.Error()})
+	ho := &handover{
+		enforce:       spec.Enforce,
+		dropCaps:      spec.DropCaps,
+		identity:      spec.Identity,
+		fileSize:      spec.Limits.FileSizeBytes,
+		landlock:      ruleset >= 0,
+		restrictFlags: spec.RestrictFlag,
+		dir:           spec.Dir,
+		exe:           spec.Exe,
+		argv:          spec.Argv,
+		env:           spec.Env,
+	}
+	if spec.NS.Server != nil {
+		ho.identity = nil // the exec stage already runs as the server's identity
+	}
+	if set.filter != nil {
+		ho.filter = set.filter.Program
+	}
+	if err := stage.hand(ho); err != nil {
+		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "hand the exec stage its fence: " + err.Error()})
 	}
 	// The init needs no privilege after this: it drops them while the exec
 	// stage builds its fence. (Should the stage fail, the init reports it
@@ -210,8 +251,9 @@ func initLoop(server int, sigs <-chan os.Signal, status io.Writer) int {
 	}
 }
 
-// execStage is the second copy of the helper, which fences itself and
-// execs the server, with its spec pipe and status pipe.
+// execStage is the exec stage (mcpwarden-exec, execstage/stage.c): a
+// small static C program that applies the fence the init prepared and
+// execs the server, with its handover pipe and status pipe.
 type execStage struct {
 	pid    int
 	spec   *os.File
@@ -219,12 +261,16 @@ type execStage struct {
 	statF  *os.File
 }
 
-// startExecStage starts this program again with the plain helper's
-// descriptors. srv, when set, puts it in a new user namespace mapping its
-// ids to the dedicated host ids (written by this process, root) and makes
-// it switch to them before exec: it starts without a capability and as
-// the server's identity.
-func startExecStage(srv *ServerUserNS) (*execStage, error) {
+// startExecStage starts the exec stage, which the launcher passed opened
+// on ExecStageFD, with the ruleset (or -1) on its fd 5. srv, when set, puts
+// it in a new user namespace mapping its ids to the dedicated host ids
+// (written by this process, root) and makes it switch to them before
+// exec: it starts without a capability and as the server's identity.
+func startExecStage(srv *ServerUserNS, ruleset int) (*execStage, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(ExecStageFD, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("the launcher passed no %s on fd %d", ExecStageName, ExecStageFD)
+	}
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -253,11 +299,16 @@ func startExecStage(srv *ServerUserNS) (*execStage, error) {
 			return nil, err
 		}
 	}
-	// /proc/self/exe: exec'd through the magic link, the helper's own file
-	// needs no search permission on its directories for the new uid.
-	pid, err := syscall.ForkExec("/proc/self/exe", []string{HelperName}, &syscall.ProcAttr{
-		Env:   []string{"GOGC=off", "GOMAXPROCS=1"},
-		Files: []uintptr{0, 1, 2, specR.Fd(), statusW.Fd()},
+	// Exec'd through /proc/self/fd, the stage's file needs no search
+	// permission on its directories for the new uid; it is fd 6 of the
+	// stage until the server's exec closes it.
+	files := []uintptr{0, 1, 2, specR.Fd(), statusW.Fd(), ^uintptr(0), ExecStageFD}
+	if ruleset >= 0 {
+		files[stageRulesetFD] = uintptr(ruleset)
+	}
+	pid, err := syscall.ForkExec("/proc/self/fd/6", []string{ExecStageName}, &syscall.ProcAttr{
+		Env:   []string{},
+		Files: files,
 		Sys:   sys,
 	})
 	if restore != nil {
@@ -333,12 +384,13 @@ func ownNextUserNS(uid int) (restore func() error, err error) {
 	}, nil
 }
 
-func (e *execStage) sendSpec(s *Spec) error {
-	b, err := json.Marshal(s)
+// hand writes the exec stage its handover.
+func (e *execStage) hand(h *handover) error {
+	b, err := encodeHandover(h)
 	if err != nil {
 		return err
 	}
-	_, err = e.spec.Write(append(b, '\n'))
+	_, err = e.spec.Write(b)
 	return err
 }
 

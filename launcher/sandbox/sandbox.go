@@ -8,9 +8,11 @@
 // same thread, so the server inherits exactly the restrictions applied
 // there. When the launcher started the helper in new namespaces (it is then
 // pid 1 of its pid namespace), the helper is the run's init: it builds the
-// minimal root, starts a second copy of itself that fences itself and execs
-// the server, and then reaps, forwards signals and exits with the server's
-// status (init_linux.go, root_linux.go).
+// minimal root and the fence (the Landlock ruleset, the seccomp program),
+// starts the exec stage (mcpwarden-exec, a static C program in execstage/)
+// and hands it the fence (handover.go), which it applies before it execs the
+// server; then the init reaps, forwards signals and exits with the
+// server's status (init_linux.go, root_linux.go).
 package sandbox
 
 import (

@@ -33,6 +33,7 @@ var (
 type Binaries struct {
 	Mcpwarden string
 	Fence     string // the fence helper, next to Mcpwarden
+	ExecStage string // its exec stage, next to it
 	Naive     string
 	Floor     string // landlockfloor: raw landlock_restrict_self, then exec
 }
@@ -49,6 +50,7 @@ func Build(tb testing.TB) Binaries {
 		}
 		bins.Mcpwarden = mcpwarden
 		bins.Fence = filepath.Join(filepath.Dir(mcpwarden), testenv.HelperName)
+		bins.ExecStage = filepath.Join(filepath.Dir(mcpwarden), testenv.ExecStageName)
 		bins.Naive = filepath.Join(buildDir, "naiveserver")
 		if buildErr = testenv.GoBuild(bins.Naive, "./internal/naiveserver", "CGO_ENABLED=0"); buildErr != nil {
 			return
