@@ -3,6 +3,7 @@ package launcher_test
 import (
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 	"golang.org/x/sys/unix"
@@ -58,6 +59,51 @@ func TestFenceInotifyInstancesOfTheHost(t *testing.T) {
 			// (a server that watches files still works).
 			if n, _ := strconv.Atoi(r.Data); !r.OK || n == 0 {
 				t.Fatalf("the server got no inotify instance of its own: %+v", r)
+			}
+		})
+	}
+}
+
+// TestFenceHostAIOBudget: the run cannot use up the host's Linux AIO
+// budget. fs.aio-max-nr (65536 events) is one count for every process of
+// the host, whatever its uid or namespaces: a server making io_setup
+// contexts until EAGAIN left every other process (a database's libaio,
+// qemu) unable to make one. The filter answers the AIO calls ENOSYS, as a
+// kernel without AIO does.
+func TestFenceHostAIOBudget(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	hostAIO := func() error {
+		var ctx uint64
+		if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+			return e
+		}
+		_, _, _ = unix.Syscall(unix.SYS_IO_DESTROY, uintptr(ctx), 0, 0)
+		return nil
+	}
+	for _, noNS := range []bool{false, true} {
+		name := "namespaces"
+		if noNS {
+			name = "no namespaces"
+		}
+		t.Run(name, func(t *testing.T) {
+			if err := hostAIO(); err != nil {
+				t.Fatalf("this host has no AIO context to spare before the run: %v", err)
+			}
+			w := newWorkspace(t)
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+			s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+			// The contexts are held until the server exits (the end of the
+			// run frees them).
+			r := s.Do(map[string]any{"op": "aio_hog", "n": 64})
+			if err := hostAIO(); err != nil {
+				t.Errorf("ESCAPE: with the run holding %s AIO contexts, a process outside it gets none: %v", r.Data, err)
+			}
+			if r.OK || r.Errno != "ENOSYS" {
+				t.Errorf("io_setup under the fence: %+v, want ENOSYS", r)
+			}
+			if code := s.Close(); code != 0 {
+				t.Errorf("exit %d: %s", code, s.Stderr())
 			}
 		})
 	}

@@ -8,8 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// heldInotify are the instances inotify_hog holds.
-var heldInotify []int
+// heldInotify and heldAIO are what inotify_hog and aio_hog hold.
+var (
+	heldInotify []int
+	heldAIO     []uint64
+)
 
 // procOps: other processes: resource limits, scheduling, IPC objects, inotify on directories outside the scope, ...
 var procOps = map[string]op{
@@ -98,6 +101,24 @@ var procOps = map[string]op{
 		}
 		heldInotify = nil
 		return "", nil
+	},
+	// Linux AIO contexts of N events each, as many as the kernel gives,
+	// held until the server exits: fs.aio-max-nr (65536 events) is one budget
+	// for the whole host. Data: the count.
+	"aio_hog": func(r Request) (string, error) {
+		var err error
+		for len(heldAIO) < 1<<16 {
+			var ctx uint64
+			if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(r.N), uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+				err = e
+				break
+			}
+			heldAIO = append(heldAIO, ctx)
+		}
+		if len(heldAIO) == 0 {
+			return "0", err
+		}
+		return strconv.Itoa(len(heldAIO)), nil
 	},
 	// An inotify watch on a directory the fence will not list.
 	"inotify_watch": func(r Request) (string, error) {

@@ -132,6 +132,7 @@ const (
 	CheckFcntl         = "fcntl"                 // F_SETLEASE
 	CheckPersonality   = "personality"           // no READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, ...
 	CheckFallbackCalls = "enosys-fallbacks"      // clone3, openat2: ENOSYS so libc uses the checkable call
+	CheckAIO           = "no-aio"                // Linux AIO: ENOSYS, one host-wide budget (fs.aio-max-nr)
 )
 
 // ioctl requests refused whatever the scope.
@@ -197,8 +198,6 @@ var allowed = []string{
 	// event loops
 	"epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll",
 	"select", "pselect6", "eventfd", "eventfd2",
-	// AIO on descriptors already open
-	"io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents",
 	// sockets, once socket() let one be made (connect/bind are checked by Landlock)
 	"connect", "bind", "accept", "accept4", "recvfrom", "recvmsg", "recvmmsg", "getsockname", "getpeername",
 	"getsockopt", "shutdown",
@@ -268,6 +267,12 @@ var fixed = []group{
 		{[]Cond{{Arg: 0, Value: ioprioWhoPgrp}, {Arg: 1, Value: 0}}, Allow}}}},
 	{[]string{"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
 		"process_madvise", "process_mrelease", "migrate_pages", "move_pages"}, Rule{Check: CheckOtherProcs, Else: eperm}},
+
+	// Linux AIO: every context comes out of one budget for the whole host
+	// (fs.aio-max-nr, 65536 events), which no limit of the run bounds.
+	// ENOSYS, as from a kernel built without AIO: libaio users fall back.
+	{[]string{"io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents"},
+		Rule{Check: CheckAIO, Else: enosys}},
 
 	// Requests on descriptors.
 	{[]string{"ioctl"}, Rule{Check: CheckIoctl, Else: Allow, Clauses: []Clause{

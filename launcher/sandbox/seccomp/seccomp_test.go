@@ -336,6 +336,10 @@ func TestFilterDecisions(t *testing.T) {
 		{"mq_open in own ipc ns", layered, sys("mq_open", ptr, 0, 0, 0), Allow},
 		{"inotify watch without mount ns", strict, sys("inotify_add_watch", 3, ptr, unix.IN_CREATE), eperm},
 		{"inotify watch in own mount ns", layered, sys("inotify_add_watch", 3, ptr, unix.IN_CREATE), Allow},
+		{"io_setup", strict, sys("io_setup", 64, ptr), enosys},
+		{"io_setup in every layer", Options{IPCNamespace: true, MountNamespace: true, DedicatedUID: true, OwnUserCounters: true, WriteScope: true}, sys("io_setup", 1, ptr), enosys},
+		{"io_submit", layered, sys("io_submit", 1, 1, ptr), enosys},
+		{"io_getevents", layered, sys("io_getevents", 1, 1, 1, ptr, 0), enosys},
 		{"inotify_init1 without own per-user counters", strict, sys("inotify_init1", unix.IN_CLOEXEC), eperm},
 		{"inotify_init without own per-user counters", layered, sys("inotify_init"), eperm},
 		{"inotify_init1 with own per-user counters", Options{OwnUserCounters: true}, sys("inotify_init1", unix.IN_CLOEXEC), Allow},
@@ -727,6 +731,8 @@ func FuzzFilter(f *testing.F) {
 			if !o.IPCNamespace {
 				t.Fatalf("%s allowed without an ipc namespace", name)
 			}
+		case "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents":
+			t.Fatalf("%s allowed: Linux AIO spends one budget of the whole host", name)
 		case "inotify_init", "inotify_init1":
 			if !o.OwnUserCounters {
 				t.Fatalf("%s allowed without the run's own per-user counters", name)
