@@ -41,6 +41,8 @@ type Upstream interface {
 }
 
 // Sink takes sanitized records: the local audit log, the NATS publisher.
+// Publish must not keep the events slice after it returns (as io.Writer
+// with p): the proxy reuses it for its next batch.
 type Sink interface {
 	Publish(ctx context.Context, events []schema.Event) error
 }

@@ -22,6 +22,7 @@ type recorder struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   []schema.Event
+	spare   []schema.Event // the last batch's slice, emptied, for the next queue
 	closing bool
 	closeC  chan struct{} // closed by close: a batch waiting for its delay goes at once
 	done    chan struct{}
@@ -31,6 +32,9 @@ type recorder struct {
 // maxQueued bounds the queue; add blocks beyond it (back-pressure on calls
 // rather than losing records).
 const maxQueued = 4096
+
+// maxKeptBatch bounds the batch slice kept for the next queue.
+const maxKeptBatch = 256
 
 // DefaultFlushDelay is how long a decision record may wait to be batched
 // with the next ones before it is written (and fsync'd).
@@ -92,14 +96,22 @@ func (r *recorder) run() {
 			t.Stop()
 			r.mu.Lock()
 		}
+		// The queue goes on in the previous batch's slice: a queue grown
+		// from nil for every batch cost more allocation than the records.
 		batch := r.queue
-		r.queue = nil
+		r.queue, r.spare = r.spare, nil
 		r.cond.Broadcast()
 		r.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := r.s.cfg.Sink.Publish(ctx, batch)
 		cancel()
+		if cap(batch) <= maxKeptBatch {
+			clear(batch) // the sink keeps nothing of a batch it took
+			r.mu.Lock()
+			r.spare = batch[:0]
+			r.mu.Unlock()
+		}
 		if err != nil {
 			r.mu.Lock()
 			if r.werr == nil {
