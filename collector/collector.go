@@ -67,9 +67,27 @@ type Config struct {
 	CrossCheckEvery time.Duration
 	CrossCheckCfg   crosscheck.Config
 	Logger          *slog.Logger
+	// MaxEventAge and MaxClockSkew bound the times of the events stored:
+	// one dated more than MaxEventAge before the collector's clock
+	// (default DefaultMaxEventAge) or more than MaxClockSkew after it
+	// (default DefaultMaxClockSkew) is rejected and counted
+	// (Stats.RejectedTime). ClickHouse partitions by month and refuses an
+	// insert block that touches more than 100 partitions: events a host
+	// dated across the years would make every insert fail, and no host's
+	// events would be stored again.
+	MaxEventAge, MaxClockSkew time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
+
+// DefaultMaxEventAge is older than any default retention keeps (400 days,
+// the rollups'): the window then spans at most 15 months, so an insert
+// touches at most 45 partitions of any table.
+const DefaultMaxEventAge = 400 * 24 * time.Hour
+
+// DefaultMaxClockSkew is how far ahead of the collector's clock a host's
+// clock may be.
+const DefaultMaxClockSkew = time.Hour
 
 // Stats are a collector's counters and state. Counters only grow.
 type Stats struct {
@@ -78,6 +96,9 @@ type Stats struct {
 	// (attempts that failed and were retried), Findings the cross-check
 	// inserted.
 	Messages, Events, Rejected, Inserts, InsertFailures, Findings uint64
+	// RejectedTime counts the rejected events that were dated outside
+	// [now-MaxEventAge, now+MaxClockSkew] (included in Rejected).
+	RejectedTime uint64
 	// EventsByKind splits Events; FindingsBy splits Findings.
 	EventsByKind map[schema.Kind]uint64
 	FindingsBy   map[FindingKey]uint64
@@ -117,6 +138,7 @@ type Collector struct {
 	log *slog.Logger
 
 	messages, events, rejected, inserts, insertFailures, findings atomic.Uint64
+	rejectedTime                                                  atomic.Uint64
 	eventsByKind                                                  [len(kindIndex)]atomic.Uint64
 	insertNS, lastInsertNS                                        atomic.Int64
 	xcheckPasses, xcheckFailures                                  atomic.Uint64
@@ -193,6 +215,12 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxEventAge <= 0 {
+		cfg.MaxEventAge = DefaultMaxEventAge
+	}
+	if cfg.MaxClockSkew <= 0 {
+		cfg.MaxClockSkew = DefaultMaxClockSkew
+	}
 	if cfg.NATS.Name == "" {
 		cfg.NATS.Name = "mcpwarden-collect"
 	}
@@ -210,6 +238,7 @@ func (c *Collector) Stats() Stats {
 		Messages:           c.messages.Load(),
 		Events:             c.events.Load(),
 		Rejected:           c.rejected.Load(),
+		RejectedTime:       c.rejectedTime.Load(),
 		Inserts:            c.inserts.Load(),
 		InsertFailures:     c.insertFailures.Load(),
 		Findings:           c.findings.Load(),
@@ -577,7 +606,8 @@ take:
 		// Estimate from the size; decoding happens in parallel below.
 		events += max(1, len(m.Data())/bytesPerEvent)
 	}
-	for i, d := range c.decode(got) {
+	now := c.cfg.Now()
+	for i, d := range c.decode(got, now.Add(-c.cfg.MaxEventAge).UnixNano(), now.Add(c.cfg.MaxClockSkew).UnixNano()) {
 		m := got[i]
 		switch {
 		case d.err != nil:
@@ -587,7 +617,9 @@ take:
 			continue
 		case d.rejected > 0:
 			c.rejected.Add(uint64(d.rejected))
-			c.log.Warn("batch had invalid events; storing the valid ones", "subject", m.Subject(), "rejected", d.rejected)
+			c.rejectedTime.Add(uint64(d.badTime))
+			c.log.Warn("batch had invalid events; storing the valid ones", "subject", m.Subject(), "rejected", d.rejected,
+				"dated_outside_window", d.badTime)
 		}
 		h.msgs = append(h.msgs, m)
 		h.events = appendStored(h.events, d.events)
@@ -612,12 +644,26 @@ func appendStored(dst, evs []schema.Event) []schema.Event {
 type decoded struct {
 	events   []schema.Event
 	rejected int
+	badTime  int // of rejected: dated outside the window
 	err      error
 }
 
+// inWindow keeps the events dated within [oldest, newest] (Unix ns) and
+// returns how many it dropped.
+func inWindow(evs []schema.Event, oldest, newest int64) ([]schema.Event, int) {
+	kept := evs[:0]
+	for i := range evs {
+		if t := evs[i].TimeNS; t < oldest || t > newest {
+			continue
+		}
+		kept = append(kept, evs[i])
+	}
+	return kept, len(evs) - len(kept)
+}
+
 // decode parses messages on every core: JSON decoding is the collector's
-// main CPU cost.
-func (c *Collector) decode(msgs []jetstream.Msg) []decoded {
+// main CPU cost. Events dated outside [oldest, newest] are rejected.
+func (c *Collector) decode(msgs []jetstream.Msg, oldest, newest int64) []decoded {
 	out := make([]decoded, len(msgs))
 	workers := min(runtime.GOMAXPROCS(0), len(msgs))
 	var wg sync.WaitGroup
@@ -637,6 +683,10 @@ func (c *Collector) decode(msgs []jetstream.Msg) []decoded {
 					continue
 				}
 				out[i].events, out[i].rejected, out[i].err = stream.DecodeBatch(m.Subject(), m.Data())
+				if out[i].err == nil {
+					out[i].events, out[i].badTime = inWindow(out[i].events, oldest, newest)
+					out[i].rejected += out[i].badTime
+				}
 			}
 		}()
 	}

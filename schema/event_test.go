@@ -203,6 +203,23 @@ func TestValidateRefusesUnsanitized(t *testing.T) {
 		{"finding evidence not id", finding, func(e *Event) { e.Finding.EvidenceIDs = []string{"/etc"} }},
 		{"finding reason sentence", finding, func(e *Event) { e.Finding.Reason = "the model read secrets" }},
 		{"health hook absolute", health, func(e *Event) { e.Health.Hooks = []string{"/sys/kernel"} }},
+		// Numbers beyond what their ClickHouse column holds would be stored
+		// wrapped to another value (a pid of -1 as 4294967295).
+		{"file op negative pid", fileop, func(e *Event) { e.FileOp.PID = -1 }},
+		{"file op pid beyond PID_MAX_LIMIT", fileop, func(e *Event) { e.FileOp.PID = MaxPID + 1 }},
+		{"file op result beyond int32", fileop, func(e *Event) { e.FileOp.Result = 1 << 40 }},
+		{"file op result below int32", fileop, func(e *Event) { e.FileOp.Result = -(1 << 40) }},
+		{"denial pid beyond PID_MAX_LIMIT", denial, func(e *Event) { e.LandlockDenial.PID = 1 << 32 }},
+		{"launch negative root pid", launch, func(e *Event) { e.Launch.RootPID = -7 }},
+		{"launch exit status beyond int32", launch, func(e *Event) { e.Launch.ExitStatus = 1 << 40 }},
+		{"launch landlock abi beyond uint8", launch, func(e *Event) { e.Launch.LandlockABI = 256 }},
+		{"launch negative landlock abi", launch, func(e *Event) { e.Launch.LandlockABI = -1 }},
+		{"launch negative duration", launch, func(e *Event) { e.Launch.DurationMS = -5 }},
+		{"launch server uid beyond uid_t", launch, func(e *Event) { e.Launch.ServerUID = 1 << 32 }},
+		{"decision negative retry count", decision, func(e *Event) { e.Decision.RetryCount = -1 }},
+		{"decision retry count beyond uint32", decision, func(e *Event) { e.Decision.RetryCount = 1 << 32 }},
+		{"decision negative latency", decision, func(e *Event) { e.Decision.LatencyMS = -0.5 }},
+		{"health landlock abi beyond uint8", health, func(e *Event) { e.Health.LandlockABI = 1000 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Deep copy through JSON so mutations do not leak between cases.

@@ -16,7 +16,23 @@ const (
 	maxHostLen    = 253
 	maxListItems  = 1024
 	maxEvidenceID = 4096
+	// MaxPID is the kernel's PID_MAX_LIMIT (2^22): no pid is larger.
+	MaxPID = 1 << 22
+	// MaxLandlockABI is what the landlock_abi columns (UInt8) hold.
+	MaxLandlockABI = 255
+	maxInt32       = 1<<31 - 1
+	minInt32       = -1 << 31
+	maxUint32      = 1<<32 - 1
 )
+
+// inRange checks a number against the range its ClickHouse column holds, so
+// that nothing a publisher sends is stored wrapped to another value.
+func inRange(field string, v, lo, hi int64) error {
+	if v < lo || v > hi {
+		return invalid(field, "%d is out of range [%d, %d]", v, lo, hi)
+	}
+	return nil
+}
 
 // ErrInvalidEvent is wrapped by every Validate error.
 var ErrInvalidEvent = errors.New("invalid event")
@@ -274,8 +290,21 @@ func (l *Launch) validate() error {
 			return err
 		}
 	}
-	if l.ServerUID < -1 {
+	if l.ServerUID < -1 || l.ServerUID >= maxUint32 {
 		return invalid("launch.server_uid", "must be -1 or a uid")
+	}
+	for _, c := range []struct {
+		field     string
+		v, lo, hi int64
+	}{
+		{"launch.landlock_abi", int64(l.LandlockABI), 0, MaxLandlockABI},
+		{"launch.root_pid", int64(l.RootPID), 0, MaxPID},
+		{"launch.exit_status", int64(l.ExitStatus), minInt32, maxInt32},
+		{"launch.duration_ms", l.DurationMS, 0, 1<<63 - 1},
+	} {
+		if err := inRange(c.field, c.v, c.lo, c.hi); err != nil {
+			return err
+		}
 	}
 	if len(l.Layers) > len(LayerNames) {
 		return invalid("launch.layers", "more than %d layers", len(LayerNames))
@@ -335,6 +364,12 @@ func (d *Decision) validate() error {
 			return err
 		}
 	}
+	if err := inRange("decision.retry_count", int64(d.RetryCount), 0, maxUint32); err != nil {
+		return err
+	}
+	if !(d.LatencyMS >= 0) { // also NaN
+		return invalid("decision.latency_ms", "must not be negative")
+	}
 	if d.StartNS < 0 || d.EndNS < 0 || (d.EndNS != 0 && d.EndNS < d.StartNS) {
 		return invalid("decision.end_ns", "must not be before start_ns")
 	}
@@ -362,7 +397,10 @@ func (f *FileOp) validate() error {
 	if len(f.Comm) > maxCommLen || (f.Comm != "" && SanitizeComm(f.Comm) != f.Comm) {
 		return invalid("file_op.comm", "must be at most 16 token characters (SanitizeComm)")
 	}
-	return nil
+	if err := inRange("file_op.pid", int64(f.PID), 0, MaxPID); err != nil {
+		return err
+	}
+	return inRange("file_op.result", int64(f.Result), minInt32, maxInt32)
 }
 
 func (l *LandlockDenial) validate() error {
@@ -386,7 +424,7 @@ func (l *LandlockDenial) validate() error {
 	if len(l.Comm) > maxCommLen || (l.Comm != "" && SanitizeComm(l.Comm) != l.Comm) {
 		return invalid("landlock_denial.comm", "must be at most 16 token characters (SanitizeComm)")
 	}
-	return nil
+	return inRange("landlock_denial.pid", int64(l.PID), 0, MaxPID)
 }
 
 func (f *Finding) validate() error {
@@ -424,6 +462,9 @@ func (f *Finding) validate() error {
 
 func (h *Health) validate() error {
 	if err := reqToken("health.component", h.Component); err != nil {
+		return err
+	}
+	if err := inRange("health.landlock_abi", int64(h.LandlockABI), 0, MaxLandlockABI); err != nil {
 		return err
 	}
 	if len(h.Hooks) > 64 {
