@@ -92,8 +92,8 @@ func cmdDaemon(ctx context.Context, args []string) int {
 			return cli.Fail(cli.ExitInternal, err)
 		}
 	}
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		return cli.Fail(cli.ExitInternal, fmt.Errorf("create state dir: %w; pass --state-dir DIR somewhere writable", err))
+	if err := daemon.PrepareStateDir(*stateDir); err != nil {
+		return cli.Fail(cli.ExitInternal, err)
 	}
 	pinDir, err := daemon.PinDir(*stateDir)
 	if err != nil {

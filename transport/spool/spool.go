@@ -23,6 +23,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/mcpwarden/mcpwarden/internal/privdir"
 )
 
 // ErrFull is returned by Append when the spool holds its maximum.
@@ -69,6 +71,11 @@ func Open(dir string, maxBytes int64) (*Spool, error) {
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create spool directory: %w", err)
+	}
+	// Whatever the segments hold is published in this host's name: a
+	// directory someone else could have filled is refused.
+	if err := privdir.Check(dir, "spool directory"); err != nil {
+		return nil, err
 	}
 	s := &Spool{dir: dir, maxBytes: maxBytes, sizes: map[int64]int64{}}
 	// One process per spool: two appenders would interleave records.

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
 func recs(from, n int) []Record {
@@ -183,4 +186,78 @@ func TestOneProcessPerSpool(t *testing.T) {
 		t.Fatalf("reopen after close: %v", err)
 	}
 	b.Close()
+}
+
+// TestPlantedSpoolIsRefused: the spool's records are published in the
+// host's name, so a spool directory a local user could have filled before
+// the publisher started is refused: a symlink, a directory owned by another
+// user, one that group or others may write to.
+func TestPlantedSpoolIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, dir string)
+		root  bool // needs root (chown)
+	}{
+		{"symlink", func(t *testing.T, dir string) {
+			real := filepath.Join(filepath.Dir(dir), "elsewhere")
+			if err := os.Mkdir(real, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(real, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"world writable", func(t *testing.T, dir string) {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"group writable", func(t *testing.T, dir string) {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, 0o770); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"owned by another user", func(t *testing.T, dir string) {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"a file", func(t *testing.T, dir string) {
+			if err := os.WriteFile(dir, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				testenv.Missing(t, "chown to another user needs root")
+			}
+			dir := filepath.Join(t.TempDir(), "spool")
+			tc.plant(t, dir)
+			if s, err := Open(dir, 1<<20); err == nil {
+				s.Close()
+				t.Fatal("a planted spool directory was opened")
+			} else if !strings.Contains(err.Error(), dir) {
+				t.Errorf("error does not name the directory: %v", err)
+			}
+		})
+	}
+	// The directory Open creates itself is accepted, again and again.
+	dir := filepath.Join(t.TempDir(), "spool")
+	for i := 0; i < 2; i++ {
+		s, err := Open(dir, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
 }

@@ -1,0 +1,103 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+)
+
+// TestPlantedStateDirIsRefused: the real daemon refuses a state directory a
+// local user could have planted before it started (group or others may
+// write to it, another user owns it, or it is a symlink to one): it would
+// otherwise trust the path key, the run table and the spool found there.
+// It exits naming the directory, and writes nothing into it.
+func TestPlantedStateDirIsRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.Mcpwarden(t)
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, dir string)
+	}{
+		{"world writable", func(t *testing.T, dir string) {
+			mkdir(t, dir)
+			if err := os.Chmod(dir, 0o1777); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"owned by another user", func(t *testing.T, dir string) {
+			mkdir(t, dir)
+			if err := os.Chown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"symlink to another user's directory", func(t *testing.T, dir string) {
+			theirs := filepath.Join(filepath.Dir(dir), "theirs")
+			mkdir(t, theirs)
+			if err := os.Chown(theirs, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(theirs, dir); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			state := filepath.Join(tmp, "state")
+			tc.plant(t, state)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, "daemon", "--state-dir", state,
+				"--socket", filepath.Join(tmp, "sock", "daemon.sock"), "--nats-listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--no-crosscheck")
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			// Until it exits, or shows it trusted the directory (a daemon
+			// that took it keeps running; it is stopped below).
+			var err error
+			waiting := true
+			for waiting {
+				select {
+				case err = <-exited:
+					waiting = false
+				case <-time.After(100 * time.Millisecond):
+					if _, serr := os.Stat(filepath.Join(state, "path.key")); serr == nil {
+						_ = cmd.Process.Kill()
+						<-exited
+						t.Fatalf("the daemon took the planted state directory (path.key written into it): %s", out.String())
+					}
+				case <-ctx.Done():
+					t.Fatalf("the daemon neither refused nor used the directory in 3 minutes: %s", out.String())
+				}
+			}
+			if err == nil {
+				t.Fatalf("the daemon exited 0 with a planted state directory: %s", out.String())
+			}
+			if !strings.Contains(out.String(), state) {
+				t.Errorf("the refusal does not name the directory: %s", out.String())
+			}
+			if entries, _ := os.ReadDir(state); len(entries) != 0 {
+				t.Errorf("the daemon wrote %d entries into the planted directory", len(entries))
+			}
+		})
+	}
+}
+
+func mkdir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+}
