@@ -97,3 +97,36 @@ func TestWhyFromClickHouse(t *testing.T) {
 		t.Fatalf("another key told a path: %s", out)
 	}
 }
+
+// TestWhyRefusesARunOfTwoHosts: another host may publish events under any
+// run id in its own name. `why` reading the store refuses a run id that two
+// hosts' events carry (merged, the other host's would read as the run's
+// own), names both, and with --host reads that host's events only.
+func TestWhyRefusesARunOfTwoHosts(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, chtest.Database(t))
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run := schema.NewID()
+	t0 := time.Now().Add(-time.Hour)
+	hasher, _ := schema.NewPathHasher(make([]byte, schema.PathKeySize))
+	var evs []schema.Event
+	for i, host := range []string{"web-3", "web-9"} {
+		o := schema.Origin{Host: host, BootID: "b"}
+		e := o.NewEvent(schema.KindLandlockDenial, run, "s", "", t0.Add(time.Duration(i)*time.Second))
+		e.LandlockDenial = &schema.LandlockDenial{Domain: "1a", Blockers: []string{"fs.read_file"}, PathHash: hasher.Hash("/etc/shadow"), PathClass: schema.PathSecret, PID: 7}
+		evs = append(evs, e)
+	}
+	if err := st.Insert(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	_, err := (&explain.StoreSource{Store: st}).RunEvents(ctx, run)
+	if err == nil || !strings.Contains(err.Error(), "web-3") || !strings.Contains(err.Error(), "web-9") || !strings.Contains(err.Error(), "--host") {
+		t.Fatalf("a run id of two hosts: err %v, want one naming both hosts and --host", err)
+	}
+	got, err := (&explain.StoreSource{Store: st, Host: "web-3"}).RunEvents(ctx, run)
+	if err != nil || len(got) != 1 || got[0].Host != "web-3" {
+		t.Fatalf("--host web-3: %d events (%v), want web-3's one", len(got), err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -87,16 +88,28 @@ func (s *StreamSource) RunEvents(ctx context.Context, runID string) ([]schema.Ev
 // stream keeps, or one from another host of a fleet sharing the key).
 type StoreSource struct {
 	Store *store.Store
+	// Host, when set, reads the run's events of that host only.
+	Host string
 }
 
 // Name names the source in the report.
 func (s *StoreSource) Name() string { return "ClickHouse database " + s.Store.Database() }
 
-// RunEvents finds the run's host(s) and reads each by the primary key.
+// RunEvents finds the run's host and reads its events by the primary key.
+// A run has one host: a run id that events of several hosts carry (another
+// host reused it, or forged events under it in its own name) is refused
+// unless Host names one.
 func (s *StoreSource) RunEvents(ctx context.Context, runID string) ([]schema.Event, error) {
-	hosts, err := s.Store.RunHosts(ctx, runID)
-	if err != nil {
-		return nil, err
+	hosts := []string{s.Host}
+	if s.Host == "" {
+		var err error
+		if hosts, err = s.Store.RunHosts(ctx, runID); err != nil {
+			return nil, err
+		}
+		if len(hosts) > 1 {
+			return nil, fmt.Errorf("run %q has events of %d hosts (%s): a run has one host, so another host reused its id or forged events under it; pass --host to read one host's events",
+				runID, len(hosts), strings.Join(hosts, ", "))
+		}
 	}
 	var out []schema.Event
 	for _, h := range hosts {

@@ -44,7 +44,7 @@ func cmdWhy(ctx context.Context, args []string) int {
 	fs.Var(&paths, "path", "a candidate `PATH` to test (repeatable)")
 	candFile := fs.String("candidates", "", "`FILE` of candidate paths, one per line")
 	dsn := fs.String("clickhouse", "", "read the run from ClickHouse at `DSN` instead of this host's stream (a run older than the stream's 7 days)")
-	host := fs.String("host", "", "the host whose stream subjects hold the run (default this host)")
+	host := fs.String("host", "", "the host whose stream subjects hold the run (default this host); with --clickhouse, the run's host (default: looked up; a run id of several hosts is refused)")
 	since := fs.Duration("since", 7*24*time.Hour, "how far back to read the stream")
 	nf := cli.AddNATSFlags(fs.FlagSet, cli.DefaultNATS, "NATS `URL` (default the daemon's embedded server on this host)")
 	stateDir := fs.String("state-dir", cli.DaemonStateDir, "the daemon's state `DIR`: the path key and the embedded NATS credentials")
@@ -103,7 +103,7 @@ func cmdWhy(ctx context.Context, args []string) int {
 		if err := st.CheckSchema(ctx); err != nil {
 			return cli.Fail(cli.ExitInternal, err)
 		}
-		cfg.Source = &explain.StoreSource{Store: st}
+		cfg.Source = &explain.StoreSource{Store: st, Host: *host}
 	} else {
 		h := *host
 		if h == "" {

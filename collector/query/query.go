@@ -135,12 +135,31 @@ func runSQL(ctx context.Context, st *store.Store, name, sql string, params store
 	return res, nil
 }
 
-// timelineAllHosts finds the run's host(s) first: with the host the
+// AmbiguousRunError is returned for a run id that events of more than one
+// host carry, when no host was named.
+type AmbiguousRunError struct {
+	Run   string
+	Hosts []string
+}
+
+func (e *AmbiguousRunError) Error() string {
+	return fmt.Sprintf("run %s has events of %d hosts (%s): a run has one host, so another host reused its id or forged events under it; pass --host to read one host's events",
+		Escape(e.Run), len(e.Hosts), Escape(strings.Join(e.Hosts, ", ")))
+}
+
+// timelineAllHosts finds the run's host first: with the host the
 // primary key narrows the scan to the run's ranges.
 func timelineAllHosts(ctx context.Context, st *store.Store, p Params) (*Result, error) {
 	hosts, err := st.RunHosts(ctx, p.Run)
 	if err != nil {
 		return nil, fmt.Errorf("query timeline: %w", err)
+	}
+	if len(hosts) > 1 {
+		// A run has one host. Another host's events under its id are a
+		// forgery (a host may publish any run id in its own name) or a
+		// reuse; merged, they would read as the run's own, and the
+		// timeline has no host column to tell them apart.
+		return nil, &AmbiguousRunError{Run: p.Run, Hosts: hosts}
 	}
 	var out *Result
 	for _, h := range hosts {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -385,4 +386,40 @@ func FuzzEscape(f *testing.F) {
 			t.Fatalf("Escape(%q) loses a NUL", s)
 		}
 	})
+}
+
+// TestTimelineRefusesARunOfTwoHosts: a compromised host may publish events
+// under any run id in its own name; a Landlock denial it files under
+// another host's run id would, merged into that run's timeline (which has
+// no host column), make a clean run look attacked. Without --host the
+// timeline refuses a run id two hosts carry and names both; with --host it
+// shows that host's events only.
+func TestTimelineRefusesARunOfTwoHosts(t *testing.T) {
+	ctx := context.Background()
+	st := migratedStore(t)
+	g := eventgen.New("web-1")
+	evs := g.Mixed(20)
+	forger := eventgen.New("web-9")
+	forger.RunID = g.RunID
+	forged := forger.Origin.NewEvent(schema.KindLandlockDenial, g.RunID, g.ScopeID, g.ScopeHash, g.T0.Add(time.Second))
+	forged.LandlockDenial = &schema.LandlockDenial{Domain: "1a", Blockers: []string{"fs.read_file"}, PathHash: g.Hasher.Hash("/etc/shadow"), PathClass: schema.PathSecret, PID: 1}
+	if err := st.Insert(ctx, append(evs, forged)); err != nil {
+		t.Fatal(err)
+	}
+	window := Params{Run: g.RunID, From: time.Now().Add(-24 * time.Hour), To: time.Now()}
+	_, err := Run(ctx, st, "timeline", window)
+	var amb *AmbiguousRunError
+	if !errors.As(err, &amb) || !strings.Contains(err.Error(), "web-1") || !strings.Contains(err.Error(), "web-9") || !strings.Contains(err.Error(), "--host") {
+		t.Fatalf("a run id of two hosts: err %v, want one naming both hosts and --host", err)
+	}
+	window.Host = "web-1"
+	rows := runJSON(t, st, "timeline", window)
+	if len(rows) != len(evs) {
+		t.Fatalf("timeline --host web-1: %d rows, want the host's %d events", len(rows), len(evs))
+	}
+	for _, r := range rows {
+		if r["kind"] == string(schema.KindLandlockDenial) {
+			t.Fatalf("the other host's forged denial is in web-1's timeline: %v", r)
+		}
+	}
 }
