@@ -52,7 +52,7 @@ var (
 	runtimeVarNames = []string{"NODE_OPTIONS", "NODE_PATH", "NODE_REPL_EXTERNAL_MODULE", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
 		"PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB", "BASH_ENV", "ENV", "SHELLOPTS", "PS4", "PROMPT_COMMAND", "GCONV_PATH", "LOCPATH", "NLSPATH",
 		"HOSTALIASES", "RES_OPTIONS", "LOCALDOMAIN", "GLIBC_TUNABLES", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "GIT_SSH", "GIT_SSH_COMMAND",
-		"GIT_ASKPASS", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "SSH_ASKPASS", "EDITOR", "VISUAL", "PAGER", "TMP", "TEMP"}
+		"GIT_ASKPASS", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "SSH_ASKPASS", "SUDO_ASKPASS", "EDITOR", "VISUAL", "PAGER", "LESSOPEN", "LESSCLOSE", "TMP", "TEMP"}
 	runtimeVarPrefixes = []string{"LD_", "DYLD_", "MALLOC_", "GIT_CONFIG", "MCPWARDEN_"}
 )
 
@@ -67,7 +67,11 @@ func isRuntimeVar(name string) bool {
 var (
 	credentialNameParts    = []string{"TOKEN", "SECRET", "PASSW", "PASSPHRASE", "CREDENTIAL", "CREDS", "APIKEY", "API_KEY", "ACCESSKEY", "ACCESS_KEY", "PRIVATEKEY", "PRIVATE_KEY", "AUTH", "COOKIE", "SESSION", "SIGNING"}
 	credentialNameSuffixes = []string{"_KEY", "_PAT", "_PASS"}
-	credentialNames        = []string{"KEY", "PAT", "PASS", "KUBECONFIG", "DOCKER_CONFIG"}
+	credentialNames        = []string{"KEY", "PAT", "PASS", "KUBECONFIG", "DOCKER_CONFIG",
+		// Where the operator's credentials and session live: a Kerberos
+		// ticket cache, the Docker daemon (root on the host), password
+		// files, the desktop's display, bus and runtime directory.
+		"KRB5CCNAME", "DOCKER_HOST", "PGPASSFILE", "NETRC", "DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "DBUS_SYSTEM_BUS_ADDRESS"}
 	credentialNamePrefixes = []string{"AWS_", "AZURE_", "GOOGLE_APPLICATION", "GCLOUD_", "GH_", "GITHUB_", "GITLAB_", "NPM_CONFIG__", "SSH_AGENT", "SSH_AUTH", "GPG_AGENT", "VAULT_", "OP_"}
 )
 
