@@ -108,3 +108,51 @@ func TestFenceHostAIOBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestFencePendingSignalsOfTheHost: with its own user namespace, the run
+// queues signals against its dedicated uid, not against host root's
+// pending-signal count (RLIMIT_SIGPENDING, counted per user and charged to
+// each user namespace's owner): a server in a namespace owned by root
+// queueing real-time signals to itself until EAGAIN left every root
+// process of the host unable to sigqueue() or arm a POSIX timer. Without
+// that namespace the server shares its uid's count (docs/launcher.md,
+// Known limits): that case is not run here, it would starve the CI host.
+func TestFencePendingSignalsOfTheHost(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	const sig = 50 // a real-time signal nothing here uses
+	hostQueue := func() error {
+		info := struct {
+			signo, errno, code int32
+			_                  [116]byte
+		}{signo: sig, code: -1 /* SI_QUEUE */}
+		// Delivered at once (and dropped by the Go runtime): only whether
+		// the kernel had room to queue it matters.
+		_, _, e := unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, uintptr(unix.Getpid()), sig, uintptr(unsafe.Pointer(&info)))
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+	if err := hostQueue(); err != nil {
+		t.Fatalf("this host's root cannot queue a signal before the run: %v", err)
+	}
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_SIGPENDING, &lim); err != nil {
+		t.Fatal(err)
+	}
+	n := int(min(lim.Cur, 1<<21))
+	r := s.Do(map[string]any{"op": "sigqueue_hog", "sig": sig, "n": n})
+	if err := hostQueue(); err != nil {
+		t.Errorf("ESCAPE: with the run holding %s pending signals, root outside it can queue none: %v", r.Data, err)
+	}
+	if got, _ := strconv.Atoi(r.Data); !r.OK || got == 0 {
+		t.Errorf("the server queued no signal to itself: %+v", r)
+	}
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+}

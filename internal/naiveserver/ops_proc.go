@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"unsafe"
 
@@ -119,6 +120,30 @@ var procOps = map[string]op{
 			return "0", err
 		}
 		return strconv.Itoa(len(heldAIO)), nil
+	},
+	// Real-time signal Sig queued to this thread (which blocks it, so
+	// they stay pending) up to N times or until the kernel says EAGAIN:
+	// pending signals count per user (RLIMIT_SIGPENDING) and up each user
+	// namespace's owner. The thread stays locked, holding them, until the
+	// server exits. Data: the count.
+	"sigqueue_hog": func(r Request) (string, error) {
+		runtime.LockOSThread()
+		set := uint64(1) << (r.Sig - 1)
+		if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_BLOCK, uintptr(unsafe.Pointer(&set)), 0, 8, 0, 0); e != 0 {
+			return "", e
+		}
+		pid, tid := unix.Getpid(), unix.Gettid()
+		n := 0
+		var err error
+		for ; n < r.N; n++ {
+			if err = unix.Tgkill(pid, tid, unix.Signal(r.Sig)); err != nil {
+				break
+			}
+		}
+		if n == 0 {
+			return "0", err
+		}
+		return strconv.Itoa(n), nil
 	},
 	// An inotify watch on a directory the fence will not list.
 	"inotify_watch": func(r Request) (string, error) {
