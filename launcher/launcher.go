@@ -47,6 +47,17 @@ type Sink interface {
 	Publish(ctx context.Context, events []schema.Event) error
 }
 
+// DeferSyncSink is a Sink that can write records now and leave making them
+// durable to its next Publish (or its Close): the mediator's last batch,
+// which the run's exit record, published after the mediator returned,
+// always follows in the same audit log. (auditlog.Log is one.) A mediator
+// uses it for its last batch only, and only on the sink the launcher
+// gave it.
+type DeferSyncSink interface {
+	Sink
+	PublishDeferSync(ctx context.Context, events []schema.Event) error
+}
+
 // Config is one run.
 type Config struct {
 	Scope   *schema.CanonicalScope

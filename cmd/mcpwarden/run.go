@@ -140,7 +140,13 @@ func cmdRun(ctx context.Context, args []string) int {
 	if err != nil {
 		return cli.Fail(cli.ExitAuditSink, fmt.Errorf("the run is refused because its records could not be kept: %w", err))
 	}
-	defer alog.Close()
+	defer func() {
+		// Close syncs what was written but not yet synced (the proxy's last
+		// decisions, when its drain outlasted the exit record).
+		if err := alog.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "mcpwarden: audit log:", err)
+		}
+	}()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	sigs := make(chan os.Signal, 4)

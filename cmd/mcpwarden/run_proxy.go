@@ -201,7 +201,21 @@ type fanout struct {
 }
 
 func (f *fanout) Publish(ctx context.Context, events []schema.Event) error {
-	if err := f.audit.Publish(ctx, events); err != nil {
+	return f.publish(ctx, events, f.audit.Publish)
+}
+
+// PublishDeferSync is Publish with the audit log's sync left to the run's
+// exit record (launcher.DeferSyncSink); the event sink gets the records as
+// from Publish.
+func (f *fanout) PublishDeferSync(ctx context.Context, events []schema.Event) error {
+	if d, ok := f.audit.(launcher.DeferSyncSink); ok {
+		return f.publish(ctx, events, d.PublishDeferSync)
+	}
+	return f.Publish(ctx, events)
+}
+
+func (f *fanout) publish(ctx context.Context, events []schema.Event, audit func(context.Context, []schema.Event) error) error {
+	if err := audit(ctx, events); err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
 	if f.cfg.Sink != nil {

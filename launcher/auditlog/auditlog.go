@@ -22,6 +22,8 @@ type Log struct {
 	f    *os.File
 	path string
 	buf  []byte // the encoding buffer, reused from batch to batch (under mu)
+	// dirty: records were written by PublishDeferSync and not synced yet.
+	dirty bool
 }
 
 // maxKeptBuffer bounds the encoding buffer kept between batches.
@@ -66,9 +68,23 @@ func Open(path string) (*Log, error) {
 // Path is where the log is.
 func (l *Log) Path() string { return l.path }
 
-// Publish appends events, one JSON object per line, and syncs them to disk.
+// Publish appends events, one JSON object per line, and syncs them to disk
+// (with every record written before them).
 func (l *Log) Publish(ctx context.Context, events []schema.Event) error {
-	if len(events) == 0 {
+	return l.publish(ctx, events, true)
+}
+
+// PublishDeferSync appends events as Publish does but leaves their sync to
+// the next Publish or to Close, which sync every record written before
+// them: for a last batch that is always followed by another record (the
+// proxy's last decisions, then the run's exit record), one sync instead of
+// two in a row at the end of a run.
+func (l *Log) PublishDeferSync(ctx context.Context, events []schema.Event) error {
+	return l.publish(ctx, events, false)
+}
+
+func (l *Log) publish(ctx context.Context, events []schema.Event, sync bool) error {
+	if len(events) == 0 && (!sync || !l.isDirty()) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -89,23 +105,45 @@ func (l *Log) Publish(ctx context.Context, events []schema.Event) error {
 	if cap(buf) <= maxKeptBuffer {
 		l.buf = buf
 	}
-	if _, err := l.f.Write(buf); err != nil {
-		return fmt.Errorf("write audit log: %w", err)
+	if len(buf) > 0 {
+		if _, err := l.f.Write(buf); err != nil {
+			return fmt.Errorf("write audit log: %w", err)
+		}
+	}
+	if !sync {
+		l.dirty = true
+		return nil
 	}
 	if err := l.f.Sync(); err != nil {
 		return fmt.Errorf("sync audit log: %w", err)
 	}
+	l.dirty = false
 	return nil
 }
 
-// Close closes the log.
+func (l *Log) isDirty() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dirty
+}
+
+// Close syncs what PublishDeferSync left unsynced, and closes the log.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {
 		return nil
 	}
-	err := l.f.Close()
+	var err error
+	if l.dirty {
+		if err = l.f.Sync(); err != nil {
+			err = fmt.Errorf("sync audit log: %w", err)
+		}
+		l.dirty = false
+	}
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
 	l.f = nil
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,5 +82,56 @@ func TestDefaultStateDir(t *testing.T) {
 	}
 	if !filepath.IsAbs(d) {
 		t.Errorf("state dir %s not absolute", d)
+	}
+}
+
+// TestPublishDeferSync: records written with PublishDeferSync are in the
+// file at once and left unsynced; the next Publish (even of nothing) or
+// Close syncs them.
+func TestPublishDeferSync(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := schema.Origin{Host: "h", BootID: "b"}.NewEvent(schema.KindDecision, "run", "scope", "sha256:x", time.Now())
+	ev.Decision = &schema.Decision{OpID: "op"}
+	ctx := context.Background()
+	lines := func() int {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "\n")
+	}
+	if err := l.PublishDeferSync(ctx, []schema.Event{ev, ev}); err != nil {
+		t.Fatal(err)
+	}
+	if n := lines(); n != 2 || !l.dirty {
+		t.Fatalf("after PublishDeferSync: %d lines, dirty %v; want 2, true", n, l.dirty)
+	}
+	if err := l.Publish(ctx, []schema.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	if n := lines(); n != 3 || l.dirty {
+		t.Fatalf("after Publish: %d lines, dirty %v; want 3, false", n, l.dirty)
+	}
+	if err := l.PublishDeferSync(ctx, []schema.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Publish(ctx, nil); err != nil || l.dirty {
+		t.Fatalf("Publish of nothing: %v, dirty %v; want it to sync", err, l.dirty)
+	}
+	if err := l.PublishDeferSync(ctx, []schema.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil || l.dirty {
+		t.Fatalf("Close: %v, dirty %v", err, l.dirty)
+	}
+	if n := lines(); n != 5 {
+		t.Errorf("%d lines in the end, want 5", n)
+	}
+	if err := l.PublishDeferSync(ctx, []schema.Event{ev}); err == nil {
+		t.Error("PublishDeferSync after Close succeeded")
 	}
 }

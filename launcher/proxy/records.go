@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -100,11 +101,19 @@ func (r *recorder) run() {
 		// from nil for every batch cost more allocation than the records.
 		batch := r.queue
 		r.queue, r.spare = r.spare, nil
+		last := r.closing
 		r.cond.Broadcast()
 		r.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := r.s.cfg.Sink.Publish(ctx, batch)
+		var err error
+		if d, ok := r.s.cfg.Sink.(launcher.DeferSyncSink); ok && last {
+			// The session has ended: the launcher's exit record follows
+			// in the same log, and its sync makes these durable too.
+			err = d.PublishDeferSync(ctx, batch)
+		} else {
+			err = r.s.cfg.Sink.Publish(ctx, batch)
+		}
 		cancel()
 		if cap(batch) <= maxKeptBatch {
 			clear(batch) // the sink keeps nothing of a batch it took
