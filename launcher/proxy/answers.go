@@ -105,6 +105,15 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 		s.answerTooLarge(rq)
 		return
 	}
+	if rq.rule.results && m.Error == nil {
+		paths, d := s.pol.CheckResultURIs(m.Result, s.scope.current().paths)
+		if d != nil {
+			s.hashPaths(rq, paths)
+			s.log.Warn("server answer refused: it holds a file URI the scope does not allow", "method", rq.method, "error_code", string(d.Code))
+			s.deny(rq, d.Code, d.Reason)
+			return
+		}
+	}
 	var frame []byte
 	switch {
 	case m.Error != nil:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -133,7 +134,62 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 		s.deny(rq, d.Code, d.Reason)
 		return
 	}
+	a.check = s.checkRest(rq, a.check)
 	s.admit(rq, a, true)
+}
+
+// opaqueParams are params members that are the protocol's own tokens,
+// never paths: a cursor, the input rounds' state and answers (roots
+// answers in them are rewritten, see rootsInputResponses).
+var opaqueParams = map[string]bool{"cursor": true, "requestState": true, "inputResponses": true}
+
+// checkRest adds to check the params members the method does not read
+// itself, and _meta: a path in any of them (a server may read one there)
+// is checked like a prompt's argument, without looking names up.
+func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *policy.Denial)) func(*scopeView) ([]string, *policy.Denial) {
+	var rest []json.RawMessage
+	for _, m := range rq.raw.ParamMembers {
+		k := string(m.Key)
+		if opaqueParams[k] || slices.Contains(rq.rule.own, k) {
+			continue
+		}
+		if k == "_meta" {
+			for _, mm := range rq.raw.MetaMembers {
+				key := string(mm.Key)
+				if key == "progressToken" {
+					continue
+				}
+				// The era's own keys hold a '/' by name: only their values may hold a path.
+				if ownKey := key == metaVersion || key == metaClientCaps || key == metaClientInfo; (!ownKey && policy.MayHoldPath(mm.Key)) || policy.MayHoldPath(mm.Value) {
+					rest = append(rest, mustJSON(map[string]json.RawMessage{key: mm.Value}))
+				}
+			}
+			continue
+		}
+		if policy.MayHoldPath(m.Key) || policy.MayHoldPath(m.Value) {
+			rest = append(rest, mustJSON(map[string]json.RawMessage{k: m.Value}))
+		}
+	}
+	if len(rest) == 0 {
+		return check
+	}
+	return func(eff *scopeView) ([]string, *policy.Denial) {
+		var paths []string
+		if check != nil {
+			var d *policy.Denial
+			if paths, d = check(eff); d != nil {
+				return paths, d
+			}
+		}
+		for _, raw := range rest {
+			p, d := s.pol.CheckValues(raw, eff.paths)
+			paths = append(paths, p...)
+			if d != nil {
+				return paths, d
+			}
+		}
+		return paths, nil
+	}
 }
 
 // param and meta read a member of params and of params._meta (as the
@@ -275,6 +331,11 @@ func (s *session) initializeResult(requested string) json.RawMessage {
 				break
 			}
 		}
+	}
+	if version == "" && containsStr(LegacyVersions, requested) {
+		// A server of the 2026-07-28 era only: the proxy translates, and
+		// speaks the legacy version the client asked for.
+		version = requested
 	}
 	if version == "" {
 		version = LegacyVersions[0]

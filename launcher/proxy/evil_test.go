@@ -20,6 +20,14 @@ func TestMain(m *testing.M) {
 		evilServer(log)
 		os.Exit(0)
 	}
+	if log := os.Getenv(modernOnlyEnv); log != "" {
+		modernOnlyServer(log)
+		os.Exit(0)
+	}
+	if log := os.Getenv(redteamEnv); log != "" {
+		redteamServer(log)
+		os.Exit(0)
+	}
 	if log := os.Getenv(askingEnv); log != "" {
 		askingServer(log)
 		os.Exit(0)

@@ -207,6 +207,7 @@ type fixtureOpts struct {
 	scope          func(*schema.Scope)
 	config         func(*Config)
 	upstream       func(t testing.TB) *procUpstream
+	base           func(base string) // called with the base before the upstream starts
 }
 
 // fsServer returns the path of the pinned filesystem server.
@@ -243,6 +244,9 @@ func makeBase(t testing.TB) string {
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	t.Helper()
 	base := makeBase(t)
+	if o.base != nil {
+		o.base(base)
+	}
 	sc := &schema.Scope{
 		ScopeID: "test-scope", AllowedPaths: []string{"."}, AccessMode: schema.AccessWrite,
 		ToolAllowlist: []string{"read_text_file", "list_allowed_directories", "write_file", "list_directory", "directory_tree", "read_multiple_files", "search_files", "move_file"},

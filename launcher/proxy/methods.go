@@ -43,6 +43,13 @@ type clientMethod struct {
 	// answer builds the client's answer from the server's result (filters,
 	// modern-era completion); nil forwards it (completed for modern clients).
 	answer func(s *session, rq *request, result json.RawMessage) json.RawMessage
+	// own names the params members decide reads and checks itself; every
+	// other member (and _meta, but for its progressToken) is checked by
+	// the gate for strings that look like paths (checkRest).
+	own []string
+	// results: the server's answer may embed resources; its file:// URIs
+	// are checked before it reaches the client (policy.CheckResultURIs).
+	results bool
 	// capped: the answer counts against MaxResponseBytes.
 	capped bool
 	// cacheable: a modern-era result carries ttlMs and cacheScope.
@@ -81,18 +88,18 @@ func newMethods() *methods {
 			"server/discover": {eras: inBoth, serve: (*session).onDiscover},
 
 			"tools/list":               {eras: inBoth, decide: noCheck, answer: (*session).filterTools, cacheable: true},
-			"tools/call":               {eras: inBoth, decide: (*session).decideToolCall, capped: true},
+			"tools/call":               {eras: inBoth, decide: (*session).decideToolCall, own: []string{"name", "arguments"}, results: true, capped: true},
 			"resources/list":           {eras: inBoth, decide: noCheck, answer: (*session).filterResources, cacheable: true},
 			"resources/templates/list": {eras: inBoth, decide: noCheck, cacheable: true},
-			"resources/read":           {eras: inBoth, decide: (*session).decideResource, capped: true, cacheable: true},
-			"resources/subscribe":      {eras: inLegacy, decide: (*session).decideResource},
-			"resources/unsubscribe":    {eras: inLegacy, decide: (*session).decideResource},
+			"resources/read":           {eras: inBoth, decide: (*session).decideResource, own: []string{"uri"}, results: true, capped: true, cacheable: true},
+			"resources/subscribe":      {eras: inLegacy, decide: (*session).decideResource, own: []string{"uri"}},
+			"resources/unsubscribe":    {eras: inLegacy, decide: (*session).decideResource, own: []string{"uri"}},
 			// subscriptions/listen replaces them: every URI it subscribes to
 			// is decided as a resource read.
-			"subscriptions/listen": {eras: inModern, decide: (*session).decideListen},
+			"subscriptions/listen": {eras: inModern, decide: (*session).decideListen, own: []string{"notifications"}},
 			"prompts/list":         {eras: inBoth, decide: noCheck, answer: (*session).filterPrompts, cacheable: true},
-			"prompts/get":          {eras: inBoth, decide: (*session).decidePrompt, capped: true},
-			"completion/complete":  {eras: inBoth, decide: (*session).decideCompletion},
+			"prompts/get":          {eras: inBoth, decide: (*session).decidePrompt, own: []string{"name", "arguments"}, results: true, capped: true},
+			"completion/complete":  {eras: inBoth, decide: (*session).decideCompletion, own: []string{"ref", "argument", "context"}},
 			"logging/setLevel":     {eras: inLegacy, decide: noCheck},
 		},
 		notifications: map[string]func(*session, *jsonrpc.Message){

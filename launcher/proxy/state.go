@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // The session's state is split into parts, each behind its own lock. A
@@ -117,6 +119,30 @@ func (pt *pendingTables) listenRequest(id int64, gen uint64) *request {
 		return nil
 	}
 	return c.req
+}
+
+// progressLive reports whether a server's notifications/progress names
+// the progressToken of a request in flight on process generation gen (the
+// token the client put in that request's _meta).
+func (pt *pendingTables) progressLive(gen uint64, m *jsonrpc.Message) bool {
+	var p struct {
+		Token json.RawMessage `json:"progressToken"`
+	}
+	if strictjson.Unmarshal(m.Params, &p, strictjson.AllowUnknownMembers()) != nil || len(p.Token) == 0 {
+		return false
+	}
+	tok := bytes.TrimSpace(p.Token)
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for _, c := range pt.up {
+		if c.gen != gen || c.req == nil {
+			continue
+		}
+		if t, ok := c.req.meta("progressToken"); ok && bytes.Equal(bytes.TrimSpace(t), tok) {
+			return true
+		}
+	}
+	return false
 }
 
 // take removes and returns the upstream call id of process generation gen.

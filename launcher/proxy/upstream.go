@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
+	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
@@ -69,6 +71,9 @@ func (s *session) ensureUpstream(clientEra string, legacyInit map[string]json.Ra
 		s.upst.mu.Unlock()
 		s.log.Info("upstream era probed", "era", era)
 		err = s.handshake(true)
+		if errors.Is(err, errInitializeRefused) && clientEra == eraLegacy {
+			err = s.modernOnly(err)
+		}
 	}
 	if err == nil && s.cfg.OnServerInfo != nil {
 		s.upst.mu.Lock()
@@ -152,7 +157,12 @@ func (s *session) handshake(async bool) error {
 			return errors.New("the server did not answer initialize")
 		}
 		if m.Error != nil {
-			return fmt.Errorf("the server refused initialize: %d %s", m.Error.Code, m.Error.Message)
+			err := fmt.Errorf("the server refused initialize: %d %s", m.Error.Code, truncate(m.Error.Message, 128))
+			if m.Error.Code == jsonrpc.CodeMethodNotFound || m.Error.Code == jsonrpc.CodeUnsupportedVersion {
+				// What a server of the 2026-07-28 era only answers.
+				err = fmt.Errorf("%w (%w)", errInitializeRefused, err)
+			}
+			return err
 		}
 		var res map[string]json.RawMessage
 		if err := strictjson.Unmarshal(m.Result, &res); err != nil || res == nil {
@@ -178,6 +188,73 @@ func (s *session) handshake(async bool) error {
 		return nil
 	}
 	s.markReady(gen)
+	return nil
+}
+
+// errInitializeRefused: the server answered initialize as one that speaks
+// only the 2026-07-28 era does (-32601 or -32022).
+var errInitializeRefused = errors.New("the server refused initialize as a server of the 2026-07-28 era does")
+
+// modernOnly serves a legacy client with a server that refused its
+// initialize as a modern-only server would (cause): the process that saw
+// initialize is replaced by a fresh one (eras are never mixed on one
+// process), which is probed with server/discover. If it speaks
+// 2026-07-28, the upstream is modern and the legacy client's requests are
+// translated (as for a session whose first request was modern); the era
+// is cached and replayed on every later restart. Otherwise the run fails
+// with both answers.
+func (s *session) modernOnly(cause error) error {
+	s.log.Info("the server refused initialize: probing a fresh process as 2026-07-28")
+	if err := s.replaceProcess(); err != nil {
+		return errors.Join(cause, err)
+	}
+	era, info, err := s.probe()
+	if err != nil {
+		return errors.Join(cause, err)
+	}
+	if era != eraModern {
+		return fmt.Errorf("%w, and it does not answer server/discover as a %s server either; mcpwarden cannot speak to it", cause, ModernVersion)
+	}
+	s.upst.mu.Lock()
+	s.upst.era = eraModern
+	s.upst.info = info
+	s.upst.serverName = serverName(info)
+	s.upst.mu.Unlock()
+	s.log.Info("upstream era probed", "era", eraModern, "client_era", eraLegacy)
+	return s.handshake(true)
+}
+
+// replaceProcess replaces the server process by a fresh one under the
+// same fence, before any request of the client reached it (the first
+// handshake): its internal requests are abandoned.
+func (s *session) replaceProcess() error {
+	s.restartMu.Lock()
+	defer s.restartMu.Unlock()
+	s.upst.mu.Lock()
+	s.upst.restart = true // the old process's EOF does not end the run
+	s.upst.ready = false
+	s.upst.gen++
+	gen := s.upst.gen
+	fence := slices.Clone(s.upst.fence)
+	s.upst.askedRoots = make(chan struct{})
+	s.upst.mu.Unlock()
+	for _, c := range s.pend.takeAllUp() {
+		if c.internal != nil {
+			c.internal <- nil
+		} else if c.req != nil {
+			s.finish(c.req, errorFrame(c.req.id, jsonrpc.CodeInternalError, "the server was restarted; the call was not retried"), "")
+		}
+	}
+	if err := s.up.Restart(s.ctx, fence); err != nil {
+		return err
+	}
+	s.upst.mu.Lock()
+	s.upst.stdin = s.up.Stdin()
+	s.upst.w = jsonrpc.NewWriter(rawWriter(s.upst.stdin))
+	w := s.upst.w
+	s.upst.restart = false
+	s.upst.mu.Unlock()
+	go s.readUpstream(gen, s.up.Stdout(), w)
 	return nil
 }
 
@@ -525,18 +602,60 @@ func (s *session) answerServerRoots(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Me
 // to the client when it declared the capability; else -32601. During a
 // modern client's call they become an input_required round (mrtr.go).
 func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Message) {
+	paths, d := s.checkServerRequest(m)
+	if d != nil {
+		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeDenied, "mcpwarden: "+string(d.Code)+": "+d.Reason, map[string]string{"error_code": string(d.Code)}))
+		s.recordServerRequest(m.Method, paths, d.Code)
+		return
+	}
 	if s.askModernClient(gen, w, m) {
-		return // a modern client's call: an input_required round (mrtr.go)
+		return // a modern client's call: an input_required round (mrtr.go), recorded with the call
 	}
 	_, elicit, sample := s.client.declared()
 	allowed := (m.Method == "elicitation/create" && elicit) || (m.Method == "sampling/createMessage" && sample)
 	if !allowed {
 		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "the client did not declare this capability", nil))
+		s.recordServerRequest(m.Method, nil, schema.ErrMethodNotAllowed)
 		return
 	}
+	s.recordServerRequest(m.Method, paths, "")
 	id := s.newID()
 	s.pend.addCli(id, &cliCall{relayID: m.ID, relayGen: gen})
 	s.toClient(jsonrpc.Forward(m, jsonrpc.IntID(id)))
+}
+
+// checkServerRequest checks what a server asks of the client (sampling
+// messages, an elicitation): a file:// URI in it — an embedded resource
+// or a link — must be inside the effective scope and not secret, as in
+// a tool's result.
+func (s *session) checkServerRequest(m *jsonrpc.Message) ([]string, *policy.Denial) {
+	return s.pol.CheckResultURIs(m.Params, s.scope.current().paths)
+}
+
+// recordServerRequest records a server→client request the proxy relayed
+// (code "") or refused: the client, and its model, are asked something.
+func (s *session) recordServerRequest(method string, paths []string, code schema.ErrorCode) {
+	now := s.cfg.Now()
+	s.upst.mu.Lock()
+	origin := s.upst.serverName
+	s.upst.mu.Unlock()
+	if origin == "" {
+		origin = s.cfg.ServerOrigin
+	}
+	d := schema.Decision{
+		OpID: schema.NewID(), Method: recordLabel(method), ServerOrigin: origin, ActionClass: schema.ActionNone,
+		Decision: schema.OutcomeAllow, Approval: schema.ApprovalNotRequired, StartNS: now.UnixNano(), EndNS: now.UnixNano(),
+	}
+	s.client.mu.Lock()
+	d.ProtocolEra, d.ProtocolVersion = eraLegacy, recordLabel(s.client.version)
+	s.client.mu.Unlock()
+	if code != "" {
+		d.Decision, d.ErrorCode = schema.OutcomeDeny, string(code)
+	}
+	for _, p := range paths {
+		d.PathHashes = append(d.PathHashes, s.cfg.Hasher.Hash(p))
+	}
+	s.rec.add(d)
 }
 
 // metaSubscriptionID tags a modern notification with the id of the
@@ -546,6 +665,13 @@ const metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
 func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 	if !s.tab.serverNotifications[m.Method] {
 		s.log.Info("server notification dropped", "method", truncate(m.Method, 64))
+		return
+	}
+	if m.Method == "notifications/progress" && !s.pend.progressLive(gen, m) {
+		// Progress may only name a request in flight that asked for it
+		// (the token of its _meta): a server must not report on, or
+		// spoof, another request's progress.
+		s.log.Info("server progress for no request in flight dropped")
 		return
 	}
 	frame, ok := s.clientNotification(gen, m)
