@@ -149,25 +149,26 @@ var opaqueParams = map[string]bool{"cursor": true, "requestState": true, "inputR
 func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *policy.Denial)) func(*scopeView) ([]string, *policy.Denial) {
 	var rest []json.RawMessage
 	for _, m := range rq.raw.ParamMembers {
-		k := string(m.Key)
-		if opaqueParams[k] || slices.Contains(rq.rule.own, k) {
+		// (Keys are compared as bytes: no string is made for a member
+		// that needs no check.)
+		if opaqueParams[string(m.Key)] || slices.ContainsFunc(rq.rule.own, func(k string) bool { return k == string(m.Key) }) {
 			continue
 		}
-		if k == "_meta" {
+		if string(m.Key) == "_meta" {
 			for _, mm := range rq.raw.MetaMembers {
-				key := string(mm.Key)
-				if key == "progressToken" {
+				if string(mm.Key) == "progressToken" {
 					continue
 				}
 				// The era's own keys hold a '/' by name: only their values may hold a path.
-				if ownKey := key == metaVersion || key == metaClientCaps || key == metaClientInfo; (!ownKey && policy.MayHoldPath(mm.Key)) || policy.MayHoldPath(mm.Value) {
-					rest = append(rest, mustJSON(map[string]json.RawMessage{key: mm.Value}))
+				ownKey := string(mm.Key) == metaVersion || string(mm.Key) == metaClientCaps || string(mm.Key) == metaClientInfo
+				if (!ownKey && policy.MayHoldPath(mm.Key)) || policy.MayHoldPath(mm.Value) {
+					rest = append(rest, mustJSON(map[string]json.RawMessage{string(mm.Key): mm.Value}))
 				}
 			}
 			continue
 		}
 		if policy.MayHoldPath(m.Key) || policy.MayHoldPath(m.Value) {
-			rest = append(rest, mustJSON(map[string]json.RawMessage{k: m.Value}))
+			rest = append(rest, mustJSON(map[string]json.RawMessage{string(m.Key): m.Value}))
 		}
 	}
 	if len(rest) == 0 {

@@ -283,3 +283,20 @@ func TestRedTeamProgressAndServerRequests(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestCheckRestAllocFree: a request with nothing to check beyond what its
+// method reads costs the rest check no allocation (it runs on every call).
+func TestCheckRestAllocFree(t *testing.T) {
+	m, err := jsonrpc.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"path":"/x"},"_meta":{"progressToken":"/t"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{}
+	rq := &request{raw: m, rule: newMethods().requests["tools/call"]}
+	if s.checkRest(rq, nil) != nil {
+		t.Fatal("a check was added for a request with nothing else to check")
+	}
+	if n := testing.AllocsPerRun(100, func() { s.checkRest(rq, nil) }); n != 0 {
+		t.Fatalf("checkRest allocates %v times per request", n)
+	}
+}
