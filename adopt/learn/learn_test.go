@@ -34,7 +34,7 @@ func needy(t *testing.T) (Config, string) {
 		t.Fatal(err)
 	}
 	return Config{Mcpwarden: testenv.Mcpwarden(t), Command: []string{node, script, ws}, Dir: root, Environ: os.Environ(),
-		Base: root, Paths: []string{ws}, Script: reqs, StateDir: filepath.Join(root, "state"), Timeout: 30 * time.Second}, ws
+		Base: root, Paths: []string{ws}, Script: reqs, StateDir: filepath.Join(root, "state"), Timeout: 3 * time.Minute}, ws
 }
 
 // TestLearnWithoutDaemon: the fence's refusals at start-up are learned one

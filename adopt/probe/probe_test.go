@@ -18,7 +18,7 @@ func TestHostileServer(t *testing.T) {
 	res, err := Run(context.Background(), Config{
 		Argv:    []string{n, "testdata/hostile.js", "noise"},
 		Roots:   []string{"/srv/ws one"},
-		Timeout: 20 * time.Second,
+		Timeout: 2 * time.Minute,
 		Script: []Request{{Method: "tools/call", Params: []byte(`{"name":"echo","arguments":{}}`)},
 			{Method: "tools/call", Params: []byte(`{"name":"read_text_file","arguments":{}}`)},
 			{Method: "nope/nope"},
@@ -61,7 +61,7 @@ func TestFailures(t *testing.T) {
 		{"loop", "tools/list", "did not end"},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
-			_, err := Run(context.Background(), Config{Argv: []string{n, "testdata/hostile.js", c.mode}, Timeout: 3 * time.Second})
+			_, err := Run(context.Background(), Config{Argv: []string{n, "testdata/hostile.js", c.mode}, Timeout: 20 * time.Second})
 			var pe *Error
 			if !errors.As(err, &pe) || pe.Step != c.step || !strings.Contains(err.Error(), c.msg) {
 				t.Fatalf("got %v, want a %s error naming %q", err, c.step, c.msg)
@@ -82,7 +82,7 @@ func TestRealServer(t *testing.T) {
 	fs, _ := filepath.Abs("../../deploy/mcp-servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
 	testenv.RequireFile(t, fs, "run scripts/test-env.sh install-npm")
 	dir := t.TempDir()
-	res, err := Run(context.Background(), Config{Argv: []string{n, fs, dir}, Timeout: 30 * time.Second,
+	res, err := Run(context.Background(), Config{Argv: []string{n, fs, dir}, Timeout: 3 * time.Minute,
 		Script: []Request{{Method: "tools/call", Params: []byte(`{"name":"list_allowed_directories","arguments":{}}`)}}})
 	if err != nil {
 		t.Fatal(err)

@@ -69,8 +69,11 @@ func (w *world) install(t *testing.T, name, dst string) []byte {
 	return b
 }
 
+// options probe with a 5-minute timeout: the real npm servers start under
+// the real fence, and on a loaded 2-core machine (load 20) one took more
+// than the minute this used to allow.
 func (w *world) options(config string) Options {
-	return Options{Config: config, Mcpwarden: w.bin, ScopeDir: w.scopes, StateDir: w.state, Environ: w.environ, Home: w.home, ProbeTimeout: 60 * time.Second}
+	return Options{Config: config, Mcpwarden: w.bin, ScopeDir: w.scopes, StateDir: w.state, Environ: w.environ, Home: w.home, ProbeTimeout: 5 * time.Minute}
 }
 
 // start runs a wrapped entry the way its client would: variables
