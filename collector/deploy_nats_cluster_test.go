@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,7 +30,9 @@ import (
 // the publisher; the stream's leader is killed mid-stream (SIGKILL for
 // Debian's) and comes back; every event is stored once. On every node
 // web-1 cannot publish as web-2, and the route port admits no node without
-// a certificate of the cluster's CA.
+// a certificate of the cluster's CA. Then the real `mcpwarden collect`
+// binary, given the three URLs comma-separated, takes over and stores what
+// web-1 publishes next.
 func TestDeployNATSCluster(t *testing.T) {
 	for _, debian := range []bool{false, true} {
 		name := "embedded"
@@ -220,4 +223,46 @@ func deployNATSCluster(t *testing.T, bin string) {
 	assertNoDuplicatesInQueries(t, st, uint64(len(evs)))
 	t.Logf("killed the leader %s; new leader %s; the publisher spooled %d messages and reconnected %d times",
 		first.Name, second.Name, pub.Stats().Spooled, hostNC.Stats().Reconnects)
+
+	// The README's collector step with the real binary: `mcpwarden collect`
+	// given the three URLs comma-separated, the collector's user with its
+	// password file and the cluster's CA, takes over the durable consumer
+	// and stores what web-1 publishes next, each event once.
+	pwFile := filepath.Join(dir, "collector.password")
+	if err := os.WriteFile(pwFile, []byte(pw["COLLECTOR_PASSWORD"]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(cctx, testenv.Mcpwarden(t), "collect", "--nats", strings.Join(urls, ","), "--nats-user", "collector",
+		"--nats-password-file", pwFile, "--nats-tls-ca", ca, "--clickhouse", dsn, "--no-crosscheck")
+	var clog testenv.LockedBuffer
+	cmd.Stdout, cmd.Stderr = &clog, &clog
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ccancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("mcpwarden collect:\n%s", clog.String())
+		}
+	}()
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(clog.String(), "collecting"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("mcpwarden collect did not start collecting:\n%s", clog.String())
+		}
+	}
+	more := eventgen.New("web-1").Mixed(2_000)
+	for i := 0; i < len(more); i += 400 {
+		if err := pub.Publish(context.Background(), more[i:i+400]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitDistinct(t, st, uint64(len(evs)+len(more)), 5*time.Minute)
+	assertNoDuplicatesInQueries(t, st, uint64(len(evs)+len(more)))
 }
