@@ -163,6 +163,7 @@ func prefork(ws, out string) int {
 // the schema, as the real publisher's consumers do.
 type memSink struct {
 	refuse  bool // refuse every batch, like a publisher whose spool is full
+	refused int  // events refused
 	mu      sync.Mutex
 	events  []schema.Event
 	invalid []error
@@ -172,6 +173,7 @@ func (s *memSink) Publish(_ context.Context, events []schema.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refuse {
+		s.refused += len(events)
 		return errors.New("audit sink cannot take events")
 	}
 	for i := range events {
@@ -181,6 +183,15 @@ func (s *memSink) Publish(_ context.Context, events []schema.Event) error {
 	}
 	s.events = append(s.events, events...)
 	return nil
+}
+
+// setRefuse makes the sink refuse (or take) every batch from now on, and
+// returns how many events it refused so far.
+func (s *memSink) setRefuse(refuse bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse = refuse
+	return s.refused
 }
 
 func (s *memSink) snapshot() []schema.Event {
@@ -566,6 +577,63 @@ func TestChildrenForkedBeforeRegistration(t *testing.T) {
 	for _, e := range h.sink.snapshot() {
 		if e.RunID == runID && e.FileOp != nil && e.FileOp.PathHash == insideHash {
 			t.Errorf("the exec stage's own read before it exec'd the server was reported as the run's: %+v", *e.FileOp)
+		}
+	}
+}
+
+// TestEventsLostToTheSinkAreARunsGap: while the sink refuses events (NATS
+// down and the spool full) a run escapes its scope; those events are lost.
+// Once the sink takes events again the daemon publishes an OBSERVATION_GAP
+// (events_dropped) in that run's name, so the run's own queries say it was
+// not fully observed rather than showing what got through as the whole run.
+func TestEventsLostToTheSinkAreARunsGap(t *testing.T) {
+	h := startDaemon(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childMode+"=outside", childWS+"="+h.ws, childOut+"="+h.out)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	runID := schema.NewID()
+	cs, hash := h.scope()
+	if _, err := client.New(h.socket).Register(context.Background(), api.Registration{
+		RunID: runID, Mode: schema.ModeEnforce, Scope: cs, ScopeHash: hash,
+		Runtime: []classify.RuntimePath{{Path: "/usr/lib"}, {Path: "/lib"}, {Path: "/etc/ld.so.cache"}},
+	}, cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("register: %v", err)
+	}
+	h.sink.setRefuse(true)
+	if _, err := io.WriteString(stdin, "g"); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	// Until the daemon has tried to publish the run's events (and lost them).
+	deadline := time.Now().Add(2 * time.Minute)
+	for h.sink.setRefuse(true) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon published nothing for 2 minutes after the run")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.sink.setRefuse(false)
+	gap := h.sink.waitFor(t, "the run's OBSERVATION_GAP", func(e *schema.Event) bool {
+		return e.RunID == runID && e.Finding != nil && e.Finding.Type == schema.FindingObservationGap && e.Finding.Reason == GapEventsLost
+	})
+	if gap.ScopeHash != hash || gap.Finding.Severity != schema.SeverityHigh {
+		t.Fatalf("gap finding: %+v", gap)
+	}
+	for _, e := range h.sink.snapshot() {
+		if e.RunID == runID && e.FileOp != nil && e.FileOp.PathHash == h.hasher.Hash(h.out) {
+			t.Fatalf("the escape was published after all, so this test lost nothing: %+v", e)
 		}
 	}
 }

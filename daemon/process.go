@@ -52,7 +52,27 @@ type processor struct {
 	// known. Both name a domain's records' /proc entries (see denial).
 	nsPIDs  map[uint32]uint32
 	unbound map[string]uint32
+
+	// lost: the runs whose events the sink refused (NATS down and the spool
+	// full), by run id, until each run's OBSERVATION_GAP is published.
+	lost map[string]*lostRun
 }
+
+// lostRun is what a refusing sink lost of one run: the host-level drop
+// counter says that events were lost, this says whose.
+type lostRun struct {
+	scopeID, scopeHash string
+	from               int64 // the first lost event's time
+	events             int
+}
+
+// GapEventsLost is the reason of a run's OBSERVATION_GAP when the sink lost
+// some of its events (the same reason as the host-level finding the drop
+// counters give).
+const GapEventsLost = "events_dropped"
+
+// maxLostRuns bounds the runs remembered as having lost events.
+const maxLostRuns = 4096
 
 type locKey struct {
 	slot uint32
@@ -65,7 +85,43 @@ const maxCached = 1 << 16
 func newProcessor(d *Daemon) *processor {
 	return &processor{d: d, pending: map[string][]pendingDenial{}, foreign: map[string]bool{},
 		hashes: make(map[string]schema.PathHash), locs: make(map[locKey]classify.Location),
-		nsPIDs: map[uint32]uint32{}, unbound: map[string]uint32{}}
+		nsPIDs: map[uint32]uint32{}, unbound: map[string]uint32{}, lost: map[string]*lostRun{}}
+}
+
+// noteLost remembers the runs of events the sink refused.
+func (p *processor) noteLost(events []schema.Event) {
+	for i := range events {
+		e := &events[i]
+		if e.RunID == "" {
+			continue
+		}
+		l := p.lost[e.RunID]
+		if l == nil {
+			if len(p.lost) >= maxLostRuns {
+				// Beyond the bound only the host-level counter tells.
+				continue
+			}
+			l = &lostRun{scopeID: e.ScopeID, scopeHash: e.ScopeHash, from: e.TimeNS}
+			p.lost[e.RunID] = l
+		}
+		l.from = min(l.from, e.TimeNS)
+		l.events++
+	}
+}
+
+// reportLost queues, once the sink takes events again, an OBSERVATION_GAP
+// finding for each run that lost events, dated at its first lost event: a
+// run's queries then say it was not fully observed, instead of showing
+// whatever got through as the whole run. A finding lost in turn marks its
+// run again.
+func (p *processor) reportLost() {
+	for id, l := range p.lost {
+		e := p.d.cfg.Origin.NewEvent(schema.KindFinding, id, l.scopeID, l.scopeHash, time.Unix(0, l.from))
+		e.Finding = &schema.Finding{Type: schema.FindingObservationGap, Severity: schema.SeverityHigh, Reason: GapEventsLost, EvidenceIDs: []string{}}
+		p.batch = append(p.batch, e)
+		p.d.log.Warn("a run lost events to the refusing sink: reported as an observation gap", "run_id", id, "events", l.events)
+	}
+	clear(p.lost)
 }
 
 func (p *processor) hash(path string) schema.PathHash {
@@ -162,6 +218,7 @@ func (p *processor) launcherRecords(ctx context.Context, events []schema.Event) 
 	}
 	if err := p.d.cfg.Sink.Publish(ctx, events); err != nil {
 		p.d.publishFail.Add(uint64(len(events)))
+		p.noteLost(events)
 		return fmt.Errorf("publish: %w", err)
 	}
 	p.d.published.Add(uint64(len(events)))
@@ -202,11 +259,15 @@ func (p *processor) flush(ctx context.Context) {
 		p.d.publishFail.Add(uint64(len(p.batch)))
 		p.d.sinkDown.Store(true)
 		p.d.log.Error("event sink refused a batch; events lost", "events", len(p.batch), "err", err)
-	} else {
-		p.d.published.Add(uint64(len(p.batch)))
-		p.d.sinkDown.Store(false)
+		p.noteLost(p.batch)
+		p.batch = p.batch[:0:0]
+		return
 	}
+	p.d.published.Add(uint64(len(p.batch)))
+	p.d.sinkDown.Store(false)
 	p.batch = p.batch[:0:0]
+	// Queued now, published by the next flush.
+	p.reportLost()
 }
 
 func (p *processor) emitHealth(now time.Time) {
