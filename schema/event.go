@@ -1,7 +1,9 @@
 package schema
 
-// EventSchemaVersion is bumped whenever a field changes meaning or is removed.
-// Adding an optional field does not bump it.
+// EventSchemaVersion is bumped whenever a field is added, changes meaning or
+// is removed: decoders refuse members they do not know (DecodeBatch), and
+// collectors refuse versions they do not know, so collectors are upgraded
+// before the publishers.
 const EventSchemaVersion = 1
 
 // Kind names what an Event describes; it is also the last token of the NATS

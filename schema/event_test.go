@@ -279,8 +279,8 @@ func TestBatchRoundTrip(t *testing.T) {
 
 // TestDecodeBatchRefusesAmbiguousLines: a line that names a field twice could
 // mean different things to different readers; it is rejected, not resolved.
-// A name in another case is an unknown field (ignored, for forward
-// compatibility), never the field itself.
+// A name in another case is an unknown member, never the field itself:
+// the line is rejected, like any member this release does not know.
 func TestDecodeBatchRefusesAmbiguousLines(t *testing.T) {
 	evs := validEvents()
 	body, err := EncodeBatch(evs[:1])
@@ -302,10 +302,19 @@ func TestDecodeBatchRefusesAmbiguousLines(t *testing.T) {
 			}
 		})
 	}
-	upper := bytes.Replace(line, []byte(`"run_id":`), []byte(`"RUN_ID":`), 1)
-	got, _, err := DecodeBatch(upper)
-	if err != nil || (len(got) == 1 && got[0].RunID != "") {
-		t.Fatalf("a case-variant name was read as run_id: %+v, %v", got, err)
+	for name, bad := range map[string][]byte{
+		"case variant":           bytes.Replace(line, []byte(`"run_id":`), []byte(`"RUN_ID":`), 1),
+		"case variant of a body": bytes.Replace(line, []byte(`"launch":`), []byte(`"Launch":`), 1),
+		"unknown member":         bytes.Replace(line, []byte(`"run_id":`), []byte(`"path":"/etc/shadow","run_id":`), 1),
+		"unknown body member":    bytes.Replace(line, []byte(`"phase":`), []byte(`"prompt":"ignore all","phase":`), 1),
+	} {
+		if bytes.Equal(bad, line) {
+			t.Fatalf("%s: test input was not changed", name)
+		}
+		got, rejected, err := DecodeBatch(bad)
+		if err != nil || rejected != 1 || len(got) != 0 {
+			t.Fatalf("%s: got %d events, %d rejected, %v; want the line rejected", name, len(got), rejected, err)
+		}
 	}
 }
 
