@@ -109,6 +109,31 @@ func (p *processor) noteLost(events []schema.Event) {
 	}
 }
 
+// kernelLossWindow is how long before a kernel-side loss was seen a run
+// may have ended and still have lost records: the ring buffer and the
+// queue are read behind the kernel.
+const kernelLossWindow = 10 * time.Second
+
+// kernelLoss marks the runs a kernel-side loss (ring buffer or queue
+// full) may have hit: the records lost name no run, so each run observed
+// meanwhile gets an OBSERVATION_GAP, as with a lost batch (reportLost).
+func (p *processor) kernelLoss(now time.Time) {
+	for _, r := range p.d.table.ObservedSince(now.Add(-kernelLossWindow)) {
+		l := p.lost[r.ID]
+		if l == nil {
+			if len(p.lost) >= maxLostRuns {
+				continue
+			}
+			l = &lostRun{scopeID: r.ScopeID, scopeHash: r.ScopeHash, from: now.UnixNano()}
+			p.lost[r.ID] = l
+		}
+		l.events++
+	}
+	if !p.d.sinkDown.Load() {
+		p.reportLost()
+	}
+}
+
 // reportLost queues, once the sink takes events again, an OBSERVATION_GAP
 // finding for each run that lost events, dated at its first lost event: a
 // run's queries then say it was not fully observed, instead of showing
@@ -197,6 +222,9 @@ func (d *Daemon) process(ctx context.Context) {
 			if h := d.health(); h.DropsBPFReserve != p.last.DropsBPFReserve ||
 				h.DropsQueueFull != p.last.DropsQueueFull || h.DropsPublishFail != p.last.DropsPublishFail {
 				p.d.log.Warn("events lost", "drops_bpf_reserve", h.DropsBPFReserve, "drops_queue_full", h.DropsQueueFull, "drops_publish_fail", h.DropsPublishFail)
+				if h.DropsBPFReserve > p.last.DropsBPFReserve || h.DropsQueueFull > p.last.DropsQueueFull {
+					p.kernelLoss(now)
+				}
 				p.emitHealth(now)
 			}
 		case now := <-healthEvery.C:

@@ -464,6 +464,20 @@ func (t *Table) Expired(cutoff time.Time) []uint32 {
 	return out
 }
 
+// ObservedSince lists the runs in the table still running, or that ended
+// at or after since: those whose records a loss since then may have hit.
+func (t *Table) ObservedSince(since time.Time) []*Run {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*Run
+	for _, r := range t.bySlot {
+		if r.ended.IsZero() || !r.ended.Before(since) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Active is the number of runs in the table that have not ended.
 func (t *Table) Active() int {
 	t.mu.Lock()
