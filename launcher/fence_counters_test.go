@@ -1,7 +1,9 @@
 package launcher_test
 
 import (
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -154,5 +156,74 @@ func TestFencePendingSignalsOfTheHost(t *testing.T) {
 	}
 	if code := s.Close(); code != 0 {
 		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+}
+
+// TestFenceHugePagePool: the run cannot take the host's reserved huge
+// pages. vm.nr_hugepages is one pool for every process of the host, which
+// no limit of the run bounds (its cgroup sets no hugetlb limit): a server
+// mapping MAP_HUGETLB until ENOMEM left the database or VM they were
+// reserved for without them. The test reserves a few 2 MiB pages (and
+// gives them back); the filter answers MAP_HUGETLB and MFD_HUGETLB ENOMEM,
+// as an empty pool does.
+func TestFenceHugePagePool(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	const knob = "/proc/sys/vm/nr_hugepages"
+	const free = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+	readInt := func(p string) int {
+		t.Helper()
+		v, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(v)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	orig := readInt(knob)
+	if err := os.WriteFile(knob, []byte(strconv.Itoa(orig+4)), 0); err != nil {
+		t.Fatalf("reserve huge pages: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(knob, []byte(strconv.Itoa(orig)), 0); err != nil {
+			t.Errorf("give the huge pages back (%s to %d): %v", knob, orig, err)
+		}
+	})
+	if readInt(free) == 0 {
+		t.Fatalf("the kernel reserved no 2 MiB huge page (%s %d → %d, none free): memory too fragmented", knob, orig, readInt(knob))
+	}
+	hostHuge := func() error {
+		m, err := unix.Mmap(-1, 0, 2<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB)
+		if err == nil {
+			_ = unix.Munmap(m)
+		}
+		return err
+	}
+	for _, noNS := range []bool{false, true} {
+		name := "namespaces"
+		if noNS {
+			name = "no namespaces"
+		}
+		t.Run(name, func(t *testing.T) {
+			if err := hostHuge(); err != nil {
+				t.Fatalf("no huge page to map before the run: %v", err)
+			}
+			w := newWorkspace(t)
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+			s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+			r := s.Do(map[string]any{"op": "hugetlb_hog", "n": 1 << 16})
+			if err := hostHuge(); err != nil {
+				t.Errorf("ESCAPE: with the run holding %s huge pages, a process outside it maps none: %v", r.Data, err)
+			}
+			if r.OK || r.Errno != "ENOMEM" {
+				t.Errorf("MAP_HUGETLB under the fence: %+v, want ENOMEM", r)
+			}
+			if code := s.Close(); code != 0 {
+				t.Errorf("exit %d: %s", code, s.Stderr())
+			}
+		})
 	}
 }

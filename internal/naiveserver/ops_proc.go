@@ -145,6 +145,22 @@ var procOps = map[string]op{
 		}
 		return strconv.Itoa(n), nil
 	},
+	// 2 MiB huge pages of the host's reserved pool, mapped and touched
+	// until the kernel says no (at most N), held until the server exits.
+	// Data: the count.
+	"hugetlb_hog": func(r Request) (string, error) {
+		var err error
+		n := 0
+		for ; n < r.N; n++ {
+			if _, err = unix.Mmap(-1, 0, 2<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB|unix.MAP_POPULATE); err != nil {
+				break
+			}
+		}
+		if n == 0 {
+			return "0", err
+		}
+		return strconv.Itoa(n), nil
+	},
 	// An inotify watch on a directory the fence will not list.
 	"inotify_watch": func(r Request) (string, error) {
 		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)

@@ -71,6 +71,7 @@ const (
 	eacces     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES))
 	enosys     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 	eopnotsupp = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EOPNOTSUPP))
+	enomem     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOMEM))
 )
 
 // Default is what a syscall outside the allowlist gets.
@@ -133,6 +134,7 @@ const (
 	CheckPersonality   = "personality"           // no READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, ...
 	CheckFallbackCalls = "enosys-fallbacks"      // clone3, openat2: ENOSYS so libc uses the checkable call
 	CheckAIO           = "no-aio"                // Linux AIO: ENOSYS, one host-wide budget (fs.aio-max-nr)
+	CheckHugetlb       = "no-hugetlb"            // MAP_HUGETLB, MFD_HUGETLB: the host's reserved huge page pool
 )
 
 // ioctl requests refused whatever the scope.
@@ -172,7 +174,7 @@ var allowed = []string{
 	"vmsplice", "umask", "name_to_handle_at", "fgetxattr", "flistxattr", "cachestat", "pipe", "pipe2",
 	"inotify_rm_watch",
 	// memory (mmap/mprotect with PROT_EXEC stay: JIT runtimes need them)
-	"brk", "mmap", "munmap", "mremap", "mprotect", "madvise", "mincore", "msync", "mlock", "mlock2", "mlockall",
+	"brk", "munmap", "mremap", "mprotect", "madvise", "mincore", "msync", "mlock", "mlock2", "mlockall",
 	"munlock", "munlockall", "remap_file_pages", "membarrier", "pkey_alloc", "pkey_free", "pkey_mprotect",
 	"mseal", "map_shadow_stack",
 	// threads, processes, signals (signals are scoped by Landlock)
@@ -249,8 +251,17 @@ var fixed = []group{
 		"setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
 		"setxattrat", "removexattrat", "file_setattr"}, Rule{Check: CheckMetadata, Else: eperm}},
 
-	// Code that is not in the runtime.
+	// The host's pool of reserved huge pages (vm.nr_hugepages) is one for
+	// every process and no limit of the run bounds it (the run's cgroup
+	// sets no hugetlb limit): a server mapping MAP_HUGETLB until ENOMEM
+	// left the database or VM the pool was reserved for without it.
+	// ENOMEM, as from an empty pool; runtimes fall back to normal pages.
+	{[]string{"mmap"}, Rule{Check: CheckHugetlb, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 3, Mask: unix.MAP_HUGETLB, Not: true}}, enomem}}}},
+
+	// Code that is not in the runtime (and no huge pages, as above).
 	{[]string{"memfd_create"}, Rule{Check: CheckMemfd, Else: eperm, Clauses: []Clause{
+		{[]Cond{{Arg: 1, Mask: unix.MFD_HUGETLB, Not: true}}, enomem},
 		{[]Cond{{Arg: 1, Mask: unix.MFD_EXEC, Not: true}}, eperm},
 		{[]Cond{{Arg: 1, Mask: unix.MFD_NOEXEC_SEAL, Not: true}}, Allow}}}},
 	{[]string{"execveat"}, Rule{Check: CheckExecFD, Else: Allow, Clauses: []Clause{

@@ -299,6 +299,10 @@ func TestFilterDecisions(t *testing.T) {
 		{"memfd exec", strict, sys("memfd_create", ptr, unix.MFD_CLOEXEC|unix.MFD_EXEC), eperm},
 		{"memfd exec and noexec", strict, sys("memfd_create", ptr, unix.MFD_EXEC|unix.MFD_NOEXEC_SEAL), eperm},
 		{"memfd noexec seal", strict, sys("memfd_create", ptr, noexecMFD), Allow},
+		{"memfd noexec seal on huge pages", layered, sys("memfd_create", ptr, noexecMFD|unix.MFD_HUGETLB), Errno(unix.ENOMEM)},
+		{"mmap huge pages", strict, sys("mmap", 0, 2<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB, ^uint64(0), 0), Errno(unix.ENOMEM)},
+		{"mmap huge pages of 1 GiB", layered, sys("mmap", 0, 1<<30, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB|30<<unix.MAP_HUGE_SHIFT, ^uint64(0), 0), Errno(unix.ENOMEM)},
+		{"mmap junk above the flags", strict, sys("mmap", 0, 4096, unix.PROT_READ, hi|unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0), Allow},
 		{"execveat empty path", strict, sys("execveat", 3, ptr, ptr, ptr, unix.AT_EMPTY_PATH), eacces},
 		{"execveat empty path + nofollow", strict, sys("execveat", 3, ptr, ptr, ptr, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW), eacces},
 		{"personality read implies exec", strict, sys("personality", 0x0400000), eperm},
@@ -710,8 +714,12 @@ func FuzzFilter(f *testing.F) {
 			if !o.MountNamespace && (!o.WriteScope || !o.DedicatedUID || a1 != 0) {
 				t.Fatalf("utimensat path %#x allowed with %+v", a1, o)
 			}
+		case "mmap":
+			if lo(a3)&unix.MAP_HUGETLB != 0 {
+				t.Fatalf("mmap flags %#x allowed: the host's huge page pool", a3)
+			}
 		case "memfd_create":
-			if lo(a1)&unix.MFD_NOEXEC_SEAL == 0 || lo(a1)&unix.MFD_EXEC != 0 {
+			if lo(a1)&unix.MFD_NOEXEC_SEAL == 0 || lo(a1)&unix.MFD_EXEC != 0 || lo(a1)&unix.MFD_HUGETLB != 0 {
 				t.Fatalf("memfd_create flags %#x allowed", a1)
 			}
 		case "execveat":
