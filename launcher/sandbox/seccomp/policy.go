@@ -147,6 +147,9 @@ const (
 	fsIocEnableVerity = 0x40806685 // FS_IOC_ENABLE_VERITY (makes the file immutable)
 )
 
+// shmHugetlb is SHM_HUGETLB (linux/shm.h).
+const shmHugetlb = 0o4000
+
 const (
 	setIDBits = unix.S_ISUID | unix.S_ISGID
 	// cloneNS is every CLONE_NEW* flag clone() takes (CLONE_NEWTIME shares
@@ -343,7 +346,7 @@ var (
 	xattrReads = []string{"getxattr", "lgetxattr", "listxattr", "llistxattr", "getxattrat", "listxattrat", "file_getattr"}
 
 	ipcNames = []string{"msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop", "semctl",
-		"shmget", "shmat", "shmdt", "shmctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
+		"shmat", "shmdt", "shmctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
 		"mq_notify", "mq_getsetattr"}
 )
 
@@ -368,6 +371,15 @@ func rules(o Options) []group {
 	allowIf(CheckListen, o.AllowListen, eacces, "listen")
 	allowIf(CheckIOUring, o.AllowIOUring, eperm, "io_uring_setup", "io_uring_enter", "io_uring_register")
 	allowIf(CheckIPC, o.IPCNamespace, eperm, ipcNames...)
+	// shmget as the rest of SysV IPC, but never on huge pages: the kernel
+	// lets a member of vm.hugetlb_shm_group (0: a server running as root's
+	// group, where the identity layer is degraded) take the host's pool.
+	if o.IPCNamespace {
+		r = append(r, group{[]string{"shmget"}, Rule{Check: CheckHugetlb, Else: Allow, Clauses: []Clause{
+			{[]Cond{{Arg: 2, Mask: shmHugetlb, Not: true}}, enomem}}}})
+	} else {
+		r = append(r, group{[]string{"shmget"}, Rule{Check: CheckIPC, Else: eperm}})
+	}
 	allowIf(CheckWatches, o.MountNamespace, eperm, "inotify_add_watch")
 	// An inotify instance is charged to the server's uid and, up the user
 	// namespaces, to each namespace's owner: fs.inotify.max_user_instances

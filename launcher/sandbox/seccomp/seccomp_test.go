@@ -300,6 +300,9 @@ func TestFilterDecisions(t *testing.T) {
 		{"memfd exec and noexec", strict, sys("memfd_create", ptr, unix.MFD_EXEC|unix.MFD_NOEXEC_SEAL), eperm},
 		{"memfd noexec seal", strict, sys("memfd_create", ptr, noexecMFD), Allow},
 		{"memfd noexec seal on huge pages", layered, sys("memfd_create", ptr, noexecMFD|unix.MFD_HUGETLB), Errno(unix.ENOMEM)},
+		{"shmget huge pages in an own ipc namespace", layered, sys("shmget", 0, 2<<20, unix.IPC_CREAT|0o600|0o4000), Errno(unix.ENOMEM)},
+		{"shmget in an own ipc namespace", layered, sys("shmget", 0, 4096, unix.IPC_CREAT|0o600), Allow},
+		{"shmget without an ipc namespace", strict, sys("shmget", 0, 4096, unix.IPC_CREAT|0o600), eperm},
 		{"mmap huge pages", strict, sys("mmap", 0, 2<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB, ^uint64(0), 0), Errno(unix.ENOMEM)},
 		{"mmap huge pages of 1 GiB", layered, sys("mmap", 0, 1<<30, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB|30<<unix.MAP_HUGE_SHIFT, ^uint64(0), 0), Errno(unix.ENOMEM)},
 		{"mmap junk above the flags", strict, sys("mmap", 0, 4096, unix.PROT_READ, hi|unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0), Allow},
@@ -738,6 +741,9 @@ func FuzzFilter(f *testing.F) {
 		case "msgget", "shmget", "semget", "shmat", "mq_open":
 			if !o.IPCNamespace {
 				t.Fatalf("%s allowed without an ipc namespace", name)
+			}
+			if name == "shmget" && lo(a2)&0o4000 != 0 {
+				t.Fatal("shmget SHM_HUGETLB allowed: the host's huge page pool")
 			}
 		case "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents":
 			t.Fatalf("%s allowed: Linux AIO spends one budget of the whole host", name)
