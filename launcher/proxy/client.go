@@ -399,7 +399,7 @@ func (s *session) onClientNotification(m *jsonrpc.Message) {
 	}
 	// Notifications are one-way; nothing but the table's reaches the
 	// server, so a "notification" carrying a tools/call is dropped here.
-	s.log.Info("client notification dropped", "method", truncate(m.Method, 64))
+	s.log.Info("client notification dropped", "method", recordLabel(truncate(m.Method, 64)))
 	s.recordRefusedMethod(m.Method, eraLegacy, "")
 }
 

@@ -300,3 +300,38 @@ func TestCheckRestAllocFree(t *testing.T) {
 		t.Fatalf("checkRest allocates %v times per request", n)
 	}
 }
+
+// TestRedTeamModernMethods: in the 2026-07-28 era, methods of its new
+// namespaces the table does not name, case variants of the ones it does,
+// and the legacy methods it removed are refused and recorded; a path in a
+// modern request's _meta is checked like one in a legacy request's.
+func TestRedTeamModernMethods(t *testing.T) {
+	f, logPath := redteamFixture(t)
+	c := f.client
+	withMeta := func(p map[string]any) map[string]any {
+		p["_meta"] = modernMeta()
+		return p
+	}
+	for _, method := range []string{"tasks/get", "tasks/list", "subscriptions/unlisten", "Subscriptions/listen", "server/Discover", "initialize", "ping", "logging/setLevel", "resources/subscribe"} {
+		if m := c.call(method, withMeta(map[string]any{})); m.Error == nil || m.Error.Code != jsonrpc.CodeMethodNotFound {
+			t.Fatalf("modern %s = %+v %s, want -32601", method, m.Error, m.Result)
+		}
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Method == "tasks/get" && d.ProtocolEra == eraModern && d.ErrorCode == string(schema.ErrMethodNotAllowed)
+	})
+	p := withMeta(map[string]any{"name": "echo", "arguments": map[string]any{}})
+	p["_meta"].(map[string]any)["io.mcpwarden.test/file"] = filepath.Join(f.base, "outside", "probe.txt")
+	if r := decodeTool(t, c.call("tools/call", p)); denialCode(r) != string(schema.ErrPathOutsideScope) {
+		t.Fatalf("modern call with a path in _meta = %+v", r)
+	}
+	if r := decodeTool(t, c.call("tools/call", withMeta(map[string]any{"name": "echo", "arguments": map[string]any{}}))); r.IsError || r.text() != "ECHO" {
+		t.Fatalf("modern call = %+v", r)
+	}
+	log, _ := os.ReadFile(logPath)
+	for _, s := range []string{"tasks/", "unlisten", "Subscriptions", "server/Discover", "outside/probe.txt"} {
+		if strings.Contains(string(log), s) {
+			t.Fatalf("%q reached the server:\n%s", s, log)
+		}
+	}
+}

@@ -664,7 +664,7 @@ const metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
 
 func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 	if !s.tab.serverNotifications[m.Method] {
-		s.log.Info("server notification dropped", "method", truncate(m.Method, 64))
+		s.log.Info("server notification dropped", "method", recordLabel(truncate(m.Method, 64)))
 		return
 	}
 	if m.Method == "notifications/progress" && !s.pend.progressLive(gen, m) {
@@ -676,7 +676,7 @@ func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 	}
 	frame, ok := s.clientNotification(gen, m)
 	if !ok {
-		s.log.Info("server notification for an unknown subscription dropped", "method", truncate(m.Method, 64))
+		s.log.Info("server notification for an unknown subscription dropped", "method", recordLabel(truncate(m.Method, 64)))
 		return
 	}
 	s.toClient(frame)
