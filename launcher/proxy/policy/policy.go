@@ -201,10 +201,12 @@ func FilePath(uri string) (string, error) {
 }
 
 // CheckURI decides a resource URI: exact matches of the scope's
-// resource_refs pass; file:// URIs pass when their path is inside effective
-// and not secret. It returns the real path for file:// URIs.
+// resource_refs of other schemes pass; file:// URIs — listed or not — pass
+// only when their path is inside effective and not secret (a listed file
+// is still narrowed and revoked with the client's roots). It returns the
+// real path for file:// URIs.
 func (p *Policy) CheckURI(uri string, effective []string) (string, *Denial) {
-	if slices.Contains(p.scope.ResourceRefs, uri) {
+	if !hasFileScheme(uri) && slices.Contains(p.scope.ResourceRefs, uri) {
 		return "", nil
 	}
 	if !strings.HasPrefix(strings.ToLower(uri), "file:") {

@@ -118,3 +118,38 @@ func TestCallBounds(t *testing.T) {
 		t.Fatalf("two walks = %v", d)
 	}
 }
+
+// TestFileRefsFollowThePathRules: a file:// URI listed in resource_refs is
+// still a path: outside the effective scope (client roots narrowed or
+// revoked it) or secret, it is refused like any other file URI.
+func TestFileRefsFollowThePathRules(t *testing.T) {
+	_, base := fixture(t)
+	in := "file://" + filepath.Join(base, "allowed", "probe.txt")
+	secret := "file://" + filepath.Join(base, "allowed", ".env")
+	out := "file://" + filepath.Join(base, "outside", "probe.txt")
+	sc, err := schema.Canonicalize(&schema.Scope{
+		ScopeID: "t", AllowedPaths: []string{"allowed"}, AccessMode: schema.AccessRead,
+		ToolAllowlist: []string{"x"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 5,
+		ResourceRefs: []string{in, secret, out, "config://app"},
+	}, base, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Scope: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := []string{filepath.Join(base, "allowed")}
+	for uri, want := range map[string]schema.ErrorCode{in: "", "config://app": "", secret: schema.ErrSecretPath, out: schema.ErrPathOutsideScope} {
+		if _, d := p.CheckURI(uri, eff); (d == nil) != (want == "") || d != nil && d.Code != want {
+			t.Errorf("CheckURI(%s) = %v, want %q", uri, d, want)
+		}
+	}
+	// Every root revoked: no file is served, listed or not.
+	if _, d := p.CheckURI(in, nil); d == nil {
+		t.Error("a listed file URI passed with every root revoked")
+	}
+	if _, d := p.CheckURI("config://app", nil); d != nil {
+		t.Errorf("a listed non-file reference = %v", d)
+	}
+}
