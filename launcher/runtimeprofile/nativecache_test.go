@@ -4,6 +4,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -291,7 +292,25 @@ func TestNativeCacheDoubtWalks(t *testing.T) {
 func TestNativeCacheNotStoredWhenRacy(t *testing.T) {
 	nt := newNativeTree(t)
 	cache := filepath.Join(t.TempDir(), "cache")
-	if _, err := Resolve([]string{"node", nt.script}, Options{PATH: os.Getenv("PATH"), Dir: nt.dir, NativeCache: cache}); err != nil {
+	// "Just now" is the tree's newest change, not the clock when Resolve
+	// runs: on a loaded machine writing the tree can take longer than the
+	// racy window.
+	var newest time.Time
+	if err := filepath.Walk(nt.nm, func(_ string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			if c := time.Unix(st.Ctim.Sec, st.Ctim.Nsec); c.After(newest) {
+				newest = c
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{PATH: os.Getenv("PATH"), Dir: nt.dir, NativeCache: cache, now: func() time.Time { return newest }}
+	if _, err := Resolve([]string{"node", nt.script}, opt); err != nil {
 		t.Fatal(err)
 	}
 	key := nativeKey{Version: nativeCacheVersion, Root: nt.nm, Kind: "node", Executables: true,
