@@ -34,7 +34,7 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PIPELINE) ./cmd/mcpwarden-pipeline
 	$(GO) build -trimpath -o $(LOADGEN) ./cmd/mcpwarden-loadgen
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(FENCE) ./cmd/mcpwarden-fence
-	$(CC) $(EXECSTAGE_CFLAGS) -o $(EXECSTAGE) launcher/sandbox/execstage/stage.c launcher/sandbox/execstage/handover.c
+	$(CC) $(EXECSTAGE_CFLAGS) -o $(EXECSTAGE) launcher/sandbox/execstage/stage.c launcher/sandbox/execstage/handover.c launcher/sandbox/execstage/init.c
 
 # deps installs (idempotently) what the tests need: Debian packages, the
 # pinned MCP servers from npm, Go tools.

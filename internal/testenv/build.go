@@ -156,7 +156,7 @@ func BuildFenceHelper(out string) error {
 // ExecStageSources are the C files of the exec stage, relative to the
 // repository root; ExecStageCFlags are the Makefile's EXECSTAGE_CFLAGS.
 var (
-	ExecStageSources = []string{"launcher/sandbox/execstage/stage.c", "launcher/sandbox/execstage/handover.c"}
+	ExecStageSources = []string{"launcher/sandbox/execstage/stage.c", "launcher/sandbox/execstage/handover.c", "launcher/sandbox/execstage/init.c"}
 	ExecStageCFlags  = []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-s"}
 )
 

@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox/seccomp"
 	"golang.org/x/sys/unix"
@@ -86,7 +84,6 @@ func runInit(in *bufio.Reader, status *os.File) int {
 		}
 	}
 	stage, err := startExecStage(spec.NS.Server, ruleset)
-	unix.Close(ExecStageFD)
 	set := <-early
 	if err != nil {
 		return report(status, &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "start the exec stage: " + err.Error()})
@@ -117,12 +114,13 @@ func runInit(in *bufio.Reader, status *os.File) int {
 	// every other /proc path a rule names: a Landlock rule binds to an
 	// inode, and procfs makes a new inode when an entry whose dentry was
 	// dropped (memory pressure, drop_caches) is looked up again.
-	if _, err := unix.Open("/proc/"+strconv.Itoa(stage.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+	// (Not close-on-exec: the C init, which this process becomes, holds them.)
+	if err := pin("/proc/"+strconv.Itoa(stage.pid), unix.O_PATH|unix.O_DIRECTORY); err != nil {
 		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "open the server's entry in the run's /proc: " + err.Error()})
 	}
 	for _, r := range spec.Paths {
 		if strings.HasPrefix(r.Path, "/proc/") && !strings.HasPrefix(r.Path+"/", procSelf+"/") {
-			_, _ = unix.Open(r.Path, unix.O_PATH|unix.O_CLOEXEC, 0) // a path the kernel lacks fails the exec stage's rule
+			_ = pin(r.Path, unix.O_PATH) // a path the kernel lacks fails the exec stage's rule
 		}
 	}
 	if ruleset >= 0 {
@@ -153,102 +151,72 @@ func runInit(in *bufio.Reader, status *os.File) int {
 	if err := stage.hand(ho); err != nil {
 		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "hand the exec stage its fence: " + err.Error()})
 	}
-	// The init needs no privilege after this: it drops them while the exec
-	// stage builds its fence. (Should the stage fail, the init reports it
-	// and exits, which kills everything in the run's pid namespace.)
-	if err := dropInitPrivileges(spec); err != nil {
-		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: err.Error()})
+	// The rest of the init's life is C (execstage/init.c, the same program
+	// as the exec stage): it gives up the init's privileges with one system
+	// call each, where this Go process would stop every thread for each;
+	// relays the stage's readiness and the launcher's go-ahead; reports the
+	// server's start and exit; reaps and forwards signals.
+	id := spec.Identity
+	if spec.NS.Server != nil {
+		id = &spec.NS.Server.Host
 	}
-	if st := stage.next(); st == nil || st.Stage != StageReady {
-		return fail(stageFailure(st))
+	if err := execInit(stage, id); err != nil {
+		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "become the run's init (" + InitName + "): " + err.Error()})
 	}
-	// After the last change of credentials: the init (and with it the
-	// whole pid namespace) dies with the launcher.
-	if err := dieWithLauncher(status); err != nil {
-		return fail(&Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()})
-	}
-	if err := send(status, &Status{Stage: StageReady}); err != nil {
-		stage.kill()
-		return 127
-	}
-	if !waitGo(in) {
-		stage.kill()
-		return 0
-	}
-	if _, err := stage.spec.Write([]byte{GoByte}); err != nil {
-		return fail(&Status{Stage: StageExec, Errno: errnoOf(err), Message: "start the exec stage: " + err.Error()})
-	}
-	stage.spec.Close()
-	// EOF: the exec stage exec'd the server; a Status: it could not.
-	if st := stage.next(); st != nil {
-		stage.wait()
-		return report(status, stageFailure(st))
-	}
-	if err := send(status, &Status{Stage: StageStarted, PID: stage.pid}); err != nil {
-		stage.kill()
-		return 127
-	}
-	// The init keeps no end of the server's stdio: the server's EOF on
-	// stdout is the launcher's sign that it is done with it.
-	unix.Close(0)
-	unix.Close(1)
-	return initLoop(stage.pid, sigs, status)
+	return 127 // not reached
 }
 
-// stageFailure is what to report when the exec stage failed with st (nil:
-// it died without a word).
-func stageFailure(st *Status) *Status {
-	if st == nil {
-		return &Status{Stage: StageExec, Message: "the exec stage exited without a status"}
+// pin opens path for the rest of the run, not close-on-exec and above the
+// descriptors execInit places.
+func pin(path string, flags int) error {
+	fd, err := unix.Open(path, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
 	}
-	if !st.Failed() {
-		return &Status{Stage: StageExec, Message: fmt.Sprintf("the exec stage reported %q out of turn", st.Stage)}
-	}
-	return st
+	defer unix.Close(fd)
+	_, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD, 200)
+	return err
 }
 
-// initLoop reaps every process of the run and forwards signals to the
-// server until it exits; it returns the server's status (128+N when killed
-// by signal N), reported first on status as StageExit.
-func initLoop(server int, sigs <-chan os.Signal, status io.Writer) int {
-	done := make(chan syscall.WaitStatus, 1)
-	go func() {
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, 0, nil)
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
-			if err != nil {
-				// ECHILD: cannot happen while the server lives; say it ended.
-				done <- syscall.WaitStatus(0x7f << 8)
-				return
-			}
-			if pid == server {
-				done <- ws
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case sig := <-sigs:
-			if s, ok := sig.(syscall.Signal); ok {
-				_ = syscall.Kill(server, s)
-			}
-		case ws := <-done:
-			st := &Status{Stage: StageExit}
-			code := ws.ExitStatus()
-			if ws.Signaled() {
-				st.Signal = int(ws.Signal())
-				code = 128 + st.Signal
-			} else {
-				st.Code = code
-			}
-			_ = send(status, st)
-			return code
+// InitName is argv[0] of the exec stage's program started as the run's
+// init (execstage/init.c).
+const InitName = "mcpwarden-init"
+
+// execInit replaces this process (pid 1 of the run) with the C init: the
+// exec stage's program, still open on ExecStageFD, started as InitName
+// with the stage's pid and the identity to become (nil: keep the ids and
+// drop every capability). The launcher's pipes stay on fds 3 and 4; the
+// stage's handover and status pipes go to fds 5 and 6 (blocking); the
+// /proc pins stay open, anywhere above.
+func execInit(stage *execStage, id *Identity) error {
+	high := func(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 100) }
+	bin, err := high(ExecStageFD)
+	if err != nil {
+		return err
+	}
+	goFD, err := high(int(stage.spec.Fd()))
+	if err != nil {
+		return err
+	}
+	stFD, err := high(int(stage.statF.Fd()))
+	if err != nil {
+		return err
+	}
+	for from, to := range map[int]int{goFD: 5, stFD: 6, bin: 7} {
+		if err := unix.Dup3(from, to, 0); err != nil {
+			return err
 		}
 	}
+	for _, fd := range []int{5, 6} {
+		if err := unix.SetNonblock(fd, false); err != nil {
+			return err
+		}
+	}
+	args := []string{InitName, strconv.Itoa(stage.pid), "caps"}
+	if id != nil {
+		args = []string{InitName, strconv.Itoa(stage.pid), "id", strconv.Itoa(id.UID), strconv.Itoa(id.GID)}
+	}
+	return syscall.Exec("/proc/self/fd/7", args, []string{})
 }
 
 // execStage is the exec stage (mcpwarden-exec, execstage/stage.c): a
@@ -394,18 +362,6 @@ func (e *execStage) hand(h *handover) error {
 	return err
 }
 
-// next is the exec stage's next status line; nil at EOF.
-func (e *execStage) next() *Status {
-	st, err := ReadStatus(e.status)
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		return &Status{Stage: StageExec, Message: err.Error()}
-	}
-	return st
-}
-
 func (e *execStage) kill() {
 	_ = syscall.Kill(e.pid, syscall.SIGKILL)
 	e.wait()
@@ -420,49 +376,4 @@ func (e *execStage) wait() {
 			return
 		}
 	}
-}
-
-// dropInitPrivileges leaves the init with nothing worth taking over: the
-// server's own host identity when the helper is root (or, in the
-// launcher's user namespace, no capability on any thread), no_new_privs,
-// not dumpable (so that a server of the same uid cannot ptrace it or read
-// its memory), and SIGKILL when the launcher dies.
-func dropInitPrivileges(spec *Spec) error {
-	id := spec.Identity
-	if spec.NS.Server != nil {
-		id = &spec.NS.Server.Host
-	}
-	if id != nil {
-		if err := becomeIdentity(*id); err != nil {
-			return err
-		}
-	} else if err := clearCapsAllThreads(); err != nil {
-		return err
-	}
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-		return fmt.Errorf("set no_new_privs on the init: %w", e)
-	}
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("make the init not dumpable: %w", err)
-	}
-	return nil
-}
-
-// clearCapsAllThreads empties the bounding, ambient and other capability
-// sets of every thread of this process.
-func clearCapsAllThreads() error {
-	for c := 0; c <= lastCap(); c++ {
-		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 && e != unix.EINVAL {
-			return fmt.Errorf("drop capability %d from the init's bounding set: %w", c, e)
-		}
-	}
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 && e != unix.EINVAL {
-		return fmt.Errorf("clear the init's ambient capabilities: %w", e)
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-		return fmt.Errorf("clear the init's capabilities: %w", e)
-	}
-	return nil
 }

@@ -16,7 +16,7 @@
  * system call each, where a Go program stops every thread for each.
  */
 #define _GNU_SOURCE
-#include "handover.h"
+#include "init.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -65,7 +65,7 @@ static void putraw(char *b, size_t n, size_t *at, const char *s)
 }
 
 /* status writes one status line on fd 4. */
-static void status(const char *stage, int err, const char *path, const char *msg)
+void status(const char *stage, int err, const char *path, const char *msg)
 {
 	char b[8192];
 	size_t at = 0;
@@ -102,7 +102,7 @@ static void status(const char *stage, int err, const char *path, const char *msg
 	}
 }
 
-static int fail(const char *stage, int err, const char *path, const char *msg)
+int fail(const char *stage, int err, const char *path, const char *msg)
 {
 	status(stage, err, path, msg);
 	return 127;
@@ -215,7 +215,7 @@ static int apply(const struct handover *h)
 /* die_with_init asks for SIGKILL when the init's thread that started this
  * process dies, then checks the init is still there: its read end of the
  * status pipe is open until exec, and a pipe without readers polls POLLERR. */
-static int die_with_init(void)
+int die_with_init(void)
 {
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
 		return fail("privileges", errno, NULL, "set the parent-death signal");
@@ -271,8 +271,10 @@ static const char *denied_exec_path(const char *exe)
 	return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc > 0 && strcmp(argv[0], INIT_NAME) == 0)
+		return init_main(argc, argv);
 	struct stat st;
 	if (fstat(HO_IN_FD, &st) != 0 || !S_ISFIFO(st.st_mode) || fstat(HO_STATUS_FD, &st) != 0 || !S_ISFIFO(st.st_mode)) {
 		static const char msg[] = "mcpwarden-exec: this is the exec stage of the fence helper of 'mcpwarden run', which starts it with a handover on fd 3 and a status pipe on fd 4; it is not run by hand\n";

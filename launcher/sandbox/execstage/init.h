@@ -1,0 +1,15 @@
+/* Shared by the exec stage (stage.c) and the run's init (init.c), which are
+ * one program: mcpwarden-exec, started as "mcpwarden-init" for the init. */
+#ifndef MCPWARDEN_INIT_H
+#define MCPWARDEN_INIT_H
+
+#include "handover.h"
+
+#define INIT_NAME "mcpwarden-init"
+
+void status(const char *stage, int err, const char *path, const char *msg);
+int fail(const char *stage, int err, const char *path, const char *msg);
+int die_with_init(void);
+int init_main(int argc, char **argv);
+
+#endif
