@@ -148,6 +148,8 @@ int init_main(int argc, char **argv)
 {
 	if (getpid() != 1 || argc < 3)
 		return 2;
+	/* Exec'd through /proc/self/fd, the process would be named after the fd. */
+	prctl(PR_SET_NAME, INIT_NAME, 0, 0, 0);
 	uint32_t spid;
 	if (parse_id(argv[1], &spid) != 0 || spid <= 1)
 		return fail("namespaces", 0, NULL, "mcpwarden-init: bad stage pid");

@@ -282,6 +282,7 @@ int main(int argc, char **argv)
 			return 2;
 		return 2;
 	}
+	prctl(PR_SET_NAME, "mcpwarden-exec", 0, 0, 0);
 	unsigned char hdr[HO_HEADER_SIZE];
 	if (readfull(HO_IN_FD, hdr, sizeof(hdr)) != 0)
 		return fail("spec", 0, NULL, "no handover from the init");
