@@ -179,6 +179,58 @@ var servers = []server{
 			return map[string]any{"data": []any{map[string]any{"category": "a", "value": 1}, map[string]any{"category": "b", "value": 2}}}
 		}, check: contains("http")}},
 	},
+	// Servers of online services: none can reach its service here (no
+	// public host, no account), so each row checks that the server starts
+	// and lists its tools under the fence, and that a call fails the way it
+	// fails without mcpwarden. The ones that refuse to start without a token
+	// get a placeholder one through the client's env block; credentials reach
+	// the server only with --env NAME (docs/launcher.md).
+	{
+		name: "@modelcontextprotocol/server-github", launch: "node dist/index.js, no token",
+		command: func(e *env) []string { return e.node("@modelcontextprotocol/server-github", "dist/index.js") },
+		calls: []call{{tool: "search_repositories", args: func(*env) map[string]any {
+			return map[string]any{"query": "mcpwarden"}
+		}, check: contains("mcpwarden")}},
+	},
+	{
+		name: "@modelcontextprotocol/server-gitlab", launch: "node dist/index.js, GITLAB_PERSONAL_ACCESS_TOKEN in the client's env",
+		command:   func(e *env) []string { return e.node("@modelcontextprotocol/server-gitlab", "dist/index.js") },
+		flags:     func(*env) []string { return []string{"--env", "GITLAB_PERSONAL_ACCESS_TOKEN"} },
+		clientEnv: func(*env) []string { return []string{"GITLAB_PERSONAL_ACCESS_TOKEN=placeholder"} },
+		calls: []call{{tool: "search_repositories", args: func(*env) map[string]any {
+			return map[string]any{"search": "mcpwarden"}
+		}, check: contains("mcpwarden")}},
+	},
+	{
+		name: "@modelcontextprotocol/server-slack", launch: "node dist/index.js, SLACK_BOT_TOKEN and SLACK_TEAM_ID in the client's env",
+		command:   func(e *env) []string { return e.node("@modelcontextprotocol/server-slack", "dist/index.js") },
+		flags:     func(*env) []string { return []string{"--env", "SLACK_BOT_TOKEN", "--env", "SLACK_TEAM_ID"} },
+		clientEnv: func(*env) []string { return []string{"SLACK_BOT_TOKEN=placeholder", "SLACK_TEAM_ID=placeholder"} },
+		calls:     []call{{tool: "slack_list_channels", args: noArgs, check: contains("channels")}},
+	},
+	{
+		name: "@modelcontextprotocol/server-brave-search", launch: "node dist/index.js, BRAVE_API_KEY in the client's env",
+		command:   func(e *env) []string { return e.node("@modelcontextprotocol/server-brave-search", "dist/index.js") },
+		flags:     func(*env) []string { return []string{"--env", "BRAVE_API_KEY"} },
+		clientEnv: func(*env) []string { return []string{"BRAVE_API_KEY=placeholder"} },
+		calls: []call{{tool: "brave_web_search", args: func(*env) map[string]any {
+			return map[string]any{"query": "mcpwarden"}
+		}, check: contains("mcpwarden")}},
+	},
+	{
+		name: "@upstash/context7-mcp", launch: "node dist/index.js, no key",
+		command: func(e *env) []string { return e.node("@upstash/context7-mcp", "dist/index.js") },
+		calls: []call{{tool: "resolve-library-id", args: func(*env) map[string]any {
+			return map[string]any{"libraryName": "react", "query": "hooks"}
+		}, check: contains("/")}},
+	},
+	{
+		name: "tavily-mcp", launch: "node build/index.js, no key",
+		command: func(e *env) []string { return e.node("tavily-mcp", "build/index.js") },
+		calls: []call{{tool: "tavily_search", args: func(*env) map[string]any {
+			return map[string]any{"query": "mcpwarden"}
+		}, check: contains("mcpwarden")}},
+	},
 	{
 		name: "go-sdk everything-server", launch: "Go binary (go install)",
 		command: func(e *env) []string { return []string{e.gobin} },
