@@ -68,7 +68,11 @@ npm_ci_pinned() {
 	touch "$mark"
 }
 
-install_npm() { npm_ci_pinned "$ROOT/deploy/mcp-servers" "the pinned MCP servers"; }
+install_npm() {
+	npm_ci_pinned "$ROOT/deploy/mcp-servers" "the pinned MCP servers"
+	# Servers of online services, in their own tree (docs/compatibility.md).
+	npm_ci_pinned "$ROOT/deploy/mcp-servers-online" "the pinned MCP servers of online services"
+}
 
 # The interop tests' real clients (conformance suite, Inspector CLI, the
 # TypeScript SDKs), the stdio<->HTTP bridge, server-everything and Node 22

@@ -43,8 +43,8 @@ type call struct {
 
 // env is one test's files.
 type env struct {
-	modules, root, base, ws, venv, gobin string
-	httpPort                             int
+	modules, online, root, base, ws, venv, gobin string
+	httpPort                                     int
 }
 
 func contains(want string) func(*env, string) error {
@@ -60,6 +60,11 @@ func noArgs(*env) map[string]any { return map[string]any{} }
 
 func (e *env) node(pkg, script string, args ...string) []string {
 	return append([]string{"node", filepath.Join(e.modules, pkg, script)}, args...)
+}
+
+// onlineNode is node for a server of deploy/mcp-servers-online.
+func (e *env) onlineNode(pkg, script string) []string {
+	return []string{"node", filepath.Join(e.online, pkg, script)}
 }
 
 var servers = []server{
@@ -187,14 +192,14 @@ var servers = []server{
 	// the server only with --env NAME (docs/launcher.md).
 	{
 		name: "@modelcontextprotocol/server-github", launch: "node dist/index.js, no token",
-		command: func(e *env) []string { return e.node("@modelcontextprotocol/server-github", "dist/index.js") },
+		command: func(e *env) []string { return e.onlineNode("@modelcontextprotocol/server-github", "dist/index.js") },
 		calls: []call{{tool: "search_repositories", args: func(*env) map[string]any {
 			return map[string]any{"query": "mcpwarden"}
 		}, check: contains("mcpwarden")}},
 	},
 	{
 		name: "@modelcontextprotocol/server-gitlab", launch: "node dist/index.js, GITLAB_PERSONAL_ACCESS_TOKEN in the client's env",
-		command:   func(e *env) []string { return e.node("@modelcontextprotocol/server-gitlab", "dist/index.js") },
+		command:   func(e *env) []string { return e.onlineNode("@modelcontextprotocol/server-gitlab", "dist/index.js") },
 		flags:     func(*env) []string { return []string{"--env", "GITLAB_PERSONAL_ACCESS_TOKEN"} },
 		clientEnv: func(*env) []string { return []string{"GITLAB_PERSONAL_ACCESS_TOKEN=placeholder"} },
 		calls: []call{{tool: "search_repositories", args: func(*env) map[string]any {
@@ -203,14 +208,16 @@ var servers = []server{
 	},
 	{
 		name: "@modelcontextprotocol/server-slack", launch: "node dist/index.js, SLACK_BOT_TOKEN and SLACK_TEAM_ID in the client's env",
-		command:   func(e *env) []string { return e.node("@modelcontextprotocol/server-slack", "dist/index.js") },
+		command:   func(e *env) []string { return e.onlineNode("@modelcontextprotocol/server-slack", "dist/index.js") },
 		flags:     func(*env) []string { return []string{"--env", "SLACK_BOT_TOKEN", "--env", "SLACK_TEAM_ID"} },
 		clientEnv: func(*env) []string { return []string{"SLACK_BOT_TOKEN=placeholder", "SLACK_TEAM_ID=placeholder"} },
 		calls:     []call{{tool: "slack_list_channels", args: noArgs, check: contains("channels")}},
 	},
 	{
 		name: "@modelcontextprotocol/server-brave-search", launch: "node dist/index.js, BRAVE_API_KEY in the client's env",
-		command:   func(e *env) []string { return e.node("@modelcontextprotocol/server-brave-search", "dist/index.js") },
+		command: func(e *env) []string {
+			return e.onlineNode("@modelcontextprotocol/server-brave-search", "dist/index.js")
+		},
 		flags:     func(*env) []string { return []string{"--env", "BRAVE_API_KEY"} },
 		clientEnv: func(*env) []string { return []string{"BRAVE_API_KEY=placeholder"} },
 		calls: []call{{tool: "brave_web_search", args: func(*env) map[string]any {
@@ -219,14 +226,14 @@ var servers = []server{
 	},
 	{
 		name: "@upstash/context7-mcp", launch: "node dist/index.js, no key",
-		command: func(e *env) []string { return e.node("@upstash/context7-mcp", "dist/index.js") },
+		command: func(e *env) []string { return e.onlineNode("@upstash/context7-mcp", "dist/index.js") },
 		calls: []call{{tool: "resolve-library-id", args: func(*env) map[string]any {
 			return map[string]any{"libraryName": "react", "query": "hooks"}
 		}, check: contains("/")}},
 	},
 	{
 		name: "tavily-mcp", launch: "node build/index.js, no key",
-		command: func(e *env) []string { return e.node("tavily-mcp", "build/index.js") },
+		command: func(e *env) []string { return e.onlineNode("tavily-mcp", "build/index.js") },
 		calls: []call{{tool: "tavily_search", args: func(*env) map[string]any {
 			return map[string]any{"query": "mcpwarden"}
 		}, check: contains("mcpwarden")}},
@@ -263,7 +270,10 @@ func TestCompatibility(t *testing.T) {
 	}
 	repo := testenv.RepoRoot()
 	e := &env{modules: filepath.Join(repo, "deploy", "mcp-servers", "node_modules")}
-	testenv.RequireFile(t, filepath.Join(e.modules, ".mcpwarden-installed"), "run scripts/test-env.sh install-npm")
+	e.online = filepath.Join(repo, "deploy", "mcp-servers-online", "node_modules")
+	for _, m := range []string{e.modules, e.online} {
+		testenv.RequireFile(t, filepath.Join(m, ".mcpwarden-installed"), "run scripts/test-env.sh install-npm")
+	}
 	testenv.RequireCommand(t, "node")
 	testenv.RequireCommand(t, "git")
 	python := testenv.RequireCommand(t, "/usr/bin/python3")
