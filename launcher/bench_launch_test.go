@@ -95,7 +95,7 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 	}
 	scope := fencetest.WriteScope(b, dir, map[string]any{"allowed_paths": []string{"allowed"}})
 	log := filepath.Join(dir, "audit.jsonl")
-		kinds := []string{"direct", "mcpwarden"}
+	kinds := []string{"direct", "mcpwarden"}
 	if landrun != "" {
 		kinds = append(kinds, "landrun")
 	}
@@ -110,7 +110,7 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 			cmd = exec.Command(echo)
 		case "mcpwarden":
 			cmd = exec.Command(bins.Mcpwarden, "run", "--scope", scope, "--base", base, "--audit-log", log, "--", echo)
-				case "mcpwarden-old":
+		case "mcpwarden-old":
 			cmd = exec.Command(old, "run", "--scope", scope, "--base", base, "--audit-log", log, "--", echo)
 		case "landrun":
 			cmd = exec.Command(landrun, "--best-effort", "--ldd", "--add-exec", "--ro", allowed, echo)
@@ -144,7 +144,7 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 		summary += fmt.Sprintf(", landrun %.2f ms (+%.2f); mcpwarden adds %.2f ms more than landrun (target: at most 1)",
 			median(times["landrun"]), median(times["landrun"])-direct, median(times["mcpwarden"])-median(times["landrun"]))
 	}
-		if old != "" {
+	if old != "" {
 		b.ReportMetric(median(times["mcpwarden-old"])-direct, "old-added-ms")
 		summary += fmt.Sprintf("; %s adds %.2f ms", old, median(times["mcpwarden-old"])-direct)
 	}
