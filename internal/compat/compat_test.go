@@ -239,6 +239,18 @@ var servers = []server{
 		}, check: contains("mcpwarden")}},
 	},
 	{
+		name: "@notionhq/notion-mcp-server", launch: "node bin/cli.mjs, no token",
+		command: func(e *env) []string { return e.onlineNode("@notionhq/notion-mcp-server", "bin/cli.mjs") },
+		calls:   []call{{tool: "API-get-self", args: noArgs, check: contains("bot")}},
+	},
+	{
+		name: "@playwright/mcp", launch: "node cli.js, no browser installed",
+		command: func(e *env) []string { return e.onlineNode("@playwright/mcp", "cli.js") },
+		calls: []call{{tool: "browser_navigate", args: func(e *env) map[string]any {
+			return map[string]any{"url": fmt.Sprintf("http://localhost:%d/page", e.httpPort)}
+		}, check: contains("served locally")}},
+	},
+	{
 		name: "go-sdk everything-server", launch: "Go binary (go install)",
 		command: func(e *env) []string { return []string{e.gobin} },
 		calls:   []call{{tool: "test_simple_text", args: noArgs, check: contains("simple text")}},
