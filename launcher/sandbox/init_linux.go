@@ -37,6 +37,16 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 //     other process of the run with it (the kernel kills a pid namespace
 //     whose init exits).
 func runInit(in *bufio.Reader, status *os.File) int {
+	// No watcher guards a run with a pid namespace: its init must die with
+	// the launcher from its first step, not only once the C init has
+	// dropped its privileges (a set-up step that hung — once seen: this Go
+	// init spinning for an hour in a stop-the-world privilege drop — left
+	// the init, the exec stage and the run's cgroup behind a SIGKILLed
+	// launcher). ownNextUserNS sets it again after its change of uid; the
+	// C init after its own drop.
+	if err := dieWithLauncher(status); err != nil {
+		return report(status, &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: err.Error()})
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded...)
 	spec, err := readSpec(in)
