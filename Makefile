@@ -34,6 +34,7 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PIPELINE) ./cmd/mcpwarden-pipeline
 	$(GO) build -trimpath -o $(LOADGEN) ./cmd/mcpwarden-loadgen
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(FENCE) ./cmd/mcpwarden-fence
+	@command -v $(CC) >/dev/null || { echo 'make build: the exec stage (launcher/sandbox/execstage) is C: install a C compiler and the static C library (Debian/Ubuntu: apt-get install gcc libc6-dev; make deps does it), or name one with CC=' >&2; exit 1; }
 	$(CC) $(EXECSTAGE_CFLAGS) -o $(EXECSTAGE) launcher/sandbox/execstage/stage.c launcher/sandbox/execstage/handover.c launcher/sandbox/execstage/init.c
 
 # deps installs (idempotently) what the tests need: Debian packages, the
