@@ -528,17 +528,19 @@ func TestSweepRemovesAbandonedGroupsOnly(t *testing.T) {
 	h := requireCgroups(t, true)
 	defer cgroup.SetStaleAgeForTest(0)()
 	prefix := fmt.Sprintf("mcpwarden-sweep-%d-", os.Getpid())
-	mk := func(n string) *cgroup.Group {
-		g, err := h.New(cgroup.Options{Name: prefix + n, Limits: cgroup.Limits{Processes: 10}})
+	mk := func(n string, memory int64) *cgroup.Group {
+		g, err := h.New(cgroup.Options{Name: prefix + n, Limits: cgroup.Limits{Processes: 10, MemoryBytes: memory}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = g.Remove(10 * time.Second) })
 		return g
 	}
-	dead := mk("dead")
-	live := mk("live")
-	busy := mk("busy")
+	// The abandoned run had a memory limit, the sweeping one has none: on a
+	// hybrid host the abandoned run's v1 memory directory must go too.
+	dead := mk("dead", 64<<20)
+	live := mk("live", 0)
+	busy := mk("busy", 0)
 	busy.AbandonForTest() // abandoned, but a member still runs in it
 	c := child("sleep")
 	startIn(t, busy, c)

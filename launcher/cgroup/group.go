@@ -61,7 +61,12 @@ func (h *Host) New(o Options) (*Group, error) {
 	}
 	plan := h.plan(o)
 	if o.Stale != "" {
-		h.sweep(plan, o.Name, o.Stale)
+		// The sweep looks in every hierarchy a run may have used: an
+		// abandoned run with a memory limit has a v1 memory directory even
+		// when this run has none.
+		every := o
+		every.Limits.MemoryBytes = 1
+		h.sweep(h.plan(every), o.Name, o.Stale)
 	}
 	// Which limits cgroup2 must carry: those no v1 hierarchy serves.
 	var v2need []string
