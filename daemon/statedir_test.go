@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,5 +100,47 @@ func mkdir(t *testing.T, dir string) {
 	t.Helper()
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDaemonStartsOnASmallDisk: the embedded NATS server's JetStream store
+// is a share of the free disk, and the event stream used to ask for a fixed
+// 10 GiB: on a state directory with less than ~14 GB free the daemon exited
+// ("insufficient storage resources available"). The real daemon, its state
+// directory on a 1 GiB tmpfs, now starts and serves its socket.
+func TestDaemonStartsOnASmallDisk(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.Mcpwarden(t)
+	tmp := t.TempDir()
+	state := filepath.Join(tmp, "state")
+	mkdir(t, state)
+	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=1g,mode=0700"); err != nil {
+		t.Fatalf("mount a 1 GiB tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
+	socket := filepath.Join(tmp, "sock", "daemon.sock")
+	cmd := exec.Command(bin, "daemon", "--state-dir", state, "--socket", socket,
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--no-crosscheck")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() { _ = cmd.Process.Kill(); <-exited }()
+	deadline := time.After(3 * time.Minute)
+	for {
+		if _, err := os.Stat(socket); err == nil {
+			return
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the daemon exited (%v) with its state directory on a 1 GiB disk: %s", err, out.String())
+		case <-deadline:
+			t.Fatalf("the daemon did not serve its socket in 3 minutes: %s", out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

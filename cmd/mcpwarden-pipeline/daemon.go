@@ -126,6 +126,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	origin := schema.LocalOrigin()
 	name := "daemon@" + origin.Host
 	var natsOpts stream.ConnOptions
+	var streamBytes int64
 	if nf.URL == "" {
 		if nf.Given() {
 			return cli.Fail(cli.ExitUsage, errors.New("daemon: NATS credentials are for an external server (--nats URL); the embedded server uses the keys it generates in STATE_DIR/nats-auth"))
@@ -144,6 +145,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		}
 		defer srv.Shutdown()
 		natsOpts = srv.Client(stream.RoleDaemon, name)
+		streamBytes = srv.StreamBytes()
 	} else if natsOpts, err = nf.Options(stream.RoleDaemon, origin.Host, name, *stateDir); err != nil {
 		return cli.Fail(cli.ExitUsage, err)
 	}
@@ -154,7 +156,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	defer nc.Close()
 	pubCfg := publish.Config{Conn: nc, SpoolDir: filepath.Join(*stateDir, "spool", "daemon"), Logger: logger}
 	if nf.URL == "" {
-		pubCfg.EnsureStream = &stream.Config{}
+		pubCfg.EnsureStream = &stream.Config{MaxBytes: streamBytes}
 	}
 	pub, err := publish.New(ctx, pubCfg)
 	if err != nil {

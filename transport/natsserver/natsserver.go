@@ -134,6 +134,20 @@ func Start(cfg Config) (*Server, error) {
 // ClientURL is the nats:// URL clients connect to.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
+// StreamBytes is the cap for the event stream on this server: the
+// stream's default, or nine tenths of the server's JetStream store when
+// that is smaller (left to the server, the store is a share of the free
+// disk, and a stream asking for more than the store is refused: a host
+// with less than ~14 GB free could not start the daemon). The tenth left
+// holds the consumers' state.
+func (s *Server) StreamBytes() int64 {
+	limit := int64(stream.DefaultMaxBytes)
+	if js := s.ns.JetStreamConfig(); js != nil && js.MaxStore > 0 {
+		limit = min(limit, js.MaxStore/10*9)
+	}
+	return limit
+}
+
 // Client is the connection options of role r (its seed file and inbox
 // prefix); name names the connection. Without Auth (NoAuth) it is the URL
 // alone.

@@ -105,6 +105,9 @@ type Config struct {
 	DuplicateWindow time.Duration
 }
 
+// DefaultMaxBytes is the stream's cap when Config.MaxBytes is not set.
+const DefaultMaxBytes = 10 << 30
+
 // JetStream returns the stream configuration to create or update.
 func (c Config) JetStream() jetstream.StreamConfig {
 	if c.Replicas <= 0 {
@@ -114,7 +117,7 @@ func (c Config) JetStream() jetstream.StreamConfig {
 		c.MaxAge = 7 * 24 * time.Hour
 	}
 	if c.MaxBytes <= 0 {
-		c.MaxBytes = 10 << 30
+		c.MaxBytes = DefaultMaxBytes
 	}
 	if c.DuplicateWindow <= 0 {
 		c.DuplicateWindow = 10 * time.Minute
