@@ -62,9 +62,9 @@ func apply(s *Spec, pre *prepared) *Status {
 	if s.Seccomp {
 		filter := pre.filter
 		if filter == nil {
-			var err error
-			if filter, err = seccomp.Build(seccomp.Native, s.Filter); err != nil {
-				return &Status{Stage: StageSeccomp, Message: err.Error()}
+			var st *Status
+			if filter, st = buildFilter(s); st != nil {
+				return st
 			}
 		}
 		prog := unix.SockFprog{Len: uint16(len(filter.Program)), Filter: &filter.Program[0]}
@@ -91,10 +91,9 @@ type prepared struct {
 
 // prepare builds what it can of the fence of s ahead of apply. The
 // ruleset is built only when this process will not change identity before
-// enforcing it (s.Identity nil: the exec stage already runs as the server,
-// or the server keeps the launcher's identity), so that its paths are
-// opened with the server's own permissions, as apply would open them; the
-// /proc entries they name are already pinned (by the run's init, or the
+// enforcing it (s.Identity nil: the server keeps the launcher's identity),
+// so that its paths are opened with the server's own permissions, as apply
+// would open them; the /proc entries they name are already pinned (by the
 // launcher before it sent the spec). A failure here is reported as apply's
 // would be, only earlier.
 func prepare(s *Spec) (*prepared, *Status) {
@@ -103,9 +102,9 @@ func prepare(s *Spec) (*prepared, *Status) {
 		return pre, nil
 	}
 	if s.Seccomp {
-		f, err := seccomp.Build(seccomp.Native, s.Filter)
-		if err != nil {
-			return pre, &Status{Stage: StageSeccomp, Message: err.Error()}
+		f, st := buildFilter(s)
+		if st != nil {
+			return pre, st
 		}
 		pre.filter = f
 	}
@@ -126,15 +125,33 @@ func prepare(s *Spec) (*prepared, *Status) {
 // means something in the tree was swapped since the scope was checked — the
 // run is refused rather than the rule landing on the symlink's target.
 func buildLandlock(s *Spec) (int, *Status) {
-	fd, err := landlockCreateRuleset(&rulesetAttr{handledFS: s.HandledFS, handledNet: s.HandledNet, scoped: s.Scoped})
-	if err != nil {
-		return -1, &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset (fs %#x, net %#x, scoped %#x): %v", s.HandledFS, s.HandledNet, s.Scoped, err)}
+	fd, st := createRuleset(s)
+	if st != nil {
+		return -1, st
 	}
 	if st := addLandlockRules(fd, s, 0); st != nil {
 		unix.Close(fd)
 		return -1, st
 	}
 	return fd, nil
+}
+
+// createRuleset creates an empty Landlock ruleset handling what s handles.
+func createRuleset(s *Spec) (int, *Status) {
+	fd, err := landlockCreateRuleset(&rulesetAttr{handledFS: s.HandledFS, handledNet: s.HandledNet, scoped: s.Scoped})
+	if err != nil {
+		return -1, &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset (fs %#x, net %#x, scoped %#x): %v", s.HandledFS, s.HandledNet, s.Scoped, err)}
+	}
+	return fd, nil
+}
+
+// buildFilter builds the seccomp program of s for this architecture.
+func buildFilter(s *Spec) (*seccomp.Filter, *Status) {
+	f, err := seccomp.Build(seccomp.Native, s.Filter)
+	if err != nil {
+		return nil, &Status{Stage: StageSeccomp, Message: err.Error()}
+	}
+	return f, nil
 }
 
 // addLandlockRules adds the rules of s to the ruleset fd. A rule under
@@ -146,12 +163,14 @@ func addLandlockRules(fd int, s *Spec, server int) *Status {
 		if access == 0 {
 			continue
 		}
-		path, err := ownProc(p.Path)
+		var path string
 		if server > 0 {
-			path, err = procOf(p.Path, server), nil
-		}
-		if err != nil {
-			return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: err.Error()}
+			path = procOf(p.Path, server)
+		} else {
+			var err error
+			if path, err = ownProc(p.Path); err != nil {
+				return &Status{Stage: StageLandlock, Errno: errnoOf(err), Path: p.Path, Message: err.Error()}
+			}
 		}
 		pfd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_CLOEXEC,

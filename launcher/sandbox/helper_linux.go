@@ -33,8 +33,8 @@ func Main() int {
 }
 
 // runPlain fences this process and execs the server in its place: the
-// helper started without namespaces, or the exec stage the run's init
-// starts.
+// helper started without namespaces (with them, the run's init hands the
+// fence to the C exec stage instead, execstage/).
 func runPlain(in *bufio.Reader, status *os.File) int {
 	spec, err := readSpec(in)
 	if err != nil {
@@ -62,7 +62,7 @@ func runPlain(in *bufio.Reader, status *os.File) int {
 		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()})
 	}
 	// Everything but stdio is closed by execve, including the status pipe,
-	// whose EOF tells the launcher (or the init) that exec succeeded.
+	// whose EOF tells the launcher that exec succeeded.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return report(status, &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: "mark descriptors close-on-exec: " + err.Error()})
 	}

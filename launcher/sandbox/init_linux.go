@@ -14,10 +14,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// forwarded are the signals the run's init passes on to the server. The
-// launcher sends them to the helper's pid, which is the init: without a
-// handler, pid 1 of a pid namespace would drop them (a node server that
-// installs no SIGTERM handler could then not be stopped but by SIGKILL).
+// forwarded are the signals the run's init passes on to the server (the
+// C init's list, execstage/init.c). The launcher sends them to the
+// helper's pid, which is the init: without a handler, pid 1 of a pid
+// namespace would drop them (a node server that installs no SIGTERM
+// handler could then not be stopped but by SIGKILL). The Go init, before
+// the server exists, only catches (and drops) them: the Go runtime's
+// default for SIGTERM, SIGINT or SIGHUP would end the init.
 var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
 // runInit is the helper started as pid 1 of the run's new pid namespace:
@@ -73,12 +76,10 @@ func runInit(in *bufio.Reader, status *os.File) int {
 	go func() {
 		var set setup
 		if spec.Enforce && spec.Seccomp {
-			f, err := seccomp.Build(seccomp.Native, spec.Filter)
-			if err != nil {
-				early <- setup{st: &Status{Stage: StageSeccomp, Message: err.Error()}}
+			if set.filter, set.st = buildFilter(spec); set.st != nil {
+				early <- set
 				return
 			}
-			set.filter = f
 		}
 		set.root, set.st = setupNamespaces(spec)
 		early <- set
@@ -88,9 +89,10 @@ func runInit(in *bufio.Reader, status *os.File) int {
 	// may be added by any holder until it is enforced).
 	ruleset := -1
 	if spec.Enforce && spec.ABI > 0 {
-		if ruleset, err = landlockCreateRuleset(&rulesetAttr{handledFS: spec.HandledFS, handledNet: spec.HandledNet, scoped: spec.Scoped}); err != nil {
+		var st *Status
+		if ruleset, st = createRuleset(spec); st != nil {
 			<-early
-			return report(status, &Status{Stage: StageLandlock, Errno: errnoOf(err), Message: fmt.Sprintf("create Landlock ruleset (fs %#x, net %#x, scoped %#x): %v", spec.HandledFS, spec.HandledNet, spec.Scoped, err)})
+			return report(status, st)
 		}
 	}
 	stage, err := startExecStage(spec.NS.Server, ruleset)
@@ -233,10 +235,9 @@ func execInit(stage *execStage, id *Identity) error {
 // small static C program that applies the fence the init prepared and
 // execs the server, with its handover pipe and status pipe.
 type execStage struct {
-	pid    int
-	spec   *os.File
-	status *bufio.Reader
-	statF  *os.File
+	pid   int
+	spec  *os.File
+	statF *os.File
 }
 
 // startExecStage starts the exec stage, which the launcher passed opened
@@ -306,7 +307,7 @@ func startExecStage(srv *ServerUserNS, ruleset int) (*execStage, error) {
 		statusR.Close()
 		return nil, err
 	}
-	return &execStage{pid: pid, spec: specW, status: bufio.NewReader(statusR), statF: statusR}, nil
+	return &execStage{pid: pid, spec: specW, statF: statusR}, nil
 }
 
 // ownNextUserNS makes uid the owner of the next user namespace this
@@ -372,12 +373,9 @@ func (e *execStage) hand(h *handover) error {
 	return err
 }
 
+// kill ends the exec stage and reaps it.
 func (e *execStage) kill() {
 	_ = syscall.Kill(e.pid, syscall.SIGKILL)
-	e.wait()
-}
-
-func (e *execStage) wait() {
 	e.spec.Close()
 	e.statF.Close()
 	for {
