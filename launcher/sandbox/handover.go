@@ -77,29 +77,36 @@ type handover struct {
 	argv, env         []string
 }
 
+// flags are the handover's flags record: which parts of the fence the
+// stage applies (none but the working directory without enforce).
+func (h *handover) flags() uint32 {
+	if !h.enforce {
+		return 0
+	}
+	flags := uint32(hoFEnforce)
+	if h.dropCaps {
+		flags |= hoFDropCaps
+	}
+	if h.landlock {
+		flags |= hoFLandlock
+	}
+	if len(h.filter) > 0 {
+		flags |= hoFSeccomp
+	}
+	if h.identity != nil {
+		flags |= hoFIdentity
+	}
+	if h.fileSize > 0 {
+		flags |= hoFFSize
+	}
+	return flags
+}
+
 // encodeHandover writes h in the exec stage's form. It refuses what the
 // stage would refuse, so that a bad spec fails in the init, with a
 // message, rather than in the stage.
 func encodeHandover(h *handover) ([]byte, error) {
-	var flags uint32
-	if h.enforce {
-		flags |= hoFEnforce
-		if h.dropCaps {
-			flags |= hoFDropCaps
-		}
-		if h.landlock {
-			flags |= hoFLandlock
-		}
-		if len(h.filter) > 0 {
-			flags |= hoFSeccomp
-		}
-		if h.identity != nil {
-			flags |= hoFIdentity
-		}
-		if h.fileSize > 0 {
-			flags |= hoFFSize
-		}
-	}
+	flags := h.flags()
 	b := make([]byte, hoHeaderSize, 512)
 	copy(b, hoMagic)
 	binary.LittleEndian.PutUint16(b[4:], hoVersion)

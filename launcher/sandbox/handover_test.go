@@ -97,26 +97,10 @@ func (r *cReader) read(tb testing.TB, in []byte) string {
 
 // dump is what check.c prints for an accepted h.
 func dump(h *handover) string {
-	var flags uint32
+	flags := h.flags()
 	var uid, gid uint32
-	if h.enforce {
-		flags |= hoFEnforce
-		if h.dropCaps {
-			flags |= hoFDropCaps
-		}
-		if h.landlock {
-			flags |= hoFLandlock
-		}
-		if len(h.filter) > 0 {
-			flags |= hoFSeccomp
-		}
-		if h.identity != nil {
-			flags |= hoFIdentity
-			uid, gid = uint32(h.identity.UID), uint32(h.identity.GID)
-		}
-		if h.fileSize > 0 {
-			flags |= hoFFSize
-		}
+	if flags&hoFIdentity != 0 {
+		uid, gid = uint32(h.identity.UID), uint32(h.identity.GID)
 	}
 	var b strings.Builder
 	fileSize, restrict := uint64(0), uint32(0)
