@@ -20,7 +20,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,19 +75,6 @@ static ssize_t stage_line(char *b, size_t n)
 	return (ssize_t)at;
 }
 
-static void writeall(int fd, const char *b, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, b, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		b += w;
-		n -= (size_t)w;
-	}
-}
-
 static void reap_stage(pid_t pid)
 {
 	int ws;
@@ -129,10 +115,7 @@ static int drop(int argc, char **argv)
 				return fail("namespaces", errno, NULL, "drop a capability from the init's bounding set");
 		if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
 			return fail("namespaces", errno, NULL, "clear the init's ambient capabilities");
-		struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
-		struct __user_cap_data_struct data[2];
-		memset(data, 0, sizeof(data));
-		if (syscall(SYS_capset, &hdr, data) != 0)
+		if (clear_caps() != 0)
 			return fail("namespaces", errno, NULL, "clear the init's capabilities");
 	} else {
 		return fail("namespaces", 0, NULL, "mcpwarden-init: bad arguments");

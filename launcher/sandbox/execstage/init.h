@@ -8,6 +8,8 @@
 #define INIT_NAME "mcpwarden-init"
 
 void status(const char *stage, int err, const char *path, const char *msg);
+void writeall(int fd, const char *b, size_t n);
+int clear_caps(void);
 int fail(const char *stage, int err, const char *path, const char *msg);
 int die_with_init(void);
 int init_main(int argc, char **argv);

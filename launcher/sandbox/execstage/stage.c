@@ -92,14 +92,31 @@ void status(const char *stage, int err, const char *path, const char *msg)
 		putraw(b, sizeof(b), &at, "\"");
 	}
 	putraw(b, sizeof(b), &at, "}\n");
-	for (size_t off = 0; off < at;) {
-		ssize_t w = write(HO_STATUS_FD, b + off, at - off);
+	writeall(HO_STATUS_FD, b, at);
+}
+
+/* writeall writes the n bytes at b on fd, or as many as fd takes. */
+void writeall(int fd, const char *b, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, b, n);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
 			return;
-		off += (size_t)w;
+		b += w;
+		n -= (size_t)w;
 	}
+}
+
+/* clear_caps empties the permitted, effective and inheritable capability
+ * sets of this process; it returns capset's result. */
+int clear_caps(void)
+{
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct data[2];
+	memset(data, 0, sizeof(data));
+	return (int)syscall(SYS_capset, &hdr, data);
 }
 
 int fail(const char *stage, int err, const char *path, const char *msg)
@@ -202,13 +219,8 @@ static int apply(const struct handover *h)
 		if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0)
 			return fail("seccomp", errno, NULL, "install seccomp filter");
 	}
-	if (h->flags & HO_F_DROP_CAPS) {
-		struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
-		struct __user_cap_data_struct data[2];
-		memset(data, 0, sizeof(data));
-		if (syscall(SYS_capset, &hdr, data) != 0)
-			return fail("privileges", errno, NULL, "clear capabilities");
-	}
+	if ((h->flags & HO_F_DROP_CAPS) && clear_caps() != 0)
+		return fail("privileges", errno, NULL, "clear capabilities");
 	return 0;
 }
 
@@ -278,8 +290,7 @@ int main(int argc, char **argv)
 	struct stat st;
 	if (fstat(HO_IN_FD, &st) != 0 || !S_ISFIFO(st.st_mode) || fstat(HO_STATUS_FD, &st) != 0 || !S_ISFIFO(st.st_mode)) {
 		static const char msg[] = "mcpwarden-exec: this is the exec stage of the fence helper of 'mcpwarden run', which starts it with a handover on fd 3 and a status pipe on fd 4; it is not run by hand\n";
-		if (write(2, msg, sizeof(msg) - 1) < 0)
-			return 2;
+		writeall(2, msg, sizeof(msg) - 1);
 		return 2;
 	}
 	prctl(PR_SET_NAME, "mcpwarden-exec", 0, 0, 0);
