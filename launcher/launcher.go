@@ -410,9 +410,13 @@ func execStagePath(helper string) string {
 func checkBinary(what, path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("the %s %s is missing (%v): build it with 'make build', which puts it next to mcpwarden, or install it there", what, path, errors.Unwrap(err))
+		return missingBinary(what, path, err)
 	}
 	return checkMode(what, path, st)
+}
+
+func missingBinary(what, path string, err error) error {
+	return fmt.Errorf("the %s %s is missing (%v): build it with 'make build', which puts it next to mcpwarden, or install it there", what, path, errors.Unwrap(err))
 }
 
 func checkMode(what, path string, st os.FileInfo) error {
@@ -431,7 +435,7 @@ func openExecStage(helper string) (*os.File, error) {
 	path := execStagePath(helper)
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("the exec stage %s is missing (%v): build it with 'make build', which puts it next to mcpwarden, or install it there", path, errors.Unwrap(err))
+		return nil, missingBinary("exec stage", path, err)
 	}
 	st, err := f.Stat()
 	if err == nil {
