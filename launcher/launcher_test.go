@@ -19,6 +19,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -483,5 +484,43 @@ func TestIdentifiedRecordComesBeforeExit(t *testing.T) {
 	}
 	if exit := sink.events[2].Launch; exit.ServerName != "naive" || exit.ProtocolEra != "legacy" {
 		t.Errorf("the exit record does not name the server: %+v", exit)
+	}
+}
+
+// TestExecStageChecked: the exec stage next to the fence helper is checked
+// as the helper is (docs/launcher.md): missing, not executable or
+// group-writable refuses the run with a message naming its path and the fix.
+func TestExecStageChecked(t *testing.T) {
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	for _, c := range []struct {
+		mode os.FileMode // 0: no exec stage
+		want string
+	}{
+		{0, "make build"},
+		{0o644, "not an executable"},
+		{0o775, "chmod go-w"},
+	} {
+		dir := t.TempDir()
+		helper := filepath.Join(dir, sandbox.HelperName)
+		stage := filepath.Join(dir, sandbox.ExecStageName)
+		files := map[string]os.FileMode{helper: 0o755}
+		if c.mode != 0 {
+			files[stage] = c.mode
+		}
+		for p, mode := range files {
+			if err := os.WriteFile(p, []byte("#!/bin/true\n"), mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg, _, _ := inProcessConfig(t, scope, []string{"/bin/true"})
+		cfg.HelperPath = helper
+		_, err := launcher.New(cfg)
+		if err == nil || !strings.Contains(err.Error(), "exec stage "+stage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("exec stage of mode %v: err %v, want its path and %q", c.mode, err, c.want)
+		}
 	}
 }
