@@ -36,9 +36,10 @@ var errLauncherGone = errors.New("the launcher is gone")
 // dieWithLauncher asks the kernel to SIGKILL this process (and so the
 // server it becomes) when the launcher's thread that started it dies, then
 // checks that the launcher is still there: if it died just before, no
-// signal would come. It must be the last credential change before execve:
-// a change of uid, gid or a widening of capabilities clears the
-// parent-death signal. getppid cannot tell (in a new pid namespace the
+// signal would come. A change of uid, gid or a widening of capabilities
+// clears the parent-death signal: call it after the last one before
+// execve, or set the signal again after each (as the run's init does,
+// which calls it first). getppid cannot tell (in a new pid namespace the
 // parent is outside and reads as 0); the status pipe can: the launcher
 // holds its read end until exec, and a pipe without readers polls POLLERR.
 func dieWithLauncher(status *os.File) error {

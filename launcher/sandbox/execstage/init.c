@@ -188,7 +188,8 @@ int init_main(int argc, char **argv)
 			continue;
 		if (pid < 0) {
 			/* ECHILD: cannot happen while the server lives; say it ended. */
-			writeall(HO_STATUS_FD, "{\"stage\":\"exit\",\"code\":127}\n", 28);
+			static const char gone[] = "{\"stage\":\"exit\",\"code\":127}\n";
+			writeall(HO_STATUS_FD, gone, sizeof(gone) - 1);
 			return 127;
 		}
 		if (pid != stage)
