@@ -162,8 +162,8 @@ type argChecker struct {
 // server's working directory.
 func (p *Policy) newChecker(relTo func(string) string, effective []string, fsTool bool) *argChecker {
 	c := &argChecker{p: p, eff: effective, relTo: relTo}
-	if !fsTool && p.workDir != "" && p.workDir != p.scope.Base {
-		c.alt = BaseRelative(p.workDir)
+	if !fsTool {
+		c.alt = p.workRel
 	}
 	return c
 }
@@ -197,7 +197,7 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 		return nil, deny(schema.ErrMalformedRequest, "arguments must be an object")
 	}
 	t, builtin := fsTools[name]
-	relTo := BaseRelative(p.scope.Base)
+	relTo := p.baseRel
 	if builtin {
 		relTo = FSRelative(effective)
 	}
@@ -248,29 +248,36 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 // CheckArguments) must be inside effective and not secret. Relative names
 // resolve against the base.
 func (p *Policy) CheckLooseArguments(raw json.RawMessage, effective []string) ([]string, *Denial) {
+	return p.checkLoose(raw, effective, true, "argument")
+}
+
+// checkLoose checks every string and member name of raw that looks like a
+// path (what names the value in a denial); with probe, a string that does
+// not is still checked when it names an entry that exists.
+func (p *Policy) checkLoose(raw json.RawMessage, effective []string, probe bool, what string) ([]string, *Denial) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
-	c := p.newChecker(BaseRelative(p.scope.Base), effective, false)
+	c := p.newChecker(p.baseRel, effective, false)
 	if raw[0] == '"' {
 		var s string
 		if json.Unmarshal(raw, &s) != nil {
-			return nil, deny(schema.ErrMalformedRequest, "argument is not valid JSON")
+			return nil, deny(schema.ErrMalformedRequest, "%s is not valid JSON", what)
 		}
-		return c.checked, c.loose([]string{"value"}, s, true)
+		return c.checked, c.loose([]string{"value"}, s, probe)
 	}
 	if raw[0] != '{' && raw[0] != '[' {
 		return nil, nil
 	}
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
 		if len(ptr) > 0 && (kind == '"' || kind == kindName) {
-			return c.loose(ptr, s, kind == '"')
+			return c.loose(ptr, s, probe && kind == '"')
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, deny(schema.ErrMalformedRequest, "arguments are not valid JSON")
+		return nil, deny(schema.ErrMalformedRequest, "%ss are not valid JSON", what)
 	}
 	return c.checked, d
 }
@@ -572,31 +579,10 @@ func MayHoldPath(raw []byte) bool {
 // not secret. Nothing is looked up under the base: these are not the
 // arguments of a tool.
 func (p *Policy) CheckValues(raw json.RawMessage, effective []string) ([]string, *Denial) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || !MayHoldPath(raw) {
+	if !MayHoldPath(raw) {
 		return nil, nil
 	}
-	c := p.newChecker(BaseRelative(p.scope.Base), effective, false)
-	if raw[0] == '"' {
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
-			return nil, deny(schema.ErrMalformedRequest, "parameter is not valid JSON")
-		}
-		return c.checked, c.loose([]string{"value"}, s, false)
-	}
-	if raw[0] != '{' && raw[0] != '[' {
-		return nil, nil
-	}
-	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
-		if len(ptr) > 0 && (kind == '"' || kind == kindName) {
-			return c.loose(ptr, s, false)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, deny(schema.ErrMalformedRequest, "parameters are not valid JSON")
-	}
-	return c.checked, d
+	return p.checkLoose(raw, effective, false, "parameter")
 }
 
 // CheckResultURIs checks a server's result (a tool's content, a prompt's
@@ -609,7 +595,7 @@ func (p *Policy) CheckResultURIs(raw json.RawMessage, effective []string) ([]str
 	if !hasFileURI(raw) {
 		return nil, nil
 	}
-	c := p.newChecker(BaseRelative(p.scope.Base), effective, false)
+	c := p.newChecker(p.baseRel, effective, false)
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
 		if kind != '"' || len(ptr) == 0 || ptr[len(ptr)-1] != "uri" || !hasFileScheme(s) {
 			return nil

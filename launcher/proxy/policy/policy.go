@@ -35,13 +35,16 @@ type Config struct {
 // Policy decides calls for one scope. It is immutable and safe for
 // concurrent use.
 type Policy struct {
-	scope    *schema.CanonicalScope
-	secrets  *schema.Secrets
-	home     string
-	workDir  string
-	allowed  map[string]bool
-	prompts  map[string]bool
-	pathArgs map[string][]pointer // tool_path_args, parsed
+	scope   *schema.CanonicalScope
+	secrets *schema.Secrets
+	home    string
+	// baseRel resolves a relative name against the base; workRel against
+	// the server's working directory when that is not the base (nil
+	// otherwise). Both are made once: every check uses them.
+	baseRel, workRel func(string) string
+	allowed          map[string]bool
+	prompts          map[string]bool
+	pathArgs         map[string][]pointer // tool_path_args, parsed
 }
 
 // New builds a Policy.
@@ -63,7 +66,10 @@ func New(c Config) (*Policy, error) {
 		}
 		workDir = filepath.Clean(workDir)
 	}
-	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, workDir: workDir, allowed: map[string]bool{}, prompts: map[string]bool{}, pathArgs: map[string][]pointer{}}
+	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, baseRel: BaseRelative(c.Scope.Base), allowed: map[string]bool{}, prompts: map[string]bool{}, pathArgs: map[string][]pointer{}}
+	if workDir != "" && workDir != c.Scope.Base {
+		p.workRel = BaseRelative(workDir)
+	}
 	for _, t := range c.Scope.ToolAllowlist {
 		p.allowed[t] = true
 	}
@@ -216,5 +222,5 @@ func (p *Policy) CheckURI(uri string, effective []string) (string, *Denial) {
 	if err != nil {
 		return "", deny(schema.ErrPathOutsideScope, "%v", err)
 	}
-	return p.CheckPath(path, BaseRelative(p.scope.Base), effective)
+	return p.CheckPath(path, p.baseRel, effective)
 }
