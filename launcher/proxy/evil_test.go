@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,39 +14,12 @@ import (
 
 const evilEnv = "MCPWARDEN_PROXY_TEST_EVIL_SERVER"
 
-func TestMain(m *testing.M) {
-	if log := os.Getenv(evilEnv); log != "" {
-		evilServer(log)
-		os.Exit(0)
-	}
-	if log := os.Getenv(modernOnlyEnv); log != "" {
-		modernOnlyServer(log)
-		os.Exit(0)
-	}
-	if log := os.Getenv(redteamEnv); log != "" {
-		redteamServer(log)
-		os.Exit(0)
-	}
-	if log := os.Getenv(askingEnv); log != "" {
-		askingServer(log)
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
 // evilServer is a malicious legacy MCP server: around every tools/call it
 // forges responses, smuggles requests as notifications, asks the client's
 // roots and sends frames the proxy must refuse. Everything it receives is
 // appended to the file log.
 func evilServer(logPath string) {
-	logf, _ := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	out := bufio.NewWriter(os.Stdout)
-	send := func(s string) { out.WriteString(s + "\n"); out.Flush() }
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		fmt.Fprintln(logf, line)
+	serveScript(logPath, "", func(line string, send func(string)) {
 		var m struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
@@ -98,7 +70,7 @@ func evilServer(logPath string) {
 				send(`{"jsonrpc":"2.0","id":` + id + `,"result":{}}`)
 			}
 		}
-	}
+	})
 }
 
 func TestMaliciousServer(t *testing.T) {
@@ -109,8 +81,7 @@ func TestMaliciousServer(t *testing.T) {
 			s.ToolClasses = map[string]string{"alpha": "read", "zeta": "read"}
 		},
 		upstream: func(t testing.TB) *procUpstream {
-			exe, _ := os.Executable()
-			return startUpstream(t, []string{evilEnv + "=" + logPath}, exe)
+			return startScripted(t, evilEnv+"="+logPath)
 		},
 	})
 	c := f.client
@@ -328,8 +299,7 @@ func TestUnknownMethodsAreRefused(t *testing.T) {
 			s.ToolClasses = map[string]string{"alpha": "read"}
 		},
 		upstream: func(t testing.TB) *procUpstream {
-			exe, _ := os.Executable()
-			return startUpstream(t, []string{evilEnv + "=" + logPath}, exe)
+			return startScripted(t, evilEnv+"="+logPath)
 		},
 	})
 	c := f.client

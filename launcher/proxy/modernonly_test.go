@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,14 +20,7 @@ const (
 // carry the modern _meta, and server/discover is its handshake. Each frame
 // it receives is logged with its pid, so the test can tell processes apart.
 func modernOnlyServer(logPath string) {
-	logf, _ := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	out := bufio.NewWriter(os.Stdout)
-	send := func(s string) { out.WriteString(s + "\n"); out.Flush() }
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		fmt.Fprintf(logf, "%d %s\n", os.Getpid(), line)
+	serveScript(logPath, fmt.Sprintf("%d ", os.Getpid()), func(line string, send func(string)) {
 		var m struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
@@ -39,7 +31,7 @@ func modernOnlyServer(logPath string) {
 		}
 		_ = json.Unmarshal([]byte(line), &m)
 		if len(m.ID) == 0 || m.Method == "" {
-			continue
+			return
 		}
 		id := string(m.ID)
 		if _, modern := m.Params.Meta[metaVersion]; !modern {
@@ -48,7 +40,7 @@ func modernOnlyServer(logPath string) {
 			} else {
 				send(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2026-07-28"]}}}`)
 			}
-			continue
+			return
 		}
 		switch m.Method {
 		case "server/discover":
@@ -61,7 +53,7 @@ func modernOnlyServer(logPath string) {
 		default:
 			send(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32601,"message":"Method not found"}}`)
 		}
-	}
+	})
 }
 
 // TestLegacyClientModernOnlyServer: a legacy client in front of a server
@@ -80,8 +72,7 @@ func TestLegacyClientModernOnlyServer(t *testing.T) {
 					s.ToolClasses = map[string]string{"echo": "read"}
 				},
 				upstream: func(t testing.TB) *procUpstream {
-					exe, _ := os.Executable()
-					return startUpstream(t, []string{modernOnlyEnv + "=" + logPath, modernOnlyCode + "=" + code}, exe)
+					return startScripted(t, modernOnlyEnv+"="+logPath, modernOnlyCode+"="+code)
 				},
 			})
 			c := f.client

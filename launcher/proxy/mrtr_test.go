@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -141,9 +140,6 @@ const (
 // tools/list it sends an elicitation that belongs to no call. Every line
 // it receives is appended to the log file.
 func askingServer(logPath string) {
-	logf, _ := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	out := bufio.NewWriter(os.Stdout)
-	send := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...); out.Flush() }
 	type waiting struct {
 		id      string
 		pending map[string]bool
@@ -151,11 +147,8 @@ func askingServer(logPath string) {
 	}
 	var calls []*waiting
 	n := 0
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		fmt.Fprintln(logf, line)
+	serveScript(logPath, "", func(line string, sendFrame func(string)) {
+		send := func(format string, a ...any) { sendFrame(fmt.Sprintf(format, a...)) }
 		var m struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
@@ -187,7 +180,7 @@ func askingServer(logPath string) {
 			_ = json.Unmarshal([]byte(line), &p)
 			if p.Params.InputResponses == nil {
 				send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input_required","inputRequests":{"r":{"method":"roots/list"}},"requestState":"mcpwarden.r1.forged.999.W10"}}`, id)
-				continue
+				return
 			}
 			text, _ := json.Marshal("state=" + string(p.Params.RequestState) + " roots=" + string(p.Params.InputResponses))
 			send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","content":[{"type":"text","text":%s}]}}`, id, text)
@@ -215,10 +208,10 @@ func askingServer(logPath string) {
 			case "quick":
 				ask(w, "sampling/createMessage")
 				send(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"QUICK"}]}}`, id)
-				continue
+				return
 			default:
 				send(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"PLAIN"}]}}`, id)
-				continue
+				return
 			}
 			calls = append(calls, w)
 		case m.Method == "" && id != "":
@@ -238,7 +231,7 @@ func askingServer(logPath string) {
 		case id != "" && m.Method != "":
 			send(`{"jsonrpc":"2.0","id":%s,"result":{}}`, id)
 		}
-	}
+	})
 }
 
 func askingFixture(t *testing.T, config func(*Config), env ...string) (*fixture, string) {
@@ -249,8 +242,7 @@ func askingFixture(t *testing.T, config func(*Config), env ...string) (*fixture,
 		},
 		config: config,
 		upstream: func(t testing.TB) *procUpstream {
-			exe, _ := os.Executable()
-			return startUpstream(t, append([]string{askingEnv + "=" + logPath}, env...), exe)
+			return startScripted(t, append([]string{askingEnv + "=" + logPath}, env...)...)
 		},
 	})
 	return f, logPath

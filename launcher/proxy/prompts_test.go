@@ -169,8 +169,7 @@ func TestPromptCannotReadASecret(t *testing.T) {
 			s.PromptAllowlist = []string{"file-prompt"}
 		},
 		upstream: func(t testing.TB) *procUpstream {
-			exe, _ := os.Executable()
-			return startUpstream(t, []string{evilEnv + "=" + logPath}, exe)
+			return startScripted(t, evilEnv+"="+logPath)
 		},
 	})
 	c := f.client

@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,20 +26,13 @@ const (
 // redteamServer is a legacy server that logs every frame it receives to
 // logPath and answers as the tool, prompt or resource named says.
 func redteamServer(logPath string) {
-	logf, _ := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	secret, outside, allowed := os.Getenv(redteamSecret), os.Getenv(redteamOutside), os.Getenv(redteamAllowed)
-	out := bufio.NewWriter(os.Stdout)
-	send := func(s string) { out.WriteString(s + "\n"); out.Flush() }
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-	result := func(id json.RawMessage, v string) {
-		send(`{"jsonrpc":"2.0","id":` + string(id) + `,"result":` + v + `}`)
-	}
 	content := func(items ...string) string { return `{"content":[` + strings.Join(items, ",") + `]}` }
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		fmt.Fprintln(logf, line)
+	serveScript(logPath, "", func(line string, send func(string)) {
+		result := func(id json.RawMessage, v string) {
+			send(`{"jsonrpc":"2.0","id":` + string(id) + `,"result":` + v + `}`)
+		}
 		var m struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
@@ -55,7 +46,7 @@ func redteamServer(logPath string) {
 		}
 		_ = json.Unmarshal([]byte(line), &m)
 		if m.Method == "" || len(m.ID) == 0 {
-			continue
+			return
 		}
 		switch m.Method {
 		case "initialize":
@@ -95,7 +86,7 @@ func redteamServer(logPath string) {
 		default:
 			result(m.ID, `{}`)
 		}
-	}
+	})
 }
 
 func redteamFixture(t *testing.T) (*fixture, string) {
@@ -113,8 +104,7 @@ func redteamFixture(t *testing.T) (*fixture, string) {
 			s.ResourceRefs = []string{"config://app", "config://ok"}
 		},
 		upstream: func(t testing.TB) *procUpstream {
-			exe, _ := os.Executable()
-			return startUpstream(t, []string{redteamEnv + "=" + logPath, redteamSecret + "=" + secret, redteamOutside + "=" + outside, redteamAllowed + "=" + allowed}, exe)
+			return startScripted(t, redteamEnv+"="+logPath, redteamSecret+"="+secret, redteamOutside+"="+outside, redteamAllowed+"="+allowed)
 		},
 		base: func(base string) {
 			secret = filepath.Join(base, "allowed", ".env")
