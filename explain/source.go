@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -98,26 +97,14 @@ func (s *StoreSource) Name() string { return "ClickHouse database " + s.Store.Da
 // RunEvents finds the run's host and reads its events by the primary key.
 // A run has one host: a run id that events of several hosts carry (another
 // host reused it, or forged events under it in its own name) is refused
-// unless Host names one.
+// (store.RunHost) unless Host names one.
 func (s *StoreSource) RunEvents(ctx context.Context, runID string) ([]schema.Event, error) {
-	hosts := []string{s.Host}
-	if s.Host == "" {
+	host := s.Host
+	if host == "" {
 		var err error
-		if hosts, err = s.Store.RunHosts(ctx, runID); err != nil {
+		if host, err = s.Store.RunHost(ctx, runID); err != nil || host == "" {
 			return nil, err
 		}
-		if len(hosts) > 1 {
-			return nil, fmt.Errorf("run %q has events of %d hosts (%s): a run has one host, so another host reused its id or forged events under it; pass --host to read one host's events",
-				runID, len(hosts), strings.Join(hosts, ", "))
-		}
 	}
-	var out []schema.Event
-	for _, h := range hosts {
-		evs, err := s.Store.ReadRun(ctx, store.RunRef{Host: h, RunID: runID}, 1_000_000)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, evs...)
-	}
-	return out, nil
+	return s.Store.ReadRun(ctx, store.RunRef{Host: host, RunID: runID}, 1_000_000)
 }

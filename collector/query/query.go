@@ -102,7 +102,7 @@ func Run(ctx context.Context, st *store.Store, name string, p Params) (*Result, 
 		return nil, err
 	}
 	if name == "timeline" && p.Host == "" {
-		return timelineAllHosts(ctx, st, p)
+		return timelineAllHosts(ctx, st, text, p)
 	}
 	return runSQL(ctx, st, name, text, p.values())
 }
@@ -136,53 +136,23 @@ func runSQL(ctx context.Context, st *store.Store, name, sql string, params store
 }
 
 // AmbiguousRunError is returned for a run id that events of more than one
-// host carry, when no host was named.
-type AmbiguousRunError struct {
-	Run   string
-	Hosts []string
-}
+// host carry, when no host was named (store.RunHost).
+type AmbiguousRunError = store.AmbiguousRunError
 
-func (e *AmbiguousRunError) Error() string {
-	return fmt.Sprintf("run %s has events of %d hosts (%s): a run has one host, so another host reused its id or forged events under it; pass --host to read one host's events",
-		Escape(e.Run), len(e.Hosts), Escape(strings.Join(e.Hosts, ", ")))
-}
-
-// timelineAllHosts finds the run's host first: with the host the
-// primary key narrows the scan to the run's ranges.
-func timelineAllHosts(ctx context.Context, st *store.Store, p Params) (*Result, error) {
-	hosts, err := st.RunHosts(ctx, p.Run)
+// timelineAllHosts finds the run's host first: with the host the primary
+// key narrows the scan to the run's ranges. A run id of several hosts is
+// refused: the timeline has no host column to tell their events apart.
+func timelineAllHosts(ctx context.Context, st *store.Store, text string, p Params) (*Result, error) {
+	host, err := st.RunHost(ctx, p.Run)
 	if err != nil {
 		return nil, fmt.Errorf("query timeline: %w", err)
 	}
-	if len(hosts) > 1 {
-		// A run has one host. Another host's events under its id are a
-		// forgery (a host may publish any run id in its own name) or a
-		// reuse; merged, they would read as the run's own, and the
-		// timeline has no host column to tell them apart.
-		return nil, &AmbiguousRunError{Run: p.Run, Hosts: hosts}
-	}
-	var out *Result
-	for _, h := range hosts {
-		q := p
-		q.Host = h
-		r, err := Run(ctx, st, "timeline", q)
-		if err != nil {
-			return nil, err
-		}
-		if out == nil {
-			out = r
-		} else {
-			out.Rows = append(out.Rows, r.Rows...)
-		}
-	}
-	if out == nil {
+	p.Host = host
+	if host == "" {
 		// No such run: the query's columns and no rows.
-		text, _ := chschema.Query("timeline")
-		q := p
-		q.Host = "\x00none"
-		return runSQL(ctx, st, "timeline", text, q.values())
+		p.Host = "\x00none"
 	}
-	return out, nil
+	return runSQL(ctx, st, "timeline", text, p.values())
 }
 
 // WriteJSON writes the rows as a JSON array of objects keyed by column.

@@ -423,6 +423,40 @@ func (s *Store) RunHosts(ctx context.Context, runID string) ([]string, error) {
 	return nil, nil
 }
 
+// AmbiguousRunError is RunHost's error for a run id that events of more
+// than one host carry.
+type AmbiguousRunError struct {
+	Run   string
+	Hosts []string
+}
+
+func (e *AmbiguousRunError) Error() string {
+	hosts := make([]string, len(e.Hosts))
+	for i, h := range e.Hosts {
+		hosts[i] = strconv.Quote(h)
+	}
+	return fmt.Sprintf("run %q has events of %d hosts (%s): a run has one host, so another host reused its id or forged events under it; pass --host to read one host's events",
+		e.Run, len(e.Hosts), strings.Join(hosts, ", "))
+}
+
+// RunHost is the host of a run's events ("" when none are stored). A run
+// has one host: another host's events under its id are a forgery (a host
+// may publish any run id in its own name) or a reuse, and merged with the
+// run's they would read as its own; so a run id that events of several
+// hosts carry is an *AmbiguousRunError, and the caller must name the host.
+func (s *Store) RunHost(ctx context.Context, runID string) (string, error) {
+	hosts, err := s.RunHosts(ctx, runID)
+	switch {
+	case err != nil:
+		return "", err
+	case len(hosts) > 1:
+		return "", &AmbiguousRunError{Run: runID, Hosts: hosts}
+	case len(hosts) == 1:
+		return hosts[0], nil
+	}
+	return "", nil
+}
+
 // runHostsSQL are RunHosts' look-ups, cheapest first. The first one's
 // kinds outside the rollup are named as != conditions, each of which the
 // primary key (kind, host, run_id, ...) turns into ranges.
