@@ -99,27 +99,35 @@ static int free_loopback_port(void) {
  * or the writing side failed (its peer is gone). */
 enum copied { MOVED, FROM_ENDED, TO_FAILED };
 
-/* copy moves what is readable on from to to. */
-static enum copied copy(int from, int to) {
-	char buf[65536];
-	ssize_t n = read(from, buf, sizeof buf);
-	if (n <= 0) return FROM_ENDED;
-	for (ssize_t off = 0; off < n;) {
-		ssize_t w = write(to, buf + off, (size_t)(n - off));
+/* write_all writes b[0:n] to fd. */
+static int write_all(int fd, const unsigned char *b, size_t n) {
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(fd, b + off, n - off);
 		if (w < 0 && errno == EINTR) continue;
-		if (w <= 0) return TO_FAILED;
-		off += w;
+		if (w <= 0) return -1;
+		off += (size_t)w;
 	}
-	return MOVED;
+	return 0;
 }
 
-/* drain reads and drops what ClickHouse still sends after our FIN, so the
- * final close carries no unread data (which would turn it into a reset). */
-static void drain(int fd) {
+/* copy moves what is readable on from to to. */
+static enum copied copy(int from, int to) {
+	unsigned char buf[65536];
+	ssize_t n = read(from, buf, sizeof buf);
+	if (n <= 0) return FROM_ENDED;
+	return write_all(to, buf, (size_t)n) == 0 ? MOVED : TO_FAILED;
+}
+
+/* end_backend ends a connection towards ClickHouse the orderly way: a FIN,
+ * then reading and dropping what ClickHouse still sends, so the final close
+ * carries no unread data (which would turn it into a reset). */
+static void end_backend(int fd) {
 	char buf[65536];
 	struct pollfd p = {.fd = fd, .events = POLLIN};
+	shutdown(fd, SHUT_WR);
 	while (poll(&p, 1, 30000) > 0 && read(fd, buf, sizeof buf) > 0) {
 	}
+	close(fd);
 }
 
 /* no_delay turns Nagle's algorithm off on fd, as ClickHouse does on its own
@@ -208,17 +216,6 @@ static ssize_t read_hello(int client, unsigned char *b) {
 	}
 }
 
-/* write_all writes b[0:n] to fd. */
-static int write_all(int fd, const unsigned char *b, size_t n) {
-	for (size_t off = 0; off < n;) {
-		ssize_t w = write(fd, b + off, n - off);
-		if (w < 0 && errno == EINTR) continue;
-		if (w <= 0) return -1;
-		off += (size_t)w;
-	}
-	return 0;
-}
-
 static void *relay(void *arg) {
 	int client = (int)(intptr_t)arg;
 	unsigned char *hello = malloc(HELLO_MAX);
@@ -236,11 +233,7 @@ static void *relay(void *arg) {
 	    write_all(backend, hello, (size_t)hn) != 0) {
 		free(hello);
 		close(client);
-		if (backend >= 0) {
-			shutdown(backend, SHUT_WR);
-			drain(backend);
-			close(backend);
-		}
+		if (backend >= 0) end_backend(backend);
 		return NULL;
 	}
 	free(hello);
@@ -264,9 +257,7 @@ static void *relay(void *arg) {
 		}
 	}
 	close(client);
-	shutdown(backend, SHUT_WR);
-	drain(backend);
-	close(backend);
+	end_backend(backend);
 	return NULL;
 }
 
