@@ -69,7 +69,7 @@ type Limits struct {
 // Upper bounds of the limits a scope may name: the kernel's pid_max, and
 // sizes whose byte counts fit an int64 with room to spare.
 const (
-	maxLimitProcesses = 1 << 22
+	maxLimitProcesses = MaxPID
 	maxLimitMB        = 1 << 30
 )
 

@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -20,9 +21,6 @@ const (
 	MaxPID = 1 << 22
 	// MaxLandlockABI is what the landlock_abi columns (UInt8) hold.
 	MaxLandlockABI = 255
-	maxInt32       = 1<<31 - 1
-	minInt32       = -1 << 31
-	maxUint32      = 1<<32 - 1
 )
 
 // inRange checks a number against the range its ClickHouse column holds, so
@@ -290,7 +288,7 @@ func (l *Launch) validate() error {
 			return err
 		}
 	}
-	if l.ServerUID < -1 || l.ServerUID >= maxUint32 {
+	if l.ServerUID < -1 || l.ServerUID >= math.MaxUint32 {
 		return invalid("launch.server_uid", "must be -1 or a uid")
 	}
 	for _, c := range []struct {
@@ -299,8 +297,8 @@ func (l *Launch) validate() error {
 	}{
 		{"launch.landlock_abi", int64(l.LandlockABI), 0, MaxLandlockABI},
 		{"launch.root_pid", int64(l.RootPID), 0, MaxPID},
-		{"launch.exit_status", int64(l.ExitStatus), minInt32, maxInt32},
-		{"launch.duration_ms", l.DurationMS, 0, 1<<63 - 1},
+		{"launch.exit_status", int64(l.ExitStatus), math.MinInt32, math.MaxInt32},
+		{"launch.duration_ms", l.DurationMS, 0, math.MaxInt64},
 	} {
 		if err := inRange(c.field, c.v, c.lo, c.hi); err != nil {
 			return err
@@ -364,7 +362,7 @@ func (d *Decision) validate() error {
 			return err
 		}
 	}
-	if err := inRange("decision.retry_count", int64(d.RetryCount), 0, maxUint32); err != nil {
+	if err := inRange("decision.retry_count", int64(d.RetryCount), 0, math.MaxUint32); err != nil {
 		return err
 	}
 	if !(d.LatencyMS >= 0) { // also NaN
@@ -400,7 +398,7 @@ func (f *FileOp) validate() error {
 	if err := inRange("file_op.pid", int64(f.PID), 0, MaxPID); err != nil {
 		return err
 	}
-	return inRange("file_op.result", int64(f.Result), minInt32, maxInt32)
+	return inRange("file_op.result", int64(f.Result), math.MinInt32, math.MaxInt32)
 }
 
 func (l *LandlockDenial) validate() error {
