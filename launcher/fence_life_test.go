@@ -447,6 +447,48 @@ func TestLifeRevocationEndsTheRunExplicitly(t *testing.T) {
 	}
 }
 
+// revokedAfterExit stops the run for a revoked scope the way the proxy
+// does (it closes the server's stdin), and returns only once the server
+// has exited: the launcher sees the server's exit before the mediator's
+// reason.
+type revokedAfterExit struct{}
+
+func (revokedAfterExit) Mediate(ctx context.Context, _ io.Reader, _ io.Writer, up launcher.Upstream) error {
+	if c, ok := up.Stdin().(io.Closer); ok {
+		c.Close()
+	}
+	select {
+	case <-up.Done():
+	case <-ctx.Done():
+	}
+	return fmt.Errorf("%w: the operator revoked it", launcher.ErrScopeRevoked)
+}
+
+// TestLifeRevocationAfterTheServerExited: the run's exit reason is the
+// mediator's even when the server was gone first (a revoked run ended as
+// exit 0 with no scope_revoked record when the server won that race: seen
+// in `mcpwarden approve --revoke` under load).
+func TestLifeRevocationAfterTheServerExited(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := canonicalScope(t, w.base, map[string]any{"allowed_paths": []string{"allowed"}})
+	cfg, sink, _ := inProcessConfig(t, scope, []string{b.Naive})
+	cfg.Mediator = revokedAfterExit{}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background()); !errors.Is(err, launcher.ErrScopeRevoked) {
+		t.Fatalf("run: %v, want ErrScopeRevoked", err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if last := sink.events[len(sink.events)-1]; last.Launch.ExitReason != schema.ExitScopeRevoked {
+		t.Fatalf("exit record %+v", last.Launch)
+	}
+}
+
 // TestLifeUnprivilegedLauncher: a launcher that may not create cgroups
 // (an ordinary user here) runs with the default limits degraded, loudly
 // and in its records, and refuses a run whose limits were asked for

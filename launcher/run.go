@@ -911,19 +911,14 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason, error) 
 			// ends the relay with EPIPE), the server closed its output, or
 			// the mediator failed. The server must not run on unattended.
 			mdone = nil // ended: the drain below has nothing to wait for
-			if r := scopeEnd(err); r != "" {
+			reason, auditErr = mediatorEnd(err)
+			if reason == schema.ExitScopeExpired || reason == schema.ExitScopeRevoked {
 				// The mediator stopped the run because the scope ended:
 				// nothing of it may run on, not even for a grace period.
-				reason = r
 				s.end(p)
 				break
 			}
-			if errors.Is(err, ErrAudit) {
-				// The mediator could not keep its records (and denied every
-				// call since): the run ends as failed, whatever the server's
-				// own status, never as a clean exit.
-				reason, auditErr = schema.ExitAuditFailed, err
-			} else if err != nil && !errors.Is(err, context.Canceled) {
+			if err != nil && reason == "" && !errors.Is(err, context.Canceled) {
 				cfg.Logger.Warn("mediator ended with an error; stopping the server", "run_id", cfg.RunID, "err", err)
 			}
 			p.stdin.Close()
@@ -951,9 +946,15 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason, error) 
 			cfg.Logger.Warn("processes of the run did not die", "run_id", cfg.RunID, "err", err)
 		}
 		// Let the mediator drain what the server wrote before it exited.
+		// Why it stopped counts even when the server's exit was seen first
+		// (a mediator that stops the run for a revoked scope closes the
+		// server's stdin, and the server may be gone before it returns).
 		if mdone != nil {
 			select {
-			case <-mdone:
+			case err := <-mdone:
+				if reason == "" {
+					reason, auditErr = mediatorEnd(err)
+				}
 			case <-time.After(2 * time.Second):
 			}
 		}
@@ -966,6 +967,20 @@ func (s *server) supervise(ctx context.Context) (int, schema.ExitReason, error) 
 		}
 		return code, why, auditErr
 	}
+}
+
+// mediatorEnd is the exit reason a mediator's ending error stands for —
+// the scope ended, or its records could not be kept (and it denied every
+// call since: the run ends as failed, whatever the server's own status,
+// never as a clean exit) — with the audit error for the latter.
+func mediatorEnd(err error) (schema.ExitReason, error) {
+	if r := scopeEnd(err); r != "" {
+		return r, nil
+	}
+	if errors.Is(err, ErrAudit) {
+		return schema.ExitAuditFailed, err
+	}
+	return "", nil
 }
 
 // waitRestart waits until Restart replaced p (or gave up).
