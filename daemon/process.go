@@ -88,24 +88,27 @@ func newProcessor(d *Daemon) *processor {
 		nsPIDs: map[uint32]uint32{}, unbound: map[string]uint32{}, lost: map[string]*lostRun{}}
 }
 
+// markLost counts a loss at (Unix ns) of run id: its gap is dated at its
+// first loss. Beyond maxLostRuns runs only the host-level counter tells.
+func (p *processor) markLost(id, scopeID, scopeHash string, at int64) {
+	l := p.lost[id]
+	if l == nil {
+		if len(p.lost) >= maxLostRuns {
+			return
+		}
+		l = &lostRun{scopeID: scopeID, scopeHash: scopeHash, from: at}
+		p.lost[id] = l
+	}
+	l.from = min(l.from, at)
+	l.events++
+}
+
 // noteLost remembers the runs of events the sink refused.
 func (p *processor) noteLost(events []schema.Event) {
 	for i := range events {
-		e := &events[i]
-		if e.RunID == "" {
-			continue
+		if e := &events[i]; e.RunID != "" {
+			p.markLost(e.RunID, e.ScopeID, e.ScopeHash, e.TimeNS)
 		}
-		l := p.lost[e.RunID]
-		if l == nil {
-			if len(p.lost) >= maxLostRuns {
-				// Beyond the bound only the host-level counter tells.
-				continue
-			}
-			l = &lostRun{scopeID: e.ScopeID, scopeHash: e.ScopeHash, from: e.TimeNS}
-			p.lost[e.RunID] = l
-		}
-		l.from = min(l.from, e.TimeNS)
-		l.events++
 	}
 }
 
@@ -119,15 +122,7 @@ const kernelLossWindow = 10 * time.Second
 // meanwhile gets an OBSERVATION_GAP, as with a lost batch (reportLost).
 func (p *processor) kernelLoss(now time.Time) {
 	for _, r := range p.d.table.ObservedSince(now.Add(-kernelLossWindow)) {
-		l := p.lost[r.ID]
-		if l == nil {
-			if len(p.lost) >= maxLostRuns {
-				continue
-			}
-			l = &lostRun{scopeID: r.ScopeID, scopeHash: r.ScopeHash, from: now.UnixNano()}
-			p.lost[r.ID] = l
-		}
-		l.events++
+		p.markLost(r.ID, r.ScopeID, r.ScopeHash, now.UnixNano())
 	}
 	if !p.d.sinkDown.Load() {
 		p.reportLost()
