@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 // PathKeySize is the length in bytes of a deployment's path-hash key.
@@ -63,7 +65,7 @@ func (h *PathHasher) KeyID() string {
 // LoadOrCreatePathKey reads the key at file, creating it (mode 0600, parent
 // 0700) with random bytes when it does not exist yet.
 func LoadOrCreatePathKey(file string) ([]byte, error) {
-	key, err := os.ReadFile(file)
+	key, err := readPathKey(file)
 	if err == nil {
 		if len(key) != PathKeySize {
 			return nil, fmt.Errorf("path hash key %s is %d bytes, want %d: restore it from backup or delete it to start a new key (old hashes will no longer match)", filepath.Base(file), len(key), PathKeySize)
@@ -95,4 +97,28 @@ func LoadOrCreatePathKey(file string) ([]byte, error) {
 		return nil, fmt.Errorf("write path hash key: %w", err)
 	}
 	return key, nil
+}
+
+// readPathKey reads an existing key, refusing one that someone else could
+// have planted or could change: owned by a user other than this process's
+// or root, or writable by group or others (whoever wrote the key can
+// reverse every path hash by guessing). A key shared read-only with a
+// group (the daemon's, for the launchers of --socket-group) is fine.
+func readPathKey(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("path hash key %s is owned by uid %d, not by this user or root: whoever wrote it can reverse the path hashes; delete it to start a new key, or name this user's key with --path-key", filepath.Base(file), st.Uid)
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("path hash key %s may be written by group or others (mode %#o): whoever wrote it can reverse the path hashes; chmod go-w it if it is yours, or delete it to start a new key", filepath.Base(file), fi.Mode().Perm())
+	}
+	return io.ReadAll(f)
 }

@@ -108,3 +108,52 @@ func TestPathHasherReuseMatchesAFreshHMAC(t *testing.T) {
 		t.Errorf("Hash: %v allocations, budget 3", n)
 	}
 }
+
+// TestPlantedPathKeyIsRefused: a key someone else wrote (another user's, or
+// one group or others may write) is refused, naming the file and the fix;
+// this user's key, root's, and one shared read-only with a group are used.
+func TestPlantedPathKeyIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mode  os.FileMode
+		owner int // -1: this user
+		ok    bool
+	}{
+		{"this user's, private", 0o600, -1, true},
+		{"shared read-only with a group", 0o640, -1, true},
+		{"writable by the group", 0o620, -1, false},
+		{"writable by others", 0o602, -1, false},
+		{"another user's", 0o600, 65534, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "path.key")
+			if err := os.WriteFile(file, bytes.Repeat([]byte{7}, PathKeySize), tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(file, tc.mode); err != nil { // past the umask
+				t.Fatal(err)
+			}
+			if tc.owner >= 0 {
+				if os.Geteuid() != 0 {
+					if os.Getenv("CI") == "true" {
+						t.Fatal("this case needs root (chown)")
+					}
+					t.Skip("needs root (chown)")
+				}
+				if err := os.Chown(file, tc.owner, tc.owner); err != nil {
+					t.Fatal(err)
+				}
+			}
+			key, err := LoadOrCreatePathKey(file)
+			if tc.ok {
+				if err != nil || !bytes.Equal(key, bytes.Repeat([]byte{7}, PathKeySize)) {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "path.key") || !strings.Contains(err.Error(), "reverse the path hashes") {
+				t.Fatalf("a planted key was used or refused without saying why: %v", err)
+			}
+		})
+	}
+}
