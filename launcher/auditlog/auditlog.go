@@ -84,14 +84,14 @@ func (l *Log) PublishDeferSync(ctx context.Context, events []schema.Event) error
 }
 
 func (l *Log) publish(ctx context.Context, events []schema.Event, sync bool) error {
-	if len(events) == 0 && (!sync || !l.isDirty()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(events) == 0 && (!sync || !l.dirty) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.f == nil {
 		return errors.New("audit log is closed")
 	}
@@ -119,12 +119,6 @@ func (l *Log) publish(ctx context.Context, events []schema.Event, sync bool) err
 	}
 	l.dirty = false
 	return nil
-}
-
-func (l *Log) isDirty() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dirty
 }
 
 // Close syncs what PublishDeferSync left unsynced, and closes the log.

@@ -21,11 +21,11 @@ import (
 // Event or Decision and not here.
 func appendEvent(b []byte, ev *schema.Event) ([]byte, error) {
 	if !handEncoded(ev) {
-		var buf bytes.Buffer
-		if err := json.NewEncoder(&buf).Encode(ev); err != nil {
+		buf := bytes.NewBuffer(b) // Encode writes nothing when it fails
+		if err := json.NewEncoder(buf).Encode(ev); err != nil {
 			return b, err
 		}
-		return append(b, buf.Bytes()...), nil
+		return buf.Bytes(), nil
 	}
 	b = append(b, `{"event_id":`...)
 	b = appendString(b, ev.EventID)
