@@ -20,18 +20,12 @@ var traceparent = sync.OnceValue(func() *regexp.Regexp {
 })
 
 func (s *session) newDecision(rq *request, tool string, class policy.Class) *schema.Decision {
-	s.upst.mu.Lock()
-	origin := s.upst.serverName
-	s.upst.mu.Unlock()
-	if origin == "" {
-		origin = s.cfg.ServerOrigin
-	}
 	return &schema.Decision{
 		OpID:            schema.NewID(),
 		Method:          recordLabel(rq.method),
 		ProtocolEra:     rq.era,
 		ProtocolVersion: rq.version,
-		ServerOrigin:    origin,
+		ServerOrigin:    s.serverOrigin(),
 		Tool:            recordLabel(truncate(tool, 128)),
 		ActionClass:     class,
 		Decision:        schema.OutcomeDeny,

@@ -157,19 +157,25 @@ func (r *recorder) err() error {
 	return r.werr
 }
 
-// recordProtocolDenial records a message refused before it had a tool: a
-// malformed frame, an unsupported version, a method the table does not pass.
-func (s *session) recordProtocolDenial(method, era, version string, code schema.ErrorCode) {
-	now := s.cfg.Now()
+// serverOrigin is what a record names the server by: the name it gave in
+// its handshake, else the configured origin.
+func (s *session) serverOrigin() string {
 	s.upst.mu.Lock()
 	origin := s.upst.serverName
 	s.upst.mu.Unlock()
 	if origin == "" {
-		origin = s.cfg.ServerOrigin
+		return s.cfg.ServerOrigin
 	}
+	return origin
+}
+
+// recordProtocolDenial records a message refused before it had a tool: a
+// malformed frame, an unsupported version, a method the table does not pass.
+func (s *session) recordProtocolDenial(method, era, version string, code schema.ErrorCode) {
+	now := s.cfg.Now()
 	s.rec.add(schema.Decision{
 		OpID: schema.NewID(), Method: recordLabel(truncate(method, 64)), ProtocolEra: era, ProtocolVersion: recordLabel(version),
-		ServerOrigin: origin, ActionClass: schema.ActionNone, Decision: schema.OutcomeDeny, Approval: schema.ApprovalNotRequired,
+		ServerOrigin: s.serverOrigin(), ActionClass: schema.ActionNone, Decision: schema.OutcomeDeny, Approval: schema.ApprovalNotRequired,
 		ErrorCode: string(code), StartNS: now.UnixNano(), EndNS: now.UnixNano(),
 	})
 }

@@ -636,14 +636,8 @@ func (s *session) checkServerRequest(m *jsonrpc.Message) ([]string, *policy.Deni
 // (code "") or refused: the client, and its model, are asked something.
 func (s *session) recordServerRequest(method string, paths []string, code schema.ErrorCode) {
 	now := s.cfg.Now()
-	s.upst.mu.Lock()
-	origin := s.upst.serverName
-	s.upst.mu.Unlock()
-	if origin == "" {
-		origin = s.cfg.ServerOrigin
-	}
 	d := schema.Decision{
-		OpID: schema.NewID(), Method: recordLabel(method), ServerOrigin: origin, ActionClass: schema.ActionNone,
+		OpID: schema.NewID(), Method: recordLabel(method), ServerOrigin: s.serverOrigin(), ActionClass: schema.ActionNone,
 		Decision: schema.OutcomeAllow, Approval: schema.ApprovalNotRequired, StartNS: now.UnixNano(), EndNS: now.UnixNano(),
 	}
 	s.client.mu.Lock()
