@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/big"
 	"os"
 	"reflect"
 	"slices"
@@ -510,4 +512,106 @@ func FuzzSanitizeToken(f *testing.F) {
 			t.Fatalf("SanitizeToken(%q) = %q, not a token", s, got)
 		}
 	})
+}
+
+// TestEventJSONSchemaBoundsMatchValidate: every minimum and maximum that
+// event.schema.json states is the bound Validate enforces: the bound itself
+// is accepted, one past it is refused (by Validate, or by decoding when the
+// Go type cannot hold it).
+func TestEventJSONSchemaBoundsMatchValidate(t *testing.T) {
+	raw, err := os.ReadFile("event.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type obj struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	var doc struct {
+		obj
+		Defs map[string]obj `json:"$defs"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string]Event{}
+	for _, e := range validEvents() {
+		bodies[string(e.Kind)] = e
+	}
+	bodies[""] = bodies[string(KindLaunch)]
+	// with sets member name of the event's body (or of the envelope when
+	// body is "") to the literal n and validates the result.
+	with := func(body, name, n string) error {
+		b, _ := json.Marshal(bodies[body])
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if body == "" {
+			m[name] = json.RawMessage(n)
+		} else {
+			var inner map[string]json.RawMessage
+			if err := json.Unmarshal(m[body], &inner); err != nil {
+				t.Fatal(err)
+			}
+			inner[name] = json.RawMessage(n)
+			m[body], _ = json.Marshal(inner)
+		}
+		b, _ = json.Marshal(m)
+		var e Event
+		if err := json.Unmarshal(b, &e); err != nil {
+			return err
+		}
+		return e.Validate()
+	}
+	checked := 0
+	for _, def := range []string{"", "launch", "decision", "file_op", "landlock_denial", "finding", "health"} {
+		props := doc.Properties
+		if def != "" {
+			props = doc.Defs[def].Properties
+		}
+		for name, p := range props {
+			var b struct {
+				Type any          `json:"type"`
+				Min  *json.Number `json:"minimum"`
+				Max  *json.Number `json:"maximum"`
+			}
+			if err := json.Unmarshal(p, &b); err != nil {
+				t.Fatal(err)
+			}
+			if b.Min == nil && b.Max == nil {
+				continue
+			}
+			if _, ok := bodies[def]; !ok {
+				t.Fatalf("no valid %s event to try %s on", def, name)
+			}
+			step := func(n json.Number, d int64) string {
+				if b.Type == "number" {
+					f, _ := n.Float64()
+					return fmt.Sprint(f + float64(d)*0.5)
+				}
+				var z big.Int
+				z.SetString(n.String(), 10)
+				return z.Add(&z, big.NewInt(d)).String()
+			}
+			at := def + "." + name
+			for _, bound := range []struct {
+				n   *json.Number
+				out int64
+			}{{b.Min, -1}, {b.Max, +1}} {
+				if bound.n == nil {
+					continue
+				}
+				checked++
+				if err := with(def, name, bound.n.String()); err != nil {
+					t.Errorf("%s = %s (the schema's bound) refused: %v", at, bound.n, err)
+				}
+				if past := step(*bound.n, bound.out); with(def, name, past) == nil {
+					t.Errorf("%s = %s (past the schema's bound %s) accepted", at, past, bound.n)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d bounds checked: the schema walk missed bodies", checked)
+	}
 }
