@@ -3,6 +3,7 @@ package collector_test
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -215,4 +216,91 @@ func parseRows[T any](t *testing.T, out []byte) []T {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// TestWrapProbeRunsAreClean: `mcpwarden wrap` runs each server once under
+// `mcpwarden run` (a tools/list probe) to learn its tools. That run executes
+// the server's code, so the daemon watches it like any run; a clean probe is
+// CLEAN in `query runs`, with its runtime's reads observed. Before, the probe
+// ran with --daemon-socket off while its launch records still reached NATS
+// (the host configuration names it, as in `make demo`): every probe read
+// REVIEW with an OBSERVATION_GAP (no_kernel_events) although nothing was
+// lost.
+func TestWrapProbeRunsAreClean(t *testing.T) {
+	testenv.RequireRoot(t)
+	fsServer := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	testenv.RequireFile(t, fsServer, "run scripts/test-env.sh install-npm")
+	node := testenv.RequireCommand(t, "node")
+	dsn := chtest.Database(t)
+	bin := testenv.Mcpwarden(t)
+	tr := testenv.NewTree(t, testenv.ReadScope("wrap-probe-clean"))
+	natsURL := e2etest.NATS(t, filepath.Join(tr.Root, "nats"))
+	background(t, "daemon started", bin, "daemon", "--socket", tr.Socket, "--nats", natsURL, "--state-dir", tr.State, "--enable-audit", "--crosscheck-window", "1s")
+	background(t, "collecting", bin, "collect", "--nats", natsURL, "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
+
+	// The host's configuration, as `make demo` writes it: the daemon's
+	// socket, its state directory and NATS.
+	hostCfg := filepath.Join(tr.Root, "host.json")
+	clientCfg := filepath.Join(tr.Root, "claude_desktop_config.json")
+	mustJSON := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	testenv.WriteFiles(t, map[string]string{
+		hostCfg:   mustJSON(map[string]any{"state_dir": tr.State, "daemon_socket": tr.Socket, "nats": map[string]any{"url": natsURL}}),
+		clientCfg: mustJSON(map[string]any{"mcpServers": map[string]any{"filesystem": map[string]any{"command": node, "args": []string{fsServer, tr.WS}}}}),
+	})
+	if err := os.Chmod(hostCfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Minute)
+	wrap := exec.Command(bin, "wrap", "--base", tr.Base, "--scope-dir", filepath.Join(tr.Root, "scopes"), clientCfg)
+	wrap.Env = append(os.Environ(), "MCPWARDEN_CONFIG="+hostCfg)
+	if out, err := wrap.CombinedOutput(); err != nil {
+		t.Fatalf("wrap: %v\n%s", err, out)
+	}
+
+	type runRow struct {
+		RunID    string `json:"run_id"`
+		Verdict  string `json:"verdict"`
+		Findings uint64 `json:"findings"`
+	}
+	var rows []runRow
+	settle := time.Now()
+	deadline := settle.Add(3 * time.Minute)
+	for {
+		out, err := exec.Command(bin, "query", "runs", "--clickhouse", dsn, "--scope", "wrap-probe", "--from", start.UTC().Format(time.RFC3339), "--json").Output()
+		rows = nil
+		if err == nil {
+			rows = parseRows[runRow](t, out)
+		}
+		if len(rows) == 1 && time.Since(settle) > 15*time.Second || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("query runs has %d probe runs, want 1: %+v", len(rows), rows)
+	}
+	r := rows[0]
+	out, err := exec.Command(bin, "query", "timeline", "--clickhouse", dsn, "--run", r.RunID, "--from", start.UTC().Format(time.RFC3339), "--json").Output()
+	if err != nil {
+		t.Fatalf("query timeline: %v", err)
+	}
+	runtimeOps := 0
+	for _, e := range parseRows[struct {
+		Kind      string `json:"kind"`
+		PathClass string `json:"path_class"`
+	}](t, out) {
+		if e.Kind == "file_op" && e.PathClass == "runtime" {
+			runtimeOps++
+		}
+	}
+	if r.Verdict != "CLEAN" || r.Findings != 0 || runtimeOps == 0 {
+		f, _ := exec.Command(bin, "query", "findings", "--clickhouse", dsn, "--run", r.RunID, "--from", start.UTC().Format(time.RFC3339)).CombinedOutput()
+		t.Errorf("the probe's run %s: verdict %s, %d findings, %d runtime reads observed; want CLEAN, 0, some\n%s", r.RunID, r.Verdict, r.Findings, runtimeOps, f)
+	}
 }

@@ -478,7 +478,14 @@ func (o *Options) probe(ctx context.Context, tmp, command string, args []string,
 	if err := os.WriteFile(scopeFile, b, 0o600); err != nil {
 		return nil, err
 	}
-	argv := []string{o.Mcpwarden, "run", "--proxy=false", "--mode", o.ProbeMode, "--daemon-socket", "off", "--state-dir", o.StateDir,
+	// The probe runs the server's code like any run, so it is watched like
+	// any run: registered with the host's daemon as the wrapped entry will
+	// be (the configuration's daemon_socket, else the default socket when a
+	// daemon is there), and refused when that daemon cannot watch it. With
+	// --daemon-socket off its launch records still reached NATS, and a run
+	// the kernel never watched is an OBSERVATION_GAP (no_kernel_events):
+	// every probe read REVIEW.
+	argv := []string{o.Mcpwarden, "run", "--proxy=false", "--mode", o.ProbeMode, "--state-dir", o.StateDir,
 		"--scope", scopeFile, "--base", base}
 	for _, n := range envNames {
 		argv = append(argv, "--env", n)
