@@ -11,6 +11,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/cli/natsconn"
 	"github.com/mcpwarden/mcpwarden/metrics"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
@@ -89,7 +90,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 		fmt.Printf("ClickHouse database %s%s is current (%s layout, %d migrations applied now)\n", st.Database(), where, st.Layout(), len(applied))
 		return cli.ExitOK
 	}
-	natsOpts, err := nf.Options(stream.RoleCollector, schema.LocalOrigin().Host, "mcpwarden-collect", *stateDir)
+	natsOpts, err := natsconn.Options(nf, stream.RoleCollector, schema.LocalOrigin().Host, "mcpwarden-collect", *stateDir)
 	if err != nil {
 		return cli.Fail(cli.ExitUsage, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/xcheck"
 	"github.com/mcpwarden/mcpwarden/hostconfig"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/cli/natsconn"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/metrics"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -146,7 +147,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		defer srv.Shutdown()
 		natsOpts = srv.Client(stream.RoleDaemon, name)
 		streamBytes = srv.StreamBytes()
-	} else if natsOpts, err = nf.Options(stream.RoleDaemon, origin.Host, name, *stateDir); err != nil {
+	} else if natsOpts, err = natsconn.Options(nf, stream.RoleDaemon, origin.Host, name, *stateDir); err != nil {
 		return cli.Fail(cli.ExitUsage, err)
 	}
 	nc, err := stream.Connect(natsOpts)

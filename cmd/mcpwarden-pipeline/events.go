@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/cli/natsconn"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -51,7 +52,7 @@ func cmdEvents(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "mcpwarden events: unknown --kind %q; use one of %v\n", *kind, schema.Kinds)
 		return cli.ExitUsage
 	}
-	opts, err := nf.Options(stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-events", *stateDir)
+	opts, err := natsconn.Options(nf, stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-events", *stateDir)
 	if err != nil {
 		return cli.Fail(cli.ExitUsage, err)
 	}

@@ -1,5 +1,6 @@
 // Command mcpwarden-pipeline holds the audit pipeline's commands of
-// mcpwarden: daemon, collect, query, events and why. People run them as
+// mcpwarden: daemon, collect, query, events, why and profile, and run when
+// its records go to NATS. People run them as
 // `mcpwarden COMMAND`, which execs this program (found next to it); they
 // link the NATS server, ClickHouse and eBPF code that `mcpwarden run`
 // never needs, so that a launch does not pay for their start-up
@@ -25,6 +26,10 @@ var commands = map[string]func(ctx context.Context, args []string) int{
 	"collect": cmdCollect,
 	"query":   cmdQuery,
 	"why":     cmdWhy,
+	"profile": cmdProfile,
+	// Not listed: mcpwarden runs its own run, and execs this one for a run
+	// whose records go to NATS.
+	"run": cmdRun,
 }
 
 // version is set at build time with -ldflags "-X main.version=..." (make

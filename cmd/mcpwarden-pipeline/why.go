@@ -18,6 +18,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/explain"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/cli/natsconn"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -109,7 +110,7 @@ func cmdWhy(ctx context.Context, args []string) int {
 		if h == "" {
 			h = schema.LocalOrigin().Host
 		}
-		opts, err := nf.Options(stream.RoleReader, h, "mcpwarden-why", *stateDir)
+		opts, err := natsconn.Options(nf, stream.RoleReader, h, "mcpwarden-why", *stateDir)
 		if err != nil {
 			return cli.Fail(cli.ExitUsage, err)
 		}

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/hostconfig"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/runcmd"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -143,7 +142,7 @@ func probeDaemon(ctx context.Context, cfg *hostconfig.Config, keyFile string) da
 		return d
 	case src == hostconfig.SourceNone:
 		d.Socket = client.DefaultSocket
-		found, err := discoverDaemon(d.Socket)
+		found, err := runcmd.DiscoverDaemon(d.Socket)
 		switch {
 		case err != nil:
 			d.Use, d.Error = "discovered", err.Error()
@@ -175,21 +174,6 @@ func probeDaemon(ctx context.Context, cfg *hostconfig.Config, keyFile string) da
 	d.LocalKeyID = h.KeyID()
 	d.KeyMismatch = d.LocalKeyID != d.KeyID
 	return d
-}
-
-// discoverDaemon reports whether a daemon's socket is at path. A socket
-// this user may not even look for is a daemon it cannot reach: an error.
-func discoverDaemon(path string) (bool, error) {
-	_, err := os.Lstat(path)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	case errors.Is(err, fs.ErrPermission):
-		return false, fmt.Errorf("a daemon's socket directory %s exists but this user may not reach it: ask for its socket group, or set daemon_socket to %q to run unobserved", filepath.Dir(path), hostconfig.Off)
-	}
-	return false, fmt.Errorf("look for the daemon's socket %s: %w", path, err)
 }
 
 func (r *configReport) writeText(w io.Writer) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/runcmd"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
@@ -95,12 +96,12 @@ func TestConfigReachesCommands(t *testing.T) {
 // none.
 func TestDiscoverDaemon(t *testing.T) {
 	dir := t.TempDir()
-	if found, err := discoverDaemon(filepath.Join(dir, "none", "daemon.sock")); found || err != nil {
+	if found, err := runcmd.DiscoverDaemon(filepath.Join(dir, "none", "daemon.sock")); found || err != nil {
 		t.Errorf("missing socket: found %v, %v", found, err)
 	}
 	p := filepath.Join(dir, "daemon.sock")
 	testenv.WriteFiles(t, map[string]string{p: ""})
-	if found, err := discoverDaemon(p); !found || err != nil {
+	if found, err := runcmd.DiscoverDaemon(p); !found || err != nil {
 		t.Errorf("present socket: found %v, %v", found, err)
 	}
 }

@@ -181,8 +181,12 @@ func TestVersion(t *testing.T) {
 func TestPipelineCommandsExecTheSecondProgram(t *testing.T) {
 	env := cleanEnv(t)
 	for _, p := range cli.PipelineCommands {
-		out, errOut, code := runBin(t, env, p.Name, "--no-such-flag")
-		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "mcpwarden "+p.Name+" --help") {
+		name := p.Name
+		if name == "profile" {
+			name = "profile learn" // its one subcommand holds the flags
+		}
+		out, errOut, code := runBin(t, env, append(strings.Fields(name), "--no-such-flag")...)
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "mcpwarden "+name+" --help") {
 			t.Errorf("%s --no-such-flag: exit %d, stdout %q, stderr %q; want 64 and a pointer to its --help on stderr", p.Name, code, out, errOut)
 		}
 	}
@@ -203,7 +207,19 @@ func TestPipelineCommandsExecTheSecondProgram(t *testing.T) {
 	pathDir := filepath.Dir(mcpwardenBin(t))
 	env = append(env[1:], "PATH="+pathDir+":"+os.Getenv("PATH"))
 	missing := filepath.Join(dir, cli.PipelineName)
-	for _, args := range [][]string{{"daemon"}, {"why", "run-1"}, {"help", "query"}, {"collect", "--help"}} {
+	// A run whose records go to NATS is the second program's too; nothing
+	// starts without it.
+	base := t.TempDir()
+	if err := os.Mkdir(filepath.Join(base, "ws"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	scope := filepath.Join(t.TempDir(), "scope.json")
+	if err := os.WriteFile(scope, []byte(`{"scope_id":"nats","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["x"],"approval":"none","expires_after_minutes":5}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(base, "started")
+	natsRun := []string{"run", "--nats", "nats://127.0.0.1:1", "--daemon-socket", "off", "--state-dir", filepath.Join(t.TempDir(), "state"), "--scope", scope, "--base", base, "--", "/bin/sh", "-c", "touch " + marker}
+	for _, args := range [][]string{{"daemon"}, {"why", "run-1"}, {"help", "query"}, {"collect", "--help"}, {"profile", "learn", "--", "true"}, natsRun} {
 		cmd := exec.Command(lone, args...)
 		cmd.Env = env
 		var o, e bytes.Buffer
@@ -214,6 +230,9 @@ func TestPipelineCommandsExecTheSecondProgram(t *testing.T) {
 			!strings.Contains(e.String(), missing) || !strings.Contains(e.String(), "make build") {
 			t.Errorf("%v without %s: %v, stdout %q, stderr %q; want exit 71 naming %s and 'make build'", args, cli.PipelineName, err, o.String(), e.String(), missing)
 		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("run --nats without %s started the server", cli.PipelineName)
 	}
 	cmd := exec.Command(lone, "help")
 	cmd.Env = env

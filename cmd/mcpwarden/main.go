@@ -3,10 +3,12 @@
 // kernel, and ships sanitized evidence to a fleet store.
 //
 // This program holds what an agent host runs for every server start (run,
-// scope, approve, wrap, config, profile); it links no NATS server,
+// scope, approve, wrap, config); it links no NATS (server or client),
 // ClickHouse or eBPF code, whose start-up every launch would pay. The
-// audit pipeline's commands (daemon, collect, query, events, why) are
-// mcpwarden-pipeline's, which this program execs for them (internal/cli).
+// audit pipeline's commands (daemon, collect, query, events, why), profile
+// (which reads the daemon's events from NATS) and a run whose records go
+// to NATS (--nats, nats.url) are mcpwarden-pipeline's, which this program
+// execs for them (internal/cli, internal/runcmd).
 package main
 
 import (
@@ -35,7 +37,6 @@ var commands = map[string]command{
 	"config":  {"print the effective host configuration (config show)", cmdConfig},
 	"wrap":    {"put every stdio server of an MCP client's configuration under mcpwarden run", cmdWrap},
 	"unwrap":  {"restore a configuration mcpwarden wrap rewrote", cmdUnwrap},
-	"profile": {"learn what a server needs from a scope, for review (profile learn -- CMD)", cmdProfile},
 }
 
 // pipelineCommand is a command of mcpwarden-pipeline: run by exec'ing it.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/runcmd"
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
@@ -49,7 +50,7 @@ func cmdScope(ctx context.Context, args []string) int {
 	var allowRuntime, allowExec cli.StringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH`, as for run (repeatable)")
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns, as for run (repeatable)")
-	lim := addLimitFlags(fs.FlagSet)
+	lim := runcmd.AddLimitFlags(fs.FlagSet)
 	requireNS := fs.Bool("require-namespaces", false, "as for run: exit 69 when the server's namespaces cannot be made here")
 	noNS := fs.Bool("no-namespaces", false, "as for run: without the server's namespaces")
 	owner := fs.String("owner", "", "as for run: `USER[:GROUP]` owning the files the server creates")
@@ -60,7 +61,7 @@ func cmdScope(ctx context.Context, args []string) int {
 	if len(pos) != 1 {
 		return fs.UsageError("give exactly one scope FILE")
 	}
-	scope, err := loadScope(pos[0], *base)
+	scope, err := runcmd.LoadScope(pos[0], *base)
 	if err != nil {
 		return cli.Fail(cli.ExitBadScope, err)
 	}
@@ -86,15 +87,6 @@ func cmdScope(ctx context.Context, args []string) int {
 		report.writeText(os.Stdout)
 	}
 	return code
-}
-
-// loadScope reads, parses and canonicalizes a scope file against base.
-func loadScope(file, base string) (*schema.CanonicalScope, error) {
-	s, err := schema.ReadScopeFile(file)
-	if err != nil {
-		return nil, err
-	}
-	return schema.Canonicalize(s, base, time.Now())
 }
 
 type scopeReport struct {
@@ -157,20 +149,20 @@ type limitsReport struct {
 // addLimits fills in the limits; a scope asking for more than the flags
 // allow is refused (exit 65), and required limits that this host cannot
 // enforce make the check exit 69, as the run would.
-func (r *scopeReport) addLimits(scope *schema.CanonicalScope, f *limitFlags) (int, error) {
-	l, err := launcher.EffectiveLimits(f.limits(), scope)
+func (r *scopeReport) addLimits(scope *schema.CanonicalScope, f *runcmd.LimitFlags) (int, error) {
+	l, err := launcher.EffectiveLimits(f.Limits(), scope)
 	if err != nil {
 		return cli.ExitBadScope, err
 	}
 	r.Limits = limitsReport{MaxProcesses: l.MaxProcesses, MaxMemoryMB: l.MaxMemoryMB, MaxFileSizeMB: l.MaxFileSizeMB}
-	if *f.cgroup {
-		r.Limits.Cgroup = launcher.ProbeCgroup(l, *f.cgroupParent)
+	if *f.Cgroup {
+		r.Limits.Cgroup = launcher.ProbeCgroup(l, *f.CgroupParent)
 	} else {
 		r.Limits.Cgroup = cgroup.Report{State: cgroup.Off, Reason: "turned off by the operator (--cgroup=false)", Token: "turned_off"}
 	}
 	sl := scope.Limits
-	reqProcs := f.required() || (sl != nil && sl.MaxProcesses > 0)
-	reqMem := f.required() || (sl != nil && sl.MaxMemoryMB > 0)
+	reqProcs := f.Required() || (sl != nil && sl.MaxProcesses > 0)
+	reqMem := f.Required() || (sl != nil && sl.MaxMemoryMB > 0)
 	r.Limits.Required = reqProcs || reqMem
 	c := r.Limits.Cgroup
 	if (reqProcs && l.MaxProcesses > 0 && c.Processes != l.MaxProcesses) || (reqMem && l.MaxMemoryMB > 0 && c.Memory != l.MaxMemoryMB<<20) {

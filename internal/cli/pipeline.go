@@ -27,22 +27,29 @@ var PipelineCommands = []PipelineCommand{
 	{"collect", "move events from NATS JetStream into ClickHouse"},
 	{"query", "run a canned fleet query against ClickHouse"},
 	{"why", "turn a run's hashed denials and findings back into paths, and say what grants each (why RUN_ID)"},
+	{"profile", "learn what a server needs from a scope, for review (profile learn -- CMD)"},
 }
 
 // ExecPipeline runs `mcpwarden-pipeline command args...` in place of this
 // process (same descriptors, environment, signals and exit status). It
 // returns only when that is impossible, with the exit code to use.
 func ExecPipeline(command string, args []string) int {
+	return Fail(ExitInternal, ReplaceWithPipeline(command, args))
+}
+
+// ReplaceWithPipeline is ExecPipeline for a command that has started: it
+// returns only with the error that kept it from exec'ing.
+func ReplaceWithPipeline(command string, args []string) error {
 	exe, err := os.Executable()
 	if err != nil {
-		return Fail(ExitInternal, fmt.Errorf("%s: locate this executable to find %s: %w", command, PipelineName, err))
+		return fmt.Errorf("%s: locate this executable to find %s: %w", command, PipelineName, err)
 	}
 	path, err := PipelinePath(filepath.Dir(exe))
 	if err != nil {
-		return Fail(ExitInternal, fmt.Errorf("%s: %w", command, err))
+		return fmt.Errorf("%s: %w", command, err)
 	}
 	err = syscall.Exec(path, append([]string{PipelineName, command}, args...), os.Environ())
-	return Fail(ExitInternal, fmt.Errorf("%s: run %s: %w", command, path, err))
+	return fmt.Errorf("%s: run %s: %w", command, path, err)
 }
 
 // PipelinePath is mcpwarden-pipeline in dir, refused when it is missing,

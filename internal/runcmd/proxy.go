@@ -1,4 +1,4 @@
-package main
+package runcmd
 
 import (
 	"bufio"
@@ -33,8 +33,6 @@ type proxyExtension struct {
 	secretExtra      cli.StringList
 }
 
-func init() { runExtensions = append(runExtensions, &proxyExtension{}) }
-
 func (e *proxyExtension) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&e.enabled, "proxy", true, "decide every call with the protocol-aware proxy; --proxy=false relays bytes unchanged (the fence still holds)")
 	fs.IntVar(&e.maxMessageBytes, "max-message-bytes", 16<<20, "largest JSON-RPC message the proxy accepts in either direction")
@@ -45,7 +43,7 @@ func (e *proxyExtension) Flags(fs *flag.FlagSet) {
 	fs.Var(&e.secretExtra, "secret-pattern", "an extra secret path `PATTERN` (glob per path component, e.g. '*.sqlite'); repeatable")
 }
 
-func (e *proxyExtension) Configure(ctx context.Context, rc *runContext) error {
+func (e *proxyExtension) Configure(ctx context.Context, rc *Context) error {
 	if !e.enabled {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package main
+package runcmd
 
 import (
 	"context"
@@ -31,19 +31,17 @@ import (
 // refused: their hashes of one path would never match.
 type daemonExtension struct{ socket string }
 
-func init() { runExtensions = append(runExtensions, &daemonExtension{}) }
-
 func (e *daemonExtension) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&e.socket, "daemon-socket", "", "register the run with 'mcpwarden daemon' at `PATH` before the server starts; the run refuses to start if that fails. Default: daemon_socket in the configuration, else "+client.DefaultSocket+" when a daemon's socket is there; 'off': no daemon")
 }
 
-func (e *daemonExtension) Configure(ctx context.Context, rc *runContext) error {
+func (e *daemonExtension) Configure(ctx context.Context, rc *Context) error {
 	socket := e.socket
 	switch socket {
 	case hostconfig.Off:
 		return nil
 	case "":
-		found, err := discoverDaemon(client.DefaultSocket)
+		found, err := DiscoverDaemon(client.DefaultSocket)
 		if err != nil {
 			return fmt.Errorf("the run is refused: %w", err)
 		}

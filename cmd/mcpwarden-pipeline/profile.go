@@ -18,6 +18,8 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/hostconfig"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/cli/natsconn"
+	"github.com/mcpwarden/mcpwarden/internal/runcmd"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
@@ -139,7 +141,7 @@ func cmdProfile(ctx context.Context, args []string) int {
 	if *pathKey == "" {
 		*pathKey = filepath.Join(*stateDir, "path.key")
 	}
-	self, err := selfPath()
+	self, err := mcpwardenPath()
 	if err != nil {
 		return cli.Fail(cli.ExitInternal, err)
 	}
@@ -149,7 +151,7 @@ func cmdProfile(ctx context.Context, args []string) int {
 	// The kernel view: the daemon the runs would use, if one answers.
 	daemonSock := *socket
 	if daemonSock == "" {
-		if found, _ := discoverDaemon(client.DefaultSocket); found {
+		if found, _ := runcmd.DiscoverDaemon(client.DefaultSocket); found {
 			daemonSock = client.DefaultSocket
 		}
 	}
@@ -195,7 +197,7 @@ func cmdProfile(ctx context.Context, args []string) int {
 // readRunEvents reads the file operations the daemon published for a run
 // since a time, until the stream has been idle for two seconds.
 func readRunEvents(ctx context.Context, nf *cli.NATSFlags, stateDir, runID string, since time.Time) ([]schema.Event, error) {
-	opts, err := nf.Options(stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-learn", stateDir)
+	opts, err := natsconn.Options(nf, stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-learn", stateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -235,4 +237,17 @@ func readRunEvents(ctx context.Context, nf *cli.NATSFlags, stateDir, runID strin
 			}
 		}
 	}
+}
+
+// mcpwardenPath is the mcpwarden next to this program (which found this
+// program next to itself), symlinks resolved: what learning runs start.
+func mcpwardenPath() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if p, err = filepath.EvalSymlinks(p); err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(p), "mcpwarden"), nil
 }
