@@ -60,7 +60,7 @@ func PipelinePath(dir string) (string, error) {
 	st, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("the daemon, collect, query, events and why commands are in %s, which is missing next to mcpwarden: build it with 'make build' (bin/%s) or install it there", path, PipelineName)
+		return "", fmt.Errorf("the daemon, collect, query, events, why and profile commands, and a run whose records go to NATS, are in %s, which is missing next to mcpwarden: build it with 'make build' (bin/%s) or install it there", path, PipelineName)
 	case err != nil:
 		return "", fmt.Errorf("%s: %w", path, err)
 	case !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0:
