@@ -210,7 +210,7 @@ func (s *session) awaitApproval(rq *request, tool string, class policy.Class, pa
 	}
 	// A notifications/cancelled for this request withdraws it.
 	cancelled := make(chan struct{})
-	key := string(rq.id)
+	key := idKey(rq.id)
 	s.pend.mu.Lock()
 	s.pend.awaiting[key] = cancelled
 	s.pend.mu.Unlock()
@@ -266,6 +266,7 @@ func (s *session) finish(rq *request, frame []byte, code schema.ErrorCode) {
 			return
 		}
 	}
+	s.pend.release(rq) // before the write: the client may reuse the id once it has the answer
 	if rq.dec == nil {
 		s.toClient(frame)
 		return

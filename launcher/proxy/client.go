@@ -29,6 +29,7 @@ type request struct {
 	start   time.Time
 	dec     *schema.Decision // every request that passes the gate, or is refused by it
 	upID    int64            // proxy id upstream, once forwarded
+	key     string           // idKey(id), once looked up (ids.go)
 	// mrtr is set when the server asked this (modern) call for client
 	// input that the proxy translates into input_required rounds (mrtr.go).
 	mrtr atomic.Pointer[mrtrCall]
@@ -106,6 +107,9 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 		s.answerStopped(rq)
 		return
 	}
+	if s.refuseDuplicateID(rq) {
+		return
+	}
 	if !s.readEnvelope(rq) {
 		return
 	}
@@ -135,6 +139,7 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 		return
 	}
 	a.check = s.checkRest(rq, a.check)
+	s.pend.claim(rq, rq) // in flight until finish answers it
 	s.admit(rq, a, true)
 }
 
@@ -419,24 +424,21 @@ func (s *session) forwardCancel(m *jsonrpc.Message) {
 	if strictjson.Unmarshal(m.Params, &p) != nil {
 		return
 	}
-	rid := bytes.TrimSpace(p["requestId"])
+	key := idKey(p["requestId"])
 	var upID int64
 	s.pend.mu.Lock()
-	if ch, ok := s.pend.awaiting[string(rid)]; ok {
-		delete(s.pend.awaiting, string(rid))
+	if ch, ok := s.pend.awaiting[key]; ok {
+		delete(s.pend.awaiting, key)
 		close(ch)
 	}
-	for id, c := range s.pend.up {
-		if c.req == nil {
-			continue
-		}
-		cid := c.req.id
-		if mc := c.req.mrtr.Load(); mc != nil {
-			cid = mc.current // the client's latest retry of a translated call
-		}
-		if bytes.Equal(bytes.TrimSpace(cid), rid) {
-			upID = id
-			break
+	// The id names one request in flight at most (ids.go): the one the
+	// client has no answer for yet — for a translated call, its open retry.
+	if l, ok := s.pend.live[key]; ok {
+		for id, c := range s.pend.up {
+			if c.req == l.call {
+				upID = id
+				break
+			}
 		}
 	}
 	s.pend.mu.Unlock()

@@ -106,6 +106,7 @@ func (s *session) admit(rq *request, a admission, inline bool) {
 func (s *session) continueAsync(rq *request, a admission) {
 	if s.inFlight.Add(1) > maxInFlight {
 		s.inFlight.Add(-1)
+		s.pend.release(rq)
 		s.toClient(jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: too many requests waiting; wait for answers before sending more", nil))
 		s.record(rq, schema.ErrMalformedRequest)
 		return

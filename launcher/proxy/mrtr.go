@@ -67,6 +67,7 @@ const DefaultInputTimeout = 5 * time.Minute
 type mrtrCall struct {
 	rq      *request
 	current json.RawMessage // the client id the call's answer goes to: the original or the latest retry
+	owner   *request        // the request whose id current is (it holds the id in flight while open; ids.go)
 	open    bool            // a client request (current) waits for an answer
 	token   string          // the requestState of the round the client holds ("" while open)
 	queued  []*serverAsk    // server requests not yet sent to the client
@@ -111,7 +112,7 @@ func (s *session) askModernClient(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Mess
 	}
 	mc := rq.mrtr.Load()
 	if mc == nil {
-		mc = &mrtrCall{rq: rq, current: rq.id, open: true}
+		mc = &mrtrCall{rq: rq, current: rq.id, owner: rq, open: true}
 		rq.mrtr.Store(mc)
 	}
 	if mc.done || len(mc.queued)+len(mc.sent) >= maxAsksPerCall {
@@ -189,6 +190,7 @@ func (s *session) nextRoundLocked(mc *mrtrCall) []byte {
 		reqs[a.key] = r
 	}
 	token := translatedStatePrefix + schema.NewID()
+	s.pend.releaseLocked(mc.owner) // the round answers the open request
 	mc.sent, mc.queued = mc.queued, nil
 	mc.open, mc.token = false, token
 	s.pend.rounds[token] = mc
@@ -266,13 +268,15 @@ func (s *session) resumeTranslated(rq *request, token string) {
 		}
 	}
 	mc.sent = nil
-	mc.current, mc.open, mc.token = rq.id, true, ""
+	mc.current, mc.owner, mc.open, mc.token = rq.id, rq, true, ""
+	s.pend.claimLocked(rq, mc.rq) // until the next round or the answer
 	var frame []byte
 	var code schema.ErrorCode
 	finished := false
 	if mc.hasFinal {
 		frame, code, finished = reID(mc.final, rq.id), mc.finalCode, true
 		mc.done = true
+		s.pend.releaseLocked(rq)
 	} else {
 		frame = s.nextRoundLocked(mc)
 	}
@@ -310,6 +314,7 @@ func (s *session) mrtrFinish(mc *mrtrCall, frame []byte, code schema.ErrorCode) 
 		return nil, false, true
 	case mc.open:
 		mc.done = true
+		s.pend.releaseLocked(mc.owner)
 		drop = s.takeAsksLocked(mc)
 		return reID(frame, mc.current), true, false
 	case s.isStopped():

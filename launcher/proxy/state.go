@@ -105,7 +105,8 @@ type pendingTables struct {
 	mu       sync.Mutex
 	up       map[int64]*upCall
 	cli      map[int64]*cliCall
-	awaiting map[string]chan struct{} // client id → closed when the client cancels
+	awaiting map[string]chan struct{} // client id (idKey) → closed when the client cancels
+	live     map[string]liveID        // client ids (idKey) in flight (ids.go)
 	rounds   map[string]*mrtrCall     // requestState → translated call waiting for the client's retry
 }
 
