@@ -263,3 +263,32 @@ func (s *session) filterResources(_ *request, result json.RawMessage) json.RawMe
 	m["resources"] = mustJSON(out)
 	return mustJSON(m)
 }
+
+// filterTemplates keeps the resource templates the client may be shown:
+// none whose file: expansions all fall outside the effective scope or name
+// a secret (policy.TemplateAllowed).
+func (s *session) filterTemplates(_ *request, result json.RawMessage) json.RawMessage {
+	m := map[string]json.RawMessage{}
+	if strictjson.Unmarshal(result, &m) != nil || m == nil {
+		return json.RawMessage(`{"resourceTemplates":[]}`)
+	}
+	var list []json.RawMessage
+	if raw, ok := m["resourceTemplates"]; ok {
+		_ = strictjson.Unmarshal(raw, &list)
+	}
+	eff := s.scope.current().paths
+	out := []json.RawMessage{}
+	for _, r := range list {
+		var u struct {
+			URITemplate string `json:"uriTemplate"`
+		}
+		if strictjson.Unmarshal(r, &u, strictjson.AllowUnknownMembers()) != nil {
+			continue
+		}
+		if s.pol.TemplateAllowed(u.URITemplate, eff) {
+			out = append(out, r)
+		}
+	}
+	m["resourceTemplates"] = mustJSON(out)
+	return mustJSON(m)
+}

@@ -141,7 +141,9 @@ func TestDuplicateInFlightIDs(t *testing.T) {
 	f.sink.waitDecision(t, func(d schema.Decision) bool {
 		return d.Method == "tools/call" && d.ErrorCode == string(schema.ErrMalformedRequest) && d.Decision == schema.OutcomeDeny
 	})
-	f.sink.waitDecision(t, func(d schema.Decision) bool { return d.Method == "ping" && d.ErrorCode == string(schema.ErrMalformedRequest) })
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Method == "ping" && d.ErrorCode == string(schema.ErrMalformedRequest)
+	})
 }
 
 // TestDuplicateIDsTranslatedRounds: a modern client's translated call

@@ -90,7 +90,7 @@ func newMethods() *methods {
 			"tools/list":               {eras: inBoth, decide: noCheck, answer: (*session).filterTools, cacheable: true},
 			"tools/call":               {eras: inBoth, decide: (*session).decideToolCall, own: []string{"name", "arguments"}, results: true, capped: true},
 			"resources/list":           {eras: inBoth, decide: noCheck, answer: (*session).filterResources, cacheable: true},
-			"resources/templates/list": {eras: inBoth, decide: noCheck, cacheable: true},
+			"resources/templates/list": {eras: inBoth, decide: noCheck, answer: (*session).filterTemplates, cacheable: true},
 			"resources/read":           {eras: inBoth, decide: (*session).decideResource, own: []string{"uri"}, results: true, capped: true, cacheable: true},
 			"resources/subscribe":      {eras: inLegacy, decide: (*session).decideResource, own: []string{"uri"}},
 			"resources/unsubscribe":    {eras: inLegacy, decide: (*session).decideResource, own: []string{"uri"}},

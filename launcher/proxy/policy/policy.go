@@ -224,3 +224,68 @@ func (p *Policy) CheckURI(uri string, effective []string) (string, *Denial) {
 	}
 	return p.CheckPath(path, p.baseRel, effective)
 }
+
+// TemplateAllowed decides whether a resource template (RFC 6570, as
+// resources/templates/list lists them) may be shown to the client. A
+// file: template is kept only when the directory its literal prefix names
+// is inside effective or above some of it (its expansions can reach the
+// scope), that directory is not secret, and the template with each
+// expression filled in does not name a secret (file:///{dir}/.env,
+// file:///home/u/.ssh/{key}); a template of any other scheme is kept (a
+// read of one still needs its exact URI in resource_refs). Reads are
+// decided on their own whatever a template said.
+func (p *Policy) TemplateAllowed(tmpl string, effective []string) bool {
+	if !hasFileScheme(tmpl) {
+		return true
+	}
+	open := strings.IndexByte(tmpl, '{')
+	if open < 0 {
+		_, d := p.CheckURI(tmpl, effective)
+		return d == nil
+	}
+	var probe strings.Builder
+	for rest := tmpl; rest != ""; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			probe.WriteString(rest)
+			break
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return false // an expression that never ends
+		}
+		probe.WriteString(rest[:i])
+		probe.WriteString("x")
+		rest = rest[i+j+1:]
+	}
+	filled, err := FilePath(probe.String())
+	if err != nil {
+		return false
+	}
+	filled = filepath.Clean(filled)
+	if p.secrets.Match(filled) || p.secretTrimmed(filled) {
+		return false
+	}
+	dir := "/"
+	if prefix, err := FilePath(tmpl[:open]); err == nil {
+		if strings.HasSuffix(prefix, "/") {
+			dir = filepath.Clean(prefix)
+		} else {
+			dir = filepath.Dir(prefix)
+		}
+	}
+	r, err := Resolve(dir, p.home, p.baseRel)
+	if err != nil {
+		return false
+	}
+	reaches := func(d string) bool {
+		if Within(effective, d) {
+			return true
+		}
+		return slices.ContainsFunc(effective, func(e string) bool { return Within([]string{d}, e) })
+	}
+	if !reaches(r.Lexical) || !reaches(r.Real) {
+		return false
+	}
+	return !p.secrets.Match(r.Real) && !p.secrets.Match(r.Lexical) && !p.secretTrimmed(r.Lexical)
+}
