@@ -114,6 +114,9 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 			return
 		}
 	}
+	if m.Error == nil && s.legacyInputRound(rq, m.Result) {
+		return // the proxy plays the round and sends the call again
+	}
 	var frame []byte
 	switch {
 	case m.Error != nil:
