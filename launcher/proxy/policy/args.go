@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"golang.org/x/text/unicode/norm"
@@ -420,6 +421,19 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 	if looksLikePath(s) {
 		add(s)
 	}
+	// A server that trims its arguments (JavaScript's trim, Python's strip,
+	// Go's TrimSpace: Unicode spaces, line breaks, U+FEFF) reads
+	// " /etc/passwd" as "/etc/passwd": the trimmed form is checked too, in
+	// each of its own forms.
+	if t := strings.TrimFunc(s, trimmable); t != s && t != "" {
+		forms, err := c.pathForms(t, false)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range forms {
+			add(f)
+		}
+	}
 	// A server that turns '\' into '/' (or runs on another OS's path
 	// rules) reads "..\x" as "../x": the original, with its backslash, is
 	// checked and refused.
@@ -454,6 +468,9 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 	}
 	return out, nil
 }
+
+// trimmable is what a server's trim may take off an argument's ends.
+func trimmable(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' || r == '\u200b' }
 
 // looksLikePath: absolute, '~', "./", "../", "." or "..", a ".."
 // component, or a file: URI.
