@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -219,4 +220,37 @@ func TestDuplicateIDsTranslatedRounds(t *testing.T) {
 	if n := len(upstreamIDs(t, logPath, "plain")); n != 0 {
 		t.Fatalf("the refused call reached the server (%d plain calls)", n)
 	}
+}
+
+// TestServerRequestFlood: a server that floods a legacy client with
+// requests (sampling here) gets at most maxRelayed relayed while none is
+// answered; the rest are refused to the server and recorded, and the
+// client's answers still reach it.
+func TestServerRequestFlood(t *testing.T) {
+	f, logPath := askingFixture(t, nil)
+	c := f.client
+	if res := c.call("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"sampling": map[string]any{}},
+		"clientInfo": map[string]string{"name": "test", "version": "1"}}); res.Error != nil {
+		t.Fatalf("initialize: %v", res.Error)
+	}
+	c.notify("notifications/initialized", nil)
+	_ = c.start("tools/call", map[string]any{"name": "deluge", "arguments": map[string]any{}})
+	var asks []*jsonrpc.Message
+	for i := 0; i < maxRelayed; i++ {
+		asks = append(asks, c.nextRequest("sampling/createMessage"))
+	}
+	for i := 0; i < 10; i++ {
+		waitLog(t, logPath, `"id":"s-`+strconv.Itoa(maxRelayed+1+i)+`"`, "unanswered")
+	}
+	select {
+	case m := <-c.requests:
+		t.Fatalf("a request beyond the bound reached the client: %s", m.Method)
+	default:
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Method == "sampling/createMessage" && d.ErrorCode == string(schema.ErrMalformedRequest)
+	})
+	// Answers free the table.
+	c.reply(asks[0], map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": "A"}})
+	waitLog(t, logPath, `"id":"s-1"`, `"result"`)
 }

@@ -201,6 +201,10 @@ func askingServer(logPath string) {
 				for i := 0; i < 20; i++ {
 					ask(w, "sampling/createMessage")
 				}
+			case "deluge":
+				for i := 0; i < maxRelayed+10; i++ {
+					ask(w, "sampling/createMessage")
+				}
 			case "big":
 				n++
 				w.pending[`"s-big"`] = true
@@ -238,7 +242,7 @@ func askingFixture(t *testing.T, config func(*Config), env ...string) (*fixture,
 	logPath := filepath.Join(t.TempDir(), "asking.log")
 	f := newFixture(t, fixtureOpts{
 		scope: func(s *schema.Scope) {
-			s.ToolAllowlist = []string{"ask", "ask2", "flood", "quick", "big", "plain", "rootsround"}
+			s.ToolAllowlist = []string{"ask", "ask2", "flood", "deluge", "quick", "big", "plain", "rootsround"}
 		},
 		config: config,
 		upstream: func(t testing.TB) *procUpstream {

@@ -173,6 +173,27 @@ func (pt *pendingTables) addCli(id int64, c *cliCall) {
 	pt.mu.Unlock()
 }
 
+// maxRelayed bounds the server requests relayed to the client and not
+// answered yet.
+const maxRelayed = 64
+
+// addRelay adds a relayed server request unless maxRelayed are waiting.
+func (pt *pendingTables) addRelay(id int64, c *cliCall) bool {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	n := 0
+	for _, x := range pt.cli {
+		if x.relayID != nil {
+			n++
+		}
+	}
+	if n >= maxRelayed {
+		return false
+	}
+	pt.cli[id] = c
+	return true
+}
+
 func (pt *pendingTables) takeCli(id int64) (*cliCall, bool) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()

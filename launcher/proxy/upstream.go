@@ -618,9 +618,15 @@ func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.M
 		s.recordServerRequest(m.Method, nil, schema.ErrMethodNotAllowed)
 		return
 	}
-	s.recordServerRequest(m.Method, paths, "")
 	id := s.newID()
-	s.pend.addCli(id, &cliCall{relayID: m.ID, relayGen: gen})
+	if !s.pend.addRelay(id, &cliCall{relayID: m.ID, relayGen: gen}) {
+		// A server that floods the client with requests it does not answer
+		// would grow the table without end.
+		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInternalError, "mcpwarden: more than "+strconv.Itoa(maxRelayed)+" requests to the client unanswered; wait for answers", nil))
+		s.recordServerRequest(m.Method, paths, schema.ErrMalformedRequest)
+		return
+	}
+	s.recordServerRequest(m.Method, paths, "")
 	s.toClient(jsonrpc.Forward(m, jsonrpc.IntID(id)))
 }
 
