@@ -187,15 +187,21 @@ func TestNSNetworkGrantKeepsTheHostNetwork(t *testing.T) {
 }
 
 // TestNSPlanting: symlinks and FIFOs made in the private TMPDIR cannot be
-// moved or linked into the workspace (TMPDIR is its own tmpfs: EXDEV), nor
-// made there directly (Landlock); a file's bytes copied in stay a plain,
-// unexecutable file.
-func TestNSPlanting(t *testing.T) {
+// moved or linked into the workspace, nor made there directly (Landlock);
+// a file's bytes copied in stay a plain, unexecutable file. With the mount
+// namespace TMPDIR is its own tmpfs (EXDEV). Without it TMPDIR and the
+// workspace may share a file system: a lone symlink or FIFO still needs a
+// right the workspace does not grant (EACCES), and a directory holding
+// them would gain the workspace's MAKE_BLOCK, which Landlock refuses
+// (EXDEV); a regular file the server wrote may be linked in.
+func TestNSPlanting(t *testing.T) { fencetest.ForEachLayering(t, testNSPlanting) }
+
+func testNSPlanting(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
 	tmp := envOf(t, s, "TMPDIR")
 	dir := filepath.Join(tmp, "plant")
 	for _, req := range []map[string]any{
@@ -210,12 +216,17 @@ func TestNSPlanting(t *testing.T) {
 			t.Fatalf("in its TMPDIR, %v: %+v", req, r)
 		}
 	}
-	exdev := []string{"EXDEV"}
+	exdev, lone := []string{"EXDEV"}, []string{"EXDEV"}
+	if !s.Namespaces {
+		lone = []string{"EACCES"}
+	}
 	runCases(t, s, []fenceCase{
 		{name: "rename a directory of links and a FIFO in", req: map[string]any{"op": "rename", "path": dir, "to": filepath.Join(w.allowed, "plant")}, errno: exdev, exact: true},
-		{name: "rename a symlink in", req: map[string]any{"op": "rename", "path": filepath.Join(tmp, "lone-link"), "to": filepath.Join(w.allowed, "lone-link")}, errno: exdev, exact: true},
-		{name: "rename a FIFO in", req: map[string]any{"op": "rename", "path": filepath.Join(dir, "fifo"), "to": filepath.Join(w.allowed, "fifo")}, errno: exdev, exact: true},
-		{name: "hard link in", req: map[string]any{"op": "link", "path": filepath.Join(tmp, "tool.sh"), "to": filepath.Join(w.allowed, "tool.sh")}, errno: exdev, exact: true},
+		{name: "rename a symlink in", req: map[string]any{"op": "rename", "path": filepath.Join(tmp, "lone-link"), "to": filepath.Join(w.allowed, "lone-link")}, errno: lone, exact: true},
+		{name: "rename a FIFO in", req: map[string]any{"op": "rename", "path": filepath.Join(dir, "fifo"), "to": filepath.Join(w.allowed, "fifo")}, errno: lone, exact: true},
+		{name: "hard link a symlink in", req: map[string]any{"op": "link", "path": filepath.Join(tmp, "lone-link"), "to": filepath.Join(w.allowed, "lone-link2")}, errno: lone, exact: true},
+		{name: "hard link a regular file in", req: map[string]any{"op": "link", "path": filepath.Join(tmp, "tool.sh"), "to": filepath.Join(w.allowed, "tool-link.sh")}, errno: exdev, exact: true, wantOK: !s.Namespaces},
+		{name: "run the linked file", req: map[string]any{"op": "exec", "path": filepath.Join(w.allowed, "tool-link.sh")}, errno: append([]string{"ENOENT"}, denied...), exact: true},
 		{name: "copy: make the symlink in the workspace", req: map[string]any{"op": "symlink", "path": filepath.Join(w.allowed, "shadow"), "to": "/etc/shadow"}, errno: denied, exact: true},
 		{name: "copy: make the FIFO in the workspace", req: map[string]any{"op": "mkfifo", "path": filepath.Join(w.allowed, "fifo2")}, errno: denied, exact: true},
 		{name: "copy: a file's bytes", req: map[string]any{"op": "copy", "path": filepath.Join(tmp, "tool.sh"), "to": filepath.Join(w.allowed, "tool.sh")}, wantOK: true},

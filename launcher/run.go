@@ -361,6 +361,7 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string, tmp string) *sandbox.
 	s.Filter.IPCNamespace = s.NS != nil
 	s.Filter.MountNamespace = s.NS != nil
 	s.Filter.DedicatedUID = s.NS != nil
+	s.Filter.PIDNamespace = s.NS != nil
 	// Only the server's own user namespace, owned by the dedicated uid,
 	// keeps the run's per-user counters off every other process's.
 	s.Filter.OwnUserCounters = s.NS != nil && s.NS.Server != nil

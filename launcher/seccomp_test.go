@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,9 +199,14 @@ func TestFenceExecOutsideTheRuntime(t *testing.T) {
 }
 
 // TestFenceOtherProcesses: a process outside the run with the same uid
-// keeps its limits, priority and CPUs; IPC objects and watches outside the
-// run are out of reach.
-func TestFenceOtherProcesses(t *testing.T) {
+// keeps its limits, priority and CPUs, and is neither traced, read, nor
+// signalled (not even through SIGIO, which Landlock's signal scope also
+// covers); IPC objects and watches outside the run are out of reach; a
+// pidfd tells nothing of a host process (PIDFD_GET_INFO, ENOTTY without
+// the run's pid namespace); no personality, tty injection or core dump.
+func TestFenceOtherProcesses(t *testing.T) { fencetest.ForEachLayering(t, testFenceOtherProcesses) }
+
+func testFenceOtherProcesses(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
@@ -252,9 +258,30 @@ func TestFenceOtherProcesses(t *testing.T) {
 	}()
 
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
 	gone := append([]string{"ENOENT", "ESRCH"}, denied...) // another ipc, mount or pid namespace also answers
+	// Without a pid namespace the victim is reachable by pid: each layer
+	// named must say no on its own.
+	pidInfo := fenceCase{name: "PIDFD_GET_INFO of another process", req: map[string]any{"op": "pidfd_info", "pid": pid}, errno: []string{"ENOTTY"}, exact: true}
+	if !noNS {
+		pidInfo.errno = []string{"ESRCH"} // no such pid in the run's pid namespace
+	}
 	runCases(t, s, []fenceCase{
+		pidInfo,
+		{name: "a namespace of another process through its pidfd", req: map[string]any{"op": "pidfd_ns", "pid": pid, "flags": 3 /* PIDFD_GET_MNT_NAMESPACE */}, errno: gone},
+		{name: "pidfd_send_signal to another process", req: map[string]any{"op": "pidfd_signal", "pid": pid, "sig": int(unix.SIGTERM)}, errno: gone},
+		{name: "ptrace attach of another process", req: map[string]any{"op": "ptrace", "pid": pid, "flags": 0}, errno: gone},
+		{name: "ptrace seize of another process", req: map[string]any{"op": "ptrace", "pid": pid, "flags": 1}, errno: gone},
+		{name: "ptrace of the run's init (pid 1)", req: map[string]any{"op": "ptrace", "pid": 1, "flags": 1}, errno: gone},
+		{name: "PTRACE_TRACEME", req: map[string]any{"op": "ptrace", "flags": 2}, errno: []string{"EPERM"}},
+		{name: "process_vm_readv of another process", req: map[string]any{"op": "process_vm_readv", "pid": pid}, errno: gone},
+		{name: "process_vm_readv of the run's init", req: map[string]any{"op": "process_vm_readv", "pid": 1}, errno: gone},
+		{name: "personality READ_IMPLIES_EXEC", req: map[string]any{"op": "personality", "flags": 0x0400000}, errno: []string{"EPERM"}, exact: true},
+		{name: "personality ADDR_NO_RANDOMIZE", req: map[string]any{"op": "personality", "flags": 0x0040000}, errno: []string{"EPERM"}, exact: true},
+		{name: "TIOCSTI on stdin", req: map[string]any{"op": "tty_inject", "fd": 0}, errno: []string{"EPERM"}, exact: true},
+		{name: "TIOCLINUX on stderr", req: map[string]any{"op": "tty_inject", "fd": 2, "n": 1}, errno: []string{"EPERM"}, exact: true},
+		{name: "the controlling tty", req: map[string]any{"op": "tty_inject", "path": "/dev/tty"}, errno: append([]string{"ENXIO"}, denied...)},
+		{name: "raise RLIMIT_CORE", req: map[string]any{"op": "core_limit"}, errno: []string{"EPERM"}, exact: true},
 		{name: "prlimit of another process", req: map[string]any{"op": "prlimit_other", "pid": pid}, errno: gone},
 		{name: "setpriority of another process", req: map[string]any{"op": "setpriority_other", "pid": pid}, errno: gone},
 		{name: "sched_setaffinity of another process", req: map[string]any{"op": "sched_setaffinity_other", "pid": pid}, errno: gone},
@@ -266,8 +293,21 @@ func TestFenceOtherProcesses(t *testing.T) {
 		{name: "POSIX message queue outside the run", req: map[string]any{"op": "mq_open", "name": mq[1:]}, errno: gone},
 		{name: "inotify on a directory outside the scope", req: map[string]any{"op": "inotify_watch", "path": w.outside}, errno: gone},
 	})
+	// SIGIO (here SIGTERM through F_SETSIG) to the owner set with
+	// F_SETOWN: the write that raises it succeeds; the signal must not
+	// arrive (Landlock's signal scope decides file_send_sigiotask too).
+	for _, owner := range []int{pid, -pid} {
+		if r := s.Do(map[string]any{"op": "sigio_other", "pid": owner, "sig": int(unix.SIGTERM)}); r.OK {
+			t.Logf("F_SETOWN %d and a write: allowed; the signal must not arrive", owner)
+		} else if !slices.Contains(gone, r.Errno) {
+			t.Errorf("F_SETOWN %d: %+v", owner, r)
+		}
+	}
 	if code := s.Close(); code != 0 {
 		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	if !alive(pid) {
+		t.Fatalf("ESCAPE: the process outside the run was killed")
 	}
 	if afterLimits, afterNice := limitsOf(t, pid); afterLimits != beforeLimits || afterNice != beforeNice {
 		t.Errorf("the process outside the run changed: limits %q → %q, nice %s → %s", beforeLimits, afterLimits, beforeNice, afterNice)

@@ -391,7 +391,7 @@ func (r *scopeReport) writeBody(w io.Writer) {
 	for _, rl := range sc.Relaxed {
 		fmt.Fprintf(w, "  relaxed:       %s\n", rl)
 	}
-	fmt.Fprintf(w, "  per run:       the namespace layers in force lift sysv-ipc (ipc namespace) and inotify (watches: mount namespace; instances: the server's own user namespace)\n")
+	fmt.Fprintf(w, "  per run:       the namespace layers in force lift sysv-ipc (ipc namespace), inotify (watches: mount namespace; instances: the server's own user namespace) and the PIDFD_GET_INFO refusal in the ioctl check (pid namespace)\n")
 }
 
 func ports(p []uint16) string {

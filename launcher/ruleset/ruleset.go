@@ -38,13 +38,21 @@ const (
 	scopeReadFile  = ll.AccessFSReadFile
 	scopeReadDir   = ll.AccessFSReadFile | ll.AccessFSReadDir
 	scopeWriteFile = ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate
-	scopeWriteDir  = scopeReadDir | ll.AccessFSWriteFile | ll.AccessFSTruncate |
+	// A write scope's directories also get MAKE_BLOCK, which grants
+	// nothing (mknod of a block device needs CAP_MKNOD, which no server
+	// has; there is none to move in) but makes them differ from TMPDIR:
+	// Landlock refuses (EXDEV) to move a directory to where it would gain
+	// a right, so a directory of symlinks and FIFOs built in TMPDIR cannot
+	// be moved into the workspace, even where the two share a file system
+	// (without the mount namespace, whose TMPDIR is a tmpfs of its own).
+	scopeWriteDir  = scopeWriteTree | ll.AccessFSMakeBlock
+	scopeWriteTree = scopeReadDir | ll.AccessFSWriteFile | ll.AccessFSTruncate |
 		ll.AccessFSMakeReg | ll.AccessFSMakeDir | ll.AccessFSRemoveFile | ll.AccessFSRemoveDir | ll.AccessFSRefer
 	runtimeExec     = ll.AccessFSExecute | ll.AccessFSReadFile
 	runtimeRead     = ll.AccessFSReadFile
 	runtimeReadTree = ll.AccessFSReadFile | ll.AccessFSReadDir
 	runtimeDevice   = ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate
-	tmpDir          = scopeWriteDir | ll.AccessFSMakeSym | ll.AccessFSMakeSock | ll.AccessFSMakeFifo
+	tmpDir          = scopeWriteTree | ll.AccessFSMakeSym | ll.AccessFSMakeSock | ll.AccessFSMakeFifo
 
 	// fileRights are the rights the kernel accepts on a rule for a non-directory.
 	fileRights = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFile | ll.AccessFSTruncate | ll.AccessFSIoctlDev

@@ -51,6 +51,11 @@ type Options struct {
 	// launching user's (or host root's) 128, and a server holding them
 	// all leaves that user's other processes without any.
 	OwnUserCounters bool `json:"own_user_counters,omitempty"`
+	// PIDNamespace: the run has its own pid namespace, so a pidfd names
+	// only a process of the run. Only then does PIDFD_GET_INFO answer:
+	// otherwise it tells the parent, uids and cgroup of any host process,
+	// which the fence keeps /proc/PID of from the server.
+	PIDNamespace bool `json:"pid_namespace,omitempty"`
 }
 
 // Action is a seccomp filter's return value.
@@ -72,6 +77,8 @@ const (
 	enosys     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 	eopnotsupp = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EOPNOTSUPP))
 	enomem     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOMEM))
+	einval     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EINVAL))
+	enotty     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOTTY))
 )
 
 // Default is what a syscall outside the allowlist gets.
@@ -135,6 +142,7 @@ const (
 	CheckFallbackCalls = "enosys-fallbacks"      // clone3, openat2: ENOSYS so libc uses the checkable call
 	CheckAIO           = "no-aio"                // Linux AIO: ENOSYS, one host-wide budget (fs.aio-max-nr)
 	CheckHugetlb       = "no-hugetlb"            // MAP_HUGETLB, MFD_HUGETLB: the host's reserved huge page pool
+	CheckWhiteout      = "no-whiteout"           // renameat2 RENAME_WHITEOUT: a device node left in the workspace
 )
 
 // ioctl requests refused whatever the scope.
@@ -149,6 +157,15 @@ const (
 
 // shmHugetlb is SHM_HUGETLB (linux/shm.h).
 const shmHugetlb = 0o4000
+
+// pidfdGetInfo is PIDFD_GET_INFO (_IOWR(PIDFS_IOCTL_MAGIC, 11, struct
+// pidfd_info)) without its direction and size bits: the kernel takes any
+// size of the extensible struct, so only the type and number are matched.
+const (
+	pidfdGetInfo    = 0xff0b
+	ioctlTypeNrMask = 0xffff
+	renameWhiteout  = 1 << 2 // RENAME_WHITEOUT (linux/fs.h)
+)
 
 const (
 	setIDBits = unix.S_ISUID | unix.S_ISGID
@@ -171,7 +188,7 @@ var allowed = []string{
 	"read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2",
 	"close", "close_range", "dup", "dup2", "dup3", "lseek", "fstat", "stat", "lstat", "newfstatat", "statx",
 	"statfs", "fstatfs", "access", "faccessat", "faccessat2", "readlink", "readlinkat", "getcwd", "chdir", "fchdir",
-	"getdents", "getdents64", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2",
+	"getdents", "getdents64", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat",
 	"link", "linkat", "symlink", "symlinkat", "truncate", "ftruncate", "fallocate", "fsync", "fdatasync", "sync",
 	"syncfs", "sync_file_range", "flock", "fadvise64", "readahead", "copy_file_range", "sendfile", "splice", "tee",
 	"vmsplice", "umask", "name_to_handle_at", "fgetxattr", "flistxattr", "cachestat", "pipe", "pipe2",
@@ -262,6 +279,13 @@ var fixed = []group{
 	{[]string{"mmap"}, Rule{Check: CheckHugetlb, Else: Allow, Clauses: []Clause{
 		{[]Cond{{Arg: 3, Mask: unix.MAP_HUGETLB, Not: true}}, enomem}}}},
 
+	// RENAME_WHITEOUT leaves a whiteout, a character device (0:0), where
+	// the file was: Landlock checks the rename, not the device it makes
+	// (mknod of one needs LANDLOCK_ACCESS_FS_MAKE_CHAR). EINVAL, as from a
+	// file system without whiteouts; only overlay file systems use them.
+	{[]string{"renameat2"}, Rule{Check: CheckWhiteout, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 4, Mask: renameWhiteout, Not: true}}, einval}}}},
+
 	// Code that is not in the runtime (and no huge pages, as above).
 	{[]string{"memfd_create"}, Rule{Check: CheckMemfd, Else: eperm, Clauses: []Clause{
 		{[]Cond{{Arg: 1, Mask: unix.MFD_HUGETLB, Not: true}}, enomem},
@@ -289,15 +313,7 @@ var fixed = []group{
 		Rule{Check: CheckAIO, Else: enosys}},
 
 	// Requests on descriptors.
-	{[]string{"ioctl"}, Rule{Check: CheckIoctl, Else: Allow, Clauses: []Clause{
-		{[]Cond{{Arg: 1, Value: unix.TIOCSTI}}, eperm},
-		{[]Cond{{Arg: 1, Value: unix.TIOCLINUX}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocSetflags}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIoc32Setflags}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocSetversion}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIoc32Setversion}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocFssetxattr}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm}}}},
+	// (ioctl: see ioctlRule, which the options choose.)
 	{[]string{"fcntl"}, Rule{Check: CheckFcntl, Else: Allow, Clauses: []Clause{
 		{[]Cond{{Arg: 1, Value: unix.F_SETLEASE}}, eperm}}}},
 	// Linux personalities only (as Docker): no READ_IMPLIES_EXEC, no
@@ -309,6 +325,33 @@ var fixed = []group{
 		{[]Cond{{Arg: 0, Value: 0x20008}}, Allow},
 		{[]Cond{{Arg: 0, Value: 0xffffffff}}, Allow}}}},
 }
+
+// Requests on descriptors: ioctlRule, or ioctlRuleNoPIDNS without the
+// run's own pid namespace. There pidfd_open reaches every host process,
+// and PIDFD_GET_INFO on its pidfd reads what /proc/PID would: ENOTTY, as
+// from a kernel before 6.13 (callers fall back to /proc, which Landlock
+// decides).
+var (
+	ioctlRule = Rule{Check: CheckIoctl, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 1, Value: unix.TIOCSTI}}, eperm},
+		{[]Cond{{Arg: 1, Value: unix.TIOCLINUX}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocSetflags}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIoc32Setflags}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocSetversion}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIoc32Setversion}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocFssetxattr}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm}}}
+	ioctlRuleNoPIDNS = Rule{Check: CheckIoctl, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 1, Value: unix.TIOCSTI}}, eperm},
+		{[]Cond{{Arg: 1, Value: unix.TIOCLINUX}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocSetflags}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIoc32Setflags}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocSetversion}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIoc32Setversion}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocFssetxattr}}, eperm},
+		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm},
+		{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: pidfdGetInfo}}, enotty}}}
+)
 
 // noSetID refuses a mode argument with S_ISUID or S_ISGID.
 func noSetID(modeArg int) Rule {
@@ -367,6 +410,11 @@ func rules(o Options) []group {
 		r = append(r, group{[]string{"socket"}, socketTCPUDP})
 	} else {
 		r = append(r, group{[]string{"socket"}, socketTCP})
+	}
+	if o.PIDNamespace {
+		r = append(r, group{[]string{"ioctl"}, ioctlRule})
+	} else {
+		r = append(r, group{[]string{"ioctl"}, ioctlRuleNoPIDNS})
 	}
 	allowIf(CheckListen, o.AllowListen, eacces, "listen")
 	allowIf(CheckIOUring, o.AllowIOUring, eperm, "io_uring_setup", "io_uring_enter", "io_uring_register")

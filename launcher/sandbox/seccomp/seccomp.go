@@ -309,6 +309,7 @@ func (f *Filter) Summary() Summary {
 		{o.IPCNamespace, "sysv-ipc and mqueues (own ipc namespace)"},
 		{o.MountNamespace, "inotify watches, modes (no set-id bits), times and xattr reads, confined by the mounts (own mount namespace)"},
 		{o.OwnUserCounters, "inotify instances (the server's user namespace owned by its dedicated uid)"},
+		{o.PIDNamespace, "PIDFD_GET_INFO (own pid namespace: a pidfd names only a process of the run)"},
 		{o.WriteScope && o.DedicatedUID && !o.MountNamespace, "fchmod (no set-id bits) and futimens on descriptors (write scope, dedicated uid)"},
 	} {
 		if r.on {

@@ -94,6 +94,7 @@ func TestFilterDecisions(t *testing.T) {
 		network   = Options{AllowUDP: true, AllowListen: true}
 		layered   = Options{IPCNamespace: true, MountNamespace: true}
 		uring     = Options{AllowIOUring: true}
+		pidNS     = Options{PIDNamespace: true}
 		stream    = uint64(unix.SOCK_STREAM | unix.SOCK_CLOEXEC | unix.SOCK_NONBLOCK)
 		tfo       = uint64(unix.MSG_FASTOPEN)
 		threadFl  = uint64(unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD | unix.CLONE_SYSVSEM | unix.CLONE_SETTLS | unix.CLONE_PARENT_SETTID | unix.CLONE_CHILD_CLEARTID)
@@ -273,6 +274,16 @@ func TestFilterDecisions(t *testing.T) {
 		{"ioctl FS_IOC_ENABLE_VERITY", writeOwn, sys("ioctl", 3, fsIocEnableVerity, ptr), eperm},
 		{"ioctl TIOCSTI", strict, sys("ioctl", 0, unix.TIOCSTI, ptr), eperm},
 		{"ioctl TIOCSTI, high bits", strict, sys("ioctl", 0, hi|unix.TIOCSTI, ptr), eperm},
+		{"ioctl PIDFD_GET_INFO without a pid namespace", strict, sys("ioctl", 3, 0xc040ff0b, ptr), Errno(unix.ENOTTY)},
+		{"ioctl PIDFD_GET_INFO, a larger struct", strict, sys("ioctl", 3, 0xc050ff0b, ptr), Errno(unix.ENOTTY)},
+		{"ioctl PIDFD_GET_INFO in the run's pid namespace", pidNS, sys("ioctl", 3, 0xc040ff0b, ptr), Allow},
+		{"ioctl PIDFD_GET_PID_NAMESPACE (ptrace-checked by the kernel)", strict, sys("ioctl", 3, 0xff05, 0), Allow},
+		{"ioctl FIONREAD", strict, sys("ioctl", 0, 0x541b /* FIONREAD */, ptr), Allow},
+		{"renameat2 plain", write, sys("renameat2", cwd, ptr, cwd, ptr, 0), Allow},
+		{"renameat2 RENAME_NOREPLACE", write, sys("renameat2", cwd, ptr, cwd, ptr, unix.RENAME_NOREPLACE), Allow},
+		{"renameat2 RENAME_EXCHANGE (Landlock checks both)", write, sys("renameat2", cwd, ptr, cwd, ptr, unix.RENAME_EXCHANGE), Allow},
+		{"renameat2 RENAME_WHITEOUT", write, sys("renameat2", cwd, ptr, cwd, ptr, unix.RENAME_WHITEOUT), Errno(unix.EINVAL)},
+		{"renameat2 RENAME_WHITEOUT with the mount namespace", layered, sys("renameat2", cwd, ptr, cwd, ptr, unix.RENAME_WHITEOUT|unix.RENAME_NOREPLACE), Errno(unix.EINVAL)},
 		{"ioctl TIOCLINUX", strict, sys("ioctl", 0, unix.TIOCLINUX, ptr), eperm},
 		{"fcntl F_SETLEASE", strict, sys("fcntl", 3, unix.F_SETLEASE, unix.F_RDLCK), eperm},
 
@@ -636,7 +647,7 @@ func FuzzFilter(f *testing.F) {
 		}
 		o := Options{
 			WriteScope: opts&1 != 0, AllowIOUring: opts&2 != 0, AllowUDP: opts&4 != 0, AllowListen: opts&8 != 0,
-			IPCNamespace: opts&16 != 0, MountNamespace: opts&32 != 0, DedicatedUID: opts&64 != 0,
+			IPCNamespace: opts&16 != 0, MountNamespace: opts&32 != 0, DedicatedUID: opts&64 != 0, PIDNamespace: opts&128 != 0,
 		}
 		flt := cachedBuild(t, abi, o)
 		d := Data{Nr: nr, Arch: arch, IP: uint64(ip32), Args: [6]uint64{a0, a1, a2, a3, a4, a0 ^ a1}}
@@ -759,6 +770,13 @@ func FuzzFilter(f *testing.F) {
 			switch lo(a1) {
 			case unix.TIOCSTI, unix.TIOCLINUX, fsIocSetflags, fsIoc32Setflags, fsIocFssetxattr, fsIocEnableVerity, fsIocSetversion, fsIoc32Setversion:
 				t.Fatalf("ioctl %#x allowed", lo(a1))
+			}
+			if lo(a1)&0xffff == pidfdGetInfo && !o.PIDNamespace {
+				t.Fatalf("ioctl PIDFD_GET_INFO %#x allowed without a pid namespace", lo(a1))
+			}
+		case "renameat2":
+			if lo(a4)&unix.RENAME_WHITEOUT != 0 {
+				t.Fatal("renameat2 RENAME_WHITEOUT allowed")
 			}
 		}
 	})
