@@ -83,6 +83,7 @@ var errConfig = errors.New("configuration")
 // publish is what the program does when the run's records go to NATS
 // (natsExtension).
 func Run(ctx context.Context, args []string, publish Publish) int {
+	launcher.WarmUp()
 	// In this order: the daemon takes the run's records when there is one,
 	// NATS otherwise; the proxy's sink writes through whichever it is.
 	runExtensions := []runExtension{&daemonExtension{}, &natsExtension{publish: publish}, &proxyExtension{}}
