@@ -402,7 +402,7 @@ func TestUsersConfGivesEachHostItsOwnSubjects(t *testing.T) {
 				line = l
 			}
 		}
-		if !strings.Contains(line, `"mcpwarden.v1.`+h+`.>"`) || strings.Contains(line, "STREAM.CREATE") {
+		if !strings.Contains(line, `"mcpwarden.v1.`+h+`.file_op"`) || strings.Contains(line, `"mcpwarden.v1.`+h+`.>"`) || strings.Contains(line, "STREAM.CREATE") {
 			t.Errorf("user of %s: %s", h, line)
 		}
 		for o := range pubs {

@@ -163,6 +163,10 @@ func TestRolesHoldOnlyTheirRights(t *testing.T) {
 		subj string
 	}{
 		{"daemon as another host", dnc, dv, stream.Subject("web-2", schema.KindFinding)},
+		// Its own token, but no kind's subject: each would be one more
+		// subject past the stream's per-subject cap.
+		{"daemon on a subject of no kind", dnc, dv, stream.SubjectPrefix + "." + stream.HostToken(testHost) + ".flood1"},
+		{"daemon below a kind's subject", dnc, dv, stream.Subject(testHost, schema.KindFinding) + ".flood2"},
 		{"collector", cnc, cv, stream.Subject(testHost, schema.KindFinding)},
 		{"reader", rnc, rv, stream.Subject(testHost, schema.KindFinding)},
 	} {

@@ -111,6 +111,12 @@ func clusterPermissions(t *testing.T, bin string) {
 				{"web-1 publishes under a wildcard-like token", hv, stream.SubjectPrefix + ".web-1_x.file_op", func(context.Context) error {
 					return hostNC.Publish(stream.SubjectPrefix+".web-1_x.file_op", web1Op)
 				}},
+				{"web-1 publishes on a subject of no kind", hv, stream.SubjectPrefix + ".web-1.flood", func(context.Context) error {
+					return hostNC.Publish(stream.SubjectPrefix+".web-1.flood", web1Op)
+				}},
+				{"web-1 publishes below a kind's subject", hv, stream.Subject("web-1", schema.KindFileOp) + ".x", func(context.Context) error {
+					return hostNC.Publish(stream.Subject("web-1", schema.KindFileOp)+".x", web1Op)
+				}},
 				{"web-1 creates a stream", hv, "$JS.API.STREAM.CREATE.SPY", func(ctx context.Context) error {
 					_, err := hjs.CreateStream(ctx, jetstream.StreamConfig{Name: "SPY", Subjects: []string{"spy.>"}})
 					return err
@@ -269,4 +275,71 @@ func TestClusterStreamRaisedToR3(t *testing.T) {
 		t.Fatalf("Ensure left the cluster's R1 stream at R%d", got)
 	}
 	cl.WaitStreamCurrent(t, stream.Name, stream.ClusterReplicas)
+}
+
+// TestOneHostCannotFillTheStream: the stream is shared by every host. A
+// compromised host that publishes as fast and as much as it can, on every
+// subject its rights allow, is refused at the stream's per-subject cap
+// (MaxMsgsPerSubject, DiscardNewPerSubject) once per kind, and another
+// host's events still go in. Before, the flood filled the stream (discard
+// new) and every other host's publishes were refused until its events aged
+// out. On embedded nodes and on Debian's nats-server 2.9.10, as the hosts'
+// real users (stream.HostPermissions).
+func TestOneHostCannotFillTheStream(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		debian bool
+	}{{"embedded", false}, {"debian", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := ""
+			if tc.debian {
+				bin = natstest.DebianServer(t)
+			}
+			cl := natstest.StartCluster(t, natstest.ClusterConfig{Hosts: []string{"web-1", "web-2"}, Bin: bin})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cnc, _ := natstest.Connect(t, cl.Conn(stream.RoleCollector, "", "collector"))
+			cjs, _ := jetstream.New(cnc)
+			// 8 messages a subject; six kinds of 64 KiB messages at the cap
+			// (3 MiB) fit in the 4 MiB stream.
+			const perSubject, size = 8, 64 << 10
+			// A cluster just up may not have placed its peers yet ("no
+			// suitable peers"): the collector retries the same way.
+			for deadline := time.Now().Add(2 * time.Minute); ; {
+				_, err := stream.Ensure(ctx, cjs, stream.Config{MaxBytes: 4 << 20, MaxMsgsPerSubject: perSubject})
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+			}
+			cl.WaitStreamCurrent(t, stream.Name, 3)
+			flooder, _ := natstest.Connect(t, cl.Conn(stream.RoleDaemon, "web-1", "web-1"))
+			fjs, _ := jetstream.New(flooder)
+			junk := []byte(strings.Repeat("x", size))
+			for _, k := range schema.Kinds {
+				took := 0
+				for i := 0; i < 100; i++ {
+					if _, err := fjs.Publish(ctx, stream.Subject("web-1", k), junk, jetstream.WithMsgID("flood-"+string(k)+"-"+strconv.Itoa(i))); err != nil {
+						break
+					}
+					took++
+				}
+				if took != perSubject {
+					t.Errorf("the stream took %d of web-1's flood on %s, want its cap %d", took, k, perSubject)
+				}
+			}
+			// web-2 publishes as much as web-1 could on one kind: its
+			// messages still go in (web-1's 3 MiB and web-2's 512 KiB fit).
+			honest, _ := natstest.Connect(t, cl.Conn(stream.RoleDaemon, "web-2", "web-2"))
+			hjs, _ := jetstream.New(honest)
+			for i := 0; i < perSubject; i++ {
+				if _, err := hjs.Publish(ctx, stream.Subject("web-2", schema.KindFileOp), junk, jetstream.WithMsgID("web-2-"+strconv.Itoa(i))); err != nil {
+					t.Fatalf("web-2's message %d is refused after web-1's flood: %v", i, err)
+				}
+			}
+		})
+	}
 }

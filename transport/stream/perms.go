@@ -1,6 +1,10 @@
 package stream
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
 
 // Who may do what on NATS. These are the subjects each role of the event
 // pipeline needs, and nothing more; the embedded server
@@ -89,17 +93,25 @@ const (
 func HostPermissions(host string, manageStream bool) Permissions {
 	h := HostToken(host)
 	xc := CrossCheckConsumer(host)
+	// One subject per event kind, not "mcpwarden.v1.<host>.>": a host that
+	// could publish any subject under its token could create subjects
+	// without end (each one state in the stream's subject index) and step
+	// around the stream's per-subject limit (MaxMsgsPerSubject), which
+	// bounds what one host can put in the shared stream.
+	var pub []string
+	for _, k := range schema.Kinds {
+		pub = append(pub, Subject(host, k))
+	}
 	p := Permissions{
-		PublishAllow: []string{
-			SubjectPrefix + "." + h + ".>",
-			jsAPI + "INFO",
-			jsAPI + "STREAM.INFO." + Name,
-			consumer + "CREATE." + Name + "." + xc + "." + SubjectPrefix + "." + h + ".>",
-			consumer + "INFO." + Name + "." + xc,
-			consumer + "DELETE." + Name + "." + xc,
-			consumer + "MSG.NEXT." + Name + "." + xc,
-			jsAck + xc + ".>",
-		},
+		PublishAllow: append(pub,
+			jsAPI+"INFO",
+			jsAPI+"STREAM.INFO."+Name,
+			consumer+"CREATE."+Name+"."+xc+"."+SubjectPrefix+"."+h+".>",
+			consumer+"INFO."+Name+"."+xc,
+			consumer+"DELETE."+Name+"."+xc,
+			consumer+"MSG.NEXT."+Name+"."+xc,
+			jsAck+xc+".>",
+		),
 		SubscribeAllow: []string{HostInbox(host) + ".>"},
 	}
 	if manageStream {

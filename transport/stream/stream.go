@@ -103,7 +103,23 @@ type Config struct {
 	// drop re-published batches; default 10 minutes (covers spool replays
 	// after short outages; later duplicates collapse in ClickHouse).
 	DuplicateWindow time.Duration
+	// MaxMsgsPerSubject caps the messages the stream keeps on one subject,
+	// that is of one kind from one host; default
+	// DefaultMaxMsgsPerSubject. At the cap the stream refuses that
+	// subject's new messages (DiscardNewPerSubject), so a host that floods
+	// is refused (and spools) while the other hosts' events still go in;
+	// without it one host could fill the shared stream for everyone.
+	MaxMsgsPerSubject int64
 }
+
+// DefaultMaxMsgsPerSubject is the per-subject cap when
+// Config.MaxMsgsPerSubject is not set: over the 7 days the stream keeps
+// events, 1.65 messages a second of one kind from one host, sustained (a
+// message holds up to 1,000 events). Six subjects of messages of a few
+// hundred bytes at the cap hold under 2 GB, so a host flooding with many
+// small messages cannot fill the default 10 GiB stream; a host flooding
+// with messages near MaxMsgSize still can (docs/pipeline.md).
+const DefaultMaxMsgsPerSubject = 1_000_000
 
 // DefaultMaxBytes is the stream's cap when Config.MaxBytes is not set.
 const DefaultMaxBytes = 10 << 30
@@ -122,19 +138,26 @@ func (c Config) JetStream() jetstream.StreamConfig {
 	if c.DuplicateWindow <= 0 {
 		c.DuplicateWindow = 10 * time.Minute
 	}
+	if c.MaxMsgsPerSubject <= 0 {
+		c.MaxMsgsPerSubject = DefaultMaxMsgsPerSubject
+	}
 	return jetstream.StreamConfig{
 		Name:        Name,
 		Description: "mcpwarden sanitized audit events (mcpwarden.v1.<host>.<kind>)",
 		Subjects:    []string{AllSubjects},
 		// Limits retention: the collector, the daemon's cross-check and
 		// `mcpwarden events --follow` all read the same messages.
-		Retention:  jetstream.LimitsPolicy,
-		Storage:    jetstream.FileStorage,
-		Replicas:   c.Replicas,
-		MaxAge:     c.MaxAge,
-		MaxBytes:   c.MaxBytes,
-		Discard:    jetstream.DiscardNew,
-		Duplicates: c.DuplicateWindow,
+		Retention: jetstream.LimitsPolicy,
+		Storage:   jetstream.FileStorage,
+		Replicas:  c.Replicas,
+		MaxAge:    c.MaxAge,
+		MaxBytes:  c.MaxBytes,
+		Discard:   jetstream.DiscardNew,
+		// Per host and kind (HostPermissions allows a host only its kind
+		// subjects): one host's flood is refused at its own cap.
+		MaxMsgsPerSubject:    c.MaxMsgsPerSubject,
+		DiscardNewPerSubject: true,
+		Duplicates:           c.DuplicateWindow,
 		// One batch message holds at most a few MiB of events.
 		MaxMsgSize: 8 << 20,
 	}

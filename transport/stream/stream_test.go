@@ -1,10 +1,17 @@
 package stream
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -70,5 +77,22 @@ func TestDecodeBatchKeepsOnlyTheSubjectsEvents(t *testing.T) {
 	kept, dropped, err := DecodeBatch("mcpwarden.v1.web-1_example_com.health", body)
 	if err != nil || dropped != 3 || len(kept) != 2 || kept[0].Host != "web-1.example.com" || kept[1].Host != "web-1_example_com" {
 		t.Fatalf("kept %+v, dropped %d, %v", kept, dropped, err)
+	}
+}
+
+// TestDeployStreamJSONInStep: deploy/nats/stream.json, which fleets that
+// manage the stream centrally apply (`nats stream add --config`), is the
+// stream `mcpwarden collect` creates, limits included.
+func TestDeployStreamJSONInStep(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "nats", "stream.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got jetstream.StreamConfig
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := (Config{}).JetStream(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("deploy/nats/stream.json is\n%+v\nthe stream collect creates is\n%+v", got, want)
 	}
 }
