@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
+	"github.com/mcpwarden/mcpwarden/schema"
 )
 
 // WarmUp does, on another goroutine, the once-per-process work that the
@@ -16,8 +17,10 @@ import (
 //     the helper's spawn blocks on it, and on busy cores the vfork'd
 //     child waits for one (1 ms in a trace at load 13);
 //   - encoding/json builds a type's encoder or decoder on its first use:
-//     the helper's spec (encoded once the ruleset is known) and its status
-//     lines (the "ready" and "started" the launch waits for).
+//     the helper's spec (encoded once the ruleset is known), its status
+//     lines (the "ready" and "started" the launch waits for) and the
+//     launch records (the start record must be on disk before the
+//     go-ahead).
 //
 // It changes nothing a run does or records. The channel is closed when it
 // is done (a caller need not wait for it).
@@ -29,6 +32,7 @@ func WarmUp() <-chan struct{} {
 			_ = p.Release()
 		}
 		_, _ = json.Marshal(&sandbox.Spec{})
+		_, _ = json.Marshal(&schema.Event{})
 		var st sandbox.Status
 		_ = json.Unmarshal([]byte(`{"stage":"ready"}`), &st)
 	}()
