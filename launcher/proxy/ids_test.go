@@ -180,7 +180,7 @@ func TestDuplicateIDsTranslatedRounds(t *testing.T) {
 	// server request waits behind the older call's round).
 	held := decodeRound(t, c.wait(send("8", "ask", nil)))
 	heldKey := held.onlyKey(t, "sampling/createMessage")
-	second := send("8", "ask", nil)
+	_ = send("8", "ask", nil) // its waiter is taken by the refusal below
 	var asks []string
 	for deadline := time.Now().Add(2 * time.Minute); len(asks) < 3 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		asks = upstreamIDs(t, logPath, "ask")
@@ -190,7 +190,7 @@ func TestDuplicateIDsTranslatedRounds(t *testing.T) {
 	}
 	dup := send("8", "plain", nil)
 	wantInvalidRequest(t, "a call under the id of one in flight", c.wait(dup))
-	second = c.expect("8") // the refusal took the waiter
+	second := c.expect("8") // the new call's answer
 	c.notify("notifications/cancelled", map[string]any{"requestId": 8})
 	cancelled := waitLog(t, logPath, `"notifications/cancelled"`)
 	if want := regexp.MustCompile(`"requestId":` + asks[2] + `[,}]`); !want.MatchString(cancelled) {
