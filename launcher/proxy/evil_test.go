@@ -305,7 +305,9 @@ func TestUnknownMethodsAreRefused(t *testing.T) {
 	c := f.client
 	c.initLegacy(false)
 	methods := []string{"tools/execute", "resources/write", "sampling/createMessage", "elicitation/create", "roots/list",
-		"Tools/Call", "tools/call ", "notifications/initialized", "prompts/GET", "x"}
+		"Tools/Call", "tools/call ", "notifications/initialized", "prompts/GET", "x",
+		// notifications sent as requests (with an id), and tasks (not passed)
+		"notifications/cancelled", "notifications/progress", "notifications/roots/list_changed", "tasks/get", "tasks/list", "tasks/cancel"}
 	for _, method := range methods {
 		m := c.call(method, map[string]any{"name": "alpha"})
 		if m.Error == nil || m.Error.Code != jsonrpc.CodeMethodNotFound {
