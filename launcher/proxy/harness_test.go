@@ -181,6 +181,7 @@ func (m *memSink) waitDecision(t testing.TB, f func(schema.Decision) bool) schem
 type testClient struct {
 	t   testing.TB
 	enc *jsonrpc.Writer
+	raw io.Writer // the proxy's stdin, for frames written in pieces
 
 	mu       sync.Mutex
 	nextID   int
@@ -313,7 +314,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 }
 
 func newTestClient(t testing.TB, w io.Writer, r io.Reader) *testClient {
-	c := &testClient{t: t, enc: jsonrpc.NewWriter(w), waiters: map[string]chan *jsonrpc.Message{},
+	c := &testClient{t: t, enc: jsonrpc.NewWriter(w), raw: w, waiters: map[string]chan *jsonrpc.Message{},
 		requests: make(chan *jsonrpc.Message, 64), notes: make(chan *jsonrpc.Message, 256), stray: make(chan *jsonrpc.Message, 64)}
 	go func() {
 		rd := jsonrpc.NewReader(r, 0)

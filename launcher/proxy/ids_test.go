@@ -254,3 +254,37 @@ func TestServerRequestFlood(t *testing.T) {
 	c.reply(asks[0], map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": "A"}})
 	waitLog(t, logPath, `"id":"s-1"`, `"result"`)
 }
+
+// TestFramesInPieces: the proxy reads a client's frames however the pipe
+// cuts them — one byte per write, two frames in one write, a frame cut
+// inside a multi-byte character — and decides each as a whole (the
+// out-of-scope path in the last one is refused, not read in part).
+func TestFramesInPieces(t *testing.T) {
+	f, _ := redteamFixture(t)
+	c := f.client
+	c.initLegacy(false)
+	one := c.expect("101")
+	frame := `{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"echo","arguments":{"note":"é€😀"}}}` + "\n"
+	for i := 0; i < len(frame); i++ {
+		if _, err := c.raw.Write([]byte{frame[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := decodeTool(t, c.wait(one)); r.text() != "ECHO" {
+		t.Fatalf("byte by byte: %q", r.text())
+	}
+	a, b := c.expect("102"), c.expect("103")
+	two := `{"jsonrpc":"2.0","id":102,"method":"ping"}` + "\r\n" + `{"jsonrpc":"2.0","id":103,"method":"tools/call","params":{"name":"echo","arguments":{"p":"` + f.base + `/outside/probe.txt","s":"€"}}}` + "\n"
+	cut := strings.Index(two, "€") + 1 // inside the character
+	for _, piece := range []string{two[:cut], two[cut:]} {
+		if _, err := c.raw.Write([]byte(piece)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := c.wait(a); m.Error != nil {
+		t.Fatalf("ping: %v", m.Error)
+	}
+	if r := decodeTool(t, c.wait(b)); denialCode(r) != string(schema.ErrPathOutsideScope) {
+		t.Fatalf("a path outside the scope in a frame cut in two = %+v", r)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"unicode/utf8"
 
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
@@ -287,5 +288,36 @@ func TestMembers(t *testing.T) {
 	}
 	if len(m.MetaMembers) != 2 {
 		t.Fatalf("meta members = %d", len(m.MetaMembers))
+	}
+}
+
+// TestReaderSplitAtEveryByte: a stream cut at any byte — inside a
+// multi-byte character, between '\r' and '\n', inside an escape — reads
+// as the same frames, also one byte per read.
+func TestReaderSplitAtEveryByte(t *testing.T) {
+	in := "{\"a\":\"é€😀\\u00e9\"}\r\n\n{\"id\":1,\"method\":\"x\"}\n  {\"b\":[1,2]}"
+	want := []string{"{\"a\":\"é€😀\\u00e9\"}", `{"id":1,"method":"x"}`, `{"b":[1,2]}`}
+	read := func(r io.Reader) []string {
+		fr := NewReader(r, 1024)
+		var got []string
+		for {
+			f, err := fr.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatal(err)
+				}
+				return got
+			}
+			got = append(got, string(f))
+		}
+	}
+	for i := 0; i <= len(in); i++ {
+		got := read(io.MultiReader(strings.NewReader(in[:i]), strings.NewReader(in[i:])))
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("split at %d: frames %q", i, got)
+		}
+	}
+	if got := read(iotest.OneByteReader(strings.NewReader(in))); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("one byte per read: frames %q", got)
 	}
 }
