@@ -308,7 +308,7 @@ func normalise(o outcome, which op, translated bool) string {
 		}
 	}
 	if m, ok := v.(map[string]any); ok {
-		if which.Method == "tools/list" || which.Method == "resources/list" || which.Method == "prompts/list" {
+		if which.Method == "tools/list" || which.Method == "resources/list" || which.Method == "resources/templates/list" || which.Method == "prompts/list" {
 			delete(m, "cacheScope")
 		}
 		if translated {
