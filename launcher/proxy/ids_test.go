@@ -288,3 +288,47 @@ func TestFramesInPieces(t *testing.T) {
 		t.Fatalf("a path outside the scope in a frame cut in two = %+v", r)
 	}
 }
+
+// TestRestartRacesACallInFlight: the client narrows its roots while a call
+// is in flight on the server. The server is restarted under the narrowed
+// fence; the call in flight is answered with an error and never sent to
+// the new process (it may not be idempotent), and the old process's late
+// request answer is not relayed to the new one; calls after the restart
+// are decided against the narrowed scope.
+func TestRestartRacesACallInFlight(t *testing.T) {
+	f, logPath := askingFixture(t, nil)
+	c := f.client
+	if res := c.call("initialize", map[string]any{"protocolVersion": "2025-06-18",
+		"capabilities": map[string]any{"sampling": map[string]any{}, "roots": map[string]any{"listChanged": true}},
+		"clientInfo":   map[string]string{"name": "test", "version": "1"}}); res.Error != nil {
+		t.Fatalf("initialize: %v", res.Error)
+	}
+	c.notify("notifications/initialized", nil)
+	c.reply(c.nextRequest("roots/list"), rootsAnswer(f.base))
+
+	inFlight := c.start("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{}})
+	ask := c.nextRequest("sampling/createMessage")
+	c.notify("notifications/roots/list_changed", nil)
+	c.reply(c.nextRequest("roots/list"), rootsAnswer(f.base+"/allowed"))
+	m := c.wait(inFlight)
+	if m.Error == nil || !strings.Contains(m.Error.Message, "not retried") {
+		t.Fatalf("the call in flight during the restart = %+v %s, want an error saying it was not retried", m.Error, m.Result)
+	}
+	// The old process's question is answered late: it goes nowhere.
+	c.reply(ask, map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": "LATE"}})
+	if r := c.tool("plain", map[string]any{"p": f.base + "/outside/probe.txt"}); denialCode(r) != string(schema.ErrPathOutsideScope) {
+		t.Fatalf("a call outside the narrowed scope = %+v", r)
+	}
+	if r := c.tool("plain", map[string]any{"p": f.base + "/allowed/probe.txt"}); r.IsError || r.text() != "PLAIN" {
+		t.Fatalf("a call inside the narrowed scope = %+v", r)
+	}
+	if f.up.restartCount() != 1 {
+		t.Fatalf("restarts = %d, want 1", f.up.restartCount())
+	}
+	if n := len(upstreamIDs(t, logPath, "ask")); n != 1 {
+		t.Fatalf("the call reached the server %d times, want once (never retried)", n)
+	}
+	if log, _ := os.ReadFile(logPath); strings.Contains(string(log), "LATE") {
+		t.Fatalf("the late answer for the old process reached a server:\n%s", log)
+	}
+}
