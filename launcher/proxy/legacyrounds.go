@@ -64,6 +64,20 @@ func (s *session) playLegacyRound(rq *request, asks map[string]json.RawMessage, 
 		fail("the server's input round is empty or too large")
 		return
 	}
+	// A notifications/cancelled for the call ends the round: nothing more
+	// is asked and the call is not sent again.
+	cancelled := make(chan struct{})
+	key := idKey(rq.id)
+	s.pend.mu.Lock()
+	s.pend.awaiting[key] = cancelled
+	s.pend.mu.Unlock()
+	defer func() {
+		s.pend.mu.Lock()
+		if s.pend.awaiting[key] == cancelled {
+			delete(s.pend.awaiting, key)
+		}
+		s.pend.mu.Unlock()
+	}()
 	keys := make([]string, 0, len(asks))
 	for k := range asks {
 		keys = append(keys, k)
@@ -83,7 +97,7 @@ func (s *session) playLegacyRound(rq *request, asks map[string]json.RawMessage, 
 		case "roots/list":
 			answers[k] = s.scope.current().rootsList
 		case "elicitation/create", "sampling/createMessage":
-			answer, msg := s.askLegacyClient(rq, ask.Method, ask.Params)
+			answer, msg := s.askLegacyClient(rq, ask.Method, ask.Params, cancelled)
 			if answer == nil {
 				if msg != "" {
 					fail(msg)
@@ -123,9 +137,10 @@ func (s *session) playLegacyRound(rq *request, asks map[string]json.RawMessage, 
 
 // askLegacyClient sends one elicitation or sampling request of a modern
 // server's round to the legacy client and waits for its answer. It returns
-// the answer, or nil and why the call fails ("" when the call was answered
-// already: the run stopped).
-func (s *session) askLegacyClient(rq *request, method string, params json.RawMessage) (json.RawMessage, string) {
+// the answer, or nil and why the call fails ("" when the call needs no
+// answer: the run stopped, and it was answered; the client cancelled it,
+// and it was recorded).
+func (s *session) askLegacyClient(rq *request, method string, params json.RawMessage, cancelled <-chan struct{}) (json.RawMessage, string) {
 	_, elicit, sample := s.client.declared()
 	if (method == "elicitation/create" && !elicit) || (method == "sampling/createMessage" && !sample) {
 		s.recordServerRequest(method, nil, schema.ErrMethodNotAllowed)
@@ -158,6 +173,11 @@ func (s *session) askLegacyClient(rq *request, method string, params json.RawMes
 		return nil, "the client did not answer the server's " + method + " in time"
 	case <-s.life.done:
 		s.answerStopped(rq)
+		return nil, ""
+	case <-cancelled:
+		// The client no longer waits for an answer (and expects none).
+		s.pend.release(rq)
+		s.record(rq, "")
 		return nil, ""
 	}
 }

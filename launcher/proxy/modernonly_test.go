@@ -216,4 +216,37 @@ func TestLegacyClientModernInputRounds(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("needs_input has %d decision records, want 1", n)
 	}
+
+	// The client cancels the call while its round waits for the client:
+	// the round ends, the call is not sent again and gets no answer, and
+	// it is recorded.
+	cancelled := c.start("tools/call", map[string]any{"name": "needs_input", "arguments": map[string]any{"n": 2}})
+	el = c.nextRequest("elicitation/create")
+	var id int
+	c.mu.Lock()
+	id = c.nextID
+	c.mu.Unlock()
+	c.notify("notifications/cancelled", map[string]any{"requestId": id})
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		n := 0
+		for _, d := range f.sink.decisions() {
+			if d.Tool == "needs_input" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	c.reply(el, map[string]any{"action": "accept", "content": map[string]any{}})
+	if m := c.call("ping", nil); m.Error != nil {
+		t.Fatalf("ping: %v", m.Error)
+	}
+	select {
+	case m := <-cancelled:
+		t.Fatalf("the cancelled call was answered: %+v %s", m.Error, m.Result)
+	default:
+	}
+	log, _ = os.ReadFile(logPath)
+	if n := strings.Count(string(log), `"name":"needs_input"`); n != 3 {
+		t.Fatalf("needs_input reached the server %d times, want 3 (the cancelled call never sent again)", n)
+	}
 }
