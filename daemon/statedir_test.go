@@ -144,3 +144,45 @@ func TestDaemonStartsOnASmallDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestHostNameWithUnderscoreIsRefused: a host's subject token is its name
+// with '.' turned into '_' (stream.HostToken), so a host named web_1 would
+// publish on web.1's subjects with web.1's rights, and the collectors
+// refuse its events (schema.CheckHost). The daemon refuses to start on
+// such a host, saying why, instead of publishing into that; it ran before.
+func TestHostNameWithUnderscoreIsRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.Mcpwarden(t)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// In a UTS namespace of its own, the host is named web_1.
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", `echo web_1 >/proc/sys/kernel/hostname && exec "$@"`, "sh",
+		bin, "daemon", "--state-dir", filepath.Join(tmp, "state"), "--socket", filepath.Join(tmp, "sock", "daemon.sock"),
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--no-crosscheck")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUTS}
+	out := &testenv.LockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for {
+		select {
+		case err := <-exited:
+			if err == nil || !strings.Contains(out.String(), `"web_1"`) || !strings.Contains(out.String(), "'_'") {
+				t.Fatalf("the daemon on host web_1 exited with %v, saying: %s", err, out.String())
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+			if strings.Contains(out.String(), "daemon started") {
+				_ = cmd.Process.Kill()
+				<-exited
+				t.Fatalf("the daemon started on host web_1: %s", out.String())
+			}
+		case <-ctx.Done():
+			t.Fatalf("the daemon neither refused nor started in 3 minutes: %s", out.String())
+		}
+	}
+}

@@ -172,6 +172,8 @@ func TestValidateRefusesUnsanitized(t *testing.T) {
 		{"future schema version", launch, func(e *Event) { e.SchemaVersion = EventSchemaVersion + 1 }},
 		{"host with space", launch, func(e *Event) { e.Host = "a b" }},
 		{"host with subject wildcard", launch, func(e *Event) { e.Host = "a.>" }},
+		// '_' and '.' share a subject token (web_1 is web.1's).
+		{"host with underscore", launch, func(e *Event) { e.Host = "web_1" }},
 		{"run id path", launch, func(e *Event) { e.RunID = "/etc/passwd" }},
 		{"scope hash not sha256", launch, func(e *Event) { e.ScopeHash = strings.Repeat("a", 64) }},
 		{"zero time", launch, func(e *Event) { e.TimeNS = 0 }},

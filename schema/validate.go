@@ -140,18 +140,26 @@ func SanitizeComm(s string) string {
 	return string(b)
 }
 
-func isHost(s string) bool {
+// CheckHost says whether s can name a host in events: 1-253 letters,
+// digits, '.' and '-' (a host name of RFC 1123's alphabet). '_' is refused:
+// a host's NATS subject token is its name with '.' turned into '_'
+// (stream.HostToken), so "web.1" and "web_1" would share one token, and
+// with it the subjects and rights that keep one host from writing as
+// another. On these names the token is one-to-one.
+func CheckHost(s string) error {
 	if s == "" || len(s) > maxHostLen {
-		return false
+		return fmt.Errorf("host name %q: must be 1-%d characters", s, maxHostLen)
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
-			return false
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return fmt.Errorf("host name %q: only letters, digits, '.' and '-' (no '_': its NATS subject token would be another host's, e.g. web_1 is web.1's); rename the host (hostnamectl set-hostname)", s)
 		}
 	}
-	return true
+	return nil
 }
+
+func isHost(s string) bool { return CheckHost(s) == nil }
 
 func optToken(field, s string) error {
 	if s != "" && !IsToken(s) {
@@ -207,7 +215,7 @@ func (e *Event) Validate() error {
 		return invalid("schema_version", "%d is not supported (this build knows 1..%d): upgrade the collector", e.SchemaVersion, EventSchemaVersion)
 	}
 	if !isHost(e.Host) {
-		return invalid("host", "must be 1-%d of letters, digits, '.', '-', '_'", maxHostLen)
+		return invalid("host", "must be 1-%d of letters, digits, '.', '-' (no '_', which would share a subject token with '.')", maxHostLen)
 	}
 	if e.BootID != "" && (len(e.BootID) > 64 || strings.Trim(e.BootID, "0123456789abcdef-") != "") {
 		return invalid("boot_id", "must be the kernel's boot id (hex and '-')")

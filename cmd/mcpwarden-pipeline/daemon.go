@@ -125,6 +125,11 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	}
 
 	origin := schema.LocalOrigin()
+	if err := schema.CheckHost(origin.Host); err != nil {
+		// Every event would be refused by the collectors; and a name with
+		// '_' would share its subjects with another host's.
+		return cli.Fail(cli.ExitUsage, fmt.Errorf("daemon: %w", err))
+	}
 	name := "daemon@" + origin.Host
 	var natsOpts stream.ConnOptions
 	var streamBytes int64

@@ -27,7 +27,11 @@ func cmdRun(ctx context.Context, args []string) int {
 // publishToNATS connects to NATS and returns the publisher as the run's
 // sink (runcmd.Publish).
 func publishToNATS(ctx context.Context, rc *runcmd.Context, nf *cli.NATSFlags, spoolMax int64) (launcher.Sink, error) {
-	opts, err := natsconn.Options(nf, stream.RoleDaemon, schema.LocalOrigin().Host, "mcpwarden-run", rc.StateDir)
+	host := schema.LocalOrigin().Host
+	if err := schema.CheckHost(host); err != nil {
+		return nil, err
+	}
+	opts, err := natsconn.Options(nf, stream.RoleDaemon, host, "mcpwarden-run", rc.StateDir)
 	if err != nil {
 		return nil, err
 	}

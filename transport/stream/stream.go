@@ -56,7 +56,9 @@ func DecodeBatch(subject string, body []byte) (events []schema.Event, rejected i
 // HostToken turns a host name into one subject token: dots and anything that
 // is not a letter, digit, '-' or '_' become '_', so "web-1.example.com"
 // becomes "web-1_example_com" and no host can inject wildcards or extra
-// tokens.
+// tokens. On the host names events may carry (schema.CheckHost: letters,
+// digits, '.', '-'; no '_') it is one-to-one, so a token, and the subjects
+// and rights built on it, belong to one host.
 func HostToken(host string) string {
 	if host == "" {
 		return "_"
