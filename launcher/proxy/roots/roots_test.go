@@ -124,3 +124,56 @@ func TestTrackerNewestWins(t *testing.T) {
 		t.Fatal("g3 refused")
 	}
 }
+
+// TestRootsAnswersNeverWiden: a client's roots answer in every spelling —
+// a symlink out of the scope, "..", encoded separators, a remote host, a
+// case-variant scheme, a file root above the scope, hundreds of roots —
+// narrows to at most the scope (fifth attack round).
+func TestRootsAnswersNeverWiden(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	for _, d := range []string{"allowed/sub", "outside"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allowed := filepath.Join(base, "allowed")
+	if err := os.Symlink(filepath.Join(base, "outside"), filepath.Join(allowed, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	scope := []schema.CanonicalPath{{Path: allowed, Kind: schema.KindDir}}
+	answers := []string{
+		"file://" + allowed + "/escape",
+		"file://" + allowed + "/../outside",
+		"file://" + allowed + "%2f..%2foutside",
+		"file://" + allowed + "/%2e%2e/outside",
+		"file://evil.example" + base + "/outside",
+		"FILE://" + base,
+		"file:" + base,
+		"file://localhost/",
+		"file://" + base + "/outside",
+		"file://" + allowed + "/sub/../../outside",
+		"file://" + allowed + "\x00/../outside",
+		"/" + base + "/outside",
+		"https://example.com/",
+	}
+	for _, a := range answers {
+		raw, _ := json.Marshal(map[string]any{"roots": []map[string]string{{"uri": a}}})
+		client, err := ParseResult(raw)
+		if err != nil {
+			continue // no roots at all: nothing widens
+		}
+		for _, p := range Intersect(scope, client) {
+			if !schema.IsWithin(allowed, p.Path) {
+				t.Errorf("root %q made %s effective, outside the scope", a, p.Path)
+			}
+		}
+	}
+	many := make([]map[string]string, MaxRoots+1)
+	for i := range many {
+		many[i] = map[string]string{"uri": "file://" + allowed}
+	}
+	raw, _ := json.Marshal(map[string]any{"roots": many})
+	if _, err := ParseResult(raw); err == nil {
+		t.Errorf("%d roots accepted", len(many))
+	}
+}
