@@ -134,6 +134,7 @@ func testFenceReadScope(t *testing.T, noNS bool) {
 	defer tcp.Close()
 	go acceptAll(tcp)
 	abstractName := fmt.Sprintf("@mcpwarden-test-%d", os.Getpid())
+	squat := fmt.Sprintf("/tmp/.X11-unix/mcpwarden-%d-%v", os.Getpid(), noNS)
 	abs, err := net.Listen("unix", abstractName)
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +212,10 @@ func testFenceReadScope(t *testing.T, noNS bool) {
 		{name: "signal the test", req: map[string]any{"op": "kill", "pid": os.Getpid(), "sig": int(syscall.SIGTERM)}, errno: denied},
 		{name: "signal init", req: map[string]any{"op": "kill", "pid": 1, "sig": 0}, errno: denied},
 		{name: "io_uring", req: map[string]any{"op": "io_uring"}, errno: []string{"EPERM"}},
+		// The abstract names are the network namespace's: without the
+		// run's own, a name held here is held from the whole host.
+		{name: "bind an abstract unix name (a socketpair's end)", req: map[string]any{"op": "abstract_bind", "name": squat}, errno: []string{"EACCES"}, exact: true},
+		{name: "network interfaces (a netlink bind) still work", req: map[string]any{"op": "ifaces"}, wantOK: true},
 		{name: "private tmpdir is writable", req: map[string]any{"op": "write", "path": "$TMPDIR/probe", "data": "x"}, wantOK: true},
 	}
 	// $TMPDIR is the server's own; ask it.
@@ -230,6 +235,11 @@ func testFenceReadScope(t *testing.T, noNS bool) {
 		}
 	}
 	runCases(t, s, cases)
+	if l, err := net.Listen("unix", "@"+squat); err != nil {
+		t.Errorf("ESCAPE: the run holds the host's abstract socket name %s: %v", squat, err)
+	} else {
+		l.Close()
+	}
 
 	assertNoSecretFD(t, s)
 	if code := s.Close(); code != 0 {

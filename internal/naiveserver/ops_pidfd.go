@@ -164,3 +164,27 @@ var pidfdOps = map[string]op{
 		return "", errnoErr(e)
 	},
 }
+
+// heldSockets are what abstract_bind holds.
+var heldSockets []int
+
+// abstractOps: names in the abstract unix socket namespace, which is the
+// network namespace's.
+var abstractOps = map[string]op{
+	// Bind one end of a socketpair (the only unix sockets the filter lets
+	// the server make) to the abstract name Name, and hold it: a service
+	// outside the run that binds the name later gets EADDRINUSE.
+	"abstract_bind": func(r Request) (string, error) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("socketpair: %w", err)
+		}
+		if err := unix.Bind(fds[0], &unix.SockaddrUnix{Name: "@" + r.Name}); err != nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+			return "", err
+		}
+		heldSockets = append(heldSockets, fds[0], fds[1])
+		return "", nil
+	},
+}

@@ -143,6 +143,7 @@ const (
 	CheckAIO           = "no-aio"                // Linux AIO: ENOSYS, one host-wide budget (fs.aio-max-nr)
 	CheckHugetlb       = "no-hugetlb"            // MAP_HUGETLB, MFD_HUGETLB: the host's reserved huge page pool
 	CheckWhiteout      = "no-whiteout"           // renameat2 RENAME_WHITEOUT: a device node left in the workspace
+	CheckBind          = "bind-needs-grant"      // bind() without a network grant: netlink addresses only
 )
 
 // ioctl requests refused whatever the scope.
@@ -162,9 +163,10 @@ const shmHugetlb = 0o4000
 // pidfd_info)) without its direction and size bits: the kernel takes any
 // size of the extensible struct, so only the type and number are matched.
 const (
-	pidfdGetInfo    = 0xff0b
-	ioctlTypeNrMask = 0xffff
-	renameWhiteout  = 1 << 2 // RENAME_WHITEOUT (linux/fs.h)
+	pidfdGetInfo     = 0xff0b
+	ioctlTypeNrMask  = 0xffff
+	renameWhiteout   = 1 << 2 // RENAME_WHITEOUT (linux/fs.h)
+	sizeofSockaddrNl = 12     // sizeof(struct sockaddr_nl), on every ABI
 )
 
 const (
@@ -221,7 +223,7 @@ var allowed = []string{
 	"epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll",
 	"select", "pselect6", "eventfd", "eventfd2",
 	// sockets, once socket() let one be made (connect/bind are checked by Landlock)
-	"connect", "bind", "accept", "accept4", "recvfrom", "recvmsg", "recvmmsg", "getsockname", "getpeername",
+	"connect", "accept", "accept4", "recvfrom", "recvmsg", "recvmmsg", "getsockname", "getpeername",
 	"getsockopt", "shutdown",
 	// the rest of the system, read only
 	"uname", "sysinfo", "getrandom",
@@ -417,6 +419,21 @@ func rules(o Options) []group {
 		r = append(r, group{[]string{"ioctl"}, ioctlRuleNoPIDNS})
 	}
 	allowIf(CheckListen, o.AllowListen, eacces, "listen")
+	// bind(): without a network grant nothing but a netlink socket (glibc's
+	// getifaddrs, Go's net.Interfaces) has a use for it, TCP binds being
+	// Landlock's to refuse. The abstract unix socket names are those of
+	// the network namespace, the host's without one of the run's own: a
+	// server binding one end of a socketpair to "@/tmp/.X11-unix/X0" held
+	// that name from the X server that starts later (Landlock's
+	// abstract-socket scope decides connect and send, not bind). The filter
+	// cannot read the address, only its length: an abstract name of
+	// exactly 9 bytes has a netlink address's length and still binds.
+	if o.AllowUDP || o.AllowListen {
+		r = append(r, group{[]string{"bind"}, Rule{Check: CheckBind, Else: Allow}})
+	} else {
+		r = append(r, group{[]string{"bind"}, Rule{Check: CheckBind, Else: eacces, Clauses: []Clause{
+			{[]Cond{{Arg: 2, Value: sizeofSockaddrNl}}, Allow}}}})
+	}
 	allowIf(CheckIOUring, o.AllowIOUring, eperm, "io_uring_setup", "io_uring_enter", "io_uring_register")
 	allowIf(CheckIPC, o.IPCNamespace, eperm, ipcNames...)
 	// shmget as the rest of SysV IPC, but never on huge pages: the kernel

@@ -279,6 +279,13 @@ func TestFilterDecisions(t *testing.T) {
 		{"ioctl PIDFD_GET_INFO in the run's pid namespace", pidNS, sys("ioctl", 3, 0xc040ff0b, ptr), Allow},
 		{"ioctl PIDFD_GET_PID_NAMESPACE (ptrace-checked by the kernel)", strict, sys("ioctl", 3, 0xff05, 0), Allow},
 		{"ioctl FIONREAD", strict, sys("ioctl", 0, 0x541b /* FIONREAD */, ptr), Allow},
+		{"bind a netlink socket (getifaddrs)", strict, sys("bind", 3, ptr, 12), Allow},
+		{"bind a netlink socket, junk high bits", strict, sys("bind", 3, ptr, hi|12), Allow},
+		{"bind an abstract unix name without a grant", strict, sys("bind", 3, ptr, 2+1+18), eacces},
+		{"bind TCP without a grant", strict, sys("bind", 3, ptr, 16), eacces},
+		{"bind TCP6 without a grant", layered, sys("bind", 3, ptr, 28), eacces},
+		{"bind with a network grant", network, sys("bind", 3, ptr, 16), Allow},
+		{"bind with a connect grant (UDP)", Options{AllowUDP: true}, sys("bind", 3, ptr, 21), Allow},
 		{"renameat2 plain", write, sys("renameat2", cwd, ptr, cwd, ptr, 0), Allow},
 		{"renameat2 RENAME_NOREPLACE", write, sys("renameat2", cwd, ptr, cwd, ptr, unix.RENAME_NOREPLACE), Allow},
 		{"renameat2 RENAME_EXCHANGE (Landlock checks both)", write, sys("renameat2", cwd, ptr, cwd, ptr, unix.RENAME_EXCHANGE), Allow},
@@ -773,6 +780,10 @@ func FuzzFilter(f *testing.F) {
 			}
 			if lo(a1)&0xffff == pidfdGetInfo && !o.PIDNamespace {
 				t.Fatalf("ioctl PIDFD_GET_INFO %#x allowed without a pid namespace", lo(a1))
+			}
+		case "bind":
+			if !o.AllowUDP && !o.AllowListen && lo(a2) != 12 {
+				t.Fatalf("bind addrlen %d allowed without a network grant", lo(a2))
 			}
 		case "renameat2":
 			if lo(a4)&unix.RENAME_WHITEOUT != 0 {
