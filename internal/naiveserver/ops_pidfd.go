@@ -188,3 +188,18 @@ var abstractOps = map[string]op{
 		return "", nil
 	},
 }
+
+// signalOps: signals to another process by the calls besides kill().
+var signalOps = map[string]op{
+	// rt_sigqueueinfo (N 0) or tgkill (N 1) of signal Sig to PID.
+	"signal_other": func(r Request) (string, error) {
+		if r.N == 1 {
+			return "", unix.Tgkill(r.PID, r.PID, unix.Signal(r.Sig))
+		}
+		var info [128]byte // siginfo_t: si_signo, si_errno, si_code = SI_QUEUE (-1)
+		binary.LittleEndian.PutUint32(info[0:], uint32(r.Sig))
+		binary.LittleEndian.PutUint32(info[8:], ^uint32(0))
+		_, _, e := unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, uintptr(r.PID), uintptr(r.Sig), uintptr(unsafe.Pointer(&info[0])))
+		return "", errnoErr(e)
+	},
+}
