@@ -136,6 +136,25 @@ func TestNSWhatTheServerSees(t *testing.T) {
 	if r := s.Do(map[string]any{"op": "ifaces"}); !r.OK || r.Data != "lo:up" {
 		t.Errorf("network interfaces %+v, want loopback only, up", r)
 	}
+	// Its network tables are its own network namespace's: a listener of
+	// the host's is not in them (without the namespace they are the
+	// host's, a known limit).
+	hostL, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostL.Close()
+	hostPort := fmt.Sprintf(":%04X ", hostL.Addr().(*net.TCPAddr).Port)
+	if r := s.Do(map[string]any{"op": "read", "path": "/proc/self/net/tcp"}); !r.OK || strings.Contains(r.Data, hostPort) {
+		t.Errorf("/proc/self/net/tcp in the run: %+v; want its own table, without the host's listener on %s", r, hostPort)
+	}
+	// Page-cache residency: the kernel answers cachestat only for a file
+	// the caller owns or may write, and the dedicated uid owns no host
+	// file (without it, a server running as the runtime's owner learns
+	// which pages other processes read: a known limit).
+	if r := s.Do(map[string]any{"op": "cachestat", "path": b.Naive}); r.OK || r.Errno != "EPERM" {
+		t.Errorf("cachestat of the runtime's executable: %+v, want EPERM", r)
+	}
 	if code := s.Close(); code != 0 {
 		t.Fatalf("exit %d: %s", code, s.Stderr())
 	}
