@@ -243,6 +243,8 @@ func testNSPlanting(t *testing.T, noNS bool) {
 		{name: "rename a directory of links and a FIFO in", req: map[string]any{"op": "rename", "path": dir, "to": filepath.Join(w.allowed, "plant")}, errno: exdev, exact: true},
 		{name: "rename a symlink in", req: map[string]any{"op": "rename", "path": filepath.Join(tmp, "lone-link"), "to": filepath.Join(w.allowed, "lone-link")}, errno: lone, exact: true},
 		{name: "rename a FIFO in", req: map[string]any{"op": "rename", "path": filepath.Join(dir, "fifo"), "to": filepath.Join(w.allowed, "fifo")}, errno: lone, exact: true},
+		{name: "exchange a symlink with a workspace file", req: map[string]any{"op": "renameat2", "path": filepath.Join(tmp, "lone-link"), "to": w.deep1, "flags": unix.RENAME_EXCHANGE}, errno: lone, exact: true},
+		{name: "exchange the directory with a workspace directory", req: map[string]any{"op": "renameat2", "path": dir, "to": filepath.Join(w.allowed, "d1"), "flags": unix.RENAME_EXCHANGE}, errno: exdev, exact: true},
 		{name: "hard link a symlink in", req: map[string]any{"op": "link", "path": filepath.Join(tmp, "lone-link"), "to": filepath.Join(w.allowed, "lone-link2")}, errno: lone, exact: true},
 		{name: "hard link a regular file in", req: map[string]any{"op": "link", "path": filepath.Join(tmp, "tool.sh"), "to": filepath.Join(w.allowed, "tool-link.sh")}, errno: exdev, exact: true, wantOK: !s.Namespaces},
 		{name: "run the linked file", req: map[string]any{"op": "exec", "path": filepath.Join(w.allowed, "tool-link.sh")}, errno: append([]string{"ENOENT"}, denied...), exact: true},
