@@ -31,7 +31,11 @@ type Upstream interface {
 	// Stdin is the current server process's stdin. The value is also an
 	// io.Closer: closing it gives the server EOF.
 	Stdin() io.Writer
-	Stdout() io.Reader // the current server process's stdout
+	// Stdout is the current server process's stdout. The mediator reads
+	// it and nothing else does; it may take the descriptor over (the proxy
+	// reads a blocking duplicate and closes this one), so a later Close of
+	// it by the launcher may report os.ErrClosed.
+	Stdout() io.Reader
 	// Restart stops the current server and starts it again under a fence
 	// narrowed to paths (each inside the scope's allowed paths, possibly
 	// empty = no workspace access at all). Stdin/Stdout then return the new

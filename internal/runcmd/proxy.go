@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -93,10 +94,16 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *Context) error {
 	}
 	m := &withApprovals{p: p, late: late, stateDir: rc.StateDir, runID: rc.RunID, log: rc.Logger, restore: func() {}}
 	if rc.Config.Stdin == nil && rc.Config.Stdout == nil {
-		// The client's messages are read and written through Go's poller
-		// (see proxy.PollableStdio); blocking mode is restored when the
-		// proxy ends.
+		// The client's messages are read with blocking reads and written
+		// through Go's poller (see proxy.PollableStdio); blocking mode is
+		// restored when the proxy ends.
 		rc.Config.Stdin, rc.Config.Stdout, m.restore = proxy.PollableStdio(os.Stdin, os.Stdout, os.Stderr)
+		// The proxy's readers block in read(2), each holding a processor:
+		// two more processors than the machine's keep one idle for the rest
+		// (see proxy.ReaderProcs). GOMAXPROCS set by the user wins.
+		if os.Getenv("GOMAXPROCS") == "" {
+			runtime.GOMAXPROCS(proxy.ReaderProcs())
+		}
 	}
 	rc.Config.Mediator = m
 	return nil

@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -26,21 +28,11 @@ type rawFile struct {
 	rc syscall.RawConn
 }
 
-// rawReader and rawWriter return a rawFile on v when v is an *os.File
-// whose descriptor is non-blocking and watched by the poller (the pipes of
-// os.Pipe, the client's stdio after PollableStdio); anything else is
-// returned as it is. A blocking descriptor is never used with a raw
-// system call: it would hold a thread and its processor without the
-// runtime knowing.
-func rawReader(v io.Reader) io.Reader {
-	if f, ok := v.(*os.File); ok {
-		if r := newRawFile(f); r != nil {
-			return r
-		}
-	}
-	return v
-}
-
+// rawWriter returns a rawFile on v when v is an *os.File whose descriptor
+// is non-blocking and watched by the poller (the pipes of os.Pipe, the
+// client's stdout after PollableStdio); anything else is returned as it
+// is. A blocking descriptor is never used with a raw system call: it would
+// hold a thread and its processor without the runtime knowing.
 func rawWriter(v io.Writer) io.Writer {
 	if f, ok := v.(*os.File); ok {
 		if r := newRawFile(f); r != nil {
@@ -142,3 +134,115 @@ func closedErr(op string, f *os.File, err error) error {
 
 // Close closes the file.
 func (r *rawFile) Close() error { return r.f.Close() }
+
+// blockingFile reads a blocking descriptor with blocking read(2) through
+// the runtime's system-call path (os.File's Read: entersyscall, so the
+// collector and the scheduler go on while it waits): one read per message,
+// where the poller needs a read that finds nothing before every wait and
+// an epoll_pwait each time the thread idles. The goroutine that reads also
+// decides and forwards the message, so an allowed call takes no hand-off.
+//
+// A processor stays with a thread blocked this way for up to 10 ms when
+// another one is idle (runtime/proc.go, retake): the launcher raises
+// GOMAXPROCS (see ReaderProcs) so that the two readers do not take every
+// processor and have sysmon hand theirs off on every message.
+//
+// Nothing can interrupt read(2) on a pipe: a blocked read ends with data,
+// EOF (every writer gone: the launcher kills the run's whole process tree
+// on every way it ends) or an error; closing the file does not end it (the
+// descriptor is closed once the read returns, so its number is never
+// reused under it).
+//
+// A goroutine that only ever reads and forwards never goes through the
+// scheduler, and the monitor takes a processor from a goroutine it has
+// seen on the same scheduling tick for 10 ms (forcePreemptNS), at every
+// one of its ticks after that: a hand-off per message. Read yields once
+// every yieldEvery, which moves the tick on.
+type blockingFile struct {
+	f       *os.File
+	yielded time.Time
+}
+
+// yieldEvery is how often a blockingFile's reader goes through the
+// scheduler: well within the monitor's 10 ms.
+const yieldEvery = 9 * time.Millisecond
+
+// takeBlocking takes over the read end of a pipe or socket from v when v
+// is an *os.File: it reads from a blocking descriptor of its own (a dup,
+// put into blocking mode: the mode belongs to the open file, which only
+// the proxy reads), and closes v. Closing v takes the open file out of
+// Go's poller, which would otherwise wake a thread of its own (epoll) for
+// every message the server writes, with nobody waiting in it. Whoever
+// closes v again later gets os.ErrClosed. Anything else, and a v that
+// cannot be duplicated, is returned as it is.
+func takeBlocking(v io.Reader) io.Reader {
+	f, ok := v.(*os.File)
+	if !ok {
+		return v
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return v
+	}
+	dup := -1
+	if cerr := rc.Control(func(fd uintptr) {
+		dup, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); cerr != nil || err != nil {
+		return v
+	}
+	if err := unix.SetNonblock(dup, false); err != nil {
+		unix.Close(dup)
+		return v
+	}
+	_ = f.Close()
+	// A blocking descriptor: os.NewFile leaves it out of the poller.
+	return &blockingFile{f: os.NewFile(uintptr(dup), f.Name())}
+}
+
+// Read reads what is there, blocking until something is. A descriptor made
+// non-blocking behind the proxy's back (the flag belongs to the open file,
+// which the client's other processes may share) is waited on with a
+// blocking poll(2) instead of ending the stream on EAGAIN.
+func (b *blockingFile) Read(p []byte) (int, error) {
+	if now := time.Now(); now.Sub(b.yielded) >= yieldEvery {
+		b.yielded = now
+		runtime.Gosched()
+	}
+	for {
+		n, err := b.f.Read(p)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) {
+			return n, err
+		}
+		if werr := b.waitReadable(); werr != nil {
+			return 0, werr
+		}
+	}
+}
+
+func (b *blockingFile) waitReadable() error {
+	rc, err := b.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var errno syscall.Errno
+	cerr := rc.Control(func(fd uintptr) {
+		fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			_, _, e := syscall.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, 0, 0, 0, 0)
+			if e != unix.EINTR {
+				errno = e
+				return
+			}
+		}
+	})
+	if cerr != nil {
+		return closedErr("read", b.f, cerr)
+	}
+	if errno != 0 {
+		return &os.PathError{Op: "read", Path: b.f.Name(), Err: errno}
+	}
+	return nil
+}
+
+// Close closes the file (a read blocked in read(2) goes on until it returns).
+func (b *blockingFile) Close() error { return b.f.Close() }

@@ -24,8 +24,9 @@ type recorder struct {
 	cond    *sync.Cond
 	queue   []schema.Event
 	spare   []schema.Event // the last batch's slice, emptied, for the next queue
+	due     bool           // the queued batch's delay ran out
+	timer   *time.Timer    // the batch's delay; fires expire
 	closing bool
-	closeC  chan struct{} // closed by close: a batch waiting for its delay goes at once
 	done    chan struct{}
 	werr    error
 }
@@ -42,7 +43,7 @@ const maxKeptBatch = 256
 const DefaultFlushDelay = 10 * time.Millisecond
 
 func newRecorder(s *session) *recorder {
-	r := &recorder{s: s, done: make(chan struct{}), closeC: make(chan struct{})}
+	r := &recorder{s: s, done: make(chan struct{})}
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -66,11 +67,31 @@ func (r *recorder) add(d schema.Decision) {
 		r.cond.Wait()
 	}
 	r.queue = append(r.queue, ev)
-	if len(r.queue) == 1 || len(r.queue) >= maxQueued {
-		// The writer waits for a first record (or for a full queue while
-		// it delays); later records of the same batch wake nobody.
+	switch delay := cfg.FlushDelay; {
+	case len(r.queue) >= maxQueued, len(r.queue) == 1 && delay <= 0:
 		r.cond.Broadcast()
+	case len(r.queue) == 1:
+		// The batch's first record starts its delay. The timer wakes the
+		// writer when it runs out, from the timer's goroutine: a caller
+		// that woke the writer itself would leave it queued on its own
+		// processor, which the caller's next blocking read then holds
+		// (see blockingFile), until the scheduler's monitor hands it off.
+		// Later records of the batch wake nobody.
+		r.due = false
+		if r.timer == nil {
+			r.timer = time.AfterFunc(delay, r.expire)
+		} else {
+			r.timer.Reset(delay)
+		}
 	}
+	r.mu.Unlock()
+}
+
+// expire marks the queued batch due and wakes the writer.
+func (r *recorder) expire() {
+	r.mu.Lock()
+	r.due = true
+	r.cond.Broadcast()
 	r.mu.Unlock()
 }
 
@@ -79,24 +100,16 @@ func (r *recorder) run() {
 	delay := r.s.cfg.FlushDelay
 	for {
 		r.mu.Lock()
-		for len(r.queue) == 0 && !r.closing {
+		// A batch goes when its delay ran out, the queue is full or the
+		// run stops.
+		for !r.closing && (len(r.queue) == 0 || delay > 0 && !r.due && len(r.queue) < maxQueued) {
 			r.cond.Wait()
 		}
 		if len(r.queue) == 0 && r.closing {
 			r.mu.Unlock()
 			return
 		}
-		if !r.closing && len(r.queue) < maxQueued && delay > 0 {
-			// Let the batch fill for a moment: one timer per batch.
-			r.mu.Unlock()
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-r.closeC:
-			}
-			t.Stop()
-			r.mu.Lock()
-		}
+		r.due = false
 		// The queue goes on in the previous batch's slice: a queue grown
 		// from nil for every batch cost more allocation than the records.
 		batch := r.queue
@@ -136,9 +149,9 @@ func (r *recorder) run() {
 // close flushes what is queued and stops the writer.
 func (r *recorder) close() {
 	r.mu.Lock()
-	if !r.closing {
-		r.closing = true
-		close(r.closeC)
+	r.closing = true
+	if r.timer != nil {
+		r.timer.Stop()
 	}
 	r.cond.Broadcast()
 	r.mu.Unlock()

@@ -475,7 +475,11 @@ var idPatterns = sync.OnceValues(func() (head, tail *regexp.Regexp) {
 
 // readUpstream reads one server process's stdout (generation gen).
 func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer) {
-	r := jsonrpc.NewReader(rawReader(out), s.cfg.MaxMessageBytes)
+	in := takeBlocking(out)
+	if c, ok := in.(io.Closer); ok && in != out {
+		defer c.Close()
+	}
+	r := jsonrpc.NewReader(in, s.cfg.MaxMessageBytes)
 	for {
 		frame, err := r.Next()
 		if errors.Is(err, jsonrpc.ErrFrameTooLarge) {
