@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 )
 
 // scriptedServers are the roles the test binary plays as a scripted MCP
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 			os.Exit(0)
 		}
 	}
-	os.Exit(m.Run())
+	os.Exit(fencetest.Run(m))
 }
 
 // startScripted starts the test binary as a scripted server; env selects

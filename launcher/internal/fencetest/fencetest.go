@@ -64,6 +64,16 @@ func Build(tb testing.TB) Binaries {
 	return bins
 }
 
+// Run runs a package's tests (call it from TestMain) and then removes the
+// directory Build built the test programs into, which outlives any one test.
+func Run(m *testing.M) int {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	return code
+}
+
 // RequireFence demands a kernel with Landlock ABI 7 (the strict fence) and
 // root, so that what is refused is refused by the fence and not by file
 // permissions.

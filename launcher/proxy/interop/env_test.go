@@ -16,6 +16,8 @@ import (
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 )
 
+func TestMain(m *testing.M) { os.Exit(fencetest.Run(m)) }
+
 // The protocol eras every client test runs in.
 const (
 	eraLegacy = "2025-11-25"
