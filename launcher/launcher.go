@@ -123,6 +123,11 @@ type Config struct {
 	// NoCgroup turns the cgroup layer off (recorded as such): no process or
 	// memory limit, and the end of the run kills the server's session only.
 	NoCgroup bool
+	// Life is the run's cgroup made ahead by PrepareLife from this same
+	// configuration (nil: Run makes it). Run uses it only when it was made
+	// from the configuration Run has; the caller Discards it when the run
+	// never reaches Run.
+	Life *PreparedLife
 
 	// Namespaces and identity (docs/launcher.md, "Namespaces").
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -78,23 +79,70 @@ type life struct {
 	watchErr chan error
 }
 
-// newLife makes the run's cgroup with the run's limits. It refuses (a
-// *LimitsError) when the run requires its limits and the host cannot
-// enforce them all.
-func (l *Launcher) newLife() (*life, error) {
-	lf := &life{}
-	lim := cgroup.Limits{}
-	if l.cfg.Mode == schema.ModeEnforce {
-		lim = cgroup.Limits{Processes: l.limits.MaxProcesses, MemoryBytes: l.limits.MaxMemoryMB << 20}
+// lifePlan is everything the run's cgroup is made from, taken from the
+// launcher's configuration: comparable, so that a group made ahead of the
+// run (PrepareLife) is used only when it was made from exactly what Run
+// would make it from.
+type lifePlan struct {
+	off                         bool // --cgroup=false
+	opts                        cgroup.Options
+	requireProcs, requireMemory bool
+}
+
+// planLife is the lifePlan of cfg, checked as New checks it.
+func planLife(cfg *Config) (lifePlan, error) {
+	op := DefaultLimits
+	if cfg.Limits != nil {
+		op = *cfg.Limits
 	}
+	if op.MaxProcesses < 0 || op.MaxMemoryMB < 0 || op.MaxFileSizeMB < 0 {
+		return lifePlan{}, errors.New("limits must not be negative (0 means no limit)")
+	}
+	limits, err := effectiveLimits(op, cfg.Scope.Limits)
+	if err != nil {
+		return lifePlan{}, err
+	}
+	lim := cgroup.Limits{}
+	if cfg.Mode == schema.ModeEnforce || cfg.Mode == "" {
+		lim = cgroup.Limits{Processes: limits.MaxProcesses, MemoryBytes: limits.MaxMemoryMB << 20}
+	}
+	return lifePlan{
+		off:           cfg.NoCgroup,
+		opts:          cgroup.Options{Name: "mcpwarden-" + cfg.RunID, Limits: lim, Parent: cfg.CgroupParent, Stale: "mcpwarden-"},
+		requireProcs:  cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxProcesses > 0),
+		requireMemory: cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxMemoryMB > 0),
+	}, nil
+}
+
+// newLife makes the run's cgroup with the run's limits, or takes the one
+// PrepareLife made from the same plan. It refuses (a *LimitsError) when
+// the run requires its limits and the host cannot enforce them all.
+func (l *Launcher) newLife() (*life, error) {
+	plan := lifePlan{off: l.cfg.NoCgroup, requireProcs: l.requireProcs, requireMemory: l.requireMemory}
+	plan.opts = cgroup.Options{Name: "mcpwarden-" + l.cfg.RunID, Parent: l.cfg.CgroupParent, Stale: "mcpwarden-"}
+	if l.cfg.Mode == schema.ModeEnforce {
+		plan.opts.Limits = cgroup.Limits{Processes: l.limits.MaxProcesses, MemoryBytes: l.limits.MaxMemoryMB << 20}
+	}
+	if p := l.cfg.Life; p != nil {
+		if lf, ok, err := p.take(plan); ok {
+			return lf, err
+		}
+	}
+	return makeLife(plan)
+}
+
+// makeLife makes the cgroup of plan; see newLife.
+func makeLife(plan lifePlan) (*life, error) {
+	lf := &life{}
+	lim := plan.opts.Limits
 	host, err := cgroup.Probe()
 	switch {
-	case l.cfg.NoCgroup:
+	case plan.off:
 		lf.report = cgroup.Report{State: cgroup.Off, Reason: "turned off by the operator (--cgroup=false)", Token: "turned_off"}
 	case err != nil:
 		lf.report = cgroup.Report{State: cgroup.Off, Reason: err.Error(), Token: "no_cgroups"}
 	default:
-		grp, err := host.New(cgroup.Options{Name: "mcpwarden-" + l.cfg.RunID, Limits: lim, Parent: l.cfg.CgroupParent, Stale: "mcpwarden-"})
+		grp, err := host.New(plan.opts)
 		if err != nil {
 			return nil, err
 		}
@@ -103,8 +151,8 @@ func (l *Launcher) newLife() (*life, error) {
 			lf.grp = grp
 		}
 	}
-	if r := lf.report; (l.requireProcs && lim.Processes > 0 && r.Processes != lim.Processes) ||
-		(l.requireMemory && lim.MemoryBytes > 0 && r.Memory != lim.MemoryBytes) {
+	if r := lf.report; (plan.requireProcs && lim.Processes > 0 && r.Processes != lim.Processes) ||
+		(plan.requireMemory && lim.MemoryBytes > 0 && r.Memory != lim.MemoryBytes) {
 		reason := r.Reason
 		if reason == "" {
 			reason = "no cgroup"
@@ -114,6 +162,84 @@ func (l *Launcher) newLife() (*life, error) {
 		return nil, &LimitsError{Reason: reason, layer: ly}
 	}
 	return lf, nil
+}
+
+// PreparedLife is a run's cgroup made ahead of its launch, while the
+// command still reads its flags, configuration and scope (PrepareLife).
+// Run takes it over when it was made from exactly the configuration Run
+// would make it from, and makes its own otherwise; nothing is ever
+// started in it before Run. Whatever Run does not take over, Discard
+// removes.
+type PreparedLife struct {
+	plan  lifePlan
+	ok    bool // plan is set: cfg was complete and valid
+	done  chan struct{}
+	lf    *life
+	err   error
+	mu    sync.Mutex
+	taken bool
+}
+
+// PrepareLife starts making the cgroup of the run cfg describes (its run
+// id, scope, mode, limits, cgroup parent) on another goroutine, and
+// returns at once. Give the result to the run as Config.Life, and Discard
+// it on every path that does not reach Run. A cfg that New would refuse
+// makes nothing: Run then fails as it would have.
+func PrepareLife(cfg Config) *PreparedLife {
+	p := &PreparedLife{done: make(chan struct{})}
+	if cfg.Scope == nil || cfg.RunID == "" {
+		close(p.done)
+		return p
+	}
+	plan, err := planLife(&cfg)
+	if err != nil {
+		close(p.done)
+		return p
+	}
+	p.plan, p.ok = plan, true
+	go func() {
+		defer close(p.done)
+		p.lf, p.err = makeLife(plan)
+	}()
+	return p
+}
+
+// take hands the prepared group to Run when it was made from plan; ok is
+// false (and the group is removed) otherwise.
+func (p *PreparedLife) take(plan lifePlan) (*life, bool, error) {
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.taken {
+		return nil, false, nil
+	}
+	p.taken = true
+	if !p.ok || p.plan != plan {
+		if p.lf != nil {
+			_ = p.lf.close()
+		}
+		return nil, false, nil
+	}
+	return p.lf, true, p.err
+}
+
+// Discard removes the prepared cgroup unless Run took it over; it waits
+// for PrepareLife's work to end. Safe to call more than once, and on nil.
+func (p *PreparedLife) Discard() error {
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.taken {
+		return nil
+	}
+	p.taken = true
+	if p.lf != nil {
+		return p.lf.close()
+	}
+	return nil
 }
 
 // layer is the cgroup layer's state for the launch records.

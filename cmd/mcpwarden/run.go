@@ -14,7 +14,12 @@ func cmdRun(ctx context.Context, args []string) int {
 	// (the configuration and the scope are read, the audit log is open,
 	// close-on-exec), and that program runs the same command with the same
 	// arguments and configuration.
-	return runcmd.Run(ctx, args, func(context.Context, *runcmd.Context, *cli.NATSFlags, int64) (launcher.Sink, error) {
+	// The cgroup made ahead for this run goes first: the exec would leave it
+	// behind.
+	return runcmd.Run(ctx, args, func(_ context.Context, rc *runcmd.Context, _ *cli.NATSFlags, _ int64) (launcher.Sink, error) {
+		if err := rc.Config.Life.Discard(); err != nil {
+			return nil, err
+		}
 		return nil, cli.ReplaceWithPipeline("run", args)
 	})
 }

@@ -128,6 +128,37 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 	if err != nil {
 		return cli.Fail(cli.ExitBadScope, err)
 	}
+	// Signals are caught from here on: the run's cgroup exists from the
+	// next step, and a ^C must reach the deferred Discard, not kill us
+	// with it in place.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	// A client that goes away must not kill the launcher with SIGPIPE before
+	// it has stopped the server and written the exit record.
+	signal.Ignore(syscall.SIGPIPE)
+	// The run's cgroup (about 1 ms of mkdir and limit writes) is made while
+	// the rest of the configuration is read, the audit log opened and the
+	// launcher built; Run takes it over when nothing it is made from has
+	// changed by then (and makes its own otherwise), so the server still
+	// never runs outside it, and an error it meets fails the run in Run,
+	// before anything starts, as before. Every path that does not reach
+	// Run removes it.
+	runID := schema.NewID()
+	life := launcher.PrepareLife(launcher.Config{
+		Scope:         scope,
+		Mode:          runMode,
+		RunID:         runID,
+		Limits:        lim.Limits(),
+		RequireLimits: lim.Required(),
+		CgroupParent:  *lim.CgroupParent,
+		NoCgroup:      !*lim.Cgroup,
+	})
+	defer func() {
+		if err := life.Discard(); err != nil {
+			fmt.Fprintln(os.Stderr, "mcpwarden: WARNING: the run's cgroup:", err)
+		}
+	}()
 
 	if *stateDir == "" {
 		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
@@ -158,12 +189,6 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 	}()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	// A client that goes away must not kill the launcher with SIGPIPE before
-	// it has stopped the server and written the exit record.
-	signal.Ignore(syscall.SIGPIPE)
 
 	cfg := launcher.Config{
 		Scope:             scope,
@@ -174,7 +199,7 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 		AllowExec:         allowExec,
 		Env:               env,
 		CleanEnv:          *cleanEnv,
-		RunID:             schema.NewID(),
+		RunID:             runID,
 		AuditLog:          alog,
 		Signals:           sigs,
 		Logger:            logger,
@@ -182,6 +207,7 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 		RequireLimits:     lim.Required(),
 		CgroupParent:      *lim.CgroupParent,
 		NoCgroup:          !*lim.Cgroup,
+		Life:              life,
 		RequireNamespaces: *requireNS,
 		NoNamespaces:      *noNS,
 		Owner:             *owner,

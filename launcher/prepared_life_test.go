@@ -1,0 +1,215 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+var preparedParents atomic.Int64
+
+// preparedParent is a cgroup parent of this test alone (other tests and
+// engineers make mcpwarden-* groups at the same time), removed at the end.
+func preparedParent(t *testing.T) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := cgroup.Probe(); err != nil {
+		testenv.Missing(t, "cgroups: "+err.Error())
+	}
+	parent := fmt.Sprintf("/mcpwarden-preptest-%d-%d", os.Getpid(), preparedParents.Add(1))
+	t.Cleanup(func() {
+		for _, d := range hierarchyDirs(t, parent) {
+			_ = os.Remove(d)
+		}
+	})
+	return parent
+}
+
+// hierarchyDirs are the directories of the cgroup path parent in every
+// hierarchy a run's group may use (found through a group made there).
+func hierarchyDirs(t *testing.T, parent string) []string {
+	t.Helper()
+	host, err := cgroup.Probe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := host.New(cgroup.Options{Name: "locate", Parent: parent, Limits: cgroup.Limits{Processes: 1, MemoryBytes: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Handle()
+	if err := g.Remove(killTimeout); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	if h.V2 != "" {
+		out = append(out, filepath.Dir(h.V2))
+	}
+	for _, d := range h.V1 {
+		out = append(out, filepath.Dir(d))
+	}
+	return out
+}
+
+// groupsUnder lists the mcpwarden-* groups under parent in every hierarchy.
+func groupsUnder(t *testing.T, parent string) []string {
+	t.Helper()
+	var out []string
+	for _, d := range hierarchyDirs(t, parent) {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "mcpwarden-") {
+				out = append(out, filepath.Join(d, e.Name()))
+			}
+		}
+	}
+	return out
+}
+
+// TestPreparedLife: the cgroup PrepareLife makes is handed to the run only
+// when it was made from what the run would make it from; otherwise, and
+// whenever the run does not take it, it is removed, and an invalid
+// configuration makes nothing.
+func TestPreparedLife(t *testing.T) {
+	scope := &schema.CanonicalScope{}
+	base := func(parent string) Config {
+		return Config{Scope: scope, Mode: schema.ModeEnforce, RunID: schema.NewID(), CgroupParent: parent,
+			Limits: &Limits{MaxProcesses: 64, MaxMemoryMB: 256}}
+	}
+	cases := []struct {
+		name     string
+		prepared func(Config) Config // what PrepareLife is given
+		taken    bool                // the run takes it over
+	}{
+		{"same configuration", func(c Config) Config { return c }, true},
+		{"empty mode is enforce", func(c Config) Config { c.Mode = ""; return c }, true},
+		{"other limits", func(c Config) Config { c.Limits = &Limits{MaxProcesses: 65, MaxMemoryMB: 256}; return c }, false},
+		{"other mode", func(c Config) Config { c.Mode = schema.ModeAudit; return c }, false},
+		{"other run id", func(c Config) Config { c.RunID = schema.NewID(); return c }, false},
+		{"limits required", func(c Config) Config { c.RequireLimits = true; return c }, false},
+		{"cgroup off", func(c Config) Config { c.NoCgroup = true; return c }, false},
+		{"negative limit", func(c Config) Config { c.Limits = &Limits{MaxProcesses: -1}; return c }, false},
+		{"no run id", func(c Config) Config { c.RunID = ""; return c }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			parent := preparedParent(t)
+			run := base(parent)
+			p := PrepareLife(c.prepared(run))
+			l := &Launcher{cfg: run, limits: *run.Limits}
+			l.cfg.Life = p
+			lf, err := l.newLife()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lf.grp == nil {
+				t.Fatal("the run has no cgroup")
+			}
+			if got := groupsUnder(t, parent); len(got) == 0 || !strings.HasSuffix(got[0], "mcpwarden-"+run.RunID) {
+				t.Errorf("groups under the parent %v, want only the run's", got)
+			} else {
+				for _, g := range got {
+					if filepath.Base(g) != "mcpwarden-"+run.RunID {
+						t.Errorf("a group other than the run's is left: %s", g)
+					}
+				}
+			}
+			if got := lf.report.Processes; got != 64 {
+				t.Errorf("process limit %d, want 64", got)
+			}
+			if p.taken != true {
+				t.Error("the prepared life was not settled by the run")
+			}
+			if c.taken != (p.lf != nil && p.lf == lf) {
+				t.Errorf("taken over: %v, want %v", p.lf == lf, c.taken)
+			}
+			// The run's own group stays until the run closes it: Discard
+			// after the run took over (or made its own) removes nothing.
+			if err := p.Discard(); err != nil {
+				t.Fatal(err)
+			}
+			if len(groupsUnder(t, parent)) == 0 {
+				t.Error("Discard removed the run's group")
+			}
+			if err := lf.close(); err != nil {
+				t.Fatal(err)
+			}
+			if got := groupsUnder(t, parent); len(got) != 0 {
+				t.Errorf("left after the run: %v", got)
+			}
+		})
+	}
+	t.Run("discarded", func(t *testing.T) {
+		parent := preparedParent(t)
+		p := PrepareLife(base(parent))
+		<-p.done
+		if len(groupsUnder(t, parent)) == 0 {
+			t.Fatal("PrepareLife made no group")
+		}
+		for range 2 {
+			if err := p.Discard(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := groupsUnder(t, parent); len(got) != 0 {
+			t.Errorf("left after Discard: %v", got)
+		}
+		var none *PreparedLife
+		if err := none.Discard(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestRefusedRunLeavesNoCgroup: `mcpwarden run` makes the run's cgroup
+// while it still reads its configuration; a run refused after that (the
+// audit log inside the scope, exit 65; contradicting namespace flags,
+// refused by the launcher, exit 69) leaves no group behind, and one that
+// runs leaves none either.
+func TestRefusedRunLeavesNoCgroup(t *testing.T) {
+	bin := testenv.Mcpwarden(t)
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	testenv.WriteFiles(t, map[string]string{filepath.Join(base, "ws", "a.txt"): "a"})
+	scope := filepath.Join(dir, "scope.json")
+	testenv.WriteFiles(t, map[string]string{scope: `{"scope_id":"prep","resource_refs":[],"access_mode":"read",` +
+		`"tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30,"allowed_paths":["ws"]}`})
+	cases := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"audit log inside the scope", []string{"--audit-log", filepath.Join(base, "ws", "audit.jsonl")}, 65},
+		{"namespaces required and refused", []string{"--require-namespaces", "--no-namespaces"}, 69},
+		{"a run", nil, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			parent := preparedParent(t)
+			args := append([]string{"run", "--scope", scope, "--base", base, "--state-dir", filepath.Join(dir, "state"), "--cgroup-parent", parent}, c.args...)
+			cmd := exec.Command(bin, append(args, "--", "/bin/true")...)
+			out, err := cmd.CombinedOutput()
+			code := 0
+			if err != nil {
+				code = cmd.ProcessState.ExitCode()
+			}
+			if code != c.code {
+				t.Fatalf("exit %d, want %d: %s", code, c.code, out)
+			}
+			if got := groupsUnder(t, parent); len(got) != 0 {
+				t.Errorf("left behind: %v", got)
+			}
+		})
+	}
+}
