@@ -611,13 +611,19 @@ func TestLegacyInputResponsesRewritten(t *testing.T) {
 		t.Fatalf("plain = %q", r.text())
 	}
 	m := f.client.call("tools/call", map[string]any{"name": "plain", "arguments": map[string]any{},
-		"inputResponses": map[string]any{"k": map[string]any{"ROOTS": []map[string]string{{"uri": "file:///etc"}, {"uri": "file://" + allowed}}}},
-		"requestState":   "round=2"})
+		"inputResponses": map[string]any{
+			"j": map[string]any{"roots": []map[string]string{{"uri": "file:///etc"}, {"uri": "file://" + allowed}}},
+			// A case variant is a roots answer to a case-folding server
+			// (go-sdk), and to the proxy's strict reader an answer with no
+			// roots: the server gets none.
+			"k": map[string]any{"ROOTS": []map[string]string{{"uri": "file:///etc"}, {"uri": "file://" + allowed}}}},
+		"requestState": "round=2"})
 	if decodeTool(t, m).text() != "PLAIN" {
 		t.Fatalf("call = %s", m.Result)
 	}
 	line := waitLog(t, logPath, `"inputResponses"`)
-	if strings.Contains(line, "/etc") || !strings.Contains(line, `"roots":[{"uri":"file://`+allowed) || !strings.Contains(line, `"requestState":"round=2"`) {
+	if strings.Contains(line, "/etc") || !strings.Contains(line, `"j":{"roots":[{"uri":"file://`+allowed) || !strings.Contains(line, `"k":{"roots":[]}`) ||
+		!strings.Contains(line, `"requestState":"round=2"`) {
 		t.Fatalf("the server received %s", line)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
 // MaxRoots bounds how many roots a client answer may carry.
@@ -23,14 +24,16 @@ const MaxRoots = 256
 // ParseResult decodes a client's roots/list result into canonical real
 // paths. A root that is not a valid file:// URI of an existing path is
 // dropped: dropping can only narrow. A malformed result is an error, which
-// the caller treats as "no roots".
+// the caller treats as "no roots". It is read by the strict decoder:
+// exact-case names ({"Roots": …} is not an answer, a root's "URI" is no
+// uri), so no case-folding reader decides what the proxy narrows to.
 func ParseResult(raw json.RawMessage) ([]string, error) {
 	var res struct {
 		Roots *[]struct {
 			URI string `json:"uri"`
 		} `json:"roots"`
 	}
-	if err := json.Unmarshal(raw, &res); err != nil || res.Roots == nil {
+	if err := strictjson.Unmarshal(raw, &res, strictjson.AllowUnknownMembers()); err != nil || res.Roots == nil {
 		return nil, errors.New("roots/list result has no roots array")
 	}
 	if len(*res.Roots) > MaxRoots {

@@ -168,6 +168,14 @@ func TestRootsAnswersNeverWiden(t *testing.T) {
 			}
 		}
 	}
+	// Case variants are read by no one: "Roots" is no answer (no roots),
+	// a root's "URI" no uri (the root is dropped).
+	if _, err := ParseResult(json.RawMessage(`{"Roots":[{"uri":"file://` + allowed + `"}]}`)); err == nil {
+		t.Error(`{"Roots": …} read as a roots answer`)
+	}
+	if got, err := ParseResult(json.RawMessage(`{"roots":[{"URI":"file:///"}]}`)); err != nil || len(got) != 0 {
+		t.Errorf(`{"roots":[{"URI": …}]} = %v, %v; want no root`, got, err)
+	}
 	many := make([]map[string]string, MaxRoots+1)
 	for i := range many {
 		many[i] = map[string]string{"uri": "file://" + allowed}
