@@ -68,8 +68,10 @@ func (s *session) rewriteInputs(rq *request, params map[string]json.RawMessage) 
 // effective scope narrowed by what the client answered. An answer is a
 // roots answer when it has a member named "roots" in any case: go-sdk
 // reads inputResponses with encoding/json, which folds case, and takes any
-// answer with roots as a roots answer. A value that is not an object is
-// passed unchanged: no SDK reads roots from one.
+// answer with roots as a roots answer. The proxy reads it strictly
+// (roots.ParseResult): a case variant names no root, and the server gets
+// none. A value that is not an object is passed unchanged: no SDK reads
+// roots from one.
 func (s *session) rootsInputResponses(raw json.RawMessage) json.RawMessage {
 	resp := map[string]json.RawMessage{}
 	if strictjson.Unmarshal(raw, &resp) != nil || resp == nil {
