@@ -1,6 +1,10 @@
 package seccomp
 
-import "golang.org/x/sys/unix"
+import (
+	"slices"
+
+	"golang.org/x/sys/unix"
+)
 
 // Options say what the filter allows beyond its fixed allowlist: what the
 // scope grants, and which other layers of the fence are in force. The zero
@@ -334,7 +338,7 @@ var fixed = []group{
 // from a kernel before 6.13 (callers fall back to /proc, which Landlock
 // decides).
 var (
-	ioctlRule = Rule{Check: CheckIoctl, Else: Allow, Clauses: []Clause{
+	ioctlClauses = []Clause{
 		{[]Cond{{Arg: 1, Value: unix.TIOCSTI}}, eperm},
 		{[]Cond{{Arg: 1, Value: unix.TIOCLINUX}}, eperm},
 		{[]Cond{{Arg: 1, Value: fsIocSetflags}}, eperm},
@@ -342,17 +346,10 @@ var (
 		{[]Cond{{Arg: 1, Value: fsIocSetversion}}, eperm},
 		{[]Cond{{Arg: 1, Value: fsIoc32Setversion}}, eperm},
 		{[]Cond{{Arg: 1, Value: fsIocFssetxattr}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm}}}
-	ioctlRuleNoPIDNS = Rule{Check: CheckIoctl, Else: Allow, Clauses: []Clause{
-		{[]Cond{{Arg: 1, Value: unix.TIOCSTI}}, eperm},
-		{[]Cond{{Arg: 1, Value: unix.TIOCLINUX}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocSetflags}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIoc32Setflags}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocSetversion}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIoc32Setversion}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocFssetxattr}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm},
-		{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: pidfdGetInfo}}, enotty}}}
+		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm}}
+	ioctlRule        = Rule{Check: CheckIoctl, Else: Allow, Clauses: ioctlClauses}
+	ioctlRuleNoPIDNS = Rule{Check: CheckIoctl, Else: Allow, Clauses: append(slices.Clip(ioctlClauses),
+		Clause{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: pidfdGetInfo}}, enotty})}
 )
 
 // noSetID refuses a mode argument with S_ISUID or S_ISGID.
