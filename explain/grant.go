@@ -136,6 +136,8 @@ func denialGrant(code schema.ErrorCode, tool, path string, scope *schema.Canonic
 		return "the proxy passes no such method in this protocol era and direction"
 	case schema.ErrUnsupportedVersion, schema.ErrMalformedRequest:
 		return "the client's request was malformed or of a protocol version the proxy does not speak"
+	case schema.ErrCancelled:
+		return "the client cancelled the request while it waited in the proxy (for the server to be ready or a roots refresh); it was never sent to the server"
 	case schema.ErrAuditSinkFull:
 		return "the audit records could not be written (the spool was full or the log failed): every call is denied until they can"
 	}

@@ -24,4 +24,8 @@ const (
 	// ErrPromptNotAllowed: prompts/get or completion/complete of a prompt
 	// the scope's prompt_allowlist does not name.
 	ErrPromptNotAllowed ErrorCode = "PROMPT_NOT_ALLOWED"
+	// ErrCancelled: the client cancelled (notifications/cancelled) a
+	// request the proxy had not forwarded yet; it never reached the server
+	// and, as MCP asks, got no answer.
+	ErrCancelled ErrorCode = "CANCELLED"
 )

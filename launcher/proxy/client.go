@@ -36,6 +36,11 @@ type request struct {
 	mrtr atomic.Pointer[mrtrCall]
 	// ownState is the server's own requestState of a tagged roots round.
 	ownState *stateRestore
+	// cancelled: the client cancelled the request before it was forwarded
+	// (gate.go); gateCancel, once made, is closed then. Both under
+	// pendingTables.mu.
+	cancelled  bool
+	gateCancel chan struct{}
 }
 
 var rawEmptyObject = json.RawMessage(`{}`)
@@ -440,6 +445,10 @@ func (s *session) forwardCancel(m *jsonrpc.Message) {
 				upID = id
 				break
 			}
+		}
+		if upID == 0 && l.owner == l.call {
+			// Not forwarded yet: the gate drops it (gate.go).
+			s.pend.cancelLocked(l.call)
 		}
 	}
 	s.pend.mu.Unlock()

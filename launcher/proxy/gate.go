@@ -43,6 +43,10 @@ func (s *session) admit(rq *request, a admission, inline bool) {
 	var paths []string // what the last check resolved, for the approver
 	approved := !a.approval
 	for {
+		if s.pend.isCancelled(rq) {
+			s.dropCancelled(rq)
+			return
+		}
 		if code, reason := s.scopeStop(); code != "" {
 			s.deny(rq, code, reason)
 			return
@@ -53,6 +57,10 @@ func (s *session) admit(rq *request, a admission, inline bool) {
 				return
 			}
 			if err := s.waitReady(rq); err != nil {
+				if errors.Is(err, errCancelled) {
+					s.dropCancelled(rq)
+					return
+				}
 				if code, reason := s.scopeStop(); code != "" {
 					s.deny(rq, code, reason)
 					return
@@ -139,6 +147,9 @@ func (s *session) readyNow() bool {
 	return s.upst.initState == 2 && s.upst.initErr == nil && s.upst.ready && !s.upst.restart
 }
 
+// errCancelled: the client cancelled the request while it waited.
+var errCancelled = errors.New("the client cancelled the request")
+
 // errNotReady is why a request could not wait for the proxy to be ready.
 var errNotReady = errors.New("the client's roots refresh or the server's restart did not finish in time")
 
@@ -158,10 +169,16 @@ func (s *session) waitReady(rq *request) error {
 			t.Stop()
 		}
 	}()
+	cancelled := s.pend.gateCancelled(rq)
 	for {
 		ch := s.changed.wait()
 		if s.isStopped() {
 			return errNotReady
+		}
+		select {
+		case <-cancelled:
+			return errCancelled
+		default:
 		}
 		if s.readyNow() {
 			return nil
@@ -186,6 +203,7 @@ func (s *session) waitReady(rq *request) error {
 		case <-ch:
 		case <-t.C:
 		case <-s.life.done:
+		case <-cancelled:
 		}
 	}
 }
@@ -210,13 +228,20 @@ func (s *session) forwardIfCurrent(rq *request, checked uint64) bool {
 		s.scope.mu.Unlock()
 		return false
 	}
+	s.pend.mu.Lock()
+	if rq.cancelled {
+		// The client cancelled it since the last look: the caller drops it.
+		s.pend.mu.Unlock()
+		s.upst.mu.Unlock()
+		s.scope.mu.Unlock()
+		return false
+	}
 	id := s.newID()
 	rq.upID = id
 	// Set before the request is registered: from then on a stop or a
 	// restart may answer (and deny) it on another goroutine, and nothing
 	// here may write to it.
 	rq.dec.Decision = schema.OutcomeAllow
-	s.pend.mu.Lock()
 	s.pend.up[id] = &upCall{gen: s.upst.gen, req: rq}
 	s.pend.mu.Unlock()
 	w, era, gen := s.upst.w, s.upst.era, s.upst.gen
@@ -233,6 +258,50 @@ func (s *session) forwardIfCurrent(rq *request, checked uint64) bool {
 	}
 	s.toServer(w, s.upstreamFrame(rq, era, id))
 	return true
+}
+
+// dropCancelled ends a request the client cancelled before it was
+// forwarded: it is never sent, gets no answer (a cancelled request gets
+// none in MCP; the client has stopped waiting for it), its id is free and
+// its record says CANCELLED.
+func (s *session) dropCancelled(rq *request) {
+	s.pend.release(rq)
+	if rq.dec != nil {
+		rq.dec.Decision = schema.OutcomeDeny
+	}
+	s.record(rq, schema.ErrCancelled)
+}
+
+// cancelLocked marks rq cancelled by the client before it was forwarded
+// and wakes the gate if it waits.
+func (pt *pendingTables) cancelLocked(rq *request) {
+	if rq.cancelled {
+		return
+	}
+	rq.cancelled = true
+	if rq.gateCancel != nil {
+		close(rq.gateCancel)
+	}
+}
+
+func (pt *pendingTables) isCancelled(rq *request) bool {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return rq.cancelled
+}
+
+// gateCancelled is closed when the client cancels rq before it is
+// forwarded (made on first use: most requests never wait).
+func (pt *pendingTables) gateCancelled(rq *request) <-chan struct{} {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if rq.gateCancel == nil {
+		rq.gateCancel = make(chan struct{})
+		if rq.cancelled {
+			close(rq.gateCancel)
+		}
+	}
+	return rq.gateCancel
 }
 
 // scopeStop reports an expired or revoked scope, a failed audit sink, or a
