@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -54,5 +56,60 @@ func TestCancelWhileWaitingInGate(t *testing.T) {
 	}
 	if log, _ := os.ReadFile(logPath); strings.Contains(string(log), "CANCELLED-ONE") {
 		t.Fatalf("the cancelled call reached the server:\n%s", log)
+	}
+}
+
+// TestRefusalFloodBounded: a server that floods the proxy with requests it
+// refuses (an unknown method, sampling the client never declared, forty
+// distinct made-up methods) leaves a bounded number of decision records,
+// and every refusal is counted: the records written one by one plus the
+// summaries' retry_count add up to the refusals sent.
+func TestRefusalFloodBounded(t *testing.T) {
+	f, _ := askingFixture(t, nil)
+	c := f.client
+	c.initLegacy(false)
+	if r := c.tool("refusals", map[string]any{}); r.text() != "REFUSED-ALL" {
+		t.Fatalf("the call = %q", r.text())
+	}
+	// The server's frames are read in order: every refusal was decided
+	// before the call's answer. Ending the session writes the summaries.
+	c.raw.(io.Closer).Close()
+	select {
+	case err := <-f.errc:
+		f.errc <- err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the session did not end after the client left")
+	}
+	const sent = 200 + 100 + 40
+	counted, records := 0, 0
+	summaries := map[string]int{}
+	for _, d := range f.sink.decisions() {
+		if d.Method != "evil/flood" && d.Method != "sampling/createMessage" && d.Method != "other" && !strings.HasPrefix(d.Method, "evil/m-") {
+			continue
+		}
+		if d.Decision != schema.OutcomeDeny || d.ErrorCode != string(schema.ErrMethodNotAllowed) {
+			t.Fatalf("a refusal's record = %+v", d)
+		}
+		records++
+		if d.RetryCount == 0 {
+			counted++
+			continue
+		}
+		counted += d.RetryCount
+		summaries[d.Method] += d.RetryCount
+		if d.EndNS < d.StartNS {
+			t.Fatalf("summary spans backwards: %+v", d)
+		}
+	}
+	if counted != sent {
+		t.Fatalf("records count %d refusals, the server sent %d (%d records, summaries %v)", counted, sent, records, summaries)
+	}
+	// One window holds the whole flood unless the test took minutes; two
+	// windows' worth is the bound asserted.
+	if limit := 2 * (refusalBurst + maxFoldedKeys + 1); records > limit {
+		t.Fatalf("%d records for %d refusals, want at most %d", records, sent, limit)
+	}
+	if summaries["evil/flood"] == 0 {
+		t.Fatalf("no summary for the flooded method: %v", summaries)
 	}
 }

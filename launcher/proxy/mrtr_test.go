@@ -205,6 +205,20 @@ func askingServer(logPath string) {
 				for i := 0; i < maxRelayed+10; i++ {
 					ask(w, "sampling/createMessage")
 				}
+			case "refusals":
+				// Requests the proxy refuses, as fast as the pipe takes them
+				// (TestRefusalFloodBounded); the call's answer comes last.
+				for i := 0; i < 200; i++ {
+					send(`{"jsonrpc":"2.0","id":"r-%d","method":"evil/flood","params":{}}`, i)
+				}
+				for i := 0; i < 100; i++ {
+					send(`{"jsonrpc":"2.0","id":"q-%d","method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}`, i)
+				}
+				for i := 0; i < 40; i++ {
+					send(`{"jsonrpc":"2.0","id":"m-%d","method":"evil/m-%d","params":{}}`, i, i)
+				}
+				send(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"REFUSED-ALL"}]}}`, id)
+				return
 			case "big":
 				n++
 				w.pending[`"s-big"`] = true
@@ -242,7 +256,7 @@ func askingFixture(t *testing.T, config func(*Config), env ...string) (*fixture,
 	logPath := filepath.Join(t.TempDir(), "asking.log")
 	f := newFixture(t, fixtureOpts{
 		scope: func(s *schema.Scope) {
-			s.ToolAllowlist = []string{"ask", "ask2", "flood", "deluge", "quick", "big", "plain", "rootsround"}
+			s.ToolAllowlist = []string{"ask", "ask2", "flood", "deluge", "quick", "big", "plain", "rootsround", "refusals"}
 		},
 		config: config,
 		upstream: func(t testing.TB) *procUpstream {

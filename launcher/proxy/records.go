@@ -185,10 +185,14 @@ func (s *session) serverOrigin() string {
 // recordProtocolDenial records a message refused before it had a tool: a
 // malformed frame, an unsupported version, a method the table does not pass.
 func (s *session) recordProtocolDenial(method, era, version string, code schema.ErrorCode) {
+	s.rec.add(s.protocolDenial(method, era, version, code))
+}
+
+func (s *session) protocolDenial(method, era, version string, code schema.ErrorCode) schema.Decision {
 	now := s.cfg.Now()
-	s.rec.add(schema.Decision{
+	return schema.Decision{
 		OpID: schema.NewID(), Method: recordLabel(truncate(method, 64)), ProtocolEra: era, ProtocolVersion: recordLabel(version),
 		ServerOrigin: s.serverOrigin(), ActionClass: schema.ActionNone, Decision: schema.OutcomeDeny, Approval: schema.ApprovalNotRequired,
 		ErrorCode: string(code), StartNS: now.UnixNano(), EndNS: now.UnixNano(),
-	})
+	}
 }

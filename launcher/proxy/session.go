@@ -62,12 +62,13 @@ type session struct {
 	nonce  string      // names this session in the requestState of roots rounds
 	mroots modernRoots // roots rounds of a modern server (leaf lock)
 
-	life    lifecycle
-	changed notifier
-	scope   scopeState
-	upst    upstreamState
-	pend    pendingTables
-	client  clientState
+	life     lifecycle
+	changed  notifier
+	refusals refusalLimiter // records of refused server requests (refusals.go)
+	scope    scopeState
+	upst     upstreamState
+	pend     pendingTables
+	client   clientState
 }
 
 func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.Upstream) *session {
@@ -128,6 +129,7 @@ func (s *session) run(clientIn io.Reader) error {
 		}
 	}
 	s.abandonRounds()
+	s.closeRefusals()
 	s.rec.close()
 	if rerr := s.rec.err(); rerr != nil && err == nil {
 		err = rerr

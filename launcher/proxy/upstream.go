@@ -581,7 +581,7 @@ func (s *session) onUpstreamRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.Me
 		return
 	}
 	s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeMethodNotFound, "method not available through mcpwarden", nil))
-	s.recordRefusedMethod(m.Method, "", "")
+	s.recordServerRefusal(s.protocolDenial(m.Method, "", "", schema.ErrMethodNotAllowed)) // bounded (refusals.go)
 }
 
 // answerServerRoots answers the server's roots/list from the effective
@@ -658,6 +658,10 @@ func (s *session) recordServerRequest(method string, paths []string, code schema
 	}
 	for _, p := range paths {
 		d.PathHashes = append(d.PathHashes, s.cfg.Hasher.Hash(p))
+	}
+	if code != "" {
+		s.recordServerRefusal(d) // a server can send refusals without end (refusals.go)
+		return
 	}
 	s.rec.add(d)
 }
