@@ -13,6 +13,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
 	"github.com/mcpwarden/mcpwarden/internal/e2etest"
 	"github.com/mcpwarden/mcpwarden/internal/mcptest"
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
@@ -47,6 +48,7 @@ func TestCleanRunsAreClean(t *testing.T) {
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
 	venvServer := mcptest.InstallVenvServer(t, python, filepath.Join(tr.Root, "venv"))
 	natsURL := e2etest.NATS(t, filepath.Join(tr.Root, "nats"))
+	pintest.Unload(t, state)
 	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", natsURL, "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
 	background(t, "collecting", bin, "collect", "--nats", natsURL, "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
 
@@ -235,6 +237,7 @@ func TestWrapProbeRunsAreClean(t *testing.T) {
 	bin := testenv.Mcpwarden(t)
 	tr := testenv.NewTree(t, testenv.ReadScope("wrap-probe-clean"))
 	natsURL := e2etest.NATS(t, filepath.Join(tr.Root, "nats"))
+	pintest.Unload(t, tr.State)
 	background(t, "daemon started", bin, "daemon", "--socket", tr.Socket, "--nats", natsURL, "--state-dir", tr.State, "--enable-audit", "--crosscheck-window", "1s")
 	background(t, "collecting", bin, "collect", "--nats", natsURL, "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
 

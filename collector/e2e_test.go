@@ -12,6 +12,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/internal/e2etest"
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -63,6 +64,7 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
 	natsURL := e2etest.NATS(t, filepath.Join(tr.Root, "nats")) // shut down after the daemon and collector stop
 
+	pintest.Unload(t, state)
 	background(t, "daemon started", bin, "daemon", "--socket", socket, "--nats", natsURL, "--state-dir", state, "--enable-audit", "--crosscheck-window", "1s")
 	background(t, "collecting", bin, "collect", "--nats", natsURL, "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
 

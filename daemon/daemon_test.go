@@ -24,6 +24,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/daemon/classify"
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/daemon/probes"
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -50,7 +51,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(childMode); mode != "" {
 		os.Exit(child(mode, os.Getenv(childWS), os.Getenv(childOut)))
 	}
-	os.Exit(m.Run())
+	os.Exit(pintest.Main(m))
 }
 
 func child(mode, ws, out string) int {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/internal/e2etest"
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -35,11 +36,7 @@ func newStack(t testing.TB) *stack {
 		socket: filepath.Join(root, "run", "daemon.sock"), naive: filepath.Join(root, "naiveserver")}
 	testenv.MustGoBuild(t, st.naive, "./internal/naiveserver")
 	// Probes a killed daemon left attached are detached when the test ends.
-	t.Cleanup(func() {
-		if out, err := exec.Command(st.bin, "daemon", "--unload", "--state-dir", st.state).CombinedOutput(); err != nil {
-			t.Errorf("daemon --unload: %v %s", err, out)
-		}
-	})
+	pintest.Unload(t, st.state)
 	st.nats = e2etest.NATS(t, filepath.Join(root, "nats"))
 	return st
 }

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/daemon/probes"
@@ -168,26 +165,6 @@ func (p *processor) emitGaps() {
 
 // PinDir is where the daemon of stateDir pins its probes: a directory of
 // its own under /sys/fs/bpf/mcpwarden, named by an id kept in the state
-// directory (probes.id), so daemons with different state directories never
-// adopt each other's probes.
-func PinDir(stateDir string) (string, error) {
-	path := filepath.Join(stateDir, "probes.id")
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		var id [8]byte
-		if _, err := rand.Read(id[:]); err != nil {
-			return "", err
-		}
-		b = []byte(hex.EncodeToString(id[:]))
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			return "", fmt.Errorf("write the probes id: %w", err)
-		}
-	} else if err != nil {
-		return "", fmt.Errorf("read the probes id: %w", err)
-	}
-	id := strings.TrimSpace(string(b))
-	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
-		return "", fmt.Errorf("%s holds no probes id: remove it (the daemon writes a new one)", path)
-	}
-	return filepath.Join(probes.BPFFS, "mcpwarden", id), nil
-}
+// directory (probes.id, written when missing), so daemons with different
+// state directories never adopt each other's probes.
+func PinDir(stateDir string) (string, error) { return probes.StatePinDir(stateDir, true) }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
@@ -60,6 +61,7 @@ func TestFencedServerCannotReachTheDaemonSocket(t *testing.T) {
 	naive := filepath.Join(binDir, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
 
+	pintest.Unload(t, tr.State)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	daemon := exec.CommandContext(ctx, bin, "daemon", "--socket", tr.Socket, "--socket-group", fmt.Sprint(group), "--state-dir", tr.State,

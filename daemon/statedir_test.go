@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
@@ -54,6 +55,7 @@ func TestPlantedStateDirIsRefused(t *testing.T) {
 			tmp := t.TempDir()
 			state := filepath.Join(tmp, "state")
 			tc.plant(t, state)
+			pintest.Unload(t, state)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, "daemon", "--state-dir", state,
@@ -118,6 +120,7 @@ func TestDaemonStartsOnASmallDisk(t *testing.T) {
 		t.Fatalf("mount a 1 GiB tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
+	pintest.Unload(t, state)
 	socket := filepath.Join(tmp, "sock", "daemon.sock")
 	cmd := exec.Command(bin, "daemon", "--state-dir", state, "--socket", socket,
 		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--no-crosscheck")
@@ -154,6 +157,7 @@ func TestHostNameWithUnderscoreIsRefused(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := testenv.Mcpwarden(t)
 	tmp := t.TempDir()
+	pintest.Unload(t, filepath.Join(tmp, "state"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// In a UTS namespace of its own, the host is named web_1.

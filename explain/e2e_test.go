@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -43,6 +44,7 @@ func TestSingleHostEndToEnd(t *testing.T) {
 		scope:   `{"scope_id":"why-e2e","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
 	})
 
+	pintest.Unload(t, state)
 	daemon := exec.Command(bin, "daemon", "--socket", socket, "--state-dir", state, "--nats-listen", strings.TrimPrefix(natsURL, "nats://"),
 		"--enable-audit", "--crosscheck-window", "3s")
 	dlog := &testenv.LockedBuffer{}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/adopt/probe"
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
@@ -93,6 +94,7 @@ func TestLearnWithDaemon(t *testing.T) {
 	dstate := filepath.Join(root, "dstate")
 	socket := filepath.Join(root, "run", "daemon.sock")
 	dlog := &testenv.LockedBuffer{}
+	pintest.Unload(t, dstate)
 	d := exec.Command(c.Mcpwarden, "daemon", "--socket", socket, "--nats", ns.ClientURL(), "--state-dir", dstate, "--no-crosscheck")
 	d.Stderr = dlog
 	if err := d.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
@@ -83,6 +84,7 @@ func TestZeroConfigDaemon(t *testing.T) {
 	env := append(cleanEnv(t), "MCPWARDEN_CONFIG="+cfgFile)
 
 	dlog := &testenv.LockedBuffer{}
+	pintest.Unload(t, daemonState)
 	daemon := pr.command(env, bin, "daemon", "--nats", ns.ClientURL(), "--state-dir", daemonState, "--no-crosscheck")
 	daemon.Stderr = dlog
 	if err := daemon.Start(); err != nil {

@@ -1,6 +1,8 @@
 package probes
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -33,6 +35,42 @@ func EnsureBPFFS() error {
 		return fmt.Errorf("bpffs is not mounted at %s and mounting it failed (%w): run 'mount -t bpf bpf %s' as root", BPFFS, err, BPFFS)
 	}
 	return nil
+}
+
+// PinRoot holds one pin directory per daemon state directory.
+var PinRoot = filepath.Join(BPFFS, "mcpwarden")
+
+// IDFile is the file of a daemon's state directory that names its pin
+// directory under PinRoot.
+const IDFile = "probes.id"
+
+// StatePinDir is the pin directory of the daemon of stateDir: PinRoot/<id>,
+// the id read from stateDir/probes.id. A missing id is written when create
+// is set; without it, StatePinDir returns "" (that daemon never pinned
+// anything).
+func StatePinDir(stateDir string, create bool) (string, error) {
+	path := filepath.Join(stateDir, IDFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && !create:
+		return "", nil
+	case errors.Is(err, os.ErrNotExist):
+		var id [8]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			return "", err
+		}
+		b = []byte(hex.EncodeToString(id[:]))
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return "", fmt.Errorf("write the probes id: %w", err)
+		}
+	case err != nil:
+		return "", fmt.Errorf("read the probes id: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%s holds no probes id: remove it (the daemon writes a new one)", path)
+	}
+	return filepath.Join(PinRoot, id), nil
 }
 
 // Pinned map names (files in the pin directory).

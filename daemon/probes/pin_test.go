@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,8 +34,21 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// internal/pintest does this for the packages that start daemons; it
+	// imports this package, so these tests keep their own pin directories.
+	testPins.Range(func(dir, test any) bool {
+		if _, err := os.Stat(dir.(string)); !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(os.Stderr, "FAIL: %s left probes pinned in %s\n", test, dir)
+			code = max(code, 1)
+		}
+		return true
+	})
+	os.Exit(code)
 }
+
+// testPins are the pin directories testPinDir made, by test.
+var testPins sync.Map
 
 type opener struct {
 	cmd *exec.Cmd
@@ -70,6 +85,7 @@ func testPinDir(t *testing.T) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	dir := filepath.Join(BPFFS, "mcpwarden-test-"+hex.EncodeToString(b[:]))
+	testPins.Store(dir, t.Name())
 	t.Cleanup(func() {
 		if _, err := Unload(dir); err != nil {
 			t.Errorf("unload %s: %v", dir, err)
@@ -166,6 +182,14 @@ func TestPinnedProbesOutliveTheDaemon(t *testing.T) {
 	entries, _ := os.ReadDir(pin)
 	if len(entries) != 1 {
 		t.Errorf("pin directory holds %d objects after the replacement, want 1", len(entries))
+	}
+	// A clean stop that does not keep the probes leaves nothing in bpffs,
+	// not even the daemon's (now empty) directory.
+	if err := p3.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pin directory after Close: %v, want it removed", err)
 	}
 }
 

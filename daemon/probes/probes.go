@@ -610,6 +610,11 @@ func (p *Probes) close(keep bool) error {
 		p.mu.Unlock()
 		if !keep && p.dir != "" {
 			errs = append(errs, removePins(p.dir))
+			// The daemon's own directory goes too once no other
+			// object's probes are pinned in it.
+			if err := os.Remove(p.cfg.PinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
+				errs = append(errs, err)
+			}
 		}
 		for _, m := range []*ebpf.Map{p.watched, p.flagsMap, p.inflight, p.events, p.stats, p.state} {
 			if m != nil {
