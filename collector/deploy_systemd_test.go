@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/promtest"
 	"github.com/mcpwarden/mcpwarden/internal/systemdtest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
@@ -77,6 +78,9 @@ func TestSystemdSingleHost(t *testing.T) {
 	daemonUnit = replace(daemonUnit, "--metrics-listen 127.0.0.1:9474", "--metrics-listen 127.0.0.1:"+daemonMetrics+" --nats-listen 127.0.0.1:"+natsPort)
 	m.Install(t, "mcpwarden-daemon.service", daemonUnit)
 	dlog := logs("mcpwarden-daemon.service")
+	// Registered after the manager: it runs first, while the daemon still
+	// holds its probes (unpinned, they detach when it stops).
+	pintest.Unload(t, filepath.Join(m.StateDir, "mcpwarden"))
 	m.StartUnit(t, "mcpwarden-daemon.service")
 	socket := filepath.Join(m.RuntimeDir, "mcpwarden", "daemon.sock")
 	state := filepath.Join(m.StateDir, "mcpwarden")
