@@ -209,18 +209,8 @@ func (s *session) awaitApproval(rq *request, tool string, class policy.Class, pa
 		defer s.pend.takeCli(elicitID)
 	}
 	// A notifications/cancelled for this request withdraws it.
-	cancelled := make(chan struct{})
-	key := idKey(rq.id)
-	s.pend.mu.Lock()
-	s.pend.awaiting[key] = cancelled
-	s.pend.mu.Unlock()
-	defer func() {
-		s.pend.mu.Lock()
-		if s.pend.awaiting[key] == cancelled {
-			delete(s.pend.awaiting, key)
-		}
-		s.pend.mu.Unlock()
-	}()
+	cancelled, stop := s.pend.awaitCancel(idKey(rq.id))
+	defer stop()
 	t := time.NewTimer(s.cfg.ApprovalTimeout)
 	defer t.Stop()
 	for {

@@ -66,18 +66,8 @@ func (s *session) playLegacyRound(rq *request, asks map[string]json.RawMessage, 
 	}
 	// A notifications/cancelled for the call ends the round: nothing more
 	// is asked and the call is not sent again.
-	cancelled := make(chan struct{})
-	key := idKey(rq.id)
-	s.pend.mu.Lock()
-	s.pend.awaiting[key] = cancelled
-	s.pend.mu.Unlock()
-	defer func() {
-		s.pend.mu.Lock()
-		if s.pend.awaiting[key] == cancelled {
-			delete(s.pend.awaiting, key)
-		}
-		s.pend.mu.Unlock()
-	}()
+	cancelled, stop := s.pend.awaitCancel(idKey(rq.id))
+	defer stop()
 	keys := make([]string, 0, len(asks))
 	for k := range asks {
 		keys = append(keys, k)

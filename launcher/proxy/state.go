@@ -110,6 +110,23 @@ type pendingTables struct {
 	rounds   map[string]*mrtrCall     // requestState → translated call waiting for the client's retry
 }
 
+// awaitCancel returns a channel that a notifications/cancelled naming the
+// client id key closes, and stop, which withdraws it (if it is still this
+// one's) when the wait is over.
+func (pt *pendingTables) awaitCancel(key string) (cancelled <-chan struct{}, stop func()) {
+	ch := make(chan struct{})
+	pt.mu.Lock()
+	pt.awaiting[key] = ch
+	pt.mu.Unlock()
+	return ch, func() {
+		pt.mu.Lock()
+		if pt.awaiting[key] == ch {
+			delete(pt.awaiting, key)
+		}
+		pt.mu.Unlock()
+	}
+}
+
 // listenRequest is the client's subscriptions/listen request that
 // upstream id names on process generation gen, or nil.
 func (pt *pendingTables) listenRequest(id int64, gen uint64) *request {
