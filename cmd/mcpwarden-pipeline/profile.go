@@ -51,17 +51,8 @@ configuration cannot be used.
 `
 
 func cmdProfile(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, profileUsage)
-		return cli.ExitUsage
-	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stdout, profileUsage)
-		return cli.ExitOK
-	}
-	if args[0] != "learn" {
-		fmt.Fprintf(os.Stderr, "mcpwarden profile: unknown subcommand %q\n\n%s", args[0], profileUsage)
-		return cli.ExitUsage
+	if code, ok := cli.Subcommand("profile", "learn", profileUsage, args); !ok {
+		return code
 	}
 	fs := cli.NewFlags("profile learn", profileUsage)
 	base := fs.String("base", ".", "approved base `DIR` the allowed paths lie in")

@@ -32,17 +32,8 @@ Exit status: 0; 78 the configuration cannot be used (the message says why).
 `
 
 func cmdConfig(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, configUsage)
-		return cli.ExitUsage
-	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stdout, configUsage)
-		return cli.ExitOK
-	}
-	if args[0] != "show" {
-		fmt.Fprintf(os.Stderr, "mcpwarden config: unknown subcommand %q\n\n%s", args[0], configUsage)
-		return cli.ExitUsage
+	if code, ok := cli.Subcommand("config", "show", configUsage, args); !ok {
+		return code
 	}
 	fs := cli.NewFlags("config show", configUsage)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")

@@ -32,17 +32,8 @@ strictly; 64 usage.
 `
 
 func cmdScope(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, scopeUsage)
-		return cli.ExitUsage
-	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stdout, scopeUsage)
-		return cli.ExitOK
-	}
-	if args[0] != "check" {
-		fmt.Fprintf(os.Stderr, "mcpwarden scope: unknown subcommand %q\n\n%s", args[0], scopeUsage)
-		return cli.ExitUsage
+	if code, ok := cli.Subcommand("scope", "check", scopeUsage, args); !ok {
+		return code
 	}
 	fs := cli.NewFlags("scope check", scopeUsage)
 	base := fs.String("base", ".", "approved base `DIR` the scope's paths are relative to")

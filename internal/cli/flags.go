@@ -88,3 +88,22 @@ func ParseInterspersed(fs *flag.FlagSet, args []string) (positional, rest []stri
 		args = left[1:]
 	}
 }
+
+// Subcommand checks that args name the one subcommand sub of command cmd
+// (`mcpwarden scope check ...`): with no arguments it prints usage to stderr,
+// with -h/--help/help to stdout, and refuses any other word. ok is false
+// when the command is done, with code its exit status.
+func Subcommand(cmd, sub, usage string, args []string) (code int, ok bool) {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(os.Stderr, usage)
+		return ExitUsage, false
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprint(os.Stdout, usage)
+		return ExitOK, false
+	case args[0] != sub:
+		fmt.Fprintf(os.Stderr, "mcpwarden %s: unknown subcommand %q\n\n%s", cmd, args[0], usage)
+		return ExitUsage, false
+	}
+	return 0, true
+}
