@@ -50,6 +50,12 @@ var forbiddenVars = []string{"HOME", "TMPDIR", "LD_PRELOAD", "LD_LIBRARY_PATH", 
 // passed by --env NAME. runtimeVarPrefixes are whole families of them.
 var (
 	runtimeVarNames = []string{"NODE_OPTIONS", "NODE_PATH", "NODE_REPL_EXTERNAL_MODULE", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
+		// PYTHONWARNINGS imports the module of a category it names
+		// ("ignore::mod.Class"), PYTHONBREAKPOINT the hook it names;
+		// PYTHONPLATLIBDIR moves the library directory, and
+		// PYTHONPYCACHEPREFIX and NODE_COMPILE_CACHE are where compiled
+		// code is loaded from.
+		"PYTHONWARNINGS", "PYTHONBREAKPOINT", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "NODE_COMPILE_CACHE",
 		"PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB", "BASH_ENV", "ENV", "SHELLOPTS", "PS4", "PROMPT_COMMAND", "GCONV_PATH", "LOCPATH", "NLSPATH",
 		"HOSTALIASES", "RES_OPTIONS", "LOCALDOMAIN", "GLIBC_TUNABLES", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "GIT_SSH", "GIT_SSH_COMMAND",
 		"GIT_ASKPASS", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "SSH_ASKPASS", "SUDO_ASKPASS", "EDITOR", "VISUAL", "PAGER", "LESSOPEN", "LESSCLOSE", "TMP", "TEMP"}
@@ -71,7 +77,10 @@ var (
 		// Where the operator's credentials and session live: a Kerberos
 		// ticket cache, the Docker daemon (root on the host), password
 		// files, the desktop's display, bus and runtime directory.
-		"KRB5CCNAME", "DOCKER_HOST", "PGPASSFILE", "NETRC", "DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "DBUS_SYSTEM_BUS_ADDRESS"}
+		"KRB5CCNAME", "DOCKER_HOST", "PGPASSFILE", "NETRC", "DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "DBUS_SYSTEM_BUS_ADDRESS",
+		// Where TLS libraries (OpenSSL, python's ssl, curl, NSS) write the
+		// session keys of every connection they make.
+		"SSLKEYLOGFILE"}
 	credentialNamePrefixes = []string{"AWS_", "AZURE_", "GOOGLE_APPLICATION", "GCLOUD_", "GH_", "GITHUB_", "GITLAB_", "NPM_CONFIG__", "SSH_AGENT", "SSH_AUTH", "GPG_AGENT", "VAULT_", "OP_"}
 )
 

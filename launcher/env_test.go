@@ -15,6 +15,7 @@ func TestServerEnv(t *testing.T) {
 		"NODE_OPTIONS=--require /evil.js", "LD_PRELOAD=/evil.so", "PYTHONPATH=/evil", "BASH_ENV=/evil.sh", "MCPWARDEN_SANDBOX_HELPER=1",
 		"SSH_AUTH_SOCK=/run/agent", "TERM=xterm", "KRB5CCNAME=FILE:/tmp/krb5cc_0", "DOCKER_HOST=unix:///run/docker.sock",
 		"DISPLAY=:0", "XDG_RUNTIME_DIR=/run/user/0", "DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/0/bus", "LESSOPEN=|/bin/x %s",
+		"PYTHONWARNINGS=ignore::evil.Warning", "PYTHONBREAKPOINT=evil.hook", "NODE_COMPILE_CACHE=/workspace/cache", "SSLKEYLOGFILE=/workspace/keys",
 	}
 	tests := []struct {
 		name        string
@@ -27,8 +28,8 @@ func TestServerEnv(t *testing.T) {
 		{
 			name:        "default: the environment minus credentials and runtime variables",
 			want:        []string{"PATH=/usr/bin", "LANG=C.UTF-8", "USER=alice", "MEMORY_FILE_PATH=/data/memory.json", "LOG_LEVEL=debug", "ALLOWED_DIRECTORIES=/a:/b", "PUBLIC_URL=https://example.com/x", "TERM=xterm"},
-			notWant:     []string{"HOME", "TMPDIR", "TMP", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "GITHUB_TOKEN", "OPENAI_API_KEY", "db_password", "Session_Cookie", "DATABASE_URL", "NOTES", "NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "BASH_ENV", "MCPWARDEN_SANDBOX_HELPER", "SSH_AUTH_SOCK", "KRB5CCNAME", "DOCKER_HOST", "DISPLAY", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "LESSOPEN"},
-			wantDropped: []string{"TMP", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "GITHUB_TOKEN", "OPENAI_API_KEY", "db_password", "Session_Cookie", "DATABASE_URL", "NOTES", "NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "BASH_ENV", "MCPWARDEN_SANDBOX_HELPER", "SSH_AUTH_SOCK", "KRB5CCNAME", "DOCKER_HOST", "DISPLAY", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "LESSOPEN"},
+			notWant:     []string{"HOME", "TMPDIR", "TMP", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "GITHUB_TOKEN", "OPENAI_API_KEY", "db_password", "Session_Cookie", "DATABASE_URL", "NOTES", "NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "BASH_ENV", "MCPWARDEN_SANDBOX_HELPER", "SSH_AUTH_SOCK", "KRB5CCNAME", "DOCKER_HOST", "DISPLAY", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "LESSOPEN", "PYTHONWARNINGS", "PYTHONBREAKPOINT", "NODE_COMPILE_CACHE", "SSLKEYLOGFILE"},
+			wantDropped: []string{"TMP", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "GITHUB_TOKEN", "OPENAI_API_KEY", "db_password", "Session_Cookie", "DATABASE_URL", "NOTES", "NODE_OPTIONS", "LD_PRELOAD", "PYTHONPATH", "BASH_ENV", "MCPWARDEN_SANDBOX_HELPER", "SSH_AUTH_SOCK", "KRB5CCNAME", "DOCKER_HOST", "DISPLAY", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "LESSOPEN", "PYTHONWARNINGS", "PYTHONBREAKPOINT", "NODE_COMPILE_CACHE", "SSLKEYLOGFILE"},
 		},
 		{
 			name:    "--env NAME passes a credential by name; NAME=VALUE sets",
