@@ -178,6 +178,17 @@ type PreparedLife struct {
 	err   error
 	mu    sync.Mutex
 	taken bool
+	// lifeTaken: Run took lf over (the prepared helper lives in its group).
+	lifeTaken bool
+
+	// The fence helper cloned into the prepared group once it exists
+	// (prehelper.go): hplan is what it was started from, helper nil when
+	// none was (hok false: cfg did not say enough, or New would refuse it).
+	hplan       helperPlan
+	hok         bool
+	helperDone  chan struct{}
+	helper      *pending
+	helperTaken bool
 }
 
 // PrepareLife starts making the cgroup of the run cfg describes (its run
@@ -186,20 +197,40 @@ type PreparedLife struct {
 // it on every path that does not reach Run. A cfg that New would refuse
 // makes nothing: Run then fails as it would have.
 func PrepareLife(cfg Config) *PreparedLife {
-	p := &PreparedLife{done: make(chan struct{})}
+	p := &PreparedLife{done: make(chan struct{}), helperDone: make(chan struct{})}
 	if cfg.Scope == nil || cfg.RunID == "" {
 		close(p.done)
+		close(p.helperDone)
 		return p
 	}
 	plan, err := planLife(&cfg)
 	if err != nil {
 		close(p.done)
+		close(p.helperDone)
 		return p
 	}
 	p.plan, p.ok = plan, true
+	p.hplan, p.hok = planHelper(cfg)
 	go func() {
-		defer close(p.done)
-		p.lf, p.err = makeLife(plan)
+		defer close(p.helperDone)
+		lf, err := makeLife(plan)
+		p.mu.Lock()
+		p.lf, p.err = lf, err
+		p.mu.Unlock()
+		close(p.done)
+		if err != nil || !p.hok {
+			return
+		}
+		// The helper is born in the group: Run takes both or neither.
+		var grp *cgroup.Group
+		if lf != nil {
+			grp = lf.grp
+		}
+		if h, err := startHelper(p.hplan, grp); err == nil {
+			p.mu.Lock()
+			p.helper = h
+			p.mu.Unlock()
+		}
 	}()
 	return p
 }
@@ -215,11 +246,15 @@ func (p *PreparedLife) take(plan lifePlan) (*life, bool, error) {
 	}
 	p.taken = true
 	if !p.ok || p.plan != plan {
+		p.mu.Unlock()
+		p.dropHelper()
+		p.mu.Lock()
 		if p.lf != nil {
 			_ = p.lf.close()
 		}
 		return nil, false, nil
 	}
+	p.lifeTaken = p.err == nil
 	return p.lf, true, p.err
 }
 
@@ -229,6 +264,8 @@ func (p *PreparedLife) Discard() error {
 	if p == nil {
 		return nil
 	}
+	// A helper Run did not take execs nothing: it dies before its group goes.
+	p.dropHelper()
 	<-p.done
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -1,7 +1,9 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +12,10 @@ import (
 	"testing"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
 	"github.com/mcpwarden/mcpwarden/schema"
+	"golang.org/x/sys/unix"
 )
 
 var preparedParents atomic.Int64
@@ -212,4 +216,102 @@ func TestRefusedRunLeavesNoCgroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPreparedHelper: the fence helper PrepareLife clones into the
+// prepared group is the run's helper only when the run takes the group
+// over and would start that same helper (same program, working directory,
+// server name, namespaces, stderr); otherwise it is killed before the run
+// starts its own, and Discard kills one the run never asked for. It fails
+// on the code before it: no helper was prepared.
+func TestPreparedHelper(t *testing.T) {
+	bin := testenv.Mcpwarden(t)
+	helper := filepath.Join(filepath.Dir(bin), testenv.HelperName)
+	dir := t.TempDir()
+	alog, err := auditlog.Open(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alog.Close() })
+	scope := &schema.CanonicalScope{Base: dir}
+	base := func(parent string) Config {
+		return Config{Scope: scope, Mode: schema.ModeEnforce, RunID: schema.NewID(), CgroupParent: parent,
+			Limits: &Limits{MaxProcesses: 64, MaxMemoryMB: 256}, Command: []string{"/bin/true"}, HelperPath: helper, Dir: dir,
+			AuditLog: alog, Stdin: strings.NewReader(""), Stdout: io.Discard}
+	}
+	cases := []struct {
+		name     string
+		prepared func(Config) Config // what PrepareLife is given
+		taken    bool                // the run takes its helper over
+	}{
+		{"same configuration", func(c Config) Config { return c }, true},
+		{"other server name", func(c Config) Config { c.Command = []string{"/bin/false"}; return c }, false},
+		{"other working directory", func(c Config) Config { c.Dir = "/"; return c }, false},
+		{"no namespaces", func(c Config) Config { c.NoNamespaces = true; return c }, false},
+		{"other cgroup", func(c Config) Config { c.Limits = &Limits{MaxProcesses: 65, MaxMemoryMB: 256}; return c }, false},
+		{"cgroup off", func(c Config) Config { c.NoCgroup = true; return c }, false},
+		{"other stderr", func(c Config) Config { c.Stderr = io.Discard; return c }, false},
+		{"no command", func(c Config) Config { c.Command = nil; return c }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			parent := preparedParent(t)
+			run := base(parent)
+			p := PrepareLife(c.prepared(run))
+			l, err := New(run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.cfg.Life = p
+			<-p.helperDone
+			prepared := 0
+			if p.helper != nil {
+				prepared = p.helper.p.cmd.Process.Pid
+			}
+			if c.taken && prepared == 0 {
+				t.Fatal("no helper was prepared")
+			}
+			lf, err := l.newLife()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lf.close()
+			srv := &server{l: l, life: lf}
+			h, err := srv.spawn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.kill()
+			got := h.p.cmd.Process.Pid
+			if c.taken != (got == prepared) {
+				t.Errorf("the run's helper is pid %d, the prepared one %d: taken %v, want %v", got, prepared, got == prepared, c.taken)
+			}
+			if !c.taken && prepared != 0 {
+				// Killed and reaped before the run started its own.
+				if err := unix.Kill(prepared, 0); !errors.Is(err, unix.ESRCH) {
+					t.Errorf("the prepared helper %d is still there (%v)", prepared, err)
+				}
+			}
+			if err := p.Discard(); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Kill(got, 0); err != nil {
+				t.Errorf("Discard after the run took over killed the run's helper: %v", err)
+			}
+		})
+	}
+	t.Run("discarded", func(t *testing.T) {
+		p := PrepareLife(base(preparedParent(t)))
+		<-p.helperDone
+		if p.helper == nil {
+			t.Fatal("no helper was prepared")
+		}
+		pid := p.helper.p.cmd.Process.Pid
+		if err := p.Discard(); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			t.Errorf("the prepared helper %d outlived Discard (%v)", pid, err)
+		}
+	})
 }

@@ -571,6 +571,13 @@ type spawnResult struct {
 // the run goes on without them and says so, unless they are required.
 func (s *server) spawn() (*pending, error) {
 	cfg, iso := &s.l.cfg, s.l.iso
+	// The helper PrepareLife cloned into this run's group while the
+	// configuration was read, when it is the helper this would start.
+	if h := cfg.Life.takeHelper(s.l.helperPlan()); h != nil && cfg.Stderr == io.Writer(os.Stderr) {
+		return s.spawned(h), nil
+	} else if h != nil {
+		h.kill()
+	}
 	// The exec stage goes to the helper opened: the file checked is the
 	// file the run's init execs.
 	stage, err := openExecStage(cfg.HelperPath)
@@ -589,15 +596,20 @@ func (s *server) spawn() (*pending, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.spawned(h), nil
+}
+
+// spawned notes the helper h of this run.
+func (s *server) spawned(h *pending) *pending {
 	// Under the init of its own pid namespace, which dies with the
 	// launcher, the run needs no watcher to end with a SIGKILLed launcher.
-	s.l.pidNamespace = iso.flags&unix.CLONE_NEWPID != 0
+	s.l.pidNamespace = s.l.iso.flags&unix.CLONE_NEWPID != 0
 	s.mu.Lock()
 	if s.firstPID == 0 {
 		s.firstPID = h.p.cmd.Process.Pid
 	}
 	s.mu.Unlock()
-	return h, nil
+	return h
 }
 
 // spawnHelper starts helperPath as the fence helper, with the exec stage

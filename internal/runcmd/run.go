@@ -142,17 +142,26 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 	// launcher built; Run takes it over when nothing it is made from has
 	// changed by then (and makes its own otherwise), so the server still
 	// never runs outside it, and an error it meets fails the run in Run,
-	// before anything starts, as before. Every path that does not reach
-	// Run removes it.
+	// before anything starts, as before. The fence helper is cloned into it
+	// as soon as it exists (it waits for its spec and execs nothing
+	// without it), so that its clone into the namespaces and its start-up
+	// are done by the time Run needs it; Run takes it over only with the
+	// group and when it would start that same helper. Every path that does
+	// not reach Run kills the helper and removes the group.
 	runID := schema.NewID()
 	life := launcher.PrepareLife(launcher.Config{
-		Scope:         scope,
-		Mode:          runMode,
-		RunID:         runID,
-		Limits:        lim.Limits(),
-		RequireLimits: lim.Required(),
-		CgroupParent:  *lim.CgroupParent,
-		NoCgroup:      !*lim.Cgroup,
+		Scope:             scope,
+		Mode:              runMode,
+		RunID:             runID,
+		Limits:            lim.Limits(),
+		RequireLimits:     lim.Required(),
+		CgroupParent:      *lim.CgroupParent,
+		NoCgroup:          !*lim.Cgroup,
+		Command:           command,
+		RequireNamespaces: *requireNS,
+		NoNamespaces:      *noNS,
+		Owner:             *owner,
+		RunUID:            *runUID,
 	})
 	defer func() {
 		if err := life.Discard(); err != nil {

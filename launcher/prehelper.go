@@ -1,0 +1,119 @@
+package launcher
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// helperPlan is everything spawnHelper starts the fence helper from, but
+// its pipes and its cgroup: comparable, so that a helper cloned ahead of
+// Run (PrepareLife) is used only when Run would have started exactly that
+// helper, in exactly that group.
+type helperPlan struct {
+	path   string  // the fence helper; its exec stage is next to it
+	dir    string  // its working directory (the server's)
+	name   string  // the server's name in the marks of its stderr lines
+	flags  uintptr // the namespaces it is cloned into
+	userNS bool    // with a user namespace of its own (an unprivileged launcher)
+}
+
+// helperPlan is the plan of the helper Run starts for l.
+func (l *Launcher) helperPlan() helperPlan {
+	return helperPlan{path: l.cfg.HelperPath, dir: l.cfg.Dir, name: filepath.Base(l.cfg.Command[0]), flags: l.iso.flags, userNS: l.iso.userNS}
+}
+
+// planHelper is the plan New and Run would start cfg's helper from, made
+// the same way (the helper's path and checks, the working directory, the
+// namespaces of planIsolation); ok is false when cfg does not say enough
+// (no command, a stderr other than the process's), or when New would
+// refuse it: Run then starts its own helper, or fails, as before.
+func planHelper(cfg Config) (helperPlan, bool) {
+	if len(cfg.Command) == 0 || (cfg.Stderr != nil && cfg.Stderr != io.Writer(os.Stderr)) {
+		return helperPlan{}, false
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = schema.ModeEnforce
+	}
+	if cfg.Mode != schema.ModeEnforce && cfg.Mode != schema.ModeAudit {
+		return helperPlan{}, false
+	}
+	if cfg.HelperPath == "" {
+		p, err := DefaultHelperPath()
+		if err != nil {
+			return helperPlan{}, false
+		}
+		cfg.HelperPath = p
+	}
+	if checkHelper(cfg.HelperPath) != nil {
+		return helperPlan{}, false
+	}
+	if cfg.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return helperPlan{}, false
+		}
+		cfg.Dir = wd
+	}
+	iso, err := planIsolation(&cfg)
+	if err != nil {
+		return helperPlan{}, false
+	}
+	return helperPlan{path: cfg.HelperPath, dir: cfg.Dir, name: filepath.Base(cfg.Command[0]), flags: iso.flags, userNS: iso.userNS}, true
+}
+
+// startHelper clones the helper of plan into grp (nil: none), with its
+// exec stage opened and checked as spawn does. The helper waits for its
+// spec and execs nothing without it; when its spec pipe closes (the
+// launcher dropped it, or died) it exits.
+func startHelper(plan helperPlan, grp *cgroup.Group) (*pending, error) {
+	stage, err := openExecStage(plan.path)
+	if err != nil {
+		return nil, err
+	}
+	defer stage.Close()
+	return spawnHelper(plan.path, stage, plan.dir, os.Stderr, plan.name, grp, &isolation{flags: plan.flags, userNS: plan.userNS})
+}
+
+// takeHelper hands Run the helper PrepareLife cloned, when Run took the
+// prepared group over and would start its helper from the same plan; it
+// kills it otherwise, and returns nil (Run then starts its own). Only the
+// first call can get it: a restart starts a new helper.
+func (p *PreparedLife) takeHelper(plan helperPlan) *pending {
+	if p == nil {
+		return nil
+	}
+	<-p.helperDone
+	p.mu.Lock()
+	if p.helperTaken {
+		p.mu.Unlock()
+		return nil
+	}
+	p.helperTaken = true
+	h := p.helper
+	p.helper = nil
+	ok := p.lifeTaken && p.hplan == plan
+	p.mu.Unlock()
+	if h != nil && !ok {
+		h.kill()
+		return nil
+	}
+	return h
+}
+
+// dropHelper kills the prepared helper unless Run took it; it waits for
+// PrepareLife to have started it (or given up).
+func (p *PreparedLife) dropHelper() {
+	<-p.helperDone
+	p.mu.Lock()
+	h := p.helper
+	p.helper = nil
+	p.helperTaken = true
+	p.mu.Unlock()
+	if h != nil {
+		h.kill()
+	}
+}
