@@ -294,15 +294,18 @@ func noSymlinks(p string) bool {
 
 // Exists reports whether p names an entry (as lstat(2) sees it: symlinks
 // of the directories on the way are followed, the last component is not).
-// It asks the dentry cache first (see openCached) and lstat(2) only when
-// the cache cannot tell.
+// It is one statx(2) that asks for no attributes: a lookup and nothing
+// else. (An openat2 O_PATH, which this used to be, allocates and frees a
+// file even when the name does not exist: about three times the cost, on
+// every plain string a call carries.) It goes through the runtime's
+// system-call path, so a lookup that waits for a disk or a network
+// filesystem holds its thread, not a processor.
 func Exists(p string) bool {
-	switch openCached(p, unix.O_NOFOLLOW, 0) {
-	case 0:
-		return true
-	case unix.ENOENT, unix.ENOTDIR:
-		return false
+	var st unix.Statx_t
+	for {
+		err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, 0, &st)
+		if err != unix.EINTR {
+			return err == nil
+		}
 	}
-	_, err := os.Lstat(p)
-	return err == nil
 }
