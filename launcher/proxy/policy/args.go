@@ -75,8 +75,20 @@ const kindName = 'k'
 // walk calls visit for every value in raw (an object or array at the top)
 // and for every object member name, with the JSON Pointer tokens leading
 // to it. Containers are reported when they open. The first denial stops
-// the walk.
+// the walk. Plain JSON (see scanPlain: the arguments of almost every call)
+// is walked from its tokens without a decoder; anything else by
+// jsontext's decoder (walkDecoder), which also says why it is not valid.
+// The two report the same visits (FuzzWalkAgreesWithTheDecoder).
 func walk(raw []byte, visit func(ptr []string, kind byte, s string) *Denial) (*Denial, error) {
+	var store [64]plainToken
+	if toks, ok := scanPlain(raw, store[:0]); ok {
+		return walkPlain(raw, toks, visit), nil
+	}
+	return walkDecoder(raw, visit)
+}
+
+// walkDecoder is walk through jsontext's decoder.
+func walkDecoder(raw []byte, visit func(ptr []string, kind byte, s string) *Denial) (*Denial, error) {
 	dec := jsontext.NewDecoder(bytes.NewReader(raw))
 	type frame struct {
 		object   bool
