@@ -31,3 +31,32 @@ func BenchmarkCheckArguments(b *testing.B) {
 		})
 	}
 }
+
+// TestCheckArgumentsAllocationBudgets holds the allocations of the
+// argument check of the calls BenchmarkCheckArguments times (the shapes of
+// BenchmarkProcessRoundTrip's calls): a plain string is walked without a
+// decoder and probed with no allocation of its own beyond the probe's
+// name.
+func TestCheckArgumentsAllocationBudgets(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	for _, c := range []struct {
+		name, tool string
+		args       any
+		budget     float64
+	}{
+		{"path", "read_text_file", map[string]any{"path": filepath.Join(base, "allowed", "probe.txt")}, 16},
+		{"declared-path", "custom", map[string]any{"where": filepath.Join(base, "allowed", "probe.txt")}, 13},
+		{"no-path", "other", map[string]any{"text": "hello"}, 10},
+	} {
+		raw, _ := json.Marshal(c.args)
+		n := testing.AllocsPerRun(100, func() {
+			if _, d := p.CheckArguments(c.tool, raw, eff); d != nil {
+				t.Fatal(d)
+			}
+		})
+		if n > c.budget {
+			t.Errorf("%s: CheckArguments allocates %.0f times, budget %.0f (the decoder's walk took 7 more)", c.name, n, c.budget)
+		}
+	}
+}
