@@ -80,6 +80,13 @@ func CheckForm(p string) error {
 type Resolved struct {
 	Lexical string // absolute and cleaned, symlinks not followed
 	Real    string // every existing component's symlinks resolved
+	// Physical is where the kernel lands for the name as written, when it
+	// holds a ".." component: a ".." after a symlink goes to the parent of
+	// the symlink's target, not back over the symlink's name, so a server
+	// that hands the name to open(2) uncleaned ("refs/../config" with refs
+	// a symlink to .git/refs) reads another file than one that cleans it
+	// first. Empty when the name has no ".." (it is then Real).
+	Physical string
 }
 
 // Resolve turns a raw path argument into its lexical and real absolute
@@ -110,7 +117,72 @@ func Resolve(raw, home string, relTo func(string) string) (Resolved, error) {
 	if err != nil {
 		return Resolved{}, err
 	}
-	return Resolved{Lexical: lexical, Real: real}, nil
+	r := Resolved{Lexical: lexical, Real: real}
+	if hasDotDot(raw) {
+		unclean := raw
+		switch {
+		case raw == "~" || strings.HasPrefix(raw, "~/"):
+			unclean = home + "/" + raw[1:]
+		case !filepath.IsAbs(raw):
+			// relTo cleans what it joins; its directory is what it gives
+			// for the empty name.
+			unclean = relTo("") + "/" + raw
+		}
+		if r.Physical, err = resolvePhysical(unclean); err != nil {
+			return Resolved{}, err
+		}
+	}
+	return r, nil
+}
+
+// hasDotDot reports whether p has a ".." component.
+func hasDotDot(p string) bool {
+	for i := strings.Index(p, ".."); i >= 0; {
+		if (i == 0 || p[i-1] == '/') && (i+2 == len(p) || p[i+2] == '/') {
+			return true
+		}
+		j := strings.Index(p[i+2:], "..")
+		if j < 0 {
+			return false
+		}
+		i += 2 + j
+	}
+	return false
+}
+
+// resolvePhysical resolves the absolute, uncleaned p component by
+// component as the kernel does: each symlink is resolved where it is met,
+// and ".." goes to the parent of the directory reached so far. A name
+// below the deepest existing component is appended cleaned (the kernel
+// would fail on "missing/..", a server that cleans would not); a dangling
+// symlink on the way is refused as in Resolve.
+func resolvePhysical(p string) (string, error) {
+	cur := "/"
+	parts := strings.Split(p, "/")
+	for i, c := range parts {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return filepath.Join(append([]string{next}, parts[i+1:]...)...), nil
+			}
+			return "", badPath("cannot be resolved (%v)", errors.Unwrap(err))
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if next, err = filepath.EvalSymlinks(next); err != nil {
+				return "", badPath("leads through a dangling or broken symlink")
+			}
+		}
+		cur = next
+	}
+	return cur, nil
 }
 
 // resolveReal is the real path of lexical, which must be absolute and

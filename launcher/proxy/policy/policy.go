@@ -150,6 +150,16 @@ func (p *Policy) CheckPath(raw string, relTo func(string) string, effective []st
 	if p.secrets.Match(r.Real) || (r.Lexical != r.Real && p.secrets.Match(r.Lexical)) || p.secretTrimmed(r.Lexical) || p.secretTrimmed(r.Real) {
 		return r.Real, deny(schema.ErrSecretPath, "path is a secret (credentials, keys, .env, .git, .ssh) and is never served")
 	}
+	if r.Physical != "" && r.Physical != r.Real {
+		// ".." after a symlink: where the kernel lands for the name as
+		// written must pass too (a server need not clean it first).
+		if !Within(effective, r.Physical) {
+			return r.Physical, deny(schema.ErrPathOutsideScope, "path is outside the run's scope once '..' is resolved after a symlink")
+		}
+		if p.secrets.Match(r.Physical) || p.secretTrimmed(r.Physical) {
+			return r.Physical, deny(schema.ErrSecretPath, "path is a secret once '..' is resolved after a symlink (credentials, keys, .env, .git, .ssh) and is never served")
+		}
+	}
 	return r.Real, nil
 }
 
