@@ -20,6 +20,7 @@ var scriptedServers = []struct {
 	{modernOnlyEnv, modernOnlyServer},
 	{redteamEnv, redteamServer},
 	{askingEnv, askingServer},
+	{sixthEnv, sixthServer},
 }
 
 func TestMain(m *testing.M) {

@@ -643,7 +643,8 @@ func (s *session) checkServerRequest(m *jsonrpc.Message) ([]string, *policy.Deni
 }
 
 // recordServerRequest records a server→client request the proxy relayed
-// (code "") or refused: the client, and its model, are asked something.
+// (code "") or refused: the client, and its model, are asked something;
+// and a server notification refused for the file URI it carries.
 func (s *session) recordServerRequest(method string, paths []string, code schema.ErrorCode) {
 	now := s.cfg.Now()
 	d := schema.Decision{
@@ -680,6 +681,15 @@ func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 		// (the token of its _meta): a server must not report on, or
 		// spoof, another request's progress.
 		s.log.Info("server progress for no request in flight dropped")
+		return
+	}
+	if paths, d := s.pol.CheckResultURIs(m.Params, s.scope.current().paths); d != nil {
+		// A log message, progress or resources/updated carrying a file
+		// URI the scope does not allow (an embedded resource in a log's
+		// data): the same check as an answer's. Recorded like a refused
+		// server request (bounded: refusals.go).
+		s.log.Warn("server notification refused: it holds a file URI the scope does not allow", "method", recordLabel(truncate(m.Method, 64)), "error_code", string(d.Code))
+		s.recordServerRequest(m.Method, paths, d.Code)
 		return
 	}
 	frame, ok := s.clientNotification(gen, m)

@@ -615,18 +615,19 @@ func (p *Policy) CheckValues(raw json.RawMessage, effective []string) ([]string,
 }
 
 // CheckResultURIs checks a server's result (a tool's content, a prompt's
-// messages, a resource's contents) for file:// URIs in members named
-// "uri": an embedded resource or a link to a file outside effective, or to
-// a secret, is refused — the server read, or points the client at, what
-// the scope does not allow (through a path the proxy never saw). URIs of
-// other schemes are the server's own names.
+// messages, a resource's contents), request or notification for file://
+// URIs in members named "uri" or "url": an embedded resource or a link to
+// a file outside effective, or to a secret, is refused — the server read,
+// or points the client at, what the scope does not allow (through a path
+// the proxy never saw). "url" is a URL-mode elicitation's (2025-11-25): a
+// client opens it. URIs of other schemes are the server's own names.
 func (p *Policy) CheckResultURIs(raw json.RawMessage, effective []string) ([]string, *Denial) {
 	if !hasFileURI(raw) {
 		return nil, nil
 	}
 	c := p.newChecker(p.baseRel, effective, false)
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
-		if kind != '"' || len(ptr) == 0 || ptr[len(ptr)-1] != "uri" || !hasFileScheme(s) {
+		if kind != '"' || len(ptr) == 0 || (ptr[len(ptr)-1] != "uri" && ptr[len(ptr)-1] != "url") || !hasFileScheme(s) {
 			return nil
 		}
 		if d := c.path(ptr, s); d != nil {
