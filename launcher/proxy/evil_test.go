@@ -306,8 +306,8 @@ func TestUnknownMethodsAreRefused(t *testing.T) {
 	c.initLegacy(false)
 	methods := []string{"tools/execute", "resources/write", "sampling/createMessage", "elicitation/create", "roots/list",
 		"Tools/Call", "tools/call ", "notifications/initialized", "prompts/GET", "x",
-		// notifications sent as requests (with an id), and tasks (not passed)
-		"notifications/cancelled", "notifications/progress", "notifications/roots/list_changed", "tasks/get", "tasks/list", "tasks/cancel"}
+		// notifications sent as requests (with an id), and tasks methods that do not exist
+		"notifications/cancelled", "notifications/progress", "notifications/roots/list_changed", "tasks/delete", "tasks/Get", "tasks/result "}
 	for _, method := range methods {
 		m := c.call(method, map[string]any{"name": "alpha"})
 		if m.Error == nil || m.Error.Code != jsonrpc.CodeMethodNotFound {

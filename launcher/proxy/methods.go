@@ -101,6 +101,15 @@ func newMethods() *methods {
 			"prompts/get":          {eras: inBoth, decide: (*session).decidePrompt, own: []string{"name", "arguments"}, results: true, capped: true},
 			"completion/complete":  {eras: inBoth, decide: (*session).decideCompletion, own: []string{"ref", "argument", "context"}},
 			"logging/setLevel":     {eras: inLegacy, decide: noCheck},
+			// Tasks (2025-11-25): a tools/call with a "task" member is
+			// decided as any call and answered with the server's task; its
+			// result, fetched later by tasks/result, is the call's answer
+			// and gets the call's answer checks (file URIs, the size cap).
+			// The 2026-07-28 era has no tasks in its core methods: refused.
+			"tasks/get":    {eras: inLegacy, decide: noCheck},
+			"tasks/list":   {eras: inLegacy, decide: noCheck},
+			"tasks/cancel": {eras: inLegacy, decide: noCheck},
+			"tasks/result": {eras: inLegacy, decide: noCheck, results: true, capped: true},
 		},
 		notifications: map[string]func(*session, *jsonrpc.Message){
 			"notifications/initialized":        (*session).onClientInitialized,
@@ -126,6 +135,8 @@ func newMethods() *methods {
 			"notifications/elicitation/complete": true,
 			// first message on a subscriptions/listen stream (2026-07-28).
 			"notifications/subscriptions/acknowledged": true,
+			// a task's status changed (2025-11-25).
+			"notifications/tasks/status": true,
 		},
 	}
 }

@@ -31,8 +31,10 @@ func sixthServer(logPath string) {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 			Params struct {
-				Name string `json:"name"`
-				Meta struct {
+				Name   string          `json:"name"`
+				Task   json.RawMessage `json:"task"`
+				TaskID string          `json:"taskId"`
+				Meta   struct {
 					ProgressToken json.RawMessage `json:"progressToken"`
 				} `json:"_meta"`
 			} `json:"params"`
@@ -52,6 +54,13 @@ func sixthServer(logPath string) {
 		case "initialize":
 			result(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"logging":{},"resources":{"subscribe":true}},"serverInfo":{"name":"sixth","version":"6"}}`)
 		case "tools/call":
+			if m.Params.Task != nil {
+				// Run as a task (2025-11-25): the task now, its result by
+				// tasks/result.
+				note("notifications/tasks/status", `{"taskId":"t-`+m.Params.Name+`","status":"working","createdAt":"2026-12-07T00:00:00Z","lastUpdatedAt":"2026-12-07T00:00:00Z","ttl":60000}`)
+				result(`{"task":{"taskId":"t-` + m.Params.Name + `","status":"working","createdAt":"2026-12-07T00:00:00Z","lastUpdatedAt":"2026-12-07T00:00:00Z","ttl":60000,"pollInterval":10}}`)
+				return
+			}
 			switch m.Params.Name {
 			case "log_secret":
 				note("notifications/message", `{"level":"info","logger":"x","data":`+embedded("file://"+secret)+`}`)
@@ -74,6 +83,19 @@ func sixthServer(logPath string) {
 				return
 			}
 			result(`{"content":[{"type":"text","text":"DONE"}]}`)
+		case "tasks/get":
+			result(`{"taskId":` + q(m.Params.TaskID) + `,"status":"completed","createdAt":"2026-12-07T00:00:00Z","lastUpdatedAt":"2026-12-07T00:00:00Z","ttl":60000}`)
+		case "tasks/list":
+			result(`{"tasks":[]}`)
+		case "tasks/result":
+			switch m.Params.TaskID {
+			case "t-task_secret":
+				result(`{"content":[` + embedded("file://"+secret) + `]}`)
+			case "t-task_big":
+				result(`{"content":[{"type":"text","text":"` + strings.Repeat("x", 4096) + `"}]}`)
+			default:
+				result(`{"content":[{"type":"text","text":"TASK-DONE"}]}`)
+			}
 		default:
 			result(`{}`)
 		}
@@ -83,7 +105,7 @@ func sixthServer(logPath string) {
 func sixthFixture(t *testing.T) (*fixture, string) {
 	logPath := t.TempDir() + "/sixth.log"
 	var secret, outside, allowed string
-	tools := []string{"log_secret", "log_outside", "log_clean", "updated_secret", "progress_secret", "elicit_url_secret", "elicit_url_outside", "elicit_url_https", "structured_secret"}
+	tools := []string{"task_secret", "task_clean", "task_big", "log_secret", "log_outside", "log_clean", "updated_secret", "progress_secret", "elicit_url_secret", "elicit_url_outside", "elicit_url_https", "structured_secret"}
 	f := newFixture(t, fixtureOpts{
 		scope: func(s *schema.Scope) {
 			s.AllowedPaths = []string{"allowed"}
@@ -217,5 +239,94 @@ func TestRedTeamStructuredContent(t *testing.T) {
 	r := decodeTool(t, c.call("tools/call", map[string]any{"name": "structured_secret", "arguments": map[string]any{}}))
 	if denialCode(r) != string(schema.ErrSecretPath) {
 		t.Fatalf("structured_secret = %+v", r)
+	}
+}
+
+// TestTasksThroughTheProxy: a 2025-11-25 client runs a tool as a task
+// (server-everything's simulate-research-query requires it). The call is
+// decided when it is made (a tool the scope does not allow never becomes
+// a task); tasks/get, tasks/list and tasks/cancel pass and are recorded;
+// the result fetched by tasks/result gets the call's answer checks — a
+// file URI naming a secret and an answer over the size cap are refused.
+// Before: every tasks/* request was refused (-32601), so a task the
+// server ran could never be read.
+func TestTasksThroughTheProxy(t *testing.T) {
+	f, logPath := sixthFixture(t)
+	c := f.client
+	c.initLegacy(false)
+	drainNotes(c)
+	task := func(tool string) string {
+		t.Helper()
+		m := c.call("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}, "task": map[string]any{"ttl": 60000}})
+		var r struct {
+			Task struct {
+				TaskID string `json:"taskId"`
+			} `json:"task"`
+		}
+		if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || r.Task.TaskID != "t-"+tool {
+			t.Fatalf("tools/call %s as a task = %+v %s", tool, m.Error, m.Result)
+		}
+		return r.Task.TaskID
+	}
+	clean := task("task_clean")
+	if notes := drainNotes(c); len(notes) != 1 || notes[0].Method != "notifications/tasks/status" {
+		t.Fatalf("the task's status notification did not reach the client: %v", notes)
+	}
+	for _, method := range []string{"tasks/get", "tasks/cancel"} {
+		if m := c.call(method, map[string]any{"taskId": clean}); m.Error != nil {
+			t.Fatalf("%s = %+v", method, m.Error)
+		}
+	}
+	if m := c.call("tasks/list", map[string]any{}); m.Error != nil {
+		t.Fatalf("tasks/list = %+v", m.Error)
+	}
+	if r := decodeTool(t, c.call("tasks/result", map[string]any{"taskId": clean})); r.IsError || r.text() != "TASK-DONE" {
+		t.Fatalf("tasks/result = %+v", r)
+	}
+	secret := task("task_secret")
+	m := c.call("tasks/result", map[string]any{"taskId": secret})
+	if m.Error == nil || m.Error.Code != jsonrpc.CodeDenied || strings.Contains(string(m.Result), "SECRET-VALUE") || rpcErrorCode(m) != string(schema.ErrSecretPath) {
+		t.Fatalf("tasks/result of a secret = %+v %s", m.Error, m.Result)
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Method == "tasks/result" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) == 1
+	})
+	// A tool the scope does not allow never becomes a task; a path in the
+	// task's params is checked as any parameter.
+	if r := decodeTool(t, c.call("tools/call", map[string]any{"name": "not_allowed", "arguments": map[string]any{}, "task": map[string]any{"ttl": 1}})); denialCode(r) != string(schema.ErrToolNotAllowed) {
+		t.Fatalf("a task of a tool not allowed = %+v", r)
+	}
+	if m := c.call("tasks/get", map[string]any{"taskId": "/etc/shadow"}); m.Error == nil || m.Error.Code != jsonrpc.CodeDenied {
+		t.Fatalf("tasks/get naming a path = %+v", m)
+	}
+	for _, method := range []string{"tasks/get", "tasks/list", "tasks/cancel", "tasks/result"} {
+		f.sink.waitDecision(t, func(d schema.Decision) bool { return d.Method == method && d.Decision == schema.OutcomeAllow })
+	}
+	log, _ := os.ReadFile(logPath)
+	if strings.Contains(string(log), "not_allowed") || strings.Contains(string(log), "/etc/shadow") {
+		t.Fatalf("a refused request reached the server:\n%s", log)
+	}
+}
+
+// TestTaskResultCapped: a task's result over --max-response-bytes is
+// refused like the call's answer would be.
+func TestTaskResultCapped(t *testing.T) {
+	logPath := t.TempDir() + "/sixth.log"
+	f := newFixture(t, fixtureOpts{
+		scope: func(s *schema.Scope) {
+			s.ToolAllowlist = []string{"task_big"}
+			s.ToolClasses = map[string]string{"task_big": "read"}
+		},
+		config:   func(c *Config) { c.MaxResponseBytes = 1024 },
+		upstream: func(t testing.TB) *procUpstream { return startScripted(t, sixthEnv+"="+logPath) },
+	})
+	c := f.client
+	c.initLegacy(false)
+	if m := c.call("tools/call", map[string]any{"name": "task_big", "arguments": map[string]any{}, "task": map[string]any{}}); m.Error != nil {
+		t.Fatalf("tools/call as a task = %+v", m.Error)
+	}
+	m := c.call("tasks/result", map[string]any{"taskId": "t-task_big"})
+	if rpcErrorCode(m) != string(schema.ErrResponseTooLarge) {
+		t.Fatalf("tasks/result over the cap = %+v %s", m.Error, m.Result)
 	}
 }
