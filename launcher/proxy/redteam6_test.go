@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -328,5 +329,54 @@ func TestTaskResultCapped(t *testing.T) {
 	m := c.call("tasks/result", map[string]any{"taskId": "t-task_big"})
 	if rpcErrorCode(m) != string(schema.ErrResponseTooLarge) {
 		t.Fatalf("tasks/result over the cap = %+v %s", m.Error, m.Result)
+	}
+}
+
+// TestRedTeamEscapes: JSON escapes in method names, member names and
+// values are decided as the server reads them — unescaped — and ids are
+// echoed as written (guards: each held before).
+func TestRedTeamEscapes(t *testing.T) {
+	f := newFixture(t, fixtureOpts{scope: func(s *schema.Scope) { s.AllowedPaths = []string{"allowed"} }})
+	c := f.client
+	c.initLegacy(false)
+	esc := func(p string) string { return strings.ReplaceAll(p, "/", `\u002f`) }
+	in := f.base + "/allowed/probe.txt"
+	out := f.base + "/outside/probe.txt"
+	raw := func(id, body string) *jsonrpc.Message {
+		ch := c.expect(id)
+		c.sendRaw(body)
+		return c.wait(ch)
+	}
+	for i, tc := range []struct{ name, body string }{
+		{"escaped method", `{"jsonrpc":"2.0","id":ID,"method":"tools\u002fcall","params":{"name":"read_text_file","arguments":{"path":"` + out + `"}}}`},
+		{"escaped member name", `{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"read_text_file","arguments":{"pa\u0074h":"` + out + `"}}}`},
+		{"escaped value", `{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":"` + esc(out) + `"}}}`},
+		{"escaped tool name", `{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"read\u005ftext\u005ffile","arguments":{"path":"` + out + `"}}}`},
+		{"escaped dot-dot", `{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":"` + f.base + `/allowed/\u002e\u002e/outside/probe.txt"}}}`},
+		{"escaped params name", `{"jsonrpc":"2.0","id":ID,"method":"tools/call","\u0070arams":{"name":"read_text_file","arguments":{"path":"` + out + `"}}}`},
+	} {
+		id := fmt.Sprint(300 + i)
+		m := raw(id, strings.Replace(tc.body, "ID", id, 1))
+		if strings.Contains(string(m.Result), "MARKER-OUTSIDE") {
+			t.Fatalf("%s: the file outside the scope was read: %s", tc.name, m.Result)
+		}
+		if m.Error == nil && denialCode(decodeTool(t, m)) != string(schema.ErrPathOutsideScope) {
+			t.Fatalf("%s = %s, want a denial", tc.name, m.Result)
+		}
+	}
+	// Escaped, but inside: read as the server reads it.
+	m := raw("310", `{"jsonrpc":"2.0","id":310,"method":"tools\u002fcall","params":{"\u006eame":"read\u005ftext\u005ffile","arguments":{"path":"`+esc(in)+`"}}}`)
+	if r := decodeTool(t, m); r.IsError || !strings.Contains(r.text(), "MARKER-ALLOWED") {
+		t.Fatalf("an escaped call inside the scope = %+v", r)
+	}
+	// A member and its escaped spelling are one member: a duplicate.
+	if m := raw("311", `{"jsonrpc":"2.0","id":311,"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":"`+in+`","\u0070ath":"`+out+`"}}}`); m.Error == nil || m.Error.Code != jsonrpc.CodeInvalidRequest {
+		t.Fatalf("path and its escaped spelling = %+v %s", m.Error, m.Result)
+	}
+	// Ids are echoed as written.
+	for _, id := range []string{"-0", "1e2", "1E+2", "123456789012345678901234567890", "0.5", `"\u0031"`} {
+		if m := raw(id, `{"jsonrpc":"2.0","id":`+id+`,"method":"ping"}`); m.Error != nil || string(m.ID) != id {
+			t.Fatalf("id %s = %s %+v", id, m.ID, m.Error)
+		}
 	}
 }
