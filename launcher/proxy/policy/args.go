@@ -470,6 +470,22 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 			add(n)
 		}
 	}
+	// A server that expands globs reads "{/etc/passwd,x}" and ".e[n]v" as
+	// the names they expand to: each is checked in its own forms (and
+	// looked up under the base, as s would be).
+	if alts, err := expandGlob(s); err != nil {
+		return nil, err
+	} else if len(alts) > 0 {
+		for _, a := range alts {
+			forms, err := c.pathForms(a, probe)
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range forms {
+				add(f)
+			}
+		}
+	}
 	if len(out) == 0 && probe && probeable(s) {
 		if c.probes++; c.probes > maxProbes {
 			return nil, fmt.Errorf("more than %d strings that could name files; declare the tool's path arguments in tool_path_args", maxProbes)

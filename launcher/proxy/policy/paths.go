@@ -295,6 +295,15 @@ func CheckGlob(pattern string) error {
 	case strings.Contains(pattern, ".."):
 		return badPath("glob pattern contains '..'")
 	}
+	alts, err := expandGlob(pattern)
+	if err != nil {
+		return badPath("%v", err)
+	}
+	for _, a := range alts {
+		if strings.HasPrefix(a, "/") || strings.HasPrefix(a, "~") {
+			return badPath("glob pattern has an absolute alternative; patterns are relative to the searched directory")
+		}
+	}
 	return nil
 }
 
