@@ -380,3 +380,29 @@ func TestRedTeamEscapes(t *testing.T) {
 		}
 	}
 }
+
+// TestInitializeTwiceNeverWidens: a client narrowed by its roots sends
+// initialize again, now declaring no roots (a client that declares none
+// gets the whole scope): the narrowing stays. Then it switches era: a
+// modern request is decided under the same narrowed scope (guard; held
+// before).
+func TestInitializeTwiceNeverWidens(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	c := f.client
+	allowed := filepath.Join(f.base, "allowed")
+	out := filepath.Join(f.base, "outside", "probe.txt")
+	c.initLegacy(true, allowed)
+	mustDeny(t, c, out, "MARKER-OUTSIDE")
+	res := c.call("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]string{"name": "again", "version": "2"}})
+	if res.Error != nil {
+		t.Fatalf("second initialize: %v", res.Error)
+	}
+	c.notify("notifications/initialized", nil)
+	mustDeny(t, c, out, "MARKER-OUTSIDE")
+	mustRead(t, c, filepath.Join(allowed, "probe.txt"), "MARKER-ALLOWED")
+	modern := map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{}}
+	m := c.call("tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": out}, "_meta": modern})
+	if r := decodeTool(t, m); !r.IsError || strings.Contains(r.text(), "MARKER-OUTSIDE") {
+		t.Fatalf("a modern call after the legacy session = %+v %+v", r, m.Error)
+	}
+}
