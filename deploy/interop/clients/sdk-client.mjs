@@ -32,6 +32,16 @@ async function loadSDK(sdk) {
       Client,
       StdioClientTransport,
       options: {},
+      // A tool run as a task (2025-11-25): created, polled, its result
+      // fetched (the task's id and the related-task _meta differ run by run).
+      task: async (client, p) => {
+        const created = await client.request({ method: "tools/call", params: { ...p, task: { ttl: 60000 } } }, t.CreateTaskResultSchema);
+        const taskId = created.task.taskId;
+        const got = await client.request({ method: "tasks/get", params: { taskId } }, t.GetTaskResultSchema);
+        const result = await client.request({ method: "tasks/result", params: { taskId } }, t.CallToolResultSchema);
+        delete result._meta;
+        return { created: created.task.status, polled: typeof got.status, result };
+      },
       handle: (client, method, fn) => {
         const schema = {
           "sampling/createMessage": t.CreateMessageRequestSchema,
@@ -56,7 +66,7 @@ async function loadSDK(sdk) {
   throw new Error(`unknown sdk ${sdk}`);
 }
 
-const { Client, StdioClientTransport, options, handle } = await loadSDK(spec.sdk);
+const { Client, StdioClientTransport, options, handle, task } = await loadSDK(spec.sdk);
 const client = new Client(
   { name: `interop-ts-${spec.sdk}`, version: "1.0.0" },
   {
@@ -134,6 +144,7 @@ const calls = {
   "logging/setLevel": async (p) => (await client.setLoggingLevel(p.level), "ok"),
   "resources/subscribe": async (p) => (await client.subscribeResource(p), "ok"),
   "resources/unsubscribe": async (p) => (await client.unsubscribeResource(p), "ok"),
+  ...(task ? { "x-task": (p) => task(client, p) } : {}),
 };
 
 for (const op of spec.ops) {

@@ -180,7 +180,7 @@ func TestGoSDKClient(t *testing.T) {
 					if s.roots || s.name == "server-everything" {
 						rootsDir = w.work
 					}
-					ops := opsFor(w, s)
+					ops := forClient(opsFor(w, s), "go-sdk")
 					direct := runGoSDK(t, s.argv, era, rootsDir, ops)
 					wrapped := runGoSDK(t, w.wrap(s), era, rootsDir, ops)
 					all := inEra(append([]op{{Name: "connect"}}, ops...), era)

@@ -31,6 +31,20 @@ type op struct {
 	Legacy bool `json:"legacy,omitempty"`
 	// Modern: the operation is compared in the 2026-07-28 era only.
 	Modern bool `json:"modern,omitempty"`
+	// Only: the one client that runs it ("ts-v1": the only client here
+	// with a tasks API); empty: every client.
+	Only string `json:"-"`
+}
+
+// forClient keeps the ops client runs.
+func forClient(ops []op, client string) []op {
+	var out []op
+	for _, o := range ops {
+		if o.Only == "" || o.Only == client {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 func call(name, tool string, args map[string]any) op {
@@ -129,6 +143,9 @@ func opsFor(w *world, s server) []op {
 			op{Name: "completion", Method: "completion/complete", Params: map[string]any{"ref": map[string]any{"type": "ref/prompt", "name": "completable-prompt"}, "argument": map[string]any{"name": "department", "value": "E"}}},
 			legacyOnly(op{Name: "set log level", Method: "logging/setLevel", Params: map[string]any{"level": "error"}}),
 			legacyOnly(op{Name: "subscribe", Method: "resources/subscribe", Params: map[string]any{"uri": "demo://resource/static/document/architecture.md"}}),
+			// A tool that runs only as a task (2025-11-25): tools/call with
+			// a task, tasks/get, and its result by tasks/result.
+			legacyOnly(op{Name: "tool as a task", Method: "x-task", Only: "ts-v1", Params: map[string]any{"name": "simulate-research-query", "arguments": map[string]any{"topic": "interop"}}}),
 		)
 	default: // the filesystem server
 		hello := filepath.Join(w.work, "hello.txt")

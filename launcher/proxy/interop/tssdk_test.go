@@ -67,7 +67,7 @@ func TestTSSDKClient(t *testing.T) {
 						if s.roots || s.name == "server-everything" {
 							rootsDir = w.work
 						}
-						ops := opsFor(w, s)
+						ops := forClient(opsFor(w, s), "ts-"+sdk.name)
 						direct := runTSClient(t, sdk.name, s.argv, era, rootsDir, ops)
 						wrapped := runTSClient(t, sdk.name, w.wrap(s), era, rootsDir, ops)
 						all := inEra(append([]op{{Name: "connect"}}, ops...), era)
