@@ -486,6 +486,12 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 			}
 		}
 	}
+	if len(out) == 0 && probe && namesSecret(c.p, s) {
+		// ".env", "sub/id_rsa", "credentials.json": a secret's name,
+		// whether or not it exists under the base — a server may resolve
+		// it under a directory of its own (a "cwd" member beside it).
+		add(s)
+	}
 	if len(out) == 0 && probe && probeable(s) {
 		if c.probes++; c.probes > maxProbes {
 			return nil, fmt.Errorf("more than %d strings that could name files; declare the tool's path arguments in tool_path_args", maxProbes)
@@ -495,6 +501,16 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// namesSecret: s reads as a file name (no white space; a '.', '/' or '_'
+// in it, so that a plain word such as "credentials" stays text) one of
+// whose components is a secret.
+func namesSecret(p *Policy, s string) bool {
+	if len(s) > MaxPathLen || !strings.ContainsAny(s, "./_") || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+		return false
+	}
+	return p.secrets.Match(s)
 }
 
 // trimmable is what a server's trim may take off an argument's ends.

@@ -63,7 +63,7 @@ func TestGlobArguments(t *testing.T) {
 		{"other", map[string]any{"q": "{allowed/.env,x}"}, schema.ErrSecretPath},
 		{"other", map[string]any{"q": "allowed/.e[n]v"}, schema.ErrSecretPath},
 		{"other", map[string]any{"q": "allowed/[.]env"}, schema.ErrSecretPath},
-		{"other", map[string]any{"q": "{a,allowed}/{b,.git}"}, schema.ErrSecretPath},
+		{"other", map[string]any{"q": "{allowed,a}/{.git,b}"}, schema.ErrSecretPath},
 		// .env exists under the server's working directory: checked there
 		// (and against the base, where it is outside the scope).
 		{"other", map[string]any{"q": "{.env,x}"}, schema.ErrPathOutsideScope},
@@ -114,4 +114,38 @@ func FuzzExpandGlob(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSecretNamesAnywhere (sixth round): a relative name that is a
+// secret's is checked whether or not it exists under the base: a server
+// resolves it under a directory of its own — a "cwd" member beside it, a
+// project root it was started in. Before: ".env" next to {"cwd": dir}
+// passed (nothing named .env under the base), and the server read
+// dir/.env, inside the scope where the fence allows it.
+func TestSecretNamesAnywhere(t *testing.T) {
+	p, base := fixture(t)
+	A := filepath.Join(base, "allowed")
+	eff := []string{A}
+	for _, tc := range []struct {
+		args map[string]any
+		deny bool
+	}{
+		{map[string]any{"cwd": A, "file": ".env"}, true},
+		{map[string]any{"cwd": A, "file": ".git/config"}, true},
+		{map[string]any{"cwd": A, "files": []any{"notes.txt", "keys/id_ed25519"}}, true},
+		{map[string]any{"cwd": A, "file": "credentials.json"}, true},
+		{map[string]any{"cwd": A, "file": "deploy/prod.tfstate"}, true},
+		{map[string]any{"cwd": A, "file": ".ENV"}, true},
+		// Text and ordinary names pass.
+		{map[string]any{"cwd": A, "file": "notes.txt"}, false},
+		{map[string]any{"kind": "credentials"}, false},
+		{map[string]any{"q": "where is the .env file"}, false},
+		{map[string]any{"q": "rotate the api.key and id_rsa today"}, false},
+	} {
+		raw, _ := json.Marshal(tc.args)
+		_, d := p.CheckArguments("other", raw, eff)
+		if (d != nil) != tc.deny {
+			t.Errorf("%v: %v, want denied=%v", tc.args, d, tc.deny)
+		}
+	}
 }
