@@ -23,6 +23,9 @@ TEST_TIMEOUT ?= 30m
 
 all: build
 
+# mcpwarden is static (no cgo): the dynamic loader and libc's start-up cost
+# each launch about 0.5 ms (docs/benchmarks-launcher.md); a user or group
+# only the host's name services know is looked up with getent.
 # The fence helper is static (no cgo) and stripped: it starts for every run,
 # and `mcpwarden run` finds it next to bin/mcpwarden, with its exec stage
 # mcpwarden-exec (C) next to it. mcpwarden-pipeline holds
@@ -30,7 +33,7 @@ all: build
 # ClickHouse, eBPF), which `mcpwarden COMMAND` execs from next to it.
 # mcpwarden-loadgen simulates a fleet of hosts (collector/loadgen).
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mcpwarden
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mcpwarden
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PIPELINE) ./cmd/mcpwarden-pipeline
 	$(GO) build -trimpath -o $(LOADGEN) ./cmd/mcpwarden-loadgen
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(FENCE) ./cmd/mcpwarden-fence

@@ -437,31 +437,116 @@ func parseOwner(spec string) (sandbox.Identity, error) {
 	var id sandbox.Identity
 	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
 		id.UID, id.GID = n, n
-		if u, err := user.LookupId(name); err == nil {
-			if g, err := strconv.Atoi(u.Gid); err == nil {
-				id.GID = g
-			}
+		if _, gid, err := lookupUser(name); err == nil {
+			id.GID = gid
 		}
 	} else {
-		u, err := user.Lookup(name)
+		uid, gid, err := lookupUser(name)
 		if err != nil {
 			return bad("no such user", err)
 		}
-		id.UID, _ = strconv.Atoi(u.Uid)
-		id.GID, _ = strconv.Atoi(u.Gid)
+		id.UID, id.GID = uid, gid
 	}
 	if hasGroup {
 		if n, err := strconv.Atoi(group); err == nil && n >= 0 {
 			id.GID = n
 		} else {
-			g, err := user.LookupGroup(group)
+			gid, err := lookupGroup(group)
 			if err != nil {
 				return bad("no such group", err)
 			}
-			id.GID, _ = strconv.Atoi(g.Gid)
+			id.GID = gid
 		}
 	}
 	return id, nil
+}
+
+// getentPath is the host's getent(1). mcpwarden is a static program (no
+// cgo: the dynamic loader and libc's start-up cost every launch about half
+// a millisecond), so os/user reads /etc/passwd and /etc/group only; a user
+// or group known through the host's name services alone (LDAP, sssd,
+// systemd-homed) is looked up with getent, which loads them. An absolute
+// path, run with an empty environment: PATH does not choose who owns the
+// server's files. A variable for the tests.
+var getentPath = "/usr/bin/getent"
+
+// lookupUser finds the user key (a name, or a number) in /etc/passwd, then
+// through getent; it returns the uid and the primary gid.
+func lookupUser(key string) (uid, gid int, err error) {
+	var u *user.User
+	if _, nerr := strconv.Atoi(key); nerr == nil {
+		u, err = user.LookupId(key)
+	} else {
+		u, err = user.Lookup(key)
+	}
+	if err == nil {
+		uid, uerr := strconv.Atoi(u.Uid)
+		gid, gerr := strconv.Atoi(u.Gid)
+		if uerr == nil && gerr == nil {
+			return uid, gid, nil
+		}
+	}
+	f, gerr := getent("passwd", key, 4)
+	if gerr != nil {
+		return 0, 0, err
+	}
+	uid, uerr := parseID(f[2])
+	gid, gerr = parseID(f[3])
+	if (f[0] != key && f[2] != key) || uerr != nil || gerr != nil {
+		return 0, 0, fmt.Errorf("getent passwd %s: an entry for another user, or not a uid and gid", key)
+	}
+	return uid, gid, nil
+}
+
+// lookupGroup finds the group name in /etc/group, then through getent.
+func lookupGroup(name string) (int, error) {
+	g, err := user.LookupGroup(name)
+	if err == nil {
+		if gid, cerr := strconv.Atoi(g.Gid); cerr == nil {
+			return gid, nil
+		}
+	}
+	f, gerr := getent("group", name, 3)
+	if gerr != nil {
+		return 0, err
+	}
+	gid, perr := parseID(f[2])
+	if f[0] != name || perr != nil {
+		return 0, fmt.Errorf("getent group %s: an entry for another group, or not a gid", name)
+	}
+	return gid, nil
+}
+
+// getent runs `getent DB KEY` and returns the fields of its one line,
+// which must have at least min of them.
+func getent(db, key string, min int) ([]string, error) {
+	if key == "" || strings.ContainsAny(key, ":\n") || strings.HasPrefix(key, "-") {
+		return nil, fmt.Errorf("not a %s name", db)
+	}
+	cmd := exec.Command(getentPath, db, "--", key)
+	cmd.Env = []string{}
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, err
+	}
+	line, rest, _ := strings.Cut(string(out), "\n")
+	if rest != "" {
+		return nil, fmt.Errorf("getent %s %s: more than one entry", db, key)
+	}
+	f := strings.Split(line, ":")
+	if len(f) < min {
+		return nil, fmt.Errorf("getent %s %s: a malformed entry", db, key)
+	}
+	return f, nil
+}
+
+// parseID reads a uid or gid: a decimal number below 2^32-1.
+func parseID(s string) (int, error) {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n == 1<<32-1 || (len(s) > 1 && s[0] == '0') {
+		return 0, fmt.Errorf("%q is not an id", s)
+	}
+	return int(n), nil
 }
 
 // pickRunUID picks this run's dedicated uid.

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -146,6 +147,53 @@ func TestParseOwner(t *testing.T) {
 	for _, in := range []string{"no-such-user-mcpwarden", "4242:no-such-group-mcpwarden"} {
 		if _, err := parseOwner(in); !errors.Is(err, ErrUsage) {
 			t.Errorf("parseOwner(%q): %v, want a usage error", in, err)
+		}
+	}
+}
+
+// TestParseOwnerThroughGetent: mcpwarden is static (no cgo), so os/user
+// reads /etc/passwd and /etc/group only; a user or group the host knows
+// through its name services alone (LDAP, sssd) is found with getent, and
+// an entry getent gives that is malformed or for another name is refused.
+// It fails on the code before (os/user alone: no such user).
+func TestParseOwnerThroughGetent(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "getent")
+	// The fake answers from files named after its arguments: DB_KEY.
+	script := "#!/bin/sh\n[ \"$2\" = -- ] || exit 9\ncat \"" + dir + "/$1_$3\" 2>/dev/null || exit 2\n"
+	testenv.WriteFiles(t, map[string]string{
+		fake: script,
+		filepath.Join(dir, "passwd_nss-alice-mcpwarden"): "nss-alice-mcpwarden:x:5001:5002:Alice:/home/alice:/bin/sh\n",
+		filepath.Join(dir, "passwd_5001"):                "nss-alice-mcpwarden:x:5001:5002:Alice:/home/alice:/bin/sh\n",
+		filepath.Join(dir, "group_nss-staff-mcpwarden"):  "nss-staff-mcpwarden:x:6001:alice\n",
+		filepath.Join(dir, "passwd_nss-other"):           "someone-else:x:5003:5003::/:/bin/sh\n",
+		filepath.Join(dir, "passwd_nss-two"):             "nss-two:x:5004:5004::/:/bin/sh\nnss-two:x:5005:5005::/:/bin/sh\n",
+		filepath.Join(dir, "passwd_nss-short"):           "nss-short:x:5006\n",
+		filepath.Join(dir, "passwd_nss-bad"):             "nss-bad:x:-1:5007::/:/bin/sh\n",
+		filepath.Join(dir, "passwd_nss-huge"):            "nss-huge:x:4294967295:5008::/:/bin/sh\n",
+		filepath.Join(dir, "group_nss-other-group"):      "wheel:x:10:\n",
+	})
+	if err := os.Chmod(fake, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := getentPath
+	getentPath = fake
+	t.Cleanup(func() { getentPath = old })
+	for in, want := range map[string]sandbox.Identity{
+		"nss-alice-mcpwarden": {UID: 5001, GID: 5002},
+		"5001":                {UID: 5001, GID: 5002}, // a number: its primary group
+		"nss-alice-mcpwarden:nss-staff-mcpwarden": {UID: 5001, GID: 6001},
+		"root":                     {}, // /etc/passwd first
+		"4242:nss-staff-mcpwarden": {UID: 4242, GID: 6001},
+	} {
+		got, err := parseOwner(in)
+		if err != nil || got != want {
+			t.Errorf("parseOwner(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"nss-other", "nss-two", "nss-short", "nss-bad", "nss-huge", "nss-missing", "4242:nss-other-group", "-x", "4242:-x"} {
+		if id, err := parseOwner(in); !errors.Is(err, ErrUsage) {
+			t.Errorf("parseOwner(%q) = %+v, %v; want a usage error", in, id, err)
 		}
 	}
 }

@@ -120,7 +120,8 @@ func Mcpwarden(tb testing.TB) string {
 			return
 		}
 		b.bin = filepath.Join(dir, "mcpwarden")
-		if b.err = GoBuild(b.bin, "./cmd/mcpwarden"); b.err != nil {
+		// Static, as `make build` makes it.
+		if b.err = GoBuild(b.bin, "./cmd/mcpwarden", "CGO_ENABLED=0"); b.err != nil {
 			return
 		}
 		if b.err = GoBuild(filepath.Join(dir, PipelineName), "./cmd/mcpwarden-pipeline"); b.err != nil {
