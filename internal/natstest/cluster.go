@@ -78,6 +78,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	for _, u := range c.users() {
 		c.passwords[u.name] = secret(t)
 	}
+	c.passwords[readyUser] = secret(t)
 	routePassword := secret(t)
 	c.routePass = routePassword
 	for i := 0; i < cfg.Nodes; i++ {
@@ -152,9 +153,15 @@ func (c *Cluster) config(n *Node, routePassword string) string {
 		_ = enc.Encode(perms)
 		fmt.Fprintf(&b, "      { user: %q, password: %q, permissions: %s }\n", u.name, c.passwords[u.name], bytes.TrimSpace(p.Bytes()))
 	}
+	// The harness's own user, with every right: WaitReady places a probe
+	// stream with it. No test connects as it.
+	fmt.Fprintf(&b, "      { user: %q, password: %q }\n", readyUser, c.passwords[readyUser])
 	b.WriteString("    ]\n  }\n}\n")
 	return b.String()
 }
+
+// readyUser is the harness's own user (WaitReady).
+const readyUser = "natstest-ready"
 
 func nonNil(s []string) []string {
 	if s == nil {
@@ -308,13 +315,17 @@ func ConsumerInfo(o stream.ConnOptions, streamName, name string) (info *jetstrea
 }
 
 // WaitReady waits (up to 3 minutes) until JetStream answers an account
-// request through every running node, which needs an elected meta leader.
+// request through every running node, which needs an elected meta leader,
+// and, with two or more nodes running, until a stream replicated on all of
+// them can be placed.
 func (c *Cluster) WaitReady(t testing.TB) {
 	t.Helper()
+	var urls []string
 	for i := range c.nodes {
 		if !c.Running(i) {
 			continue
 		}
+		urls = append(urls, c.NodeURL(i))
 		c.poll(t, 3*time.Minute, "JetStream to answer on node "+c.nodes[i].Name, func() error {
 			o, err := c.adminConn(i)
 			if err != nil {
@@ -326,6 +337,24 @@ func (c *Cluster) WaitReady(t testing.TB) {
 			})
 		})
 	}
+	if len(urls) < 2 {
+		return
+	}
+	// JetStream answers on every node as soon as a meta leader is elected,
+	// but the leader learns its peers' JetStream state a little later: a
+	// stream of as many replicas as nodes created before that fails with
+	// "no suitable peers for placement" (seen with Debian's 2.9.10 under
+	// load). Ready means such a stream can be placed: a probe stream is
+	// created and deleted.
+	o := stream.ConnOptions{URL: strings.Join(urls, ","), User: readyUser, Password: c.passwords[readyUser], Name: "natstest-ready"}
+	c.poll(t, 3*time.Minute, fmt.Sprintf("a stream of %d replicas to be placed", len(urls)), func() error {
+		return withJetStream(o, func(ctx context.Context, js jetstream.JetStream) error {
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "NATSTEST_READY", Subjects: []string{"natstest.ready"}, Replicas: len(urls), MaxBytes: 1 << 20}); err != nil {
+				return err
+			}
+			return js.DeleteStream(ctx, "NATSTEST_READY")
+		})
+	})
 }
 
 // StreamInfo is the stream's info as a running node reports it.
