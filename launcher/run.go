@@ -791,9 +791,9 @@ func (s *server) sendSpec(h *pending, rs *ruleset.Ruleset) error {
 	return nil
 }
 
-// launch runs BeforeExec, waits for the helper to be ready, sends the
-// go-ahead and waits for the server to start (or for the helper to report
-// why it could not).
+// launch runs BeforeExec, sends the go-ahead, waits for the helper to be
+// ready and for the server to start (or for the helper to report why it
+// could not).
 func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*proc, error) {
 	cfg := &s.l.cfg
 	if cfg.BeforeExec != nil {
@@ -802,12 +802,17 @@ func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*
 			return nil, fmt.Errorf("before exec: %w", err)
 		}
 	}
+	// The go-ahead goes out before the helper says it is ready: it execs
+	// nothing before it is ready itself and has the byte (a helper that
+	// fails reports why instead of "ready"), and the byte waiting in its
+	// pipe saves the launch one wake-up of this process between the
+	// helper's "ready" and the server's exec.
+	_, werr := h.specW.Write([]byte{sandbox.GoByte})
+	h.specW.Close()
 	st, err := sandbox.ReadStatus(h.status)
 	if err != nil || st.Stage != sandbox.StageReady {
 		return nil, s.failed(h, st, err)
 	}
-	_, werr := h.specW.Write([]byte{sandbox.GoByte})
-	h.specW.Close()
 	if werr != nil {
 		h.kill()
 		return nil, &StartError{Err: fmt.Errorf("start the fence helper: %w", werr)}

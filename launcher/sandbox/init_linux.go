@@ -172,6 +172,9 @@ func runInit(in *bufio.Reader, status *os.File) int {
 	if spec.NS.Server != nil {
 		id = &spec.NS.Server.Host
 	}
+	if st := passBufferedGo(in, SpecFD); st != nil {
+		return fail(st)
+	}
 	if err := execInit(stage, id); err != nil {
 		return fail(&Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "become the run's init (" + InitName + "): " + err.Error()})
 	}
@@ -188,6 +191,41 @@ func pin(path string, flags int) error {
 	defer unix.Close(fd)
 	_, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD, 200)
 	return err
+}
+
+// passBufferedGo hands the C init a go-ahead that came in with the spec.
+// The launcher sends its go-ahead without waiting for "ready", so the byte
+// may already sit in in's buffer, read from fd (the spec pipe) with the
+// end of the spec, where the C init, which reads fd, would never see it:
+// fd then becomes a pipe holding GoByte alone (and its EOF). Nothing
+// buffered: fd stays the launcher's pipe. Anything else after the spec
+// refuses the run.
+func passBufferedGo(in *bufio.Reader, fd int) *Status {
+	n := in.Buffered()
+	if n == 0 {
+		return nil
+	}
+	if b, _ := in.Peek(n); n != 1 || b[0] != GoByte {
+		return &Status{Stage: StageSpec, Message: fmt.Sprintf("%d unexpected bytes after the spec", n)}
+	}
+	fail := func(err error) *Status {
+		return &Status{Stage: StageNamespaces, Errno: errnoOf(err), Message: "pass the go-ahead to " + InitName + ": " + err.Error()}
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return fail(err)
+	}
+	defer unix.Close(p[0])
+	_, err := unix.Write(p[1], []byte{GoByte})
+	unix.Close(p[1])
+	if err != nil {
+		return fail(err)
+	}
+	if err := unix.Dup3(p[0], fd, 0); err != nil {
+		return fail(err)
+	}
+	_, _ = in.Discard(n)
+	return nil
 }
 
 // InitName is argv[0] of the exec stage's program started as the run's
