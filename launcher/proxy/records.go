@@ -20,12 +20,14 @@ import (
 type recorder struct {
 	s *session
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []schema.Event
-	spare   []schema.Event // the last batch's slice, emptied, for the next queue
-	due     bool           // the queued batch's delay ran out
-	timer   *time.Timer    // the batch's delay; fires expire
+	mu   sync.Mutex
+	cond *sync.Cond
+	// queue holds the records of the next batch as the readers gave them;
+	// the writer makes them events (ids, envelope) off the call path. A
+	// batch's records are never reused: a sink may keep a record it took.
+	queue   []schema.Decision
+	due     bool        // the queued batch's delay ran out
+	timer   *time.Timer // the batch's delay; fires expire
 	closing bool
 	done    chan struct{}
 	werr    error
@@ -35,7 +37,8 @@ type recorder struct {
 // rather than losing records).
 const maxQueued = 4096
 
-// maxKeptBatch bounds the batch slice kept for the next queue.
+// maxKeptBatch bounds the event slice the writer keeps for the next batch
+// and the queue it starts the next batch with.
 const maxKeptBatch = 256
 
 // DefaultFlushDelay is how long a decision record may wait to be batched
@@ -48,15 +51,16 @@ func newRecorder(s *session) *recorder {
 	return r
 }
 
+// add queues d. It runs on a reader, after the answer was written: the
+// record is copied into the queue and nothing else is done here (no id,
+// no envelope, no allocation but the queue's growth).
 func (r *recorder) add(d schema.Decision) {
-	cfg := r.s.cfg
-	ev := cfg.Origin.NewEvent(schema.KindDecision, cfg.RunID, cfg.Scope.ScopeID, cfg.Scope.Hash, time.Unix(0, d.StartNS))
-	ev.Decision = &d
 	select {
 	case <-r.done: // the writer has finished: a straggler is written directly
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := r.s.cfg.Sink.Publish(ctx, []schema.Event{ev}); err != nil {
+		late := d // (a copy: taking d's address would move every call's d to the heap)
+		if err := r.s.cfg.Sink.Publish(ctx, []schema.Event{r.event(&late)}); err != nil {
 			r.s.log.Error("decision record lost after the run ended", "err", err.Error())
 		}
 		return
@@ -66,8 +70,8 @@ func (r *recorder) add(d schema.Decision) {
 	for len(r.queue) >= maxQueued && !r.closing && r.werr == nil {
 		r.cond.Wait()
 	}
-	r.queue = append(r.queue, ev)
-	switch delay := cfg.FlushDelay; {
+	r.queue = append(r.queue, d)
+	switch delay := r.s.cfg.FlushDelay; {
 	case len(r.queue) >= maxQueued, len(r.queue) == 1 && delay <= 0:
 		r.cond.Broadcast()
 	case len(r.queue) == 1:
@@ -95,9 +99,21 @@ func (r *recorder) expire() {
 	r.mu.Unlock()
 }
 
+// event is d's event, pointing at d.
+func (r *recorder) event(d *schema.Decision) schema.Event {
+	cfg := r.s.cfg
+	ev := cfg.Origin.NewEvent(schema.KindDecision, cfg.RunID, cfg.Scope.ScopeID, cfg.Scope.Hash, time.Unix(0, d.StartNS))
+	ev.Decision = d
+	return ev
+}
+
 func (r *recorder) run() {
 	defer close(r.done)
 	delay := r.s.cfg.FlushDelay
+	// The events of a batch go on in the previous batch's slice (the sink
+	// keeps nothing of the slice it took): one grown from nil for every
+	// batch cost more allocation than the records.
+	var batch []schema.Event
 	for {
 		r.mu.Lock()
 		// A batch goes when its delay ran out, the queue is full or the
@@ -110,13 +126,16 @@ func (r *recorder) run() {
 			return
 		}
 		r.due = false
-		// The queue goes on in the previous batch's slice: a queue grown
-		// from nil for every batch cost more allocation than the records.
-		batch := r.queue
-		r.queue, r.spare = r.spare, nil
+		records := r.queue
+		r.queue = make([]schema.Decision, 0, min(len(records), maxKeptBatch))
 		last := r.closing
 		r.cond.Broadcast()
 		r.mu.Unlock()
+
+		batch = batch[:0]
+		for i := range records {
+			batch = append(batch, r.event(&records[i]))
+		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var err error
@@ -130,9 +149,8 @@ func (r *recorder) run() {
 		cancel()
 		if cap(batch) <= maxKeptBatch {
 			clear(batch) // the sink keeps nothing of a batch it took
-			r.mu.Lock()
-			r.spare = batch[:0]
-			r.mu.Unlock()
+		} else {
+			batch = nil
 		}
 		if err != nil {
 			r.mu.Lock()

@@ -93,3 +93,21 @@ func TestRecorderDefersOnlyTheLastBatchsSync(t *testing.T) {
 		}
 	})
 }
+
+// TestRecorderAddAllocatesNothing: queueing a record on a reader makes no
+// id, no envelope and no copy on the heap (the writer does that off the
+// call path); it was two allocations per call (TestRecorderAddAllocatesNothing
+// fails on the code before).
+func TestRecorderAddAllocatesNothing(t *testing.T) {
+	m := &memSink{}
+	r := startRecorder(m, time.Hour) // nothing goes before close
+	d := schema.Decision{OpID: "x", Method: "tools/call", Tool: "echo"}
+	if n := testing.AllocsPerRun(100, func() { r.add(d) }); n != 0 {
+		t.Errorf("recorder.add allocates %v times per record, want 0", n)
+	}
+	r.close()
+	got := m.decisions()
+	if len(got) != 101 || got[0].OpID != "x" || got[100].Method != "tools/call" {
+		t.Fatalf("the sink got %d records (%+v...), want 101 copies of the record", len(got), got[:min(len(got), 1)])
+	}
+}
