@@ -445,12 +445,17 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 		for _, f := range forms {
 			add(f)
 		}
+		if probe && namesSecret(c.p, t) {
+			add(t)
+		}
 	}
 	// A server that turns '\' into '/' (or runs on another OS's path
 	// rules) reads "..\x" as "../x": the original, with its backslash, is
 	// checked and refused.
-	if strings.ContainsRune(s, '\\') && looksLikePath(strings.ReplaceAll(s, `\`, "/")) {
-		add(s)
+	if strings.ContainsRune(s, '\\') {
+		if f := strings.ReplaceAll(s, `\`, "/"); looksLikePath(f) || probe && namesSecret(c.p, f) {
+			add(s)
+		}
 	}
 	// Decoded as often as a server might decode it (a doubly encoded
 	// "%252e%252e%252f" is "../" to one that decodes twice).
@@ -459,13 +464,13 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 		if err != nil || next == d {
 			break
 		}
-		if d = next; looksLikePath(d) {
+		if d = next; looksLikePath(d) || probe && namesSecret(c.p, d) {
 			add(s)
 			add(d)
 		}
 	}
 	if len(s) <= MaxPathLen && !norm.NFKC.IsNormalString(s) {
-		if n := norm.NFKC.String(s); looksLikePath(n) {
+		if n := norm.NFKC.String(s); looksLikePath(n) || probe && namesSecret(c.p, n) {
 			add(s)
 			add(n)
 		}
@@ -489,7 +494,8 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 	if len(out) == 0 && probe && namesSecret(c.p, s) {
 		// ".env", "sub/id_rsa", "credentials.json": a secret's name,
 		// whether or not it exists under the base — a server may resolve
-		// it under a directory of its own (a "cwd" member beside it).
+		// it under a directory of its own (a "cwd" member beside it); its
+		// trimmed, decoded and NFKC forms above too.
 		add(s)
 	}
 	if len(out) == 0 && probe && probeable(s) {

@@ -136,6 +136,13 @@ func TestSecretNamesAnywhere(t *testing.T) {
 		{map[string]any{"cwd": A, "file": "credentials.json"}, true},
 		{map[string]any{"cwd": A, "file": "deploy/prod.tfstate"}, true},
 		{map[string]any{"cwd": A, "file": ".ENV"}, true},
+		// As a server that trims, decodes or normalises reads it.
+		{map[string]any{"cwd": A, "file": " .env"}, true},
+		{map[string]any{"cwd": A, "file": ".env\u200b"}, true},
+		{map[string]any{"cwd": A, "file": "%2eenv"}, true},
+		{map[string]any{"cwd": A, "file": "%252egit%252fconfig"}, true},
+		{map[string]any{"cwd": A, "file": "\uff0eenv"}, true},
+		{map[string]any{"cwd": A, "file": ".git\\config"}, true},
 		// Text and ordinary names pass.
 		{map[string]any{"cwd": A, "file": "notes.txt"}, false},
 		{map[string]any{"kind": "credentials"}, false},
