@@ -226,12 +226,68 @@ func appendHex(dst []byte, lead string, v uint32, digits int) []byte {
 	return dst
 }
 
+// Burst and Rate bound how much of the server's stderr reaches the
+// launcher's: Burst bytes at once, then Rate bytes a second (a token
+// bucket over the bytes the server wrote). The launcher's stderr is the
+// operator's log (an MCP client's log file, a journal): without a bound a
+// server could fill that disk even with a read-only scope, spend the
+// launcher's CPU (outside the run's cgroup) escaping its output, and bury
+// mcpwarden's own warnings. What is over the bound is read and dropped, so
+// the server never blocks on it, and mcpwarden says how much it dropped.
+// Once dropping, output resumes only when half the burst has come back
+// (Burst/2/Rate = 4 s without output), so that a steady flood gets two
+// lines of mcpwarden's every few seconds, not two per read.
+const (
+	Burst = 1 << 20
+	Rate  = 128 << 10
+)
+
+// limiter is the token bucket of Burst and Rate.
+type limiter struct {
+	now      func() time.Time
+	tokens   float64
+	last     time.Time
+	dropped  int64 // bytes dropped since the last notice of it
+	dropping bool
+}
+
+func newLimiter(now func() time.Time) *limiter {
+	return &limiter{now: now, tokens: Burst, last: now()}
+}
+
+// take returns how many of n bytes may be shown now.
+func (l *limiter) take(n int) int {
+	t := l.now()
+	if d := t.Sub(l.last); d > 0 {
+		l.tokens += d.Seconds() * Rate
+		if l.tokens > Burst {
+			l.tokens = Burst
+		}
+	}
+	l.last = t
+	if l.dropping && l.tokens < Burst/2 {
+		return 0
+	}
+	k := n
+	if float64(k) > l.tokens {
+		k = int(l.tokens)
+	}
+	l.tokens -= float64(k)
+	return k
+}
+
 // Copy copies src (the read end of the server's stderr pipe) to dst
 // through a Writer with prefix until src ends; a partial line that waits
-// longer than IdleFlush is shown then. It returns the first write error
-// (reading goes on: a full stderr must not block the server).
+// longer than IdleFlush is shown then. Output past Burst and Rate is
+// dropped and counted. It returns the first write error (reading goes on:
+// a full stderr must not block the server).
 func Copy(dst io.Writer, src *os.File, prefix string) error {
+	return copyClock(dst, src, prefix, time.Now)
+}
+
+func copyClock(dst io.Writer, src *os.File, prefix string, now func() time.Time) error {
 	w := New(dst, prefix)
+	lim := newLimiter(now)
 	buf := make([]byte, 32<<10)
 	var werr error
 	note := func(err error) {
@@ -239,12 +295,37 @@ func Copy(dst io.Writer, src *os.File, prefix string) error {
 			werr = err
 		}
 	}
+	// reportDropped says, as mcpwarden's own line, how much was dropped.
+	reportDropped := func() {
+		if lim.dropped > 0 {
+			_, e := io.WriteString(dst, fmt.Sprintf("mcpwarden: WARNING: %d bytes of the server's stderr were dropped (it wrote more than %d KiB at once, or more than %d KiB/s after that)\n", lim.dropped, Burst>>10, Rate>>10))
+			note(e)
+			lim.dropped = 0
+		}
+	}
 	deadlines := src.SetReadDeadline(time.Time{}) == nil
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			_, e := w.Write(buf[:n])
-			note(e)
+			k := lim.take(n)
+			if k > 0 && lim.dropping {
+				// It slowed down: say what was lost, then go on.
+				lim.dropping = false
+				reportDropped()
+			}
+			if k > 0 {
+				_, e := w.Write(buf[:k])
+				note(e)
+			}
+			if k < n {
+				if !lim.dropping {
+					lim.dropping = true
+					note(w.Flush()) // the line cut here ends visibly
+					_, e := io.WriteString(dst, fmt.Sprintf("mcpwarden: WARNING: the server writes more to stderr than %d KiB at once and %d KiB/s after that: dropping it until it slows down\n", Burst>>10, Rate>>10))
+					note(e)
+				}
+				lim.dropped += int64(n - k)
+			}
 		}
 		if err == nil {
 			if deadlines {
@@ -262,6 +343,7 @@ func Copy(dst io.Writer, src *os.File, prefix string) error {
 			continue
 		}
 		note(w.Flush())
+		reportDropped()
 		if err != io.EOF {
 			note(fmt.Errorf("read the server's stderr: %w", err))
 		}

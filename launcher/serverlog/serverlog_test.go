@@ -2,11 +2,12 @@ package serverlog_test
 
 import (
 	"bytes"
-
+	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -281,4 +282,91 @@ func FuzzWriter(f *testing.F) {
 			t.Fatalf("round trip: %q, want %q (output %q)", got, want, whole)
 		}
 	})
+}
+
+// TestCopyDropsAFlood: a server writing more than Burst bytes at once to
+// stderr gets Burst bytes shown, the rest read and dropped (it never
+// blocks), one warning when the dropping starts and the count when it
+// slows down again or ends. Before, every byte reached the operator's log
+// (a read-only server could fill the disk under it). The limiter's clock
+// is the test's: it moves only when the test says.
+func TestCopyDropsAFlood(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var clock atomic.Int64 // nanoseconds since start
+	start := time.Unix(1e9, 0)
+	now := func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	out := &testenv.LockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- serverlog.CopyClockForTest(out, r, prefix, now) }()
+
+	var in bytes.Buffer
+	for i := 0; in.Len() < 3*serverlog.Burst; i++ {
+		fmt.Fprintf(&in, "line %d %s\n", i, strings.Repeat("x", 90))
+	}
+	flood := in.Bytes()
+	if _, err := w.Write(flood); err != nil { // whole: the copy never blocks the writer
+		t.Fatal(err)
+	}
+	waitFor(t, out, "dropping it until it slows down")
+	clock.Add(int64(serverlog.Burst / 2 / serverlog.Rate * int(time.Second))) // half the burst is back
+	const after = "after the flood\n"
+	if _, err := w.WriteString(after); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, out, after)
+	w.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	var server []string
+	dropped := 0
+	var notices []string
+	for _, line := range strings.SplitAfter(out.String(), "\n") {
+		if strings.HasPrefix(line, "mcpwarden: ") {
+			notices = append(notices, line)
+			var n int
+			if _, err := fmt.Sscanf(line, "mcpwarden: WARNING: %d bytes of the server's stderr were dropped", &n); err == nil {
+				dropped += n
+			}
+			continue
+		}
+		server = append(server, line)
+	}
+	shown := decode(t, strings.Join(server, ""))
+	if len(notices) != 2 || !strings.Contains(notices[0], "dropping it") || !strings.Contains(notices[1], "were dropped") {
+		t.Fatalf("want one warning when dropping starts and one count, got %q", notices)
+	}
+	total := len(flood) + len(after)
+	if len(shown)+1+dropped != total { // +1: decode leaves out the last newline
+		t.Errorf("shown %d + dropped %d bytes, the server wrote %d", len(shown), dropped, total)
+	}
+	if len(shown) > serverlog.Burst+serverlog.Burst/2+serverlog.Rate+1 {
+		t.Errorf("%d bytes shown, more than the burst and what came back", len(shown))
+	}
+
+	if !strings.HasPrefix(shown, string(flood[:serverlog.Burst])) {
+		t.Errorf("the first %d bytes are not shown as written", serverlog.Burst)
+	}
+	if !strings.HasSuffix(shown, strings.TrimSuffix(after, "\n")) {
+		t.Errorf("what the server wrote once it slowed down is not shown last: %q", shown[max(0, len(shown)-100):])
+	}
+	if i := strings.Index(out.String(), "were dropped"); i > strings.Index(out.String(), strings.TrimSuffix(after, "\n")) {
+		t.Errorf("the count of dropped bytes comes after the line that followed them")
+	}
+}
+
+func waitFor(t *testing.T, out *testenv.LockedBuffer, s string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never saw %q", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// surfaceOps: the kernel's other doors: other syscall ABIs, socket
+// families, kernel interfaces a server never needs, host files that a
+// server running as uid 0 (without capabilities) may write by DAC alone,
+// and the operator's channel (stderr).
+var surfaceOps = map[string]op{
+	// A syscall through another ABI: Name "x32" (the number with bit 30
+	// set, x86_64's x32 ABI) or "i386" (int 0x80 from this 64-bit
+	// process), number N, arguments from Args (decimal).
+	"abi_syscall": func(r Request) (string, error) {
+		var a [3]uintptr
+		for i, s := range r.Args {
+			if i < len(a) {
+				a[i] = uintptr(atoiOr(s, 0))
+			}
+		}
+		switch r.Name {
+		case "x32":
+			ret, _, e := unix.Syscall(uintptr(r.N)|0x40000000, a[0], a[1], a[2])
+			if e != 0 {
+				return "", e
+			}
+			if r.N == unix.SYS_SOCKET {
+				unix.Close(int(ret))
+			}
+			return itoa(int(ret)), nil
+		case "i386":
+			ret, e := int80(uintptr(r.N), a[0], a[1], a[2])
+			if e != 0 {
+				return "", e
+			}
+			return itoa(int(ret)), nil
+		}
+		return "", unix.EINVAL
+	},
+	// A raw syscall by number N with up to six arguments from Args.
+	"raw_syscall": func(r Request) (string, error) {
+		var a [6]uintptr
+		for i, s := range r.Args {
+			if i < len(a) {
+				a[i] = uintptr(atoiOr(s, 0))
+			}
+		}
+		ret, _, e := unix.Syscall6(uintptr(r.N), a[0], a[1], a[2], a[3], a[4], a[5])
+		if e != 0 {
+			return "", e
+		}
+		return itoa(int(ret)), nil
+	},
+	// socket(Flags, Mode, N): family, type, protocol; closed at once.
+	"socket": func(r Request) (string, error) {
+		fd, err := unix.Socket(r.Flags, int(r.Mode), r.N)
+		if err != nil {
+			return "", err
+		}
+		unix.Close(fd)
+		return "", nil
+	},
+	// The kernel interfaces by name, each with harmless arguments: what
+	// matters is whether the call reaches the kernel's own checks.
+	"kernel_call": func(r Request) (string, error) {
+		return "", kernelCall(r.Name)
+	},
+	// open(Path, O_WRONLY) without writing anything: whether the server
+	// could write a host file (a sysctl, sysrq, a cgroup's limits).
+	"open_write": func(r Request) (string, error) {
+		fd, err := unix.Open(r.Path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", err
+		}
+		unix.Close(fd)
+		return "", nil
+	},
+	// The run's own cgroup directories (from /proc/self/cgroup, as
+	// "hierarchy:path" lines with the hierarchy's mount under
+	// /sys/fs/cgroup) and their parents' (the launcher's): one per line.
+	"cgroup_dirs": func(r Request) (string, error) {
+		b, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			return "", err
+		}
+		var dirs []string
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) != 3 || f[2] == "/" {
+				continue
+			}
+			mount := "/sys/fs/cgroup/unified"
+			if f[1] != "" {
+				mount = "/sys/fs/cgroup/" + strings.TrimPrefix(f[1], "name=")
+			}
+			dirs = append(dirs, mount+f[2])
+		}
+		return strings.Join(dirs, "\n"), nil
+	},
+	// N bytes written to stderr as lines of 100, as fast as it goes.
+	"stderr_flood": func(r Request) (string, error) {
+		line := []byte(strings.Repeat("f", 99) + "\n")
+		chunk := []byte(strings.Repeat(string(line), 640)) // 64000 bytes
+		for left := r.N; left > 0; {
+			n := min(left, len(chunk))
+			if _, err := os.Stderr.Write(chunk[:n]); err != nil {
+				return "", err
+			}
+			left -= n
+		}
+		return "", nil
+	},
+}
+
+func atoiOr(s string, def int) int {
+	n := 0
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	if s == "" {
+		return def
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return def
+		}
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		return -n
+	}
+	return n
+}
+
+// kernelCall makes one call of a kernel interface the fence refuses.
+func kernelCall(name string) error {
+	str := func(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
+	var e unix.Errno
+	call := func(nr uintptr, a ...uintptr) {
+		var x [6]uintptr
+		copy(x[:], a)
+		_, _, e = unix.Syscall6(nr, x[0], x[1], x[2], x[3], x[4], x[5])
+	}
+	var buf [256]byte
+	p := uintptr(unsafe.Pointer(&buf[0]))
+	const keySpecSession = ^uintptr(2) // KEY_SPEC_SESSION_KEYRING, -3
+	switch name {
+	case "add_key":
+		call(unix.SYS_ADD_KEY, str("user"), str("mcpwarden-test"), str("v"), 1, keySpecSession)
+	case "keyctl":
+		call(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, keySpecSession, 0)
+	case "request_key":
+		call(unix.SYS_REQUEST_KEY, str("user"), str("mcpwarden-test"), 0, 0)
+	case "userfaultfd":
+		call(unix.SYS_USERFAULTFD, unix.O_CLOEXEC)
+	case "perf_event_open":
+		attr := (*unix.PerfEventAttr)(unsafe.Pointer(&buf[0]))
+		attr.Type = unix.PERF_TYPE_SOFTWARE
+		attr.Size = uint32(unsafe.Sizeof(unix.PerfEventAttr{}))
+		attr.Config = unix.PERF_COUNT_SW_CPU_CLOCK
+		call(unix.SYS_PERF_EVENT_OPEN, p, 0, ^uintptr(0), ^uintptr(0), 0)
+	case "bpf":
+		call(unix.SYS_BPF, unix.BPF_MAP_CREATE, p, 72)
+	case "fsopen":
+		call(unix.SYS_FSOPEN, str("tmpfs"), 0)
+	case "fspick":
+		call(unix.SYS_FSPICK, ^uintptr(99), str("/"), 0) // AT_FDCWD
+	case "open_tree":
+		call(unix.SYS_OPEN_TREE, ^uintptr(99), str("/"), unix.OPEN_TREE_CLONE)
+	case "move_mount":
+		call(unix.SYS_MOVE_MOUNT, ^uintptr(99), str("/"), ^uintptr(99), str("/"), 0)
+	case "mount_setattr":
+		call(unix.SYS_MOUNT_SETATTR, ^uintptr(99), str("/"), 0, p, 32)
+	case "mount":
+		call(unix.SYS_MOUNT, str("none"), str("/"), str("tmpfs"), 0, 0)
+	case "umount":
+		call(unix.SYS_UMOUNT2, str("/"), unix.MNT_DETACH)
+	case "pivot_root":
+		call(unix.SYS_PIVOT_ROOT, str("."), str("."))
+	case "chroot":
+		call(unix.SYS_CHROOT, str("/"))
+	case "unshare_time":
+		call(unix.SYS_UNSHARE, unix.CLONE_NEWTIME)
+	case "unshare_cgroup":
+		call(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP)
+	case "unshare_user":
+		call(unix.SYS_UNSHARE, unix.CLONE_NEWUSER)
+	case "setns_pidfd":
+		pfd, err := unix.PidfdOpen(os.Getpid(), 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pfd)
+		call(unix.SYS_SETNS, uintptr(pfd), unix.CLONE_NEWNET)
+	case "clone3":
+		call(unix.SYS_CLONE3, p, 88)
+	case "iopl":
+		call(unix.SYS_IOPL, 3)
+	case "ioperm":
+		call(unix.SYS_IOPERM, 0x80, 1, 1)
+	case "clock_settime":
+		call(unix.SYS_CLOCK_SETTIME, unix.CLOCK_REALTIME, p)
+	case "settimeofday":
+		call(unix.SYS_SETTIMEOFDAY, 0, 0)
+	case "acct":
+		call(unix.SYS_ACCT, 0)
+	case "swapoff":
+		call(unix.SYS_SWAPOFF, str("/nonexistent"))
+	case "syslog":
+		call(unix.SYS_SYSLOG, 3, p, uintptr(len(buf))) // SYSLOG_ACTION_READ_ALL
+	case "kexec_load":
+		call(unix.SYS_KEXEC_LOAD, 0, 0, 0, 0)
+	case "init_module":
+		call(unix.SYS_INIT_MODULE, p, 0, str(""))
+	case "delete_module":
+		call(unix.SYS_DELETE_MODULE, str("mcpwarden_none"), 0)
+	case "reboot":
+		call(unix.SYS_REBOOT, unix.LINUX_REBOOT_MAGIC1, unix.LINUX_REBOOT_MAGIC2, 0) // LINUX_REBOOT_CMD_CAD_OFF
+	case "quotactl":
+		call(unix.SYS_QUOTACTL, 0x800007, str("/"), 0, p) // Q_GETFMT
+	case "fanotify_init":
+		call(unix.SYS_FANOTIFY_INIT, 0, 0)
+	case "memfd_secret":
+		call(unix.SYS_MEMFD_SECRET, 0)
+	case "kcmp":
+		call(unix.SYS_KCMP, uintptr(os.Getpid()), 1, 0, 0, 0) // KCMP_FILE
+	case "pidfd_getfd":
+		pfd, err := unix.PidfdOpen(os.Getpid(), 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pfd)
+		call(unix.SYS_PIDFD_GETFD, uintptr(pfd), 0, 0)
+	default:
+		return unix.EINVAL
+	}
+	if e != 0 {
+		return e
+	}
+	return nil
+}
