@@ -3,6 +3,7 @@ package launcher_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 	"github.com/mcpwarden/mcpwarden/launcher/serverlog"
 )
@@ -272,4 +274,92 @@ func TestServerStderrFlood(t *testing.T) {
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// TestFenceFilesystemIoctls: ioctls that change a file system through a
+// directory the server may only read. Landlock checks mkdir, not
+// BTRFS_IOC_SUBVOL_CREATE (a subvolume is a directory) nor
+// FS_IOC_SET_ENCRYPTION_POLICY (an fscrypt policy on an empty directory,
+// after which the host cannot make a file there: "Required key not
+// available"). On main before, under --no-namespaces a read scope's server
+// (uid 0, the owner) made subvolumes and snapshots in its read-only
+// workspace on btrfs and encrypted an empty directory of it on ext4; with
+// the namespaces the read-only mount said EROFS and the dedicated uid
+// EACCES. Now the filter refuses them in both: ENOTTY (as on a file system
+// that is not btrfs), EOPNOTSUPP (as without fscrypt).
+func TestFenceFilesystemIoctls(t *testing.T) { fencetest.ForEachLayering(t, testFenceFilesystemIoctls) }
+
+func testFenceFilesystemIoctls(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+
+	bt := loopFS(t, "btrfs", testenv.RequireCommand(t, "mkfs.btrfs"), "-q", "-f")
+	allowed := filepath.Join(bt, "base", "allowed")
+	if err := os.MkdirAll(filepath.Dir(allowed), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The scope is a subvolume of its own, as home directories often are.
+	if out, err := exec.Command(testenv.RequireCommand(t, "btrfs"), "subvolume", "create", allowed).CombinedOutput(); err != nil {
+		t.Fatalf("btrfs subvolume create: %v: %s", err, out)
+	}
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: filepath.Join(bt, "base"), NoNamespaces: noNS})
+	subvol := func(name string, how int) map[string]any {
+		return map[string]any{"op": "btrfs_subvol", "path": allowed, "name": name, "flags": how}
+	}
+	enotty := []string{"ENOTTY"}
+	runCases(t, s, []fenceCase{
+		{name: "BTRFS_IOC_SUBVOL_CREATE in the read scope", req: subvol("planted", 0), errno: enotty, exact: true},
+		{name: "BTRFS_IOC_SUBVOL_CREATE_V2 in the read scope", req: subvol("planted2", 1), errno: enotty, exact: true},
+		{name: "BTRFS_IOC_SNAP_CREATE_V2 of the read scope into itself", req: subvol("snap", 2), errno: enotty, exact: true},
+	})
+	s.Close()
+	if ents, _ := os.ReadDir(allowed); len(ents) != 0 {
+		t.Errorf("the read scope gained %d entries: %v", len(ents), ents)
+	}
+
+	ext := loopFS(t, "ext4", testenv.RequireCommand(t, "mkfs.ext4"), "-q", "-F", "-O", "encrypt")
+	empty := filepath.Join(ext, "base", "allowed", "empty")
+	if err := os.MkdirAll(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s = fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: filepath.Join(ext, "base"), NoNamespaces: noNS})
+	runCases(t, s, []fenceCase{
+		{name: "FS_IOC_SET_ENCRYPTION_POLICY on an empty directory of the read scope", req: map[string]any{"op": "fscrypt_policy", "path": empty}, errno: []string{"ENOTSUP"}, exact: true}, // EOPNOTSUPP
+	})
+	s.Close()
+	if err := os.WriteFile(filepath.Join(empty, "host-file"), []byte("x"), 0o644); err != nil {
+		t.Errorf("the host cannot write in the read scope's directory after the run: %v", err)
+	}
+}
+
+// loopFS makes a 300 MiB file system of type fs with mkfs (and args) on a
+// loop device and mounts it; it is unmounted when the test ends.
+func loopFS(t *testing.T, fs, mkfs string, args ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, fs+".img"), filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(300 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if out, err := exec.Command(mkfs, append(args, img)...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", mkfs, err, out)
+	}
+	if out, err := exec.Command("mount", "-t", fs, "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		testenv.Missing(t, fmt.Sprintf("a loop-mounted %s file system (mount: %v: %s)", fs, err, out))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", fs, err, out)
+		}
+	})
+	return mnt
 }

@@ -20,7 +20,7 @@ STATE="$ROOT/build/test-env"
 mkdir -p "$STATE"
 GOBIN_DIR="$(go env GOPATH)/bin"
 
-APT_PACKAGES=(gcc libc6-dev clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client docker-compose python3 python3-venv util-linux git systemd zookeeper)
+APT_PACKAGES=(gcc libc6-dev clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client docker-compose python3 python3-venv util-linux git systemd zookeeper btrfs-progs e2fsprogs)
 # Installed without their recommendations: prometheus recommends
 # prometheus-node-exporter, which the tests do not need.
 APT_PACKAGES_NO_RECOMMENDS=(prometheus)

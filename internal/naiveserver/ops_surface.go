@@ -243,3 +243,57 @@ func kernelCall(name string) error {
 	}
 	return nil
 }
+
+// fsIoctlOps: file system ioctls on a directory the server opened
+// read-only (Landlock checks opens, mkdir and the like, not these).
+var fsIoctlOps = map[string]op{
+	// A btrfs subvolume named Name made in directory Path: Flags 0 with
+	// BTRFS_IOC_SUBVOL_CREATE, 1 with BTRFS_IOC_SUBVOL_CREATE_V2, 2 a
+	// snapshot of the subvolume Path is in (BTRFS_IOC_SNAP_CREATE_V2).
+	"btrfs_subvol": func(r Request) (string, error) {
+		d, err := unix.Open(r.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(d)
+		const (
+			subvolCreate   = 0x5000940e // BTRFS_IOC_SUBVOL_CREATE
+			snapCreateV2   = 0x50009417 // BTRFS_IOC_SNAP_CREATE_V2
+			subvolCreateV2 = 0x50009418 // BTRFS_IOC_SUBVOL_CREATE_V2
+		)
+		// struct btrfs_ioctl_vol_args: fd, name[4088]; _v2: fd, transid,
+		// flags, 32 bytes of union, then the name at 56.
+		var args [4096]byte
+		switch r.Flags {
+		case 0:
+			copy(args[8:], r.Name)
+			return "", ioctlPtr(d, subvolCreate, unsafe.Pointer(&args[0]))
+		case 1:
+			copy(args[56:], r.Name)
+			return "", ioctlPtr(d, subvolCreateV2, unsafe.Pointer(&args[0]))
+		default:
+			*(*int64)(unsafe.Pointer(&args[0])) = int64(d) // the source: the subvolume of Path
+			copy(args[56:], r.Name)
+			return "", ioctlPtr(d, snapCreateV2, unsafe.Pointer(&args[0]))
+		}
+	},
+	// A v1 fscrypt policy set on the empty directory Path: files the host
+	// makes there afterwards need a key it does not have.
+	"fscrypt_policy": func(r Request) (string, error) {
+		d, err := unix.Open(r.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(d)
+		p := unix.FscryptPolicyV1{Version: 0, Contents_encryption_mode: unix.FSCRYPT_MODE_AES_256_XTS, Filenames_encryption_mode: unix.FSCRYPT_MODE_AES_256_CTS}
+		copy(p.Master_key_descriptor[:], "mcpwardn")
+		return "", ioctlPtr(d, unix.FS_IOC_SET_ENCRYPTION_POLICY, unsafe.Pointer(&p))
+	},
+}
+
+func ioctlPtr(fd int, req uintptr, arg unsafe.Pointer) error {
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg)); e != 0 {
+		return e
+	}
+	return nil
+}

@@ -140,7 +140,7 @@ const (
 	CheckOtherProcs    = "own-processes-only"    // prlimit64/sched_*/setpriority/ioprio_set on self only
 	CheckIPC           = "sysv-ipc"              // SysV IPC and mqueues without an ipc namespace
 	CheckWatches       = "inotify"               // inotify watches without a mount namespace, instances without own per-user counters
-	CheckIoctl         = "ioctl"                 // TIOCSTI, TIOCLINUX, file attribute ioctls
+	CheckIoctl         = "ioctl"                 // TIOCSTI, TIOCLINUX, file attribute ioctls, btrfs subvolumes, fscrypt
 	CheckFcntl         = "fcntl"                 // F_SETLEASE
 	CheckPersonality   = "personality"           // no READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, ...
 	CheckFallbackCalls = "enosys-fallbacks"      // clone3, openat2: ENOSYS so libc uses the checkable call
@@ -158,6 +158,29 @@ const (
 	fsIoc32Setversion = 0x40047602 // FS_IOC32_SETVERSION
 	fsIocFssetxattr   = 0x401c5820 // FS_IOC_FSSETXATTR (project id, flags)
 	fsIocEnableVerity = 0x40806685 // FS_IOC_ENABLE_VERITY (makes the file immutable)
+)
+
+// btrfs's ioctls share the type 0x94 with three generic ones, FICLONE,
+// FICLONERANGE and FIDEDUPERANGE, which need a descriptor open for writing
+// (or, for dedupe, the owner's identical data) and stay. Every other one is
+// refused: BTRFS_IOC_SUBVOL_CREATE(_V2) and BTRFS_IOC_SNAP_CREATE(_V2) make
+// a directory through a descriptor Landlock let the server open read-only
+// (Landlock checks mkdir, not this ioctl), BTRFS_IOC_SUBVOL_SETFLAGS makes a
+// subvolume read-only for its owner, BTRFS_IOC_SNAP_DESTROY(_V2) removes one
+// where the mount allows users to. fscrypt's FS_IOC_SET_ENCRYPTION_POLICY
+// sets an encryption policy on an empty directory the caller owns (a read
+// scope's, through a read-only descriptor, under --no-namespaces as root),
+// and FS_IOC_ADD/REMOVE_ENCRYPTION_KEY* change the file system's keyring:
+// matched by type and number (0x66, 19 and 23-25), any size.
+const (
+	ioctlTypeMask   = 0xff00
+	btrfsIoctlType  = 0x9400
+	ficlone         = 0x40049409 // FICLONE (BTRFS_IOC_CLONE)
+	ficlonerange    = 0x4020940d // FICLONERANGE
+	fsIocSetEncPol  = 0x6613     // FS_IOC_SET_ENCRYPTION_POLICY, type and number
+	fsIocAddEncKey  = 0x6617     // FS_IOC_ADD_ENCRYPTION_KEY
+	fsIocRmEncKey   = 0x6618     // FS_IOC_REMOVE_ENCRYPTION_KEY
+	fsIocRmEncKeyAU = 0x6619     // FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS
 )
 
 // shmHugetlb is SHM_HUGETLB (linux/shm.h).
@@ -346,7 +369,15 @@ var (
 		{[]Cond{{Arg: 1, Value: fsIocSetversion}}, eperm},
 		{[]Cond{{Arg: 1, Value: fsIoc32Setversion}}, eperm},
 		{[]Cond{{Arg: 1, Value: fsIocFssetxattr}}, eperm},
-		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm}}
+		{[]Cond{{Arg: 1, Value: fsIocEnableVerity}}, eperm},
+		{[]Cond{{Arg: 1, Value: ficlone}}, Allow},
+		{[]Cond{{Arg: 1, Value: ficlonerange}}, Allow},
+		{[]Cond{{Arg: 1, Value: unix.FIDEDUPERANGE}}, Allow},
+		{[]Cond{{Arg: 1, Mask: ioctlTypeMask, Value: btrfsIoctlType}}, enotty},       // as on a file system that is not btrfs
+		{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: fsIocSetEncPol}}, eopnotsupp}, // as without fscrypt
+		{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: fsIocAddEncKey}}, eopnotsupp},
+		{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: fsIocRmEncKey}}, eopnotsupp},
+		{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: fsIocRmEncKeyAU}}, eopnotsupp}}
 	ioctlRule        = Rule{Check: CheckIoctl, Else: Allow, Clauses: ioctlClauses}
 	ioctlRuleNoPIDNS = Rule{Check: CheckIoctl, Else: Allow, Clauses: append(slices.Clip(ioctlClauses),
 		Clause{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: pidfdGetInfo}}, enotty})}

@@ -279,6 +279,21 @@ func TestFilterDecisions(t *testing.T) {
 		{"ioctl PIDFD_GET_INFO in the run's pid namespace", pidNS, sys("ioctl", 3, 0xc040ff0b, ptr), Allow},
 		{"ioctl PIDFD_GET_PID_NAMESPACE (ptrace-checked by the kernel)", strict, sys("ioctl", 3, 0xff05, 0), Allow},
 		{"ioctl FIONREAD", strict, sys("ioctl", 0, 0x541b /* FIONREAD */, ptr), Allow},
+		{"ioctl BTRFS_IOC_SUBVOL_CREATE", strict, sys("ioctl", 3, 0x5000940e, ptr), Errno(unix.ENOTTY)},
+		{"ioctl BTRFS_IOC_SUBVOL_CREATE_V2", pidNS, sys("ioctl", 3, 0x50009418, ptr), Errno(unix.ENOTTY)},
+		{"ioctl BTRFS_IOC_SNAP_CREATE_V2", writeOwn, sys("ioctl", 3, 0x50009417, ptr), Errno(unix.ENOTTY)},
+		{"ioctl BTRFS_IOC_SNAP_DESTROY_V2", strict, sys("ioctl", 3, 0x5000943f, ptr), Errno(unix.ENOTTY)},
+		{"ioctl BTRFS_IOC_SUBVOL_SETFLAGS", strict, sys("ioctl", 3, 0x4008941a, ptr), Errno(unix.ENOTTY)},
+		{"ioctl BTRFS_IOC_SUBVOL_CREATE, high bits", strict, sys("ioctl", 3, hi|0x5000940e, ptr), Errno(unix.ENOTTY)},
+		{"ioctl FICLONE (cp --reflink, libuv copyfile)", strict, sys("ioctl", 4, 0x40049409, 3), Allow},
+		{"ioctl FICLONERANGE", strict, sys("ioctl", 4, 0x4020940d, ptr), Allow},
+		{"ioctl FIDEDUPERANGE", strict, sys("ioctl", 4, unix.FIDEDUPERANGE, ptr), Allow},
+		{"ioctl FS_IOC_SET_ENCRYPTION_POLICY", writeOwn, sys("ioctl", 3, 0x800c6613, ptr), enotsup},
+		{"ioctl FS_IOC_SET_ENCRYPTION_POLICY, a v2 policy's size", strict, sys("ioctl", 3, 0x80186613, ptr), enotsup},
+		{"ioctl FS_IOC_ADD_ENCRYPTION_KEY", strict, sys("ioctl", 3, 0xc0506617, ptr), enotsup},
+		{"ioctl FS_IOC_REMOVE_ENCRYPTION_KEY", strict, sys("ioctl", 3, 0xc0406618, ptr), enotsup},
+		{"ioctl FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS", strict, sys("ioctl", 3, 0xc0406619, ptr), enotsup},
+		{"ioctl FS_IOC_GET_ENCRYPTION_POLICY (a read)", strict, sys("ioctl", 3, 0x400c6615, ptr), Allow},
 		{"bind a netlink socket (getifaddrs)", strict, sys("bind", 3, ptr, 12), Allow},
 		{"bind a netlink socket, junk high bits", strict, sys("bind", 3, ptr, hi|12), Allow},
 		{"bind an abstract unix name without a grant", strict, sys("bind", 3, ptr, 2+1+18), eacces},
@@ -777,6 +792,13 @@ func FuzzFilter(f *testing.F) {
 			switch lo(a1) {
 			case unix.TIOCSTI, unix.TIOCLINUX, fsIocSetflags, fsIoc32Setflags, fsIocFssetxattr, fsIocEnableVerity, fsIocSetversion, fsIoc32Setversion:
 				t.Fatalf("ioctl %#x allowed", lo(a1))
+			}
+			if c := lo(a1); c&0xff00 == 0x9400 && c != ficlone && c != ficlonerange && c != unix.FIDEDUPERANGE {
+				t.Fatalf("btrfs ioctl %#x allowed", c)
+			}
+			switch lo(a1) & 0xffff {
+			case fsIocSetEncPol, fsIocAddEncKey, fsIocRmEncKey, fsIocRmEncKeyAU:
+				t.Fatalf("fscrypt ioctl %#x allowed", lo(a1))
 			}
 			if lo(a1)&0xffff == pidfdGetInfo && !o.PIDNamespace {
 				t.Fatalf("ioctl PIDFD_GET_INFO %#x allowed without a pid namespace", lo(a1))
