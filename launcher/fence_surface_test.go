@@ -73,6 +73,21 @@ func testFenceSocketFamilies(t *testing.T, noNS bool) {
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	// A netlink socket of the host's (a daemon's, say) that the server
+	// tries to send to: the kernel refuses unicasts between user sockets
+	// of NETLINK_ROUTE without CAP_NET_ADMIN.
+	nl, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(nl)
+	if err := unix.Bind(nl, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		t.Fatal(err)
+	}
+	nlAddr, err := unix.Getsockname(nl)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sock := func(family, typ, proto int) map[string]any {
 		return map[string]any{"op": "socket", "flags": family, "mode": typ, "n": proto}
 	}
@@ -98,6 +113,7 @@ func testFenceSocketFamilies(t *testing.T, noNS bool) {
 	runCases(t, s, []fenceCase{
 		{name: "TCP (Landlock decides its connect and bind)", req: sock(unix.AF_INET, unix.SOCK_STREAM, 0), wantOK: true},
 		{name: "NETLINK_ROUTE (getifaddrs)", req: sock(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE), wantOK: true},
+		{name: "NETLINK_ROUTE to a host process's netlink socket", req: map[string]any{"op": "netlink_sendto", "n": nlAddr.(*unix.SockaddrNetlink).Pid}, errno: []string{"EPERM"}, exact: true},
 		{name: "MPTCP", req: sock(unix.AF_INET, unix.SOCK_STREAM, mptcp), errno: eacces, exact: true},
 		{name: "MPTCP over IPv6", req: sock(unix.AF_INET6, unix.SOCK_STREAM, mptcp), errno: eacces, exact: true},
 		{name: "SCTP stream", req: sock(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP), errno: eacces, exact: true},
