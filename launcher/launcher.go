@@ -328,14 +328,12 @@ func New(cfg Config) (*Launcher, error) {
 // neither depends on the other.
 func (l *Launcher) resolve(tmp string) (*ruleset.Ruleset, error) {
 	cfg := &l.cfg
-	var err error
-	l.profile, err = runtimeprofile.Resolve(cfg.Command, runtimeprofile.Options{
-		PATH:        envValue(l.env, "PATH"),
-		Dir:         cfg.Dir,
-		Network:     len(cfg.Scope.Network.ConnectTCP) > 0 || len(cfg.Scope.Network.BindTCP) > 0,
-		Exec:        cfg.AllowExec,
-		NativeCache: cfg.CacheDir,
-	})
+	plan := newProfilePlan(cfg, envValue(l.env, "PATH"))
+	prof, ok, err := cfg.Life.takeProfile(plan)
+	if !ok {
+		prof, err = plan.resolve()
+	}
+	l.profile = prof
 	if err != nil {
 		return nil, &StartError{Err: fmt.Errorf("runtime profile: %w", err)}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
+	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -189,6 +190,15 @@ type PreparedLife struct {
 	helperDone  chan struct{}
 	helper      *pending
 	helperTaken bool
+
+	// The server's runtime profile, resolved meanwhile on a goroutine of
+	// its own (prehelper.go): pplan is what it was resolved from.
+	pplan     profilePlan
+	pok       bool
+	profDone  chan struct{}
+	profile   *runtimeprofile.Profile
+	profErr   error
+	profTaken bool
 }
 
 // PrepareLife starts making the cgroup of the run cfg describes (its run
@@ -197,17 +207,33 @@ type PreparedLife struct {
 // it on every path that does not reach Run. A cfg that New would refuse
 // makes nothing: Run then fails as it would have.
 func PrepareLife(cfg Config) *PreparedLife {
-	p := &PreparedLife{done: make(chan struct{}), helperDone: make(chan struct{})}
+	p := &PreparedLife{done: make(chan struct{}), helperDone: make(chan struct{}), profDone: make(chan struct{})}
 	if cfg.Scope == nil || cfg.RunID == "" {
 		close(p.done)
 		close(p.helperDone)
+		close(p.profDone)
 		return p
 	}
 	plan, err := planLife(&cfg)
 	if err != nil {
 		close(p.done)
 		close(p.helperDone)
+		close(p.profDone)
 		return p
+	}
+	// The runtime profile (about 1 ms for a static server, 5-15 for a node
+	// one with its cache) is resolved meanwhile too: Run needs it before
+	// the helper's spec can go out.
+	if p.pplan, p.pok = planProfile(cfg); p.pok {
+		go func() {
+			defer close(p.profDone)
+			prof, err := p.pplan.resolve()
+			p.mu.Lock()
+			p.profile, p.profErr = prof, err
+			p.mu.Unlock()
+		}()
+	} else {
+		close(p.profDone)
 	}
 	p.plan, p.ok = plan, true
 	p.hplan, p.hok = planHelper(cfg)
@@ -266,6 +292,7 @@ func (p *PreparedLife) Discard() error {
 	}
 	// A helper Run did not take execs nothing: it dies before its group goes.
 	p.dropHelper()
+	<-p.profDone
 	<-p.done
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -4,8 +4,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
+	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -116,4 +118,91 @@ func (p *PreparedLife) dropHelper() {
 	if h != nil {
 		h.kill()
 	}
+}
+
+// profilePlan is everything the server's runtime profile is resolved from
+// (runtimeprofile.Options and the command): comparable, so that a profile
+// resolved ahead of Run (PrepareLife) is used only when Run would have
+// resolved exactly that one.
+type profilePlan struct {
+	command string // the command's words, NUL-separated
+	path    string // the PATH the server gets
+	dir     string
+	network bool
+	exec    string // --allow-exec, NUL-separated
+	cache   string
+}
+
+// newProfilePlan is the plan of cfg's runtime profile, for a server whose
+// PATH is path.
+func newProfilePlan(cfg *Config, path string) profilePlan {
+	return profilePlan{
+		command: strings.Join(cfg.Command, "\x00"),
+		path:    path,
+		dir:     cfg.Dir,
+		network: networkGranted(cfg.Scope),
+		exec:    strings.Join(cfg.AllowExec, "\x00"),
+		cache:   cfg.CacheDir,
+	}
+}
+
+// resolve resolves the runtime profile of p.
+func (p profilePlan) resolve() (*runtimeprofile.Profile, error) {
+	var exec []string
+	if p.exec != "" {
+		exec = strings.Split(p.exec, "\x00")
+	}
+	return runtimeprofile.Resolve(strings.Split(p.command, "\x00"), runtimeprofile.Options{
+		PATH:        p.path,
+		Dir:         p.dir,
+		Network:     p.network,
+		Exec:        exec,
+		NativeCache: p.cache,
+	})
+}
+
+// planProfile is the plan New and Run would resolve cfg's runtime profile
+// from (the server's PATH from the same environment policy, the same
+// working directory); ok is false when cfg does not say enough or New
+// would refuse it: Run then resolves it itself, as before.
+func planProfile(cfg Config) (profilePlan, bool) {
+	if len(cfg.Command) == 0 || cfg.Scope == nil {
+		return profilePlan{}, false
+	}
+	for _, w := range append(append([]string(nil), cfg.Command...), cfg.AllowExec...) {
+		if strings.ContainsRune(w, 0) {
+			return profilePlan{}, false
+		}
+	}
+	if cfg.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return profilePlan{}, false
+		}
+		cfg.Dir = wd
+	}
+	env, _, err := serverEnv(EnvPolicy{Extra: cfg.Env, Clean: cfg.CleanEnv}, os.Environ())
+	if err != nil {
+		return profilePlan{}, false
+	}
+	return newProfilePlan(&cfg, envValue(env, "PATH")), true
+}
+
+// takeProfile hands Run the runtime profile (or the error) PrepareLife
+// resolved, when it was resolved from plan; ok is false otherwise (Run
+// resolves it itself). Only the first call can get it: a restart derives
+// its ruleset from the profile Run kept.
+func (p *PreparedLife) takeProfile(plan profilePlan) (prof *runtimeprofile.Profile, ok bool, err error) {
+	if p == nil {
+		return nil, false, nil
+	}
+	<-p.profDone
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.profTaken || !p.pok || p.pplan != plan {
+		p.profTaken = true
+		return nil, false, nil
+	}
+	p.profTaken = true
+	return p.profile, true, p.profErr
 }

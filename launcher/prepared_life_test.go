@@ -315,3 +315,96 @@ func TestPreparedHelper(t *testing.T) {
 		}
 	})
 }
+
+// TestPreparedProfile: the runtime profile PrepareLife resolves meanwhile
+// is the run's only when the run would resolve it from the same command,
+// PATH, working directory, network grant, --allow-exec and cache; the run
+// resolves its own otherwise, and a command that cannot be resolved fails
+// the run with the same error either way. It fails on the code before (no
+// profile was prepared).
+func TestPreparedProfile(t *testing.T) {
+	dir := t.TempDir()
+	alog, err := auditlog.Open(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alog.Close() })
+	scope := &schema.CanonicalScope{Base: dir}
+	base := func() Config {
+		return Config{Scope: scope, Mode: schema.ModeEnforce, RunID: schema.NewID(), NoCgroup: true,
+			Command: []string{"/bin/true"}, HelperPath: filepath.Join(filepath.Dir(testenv.Mcpwarden(t)), testenv.HelperName), Dir: dir,
+			AuditLog: alog, Stdin: strings.NewReader(""), Stdout: io.Discard, CacheDir: filepath.Join(dir, "cache")}
+	}
+	cases := []struct {
+		name     string
+		prepared func(Config) Config
+		taken    bool
+	}{
+		{"same configuration", func(c Config) Config { return c }, true},
+		{"other command", func(c Config) Config { c.Command = []string{"/bin/false"}; return c }, false},
+		{"other argument", func(c Config) Config { c.Command = []string{"/bin/true", "x"}; return c }, false},
+		{"other directory", func(c Config) Config { c.Dir = "/"; return c }, false},
+		{"other PATH", func(c Config) Config { c.Env = []string{"PATH=/nowhere"}; return c }, false},
+		{"clean environment", func(c Config) Config { c.CleanEnv = true; c.Env = []string{"PATH=/nowhere"}; return c }, false},
+		{"other helper programs", func(c Config) Config { c.AllowExec = []string{"sh"}; return c }, false},
+		{"other cache", func(c Config) Config { c.CacheDir = ""; return c }, false},
+		{"other network grant", func(c Config) Config {
+			s := *scope
+			s.Network.ConnectTCP = []int{443}
+			c.Scope = &s
+			return c
+		}, false},
+		{"no command", func(c Config) Config { c.Command = nil; return c }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			run := base()
+			p := PrepareLife(c.prepared(run))
+			defer p.Discard()
+			<-p.profDone
+			prepared := p.profile
+			if c.taken && prepared == nil {
+				t.Fatalf("no profile was prepared (%v)", p.profErr)
+			}
+			run.Life = p
+			l, err := New(run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.resolve(dir); err != nil {
+				t.Fatal(err)
+			}
+			if got := l.profile == prepared; got != c.taken {
+				t.Errorf("the run's profile is the prepared one: %v, want %v", got, c.taken)
+			}
+			if l.profile == nil || l.profile.Exe != "/bin/true" && l.profile.Exe != "/usr/bin/true" {
+				t.Errorf("the run's profile is for %+v, want /bin/true", l.profile)
+			}
+		})
+	}
+	t.Run("unresolvable command", func(t *testing.T) {
+		run := base()
+		run.Command = []string{filepath.Join(dir, "no-such-server")}
+		own, err := New(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, want := own.resolve(dir)
+		p := PrepareLife(run)
+		defer p.Discard()
+		run.Life = p
+		l, err := New(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.profDone
+		if p.profErr == nil {
+			t.Fatal("the prepared resolution did not fail")
+		}
+		_, got := l.resolve(dir)
+		var se *StartError
+		if want == nil || got == nil || got.Error() != want.Error() || !errors.As(got, &se) {
+			t.Errorf("error %v, want %v (a StartError)", got, want)
+		}
+	})
+}

@@ -147,7 +147,15 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 	// without it), so that its clone into the namespaces and its start-up
 	// are done by the time Run needs it; Run takes it over only with the
 	// group and when it would start that same helper. Every path that does
-	// not reach Run kills the helper and removes the group.
+	// not reach Run kills the helper and removes the group. The server's
+	// runtime profile is resolved meanwhile as well (Run uses it when it
+	// would resolve it from the same command, PATH, directory, network
+	// grant, --allow-exec and cache).
+	if *stateDir == "" {
+		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
+			return cli.Fail(cli.ExitAuditSink, err)
+		}
+	}
 	runID := schema.NewID()
 	life := launcher.PrepareLife(launcher.Config{
 		Scope:             scope,
@@ -162,6 +170,10 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 		NoNamespaces:      *noNS,
 		Owner:             *owner,
 		RunUID:            *runUID,
+		Env:               env,
+		CleanEnv:          *cleanEnv,
+		AllowExec:         allowExec,
+		CacheDir:          filepath.Join(*stateDir, "cache"),
 	})
 	defer func() {
 		if err := life.Discard(); err != nil {
@@ -169,11 +181,6 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 		}
 	}()
 
-	if *stateDir == "" {
-		if *stateDir, err = auditlog.DefaultStateDir(); err != nil {
-			return cli.Fail(cli.ExitAuditSink, err)
-		}
-	}
 	if *auditLog == "" {
 		*auditLog = auditlog.DefaultPath(*stateDir)
 	}
