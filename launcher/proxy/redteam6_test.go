@@ -27,6 +27,7 @@ func sixthServer(logPath string) {
 	embedded := func(uri string) string {
 		return `{"type":"resource","resource":{"uri":` + q(uri) + `,"text":"TOKEN=SECRET-VALUE-rt"}}`
 	}
+	var taskToken json.RawMessage // the progress token of the last call run as a task
 	serveScript(logPath, "", func(line string, send func(string)) {
 		var m struct {
 			ID     json.RawMessage `json:"id"`
@@ -56,6 +57,7 @@ func sixthServer(logPath string) {
 			result(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"logging":{},"resources":{"subscribe":true}},"serverInfo":{"name":"sixth","version":"6"}}`)
 		case "tools/call":
 			if m.Params.Task != nil {
+				taskToken = m.Params.Meta.ProgressToken
 				// Run as a task (2025-11-25): the task now, its result by
 				// tasks/result.
 				note("notifications/tasks/status", `{"taskId":"t-`+m.Params.Name+`","status":"working","createdAt":"2026-12-07T00:00:00Z","lastUpdatedAt":"2026-12-07T00:00:00Z","ttl":60000}`)
@@ -85,6 +87,13 @@ func sixthServer(logPath string) {
 			}
 			result(`{"content":[{"type":"text","text":"DONE"}]}`)
 		case "tasks/get":
+			if taskToken != nil {
+				// Progress of the task after the call's answer, its end,
+				// and progress after its end.
+				note("notifications/progress", `{"progressToken":`+string(taskToken)+`,"progress":1,"message":"TASK-PROGRESS-1"}`)
+				note("notifications/tasks/status", `{"taskId":`+q(m.Params.TaskID)+`,"status":"completed","createdAt":"2026-12-07T00:00:00Z","lastUpdatedAt":"2026-12-07T00:00:00Z","ttl":60000}`)
+				note("notifications/progress", `{"progressToken":`+string(taskToken)+`,"progress":2,"message":"TASK-PROGRESS-2"}`)
+			}
 			result(`{"taskId":` + q(m.Params.TaskID) + `,"status":"completed","createdAt":"2026-12-07T00:00:00Z","lastUpdatedAt":"2026-12-07T00:00:00Z","ttl":60000}`)
 		case "tasks/list":
 			result(`{"tasks":[]}`)
@@ -404,5 +413,31 @@ func TestInitializeTwiceNeverWidens(t *testing.T) {
 	m := c.call("tools/call", map[string]any{"name": "read_text_file", "arguments": map[string]any{"path": out}, "_meta": modern})
 	if r := decodeTool(t, m); !r.IsError || strings.Contains(r.text(), "MARKER-OUTSIDE") {
 		t.Fatalf("a modern call after the legacy session = %+v %+v", r, m.Error)
+	}
+}
+
+// TestTaskProgress: progress a server reports for a call it runs as a
+// task, after the call's answer (the task), reaches the client until the
+// task's status says it ended; after that, and for a token no task or
+// call holds, it is dropped. Before: dropped once the call was answered.
+func TestTaskProgress(t *testing.T) {
+	f, _ := sixthFixture(t)
+	c := f.client
+	c.initLegacy(false)
+	m := c.call("tools/call", map[string]any{"name": "task_clean", "arguments": map[string]any{}, "task": map[string]any{"ttl": 60000}, "_meta": map[string]any{"progressToken": "tp-1"}})
+	if m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	drainNotes(c)
+	if m := c.call("tasks/get", map[string]any{"taskId": "t-task_clean"}); m.Error != nil {
+		t.Fatal(m.Error)
+	}
+	var got []string
+	for _, n := range drainNotes(c) {
+		got = append(got, n.Method+" "+string(n.Params))
+	}
+	all := strings.Join(got, "\n")
+	if !strings.Contains(all, "TASK-PROGRESS-1") || !strings.Contains(all, "notifications/tasks/status") || strings.Contains(all, "TASK-PROGRESS-2") {
+		t.Fatalf("notifications = %s", all)
 	}
 }

@@ -80,6 +80,7 @@ func newSession(ctx context.Context, p *Proxy, clientOut io.Writer, up launcher.
 	s.pend.up = map[int64]*upCall{}
 	s.pend.cli = map[int64]*cliCall{}
 	s.pend.awaiting = map[string]chan struct{}{}
+	s.pend.tasks = map[string]taskToken{}
 	s.pend.live = map[string]liveID{}
 	s.pend.rounds = map[string]*mrtrCall{}
 	s.nonce = schema.NewID()

@@ -108,6 +108,76 @@ type pendingTables struct {
 	awaiting map[string]chan struct{} // client id (idKey) → closed when the client cancels
 	live     map[string]liveID        // client ids (idKey) in flight (ids.go)
 	rounds   map[string]*mrtrCall     // requestState → translated call waiting for the client's retry
+	// tasks: the progress tokens of calls run as tasks (2025-11-25),
+	// which stay valid after the call's answer until the task ends.
+	tasks map[string]taskToken
+}
+
+// taskToken is a task's progress token: of process generation gen, for
+// the task the server named taskID.
+type taskToken struct {
+	gen    uint64
+	taskID string
+}
+
+// maxTaskTokens bounds the tasks whose progress is passed at once.
+const maxTaskTokens = 256
+
+// noteTask keeps the progress token of a call the server runs as a task
+// (its answer is a CreateTaskResult): the server may report progress
+// with it until the task ends.
+func (pt *pendingTables) noteTask(gen uint64, rq *request, m *jsonrpc.Message) {
+	if rq.method != "tools/call" || m.Error != nil || rq.param("task") == nil {
+		return
+	}
+	tok, ok := rq.meta("progressToken")
+	if !ok {
+		return
+	}
+	var r struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	if strictjson.Unmarshal(m.Result, &r, strictjson.AllowUnknownMembers()) != nil || r.Task.TaskID == "" {
+		return
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if len(pt.tasks) >= maxTaskTokens {
+		for k, t := range pt.tasks {
+			if t.gen != gen { // tasks of a process that is gone
+				delete(pt.tasks, k)
+			}
+		}
+	}
+	if len(pt.tasks) < maxTaskTokens {
+		pt.tasks[string(bytes.TrimSpace(tok))] = taskToken{gen: gen, taskID: r.Task.TaskID}
+	}
+}
+
+// endTask forgets the progress token of a task that ended (a status
+// notification naming a terminal status).
+func (pt *pendingTables) endTask(m *jsonrpc.Message) {
+	var p struct {
+		TaskID string `json:"taskId"`
+		Status string `json:"status"`
+	}
+	if strictjson.Unmarshal(m.Params, &p, strictjson.AllowUnknownMembers()) != nil {
+		return
+	}
+	switch p.Status {
+	case "completed", "failed", "cancelled":
+	default:
+		return
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for k, t := range pt.tasks {
+		if t.taskID == p.TaskID {
+			delete(pt.tasks, k)
+		}
+	}
 }
 
 // awaitCancel returns a channel that a notifications/cancelled naming the
@@ -160,7 +230,8 @@ func (pt *pendingTables) progressLive(gen uint64, m *jsonrpc.Message) bool {
 			return true
 		}
 	}
-	return false
+	t, ok := pt.tasks[string(tok)]
+	return ok && t.gen == gen
 }
 
 // take removes and returns the upstream call id of process generation gen.

@@ -562,6 +562,7 @@ func (s *session) onUpstreamResponse(gen uint64, m *jsonrpc.Message, size int) {
 		c.internal <- m
 		return
 	}
+	s.pend.noteTask(gen, c.req, m)
 	s.onCallAnswered(c.req, m, size)
 }
 
@@ -691,6 +692,9 @@ func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 		s.log.Warn("server notification refused: it holds a file URI the scope does not allow", "method", recordLabel(truncate(m.Method, 64)), "error_code", string(d.Code))
 		s.recordServerRequest(m.Method, paths, d.Code)
 		return
+	}
+	if m.Method == "notifications/tasks/status" {
+		s.pend.endTask(m)
 	}
 	frame, ok := s.clientNotification(gen, m)
 	if !ok {
