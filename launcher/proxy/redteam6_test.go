@@ -3,10 +3,12 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -69,6 +71,10 @@ func sixthServer(logPath string) {
 				note("notifications/message", `{"level":"info","logger":"x","data":`+embedded("file://"+secret)+`}`)
 			case "log_outside":
 				note("notifications/message", `{"level":"info","data":{"items":[{"uri":`+q("FILE://localhost"+outside)+`}]}}`)
+			case "log_flood":
+				for i := 0; i < 200; i++ {
+					note("notifications/message", `{"level":"info","data":`+embedded("file://"+secret)+`}`)
+				}
 			case "log_clean":
 				note("notifications/message", `{"level":"info","data":{"text":"LOG-CLEAN","uri":`+q("file://"+allowed+"/probe.txt")+`}}`)
 			case "updated_secret":
@@ -115,7 +121,7 @@ func sixthServer(logPath string) {
 func sixthFixture(t *testing.T) (*fixture, string) {
 	logPath := t.TempDir() + "/sixth.log"
 	var secret, outside, allowed string
-	tools := []string{"task_secret", "task_clean", "task_big", "log_secret", "log_outside", "log_clean", "updated_secret", "progress_secret", "elicit_url_secret", "elicit_url_outside", "elicit_url_https", "structured_secret"}
+	tools := []string{"task_secret", "task_clean", "task_big", "log_flood", "log_secret", "log_outside", "log_clean", "updated_secret", "progress_secret", "elicit_url_secret", "elicit_url_outside", "elicit_url_https", "structured_secret"}
 	f := newFixture(t, fixtureOpts{
 		scope: func(s *schema.Scope) {
 			s.AllowedPaths = []string{"allowed"}
@@ -439,5 +445,42 @@ func TestTaskProgress(t *testing.T) {
 	all := strings.Join(got, "\n")
 	if !strings.Contains(all, "TASK-PROGRESS-1") || !strings.Contains(all, "notifications/tasks/status") || strings.Contains(all, "TASK-PROGRESS-2") {
 		t.Fatalf("notifications = %s", all)
+	}
+}
+
+// TestRefusedNotificationFloodBounded: a server flooding the client with
+// notifications the proxy refuses (200 log messages embedding a secret)
+// grows the audit log by a bounded number of records, every refusal
+// counted (refusals.go), and none reaches the client.
+func TestRefusedNotificationFloodBounded(t *testing.T) {
+	f, _ := sixthFixture(t)
+	c := f.client
+	c.initLegacy(false)
+	if r := decodeTool(t, c.call("tools/call", map[string]any{"name": "log_flood", "arguments": map[string]any{}})); r.text() != "DONE" {
+		t.Fatalf("log_flood = %+v", r)
+	}
+	if notes := drainNotes(c); len(notes) != 0 {
+		t.Fatalf("%d refused notifications reached the client", len(notes))
+	}
+	c.raw.(io.Closer).Close()
+	select {
+	case err := <-f.errc:
+		f.errc <- err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the session did not end after the client left")
+	}
+	counted, records := 0, 0
+	for _, d := range f.sink.decisions() {
+		if d.Method != "notifications/message" {
+			continue
+		}
+		if d.Decision != schema.OutcomeDeny || d.ErrorCode != string(schema.ErrSecretPath) {
+			t.Fatalf("a refusal's record = %+v", d)
+		}
+		records++
+		counted += max(d.RetryCount, 1)
+	}
+	if counted != 200 || records > 2*(refusalBurst+maxFoldedKeys+1) {
+		t.Fatalf("%d records counting %d refusals, want 200 counted in at most %d", records, counted, 2*(refusalBurst+maxFoldedKeys+1))
 	}
 }
