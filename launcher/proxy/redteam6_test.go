@@ -75,6 +75,14 @@ func sixthServer(logPath string) {
 				for i := 0; i < 200; i++ {
 					note("notifications/message", `{"level":"info","data":`+embedded("file://"+secret)+`}`)
 				}
+			case "sample_then_cancel":
+				send(`{"jsonrpc":"2.0","id":"c1","method":"sampling/createMessage","params":{"maxTokens":5,"messages":[{"role":"user","content":{"type":"text","text":"hi"}}]}}`)
+				note("notifications/cancelled", `{"requestId":"c1","reason":"the server gave up"}`)
+				// Cancellations of what the server never sent: its own view
+				// of the client's call, an id never used, the same one again.
+				note("notifications/cancelled", `{"requestId":`+string(m.ID)+`}`)
+				note("notifications/cancelled", `{"requestId":"c999"}`)
+				note("notifications/cancelled", `{"requestId":"c1"}`)
 			case "log_clean":
 				note("notifications/message", `{"level":"info","data":{"text":"LOG-CLEAN","uri":`+q("file://"+allowed+"/probe.txt")+`}}`)
 			case "updated_secret":
@@ -121,7 +129,7 @@ func sixthServer(logPath string) {
 func sixthFixture(t *testing.T) (*fixture, string) {
 	logPath := t.TempDir() + "/sixth.log"
 	var secret, outside, allowed string
-	tools := []string{"task_secret", "task_clean", "task_big", "log_flood", "log_secret", "log_outside", "log_clean", "updated_secret", "progress_secret", "elicit_url_secret", "elicit_url_outside", "elicit_url_https", "structured_secret"}
+	tools := []string{"sample_then_cancel", "task_secret", "task_clean", "task_big", "log_flood", "log_secret", "log_outside", "log_clean", "updated_secret", "progress_secret", "elicit_url_secret", "elicit_url_outside", "elicit_url_https", "structured_secret"}
 	f := newFixture(t, fixtureOpts{
 		scope: func(s *schema.Scope) {
 			s.AllowedPaths = []string{"allowed"}
@@ -482,5 +490,39 @@ func TestRefusedNotificationFloodBounded(t *testing.T) {
 	}
 	if counted != 200 || records > 2*(refusalBurst+maxFoldedKeys+1) {
 		t.Fatalf("%d records counting %d refusals, want 200 counted in at most %d", records, counted, 2*(refusalBurst+maxFoldedKeys+1))
+	}
+}
+
+// TestServerCancelsItsRequest: a server that cancels a sampling request
+// it sent reaches the client as a cancellation of the id the client knows
+// it by (before: dropped, so the client kept asking its model), once; its
+// cancellations of anything else — its own view of the client's call, an
+// id it never sent — are dropped; the client's late answer to the
+// cancelled request never reaches the server.
+func TestServerCancelsItsRequest(t *testing.T) {
+	f, logPath := sixthFixture(t)
+	c := f.client
+	res := c.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"sampling": map[string]any{}}, "clientInfo": map[string]string{"name": "test", "version": "1"}})
+	if res.Error != nil {
+		t.Fatal(res.Error)
+	}
+	c.notify("notifications/initialized", nil)
+	if r := decodeTool(t, c.call("tools/call", map[string]any{"name": "sample_then_cancel", "arguments": map[string]any{}})); r.text() != "DONE" {
+		t.Fatalf("sample_then_cancel = %+v", r)
+	}
+	req := c.nextRequest("sampling/createMessage")
+	var cancels []string
+	for _, n := range drainNotes(c) {
+		if n.Method == "notifications/cancelled" {
+			cancels = append(cancels, string(n.Params))
+		}
+	}
+	if len(cancels) != 1 || !strings.Contains(cancels[0], `"requestId":`+string(req.ID)) || !strings.Contains(cancels[0], "the server gave up") {
+		t.Fatalf("cancellations = %v, want one of id %s", cancels, req.ID)
+	}
+	c.reply(req, map[string]any{"model": "m", "role": "assistant", "content": map[string]any{"type": "text", "text": "LATE-ANSWER"}})
+	c.call("tools/list", map[string]any{}) // a round trip after the late answer
+	if log, _ := os.ReadFile(logPath); strings.Contains(string(log), "LATE-ANSWER") {
+		t.Fatalf("the late answer reached the server:\n%s", log)
 	}
 }

@@ -282,6 +282,22 @@ func (pt *pendingTables) addRelay(id int64, c *cliCall) bool {
 	return true
 }
 
+// takeRelay removes the relayed request that process generation gen
+// sent under its own id relayID (compared by value, as ids are) and
+// returns the id the client knows it by.
+func (pt *pendingTables) takeRelay(gen uint64, relayID json.RawMessage) (int64, bool) {
+	key := idKey(relayID)
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for id, c := range pt.cli {
+		if c.relayID != nil && c.relayGen == gen && idKey(c.relayID) == key {
+			delete(pt.cli, id)
+			return id, true
+		}
+	}
+	return 0, false
+}
+
 func (pt *pendingTables) takeCli(id int64) (*cliCall, bool) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()

@@ -673,6 +673,10 @@ func (s *session) recordServerRequest(method string, paths []string, code schema
 const metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
 
 func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
+	if m.Method == "notifications/cancelled" {
+		s.forwardServerCancel(gen, m)
+		return
+	}
 	if !s.tab.serverNotifications[m.Method] {
 		s.log.Info("server notification dropped", "method", recordLabel(truncate(m.Method, 64)))
 		return
@@ -702,6 +706,30 @@ func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 		return
 	}
 	s.toClient(frame)
+}
+
+// forwardServerCancel passes a server's cancellation of a request it
+// sent the client (a sampling or elicitation the proxy relayed) with the
+// id the client knows it by; the relayed request is forgotten, so a late
+// answer goes nowhere. A cancellation naming anything else — a client's
+// request, a request of an earlier process, an id never relayed — is
+// dropped: a server cannot cancel what the client asked.
+func (s *session) forwardServerCancel(gen uint64, m *jsonrpc.Message) {
+	var p map[string]json.RawMessage
+	if strictjson.Unmarshal(m.Params, &p) != nil || p["requestId"] == nil {
+		s.log.Info("server cancellation without a request id dropped")
+		return
+	}
+	id, ok := s.pend.takeRelay(gen, p["requestId"])
+	if !ok {
+		s.log.Info("server cancellation of no request it sent dropped")
+		return
+	}
+	params := map[string]json.RawMessage{"requestId": jsonrpc.IntID(id)}
+	if r, ok := p["reason"]; ok {
+		params["reason"] = r
+	}
+	s.toClient(jsonrpc.Request(nil, "notifications/cancelled", params))
 }
 
 // clientNotification is m as the client must see it: a notification that
