@@ -379,3 +379,40 @@ func loopFS(t *testing.T, fs, mkfs string, args ...string) string {
 	})
 	return mnt
 }
+
+// TestFenceLandlockRecordsStay: a server may nest a Landlock domain of its
+// own, but not one whose denials go unrecorded. With
+// LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF its domain is the youngest to
+// deny what the run's domain denies too, and the kernel writes no denial
+// record for it: measured on main before, a server that opened a file
+// outside its scope after making such a domain left no Landlock record in
+// the audit log (one without it, flags 0, did). Now the filter refuses
+// that flag and LOG_SUBDOMAINS_OFF (EPERM), in both layerings; flags 0
+// and LOG_NEW_EXEC_ON still work.
+func TestFenceLandlockRecordsStay(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceLandlockRecordsStay)
+}
+
+func testFenceLandlockRecordsStay(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	nested := func(flags int) map[string]any {
+		return map[string]any{"op": "landlock_nested", "flags": flags, "path": w.deep1}
+	}
+	const (
+		logSameExecOff   = 1 << 0
+		logNewExecOn     = 1 << 1
+		logSubdomainsOff = 1 << 2
+	)
+	runCases(t, s, []fenceCase{
+		// The nested domain denies the read the run's domain allows.
+		{name: "a nested domain that keeps its records", req: nested(0), wantOK: true, data: "EACCES"},
+		{name: "a nested domain with LOG_NEW_EXEC_ON", req: nested(logNewExecOn), wantOK: true, data: "EACCES"},
+		{name: "a nested domain with LOG_SAME_EXEC_OFF", req: nested(logSameExecOff), errno: []string{"EPERM"}, exact: true},
+		{name: "a nested domain with LOG_SUBDOMAINS_OFF", req: nested(logSubdomainsOff), errno: []string{"EPERM"}, exact: true},
+		{name: "the server's own reads still work", req: map[string]any{"op": "read", "path": w.deep1}, wantOK: true, data: "inside"},
+	})
+}

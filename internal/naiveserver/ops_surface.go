@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"strings"
 	"unsafe"
 
@@ -74,6 +75,41 @@ var surfaceOps = map[string]op{
 		}
 		defer unix.Close(fd)
 		return "", unix.Sendto(fd, make([]byte, 20), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: uint32(r.N)})
+	},
+	// A Landlock domain nested in the run's, handling file reads with no
+	// rule (so it denies every read), made with landlock_restrict_self
+	// flags Flags on a thread of its own, which then opens Path and dies
+	// (Go ends a goroutine's thread that is still locked). Data: the
+	// open's errno; the error is restrict_self's.
+	"landlock_nested": func(r Request) (string, error) {
+		type result struct {
+			data string
+			err  error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			attr := struct{ fs, net, scoped uint64 }{fs: unix.LANDLOCK_ACCESS_FS_READ_FILE}
+			fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+			if e != 0 {
+				ch <- result{err: e}
+				return
+			}
+			defer unix.Close(int(fd))
+			if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, uintptr(r.Flags), 0); e != 0 {
+				ch <- result{err: e}
+				return
+			}
+			f, err := unix.Open(r.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err == nil {
+				unix.Close(f)
+				ch <- result{data: "opened"}
+				return
+			}
+			ch <- result{data: unix.ErrnoName(err.(unix.Errno))}
+		}()
+		res := <-ch
+		return res.data, res.err
 	},
 	// The kernel interfaces by name, each with harmless arguments: what
 	// matters is whether the call reaches the kernel's own checks.

@@ -148,6 +148,7 @@ const (
 	CheckHugetlb       = "no-hugetlb"            // MAP_HUGETLB, MFD_HUGETLB: the host's reserved huge page pool
 	CheckWhiteout      = "no-whiteout"           // renameat2 RENAME_WHITEOUT: a device node left in the workspace
 	CheckBind          = "bind-needs-grant"      // bind() without a network grant: netlink addresses only
+	CheckLandlockLogs  = "landlock-records-stay" // landlock_restrict_self may not turn off denial records
 )
 
 // ioctl requests refused whatever the scope.
@@ -190,10 +191,13 @@ const shmHugetlb = 0o4000
 // pidfd_info)) without its direction and size bits: the kernel takes any
 // size of the extensible struct, so only the type and number are matched.
 const (
-	pidfdGetInfo     = 0xff0b
-	ioctlTypeNrMask  = 0xffff
-	renameWhiteout   = 1 << 2 // RENAME_WHITEOUT (linux/fs.h)
-	sizeofSockaddrNl = 12     // sizeof(struct sockaddr_nl), on every ABI
+	pidfdGetInfo    = 0xff0b
+	ioctlTypeNrMask = 0xffff
+	renameWhiteout  = 1 << 2 // RENAME_WHITEOUT (linux/fs.h)
+	// landlockLogOff is LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF |
+	// LANDLOCK_RESTRICT_SELF_LOG_SUBDOMAINS_OFF (linux/landlock.h, ABI 7).
+	landlockLogOff   = 1<<0 | 1<<2
+	sizeofSockaddrNl = 12 // sizeof(struct sockaddr_nl), on every ABI
 )
 
 const (
@@ -233,7 +237,7 @@ var allowed = []string{
 	"signalfd4", "pause", "restart_syscall", "set_tid_address", "set_robust_list", "get_robust_list", "rseq",
 	"futex", "futex_waitv", "futex_wake", "futex_wait", "futex_requeue", "arch_prctl", "set_thread_area",
 	"get_thread_area", "prctl", "seccomp", "landlock_create_ruleset", "landlock_add_rule",
-	"landlock_restrict_self", "uretprobe",
+	"uretprobe", // landlock_restrict_self: see CheckLandlockLogs
 	// identity (without capabilities only among the process's own ids)
 	"getpid", "getppid", "gettid", "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid",
 	"getgroups", "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setfsuid", "setfsgid",
@@ -314,6 +318,17 @@ var fixed = []group{
 	// file system without whiteouts; only overlay file systems use them.
 	{[]string{"renameat2"}, Rule{Check: CheckWhiteout, Else: Allow, Clauses: []Clause{
 		{[]Cond{{Arg: 4, Mask: renameWhiteout, Not: true}}, einval}}}},
+
+	// A Landlock domain of the server's own (nested in the run's) with
+	// LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF is the youngest layer to deny
+	// whatever it and the run's domain both deny, and its denials are not
+	// logged: a server that made one handling every access and then tried
+	// paths outside the scope left no Landlock denial record (the daemon's
+	// view of escape attempts). LOG_SUBDOMAINS_OFF does the same for every
+	// domain nested later. Both are refused; nested domains that keep their
+	// records (flags 0, LOG_NEW_EXEC_ON) stay.
+	{[]string{"landlock_restrict_self"}, Rule{Check: CheckLandlockLogs, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 1, Mask: landlockLogOff, Not: true}}, eperm}}}},
 
 	// Code that is not in the runtime (and no huge pages, as above).
 	{[]string{"memfd_create"}, Rule{Check: CheckMemfd, Else: eperm, Clauses: []Clause{

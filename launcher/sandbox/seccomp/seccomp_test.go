@@ -279,6 +279,11 @@ func TestFilterDecisions(t *testing.T) {
 		{"ioctl PIDFD_GET_INFO in the run's pid namespace", pidNS, sys("ioctl", 3, 0xc040ff0b, ptr), Allow},
 		{"ioctl PIDFD_GET_PID_NAMESPACE (ptrace-checked by the kernel)", strict, sys("ioctl", 3, 0xff05, 0), Allow},
 		{"ioctl FIONREAD", strict, sys("ioctl", 0, 0x541b /* FIONREAD */, ptr), Allow},
+		{"landlock_restrict_self, records kept", strict, sys("landlock_restrict_self", 3, 0), Allow},
+		{"landlock_restrict_self LOG_NEW_EXEC_ON", strict, sys("landlock_restrict_self", 3, 2), Allow},
+		{"landlock_restrict_self LOG_SAME_EXEC_OFF", strict, sys("landlock_restrict_self", 3, 1), eperm},
+		{"landlock_restrict_self LOG_SUBDOMAINS_OFF, no ruleset", pidNS, sys("landlock_restrict_self", ^uint64(0), 4), eperm},
+		{"landlock_restrict_self LOG_SAME_EXEC_OFF, high bits", writeOwn, sys("landlock_restrict_self", 3, hi|1), eperm},
 		{"ioctl BTRFS_IOC_SUBVOL_CREATE", strict, sys("ioctl", 3, 0x5000940e, ptr), Errno(unix.ENOTTY)},
 		{"ioctl BTRFS_IOC_SUBVOL_CREATE_V2", pidNS, sys("ioctl", 3, 0x50009418, ptr), Errno(unix.ENOTTY)},
 		{"ioctl BTRFS_IOC_SNAP_CREATE_V2", writeOwn, sys("ioctl", 3, 0x50009417, ptr), Errno(unix.ENOTTY)},
@@ -806,6 +811,10 @@ func FuzzFilter(f *testing.F) {
 		case "bind":
 			if !o.AllowUDP && !o.AllowListen && lo(a2) != 12 {
 				t.Fatalf("bind addrlen %d allowed without a network grant", lo(a2))
+			}
+		case "landlock_restrict_self":
+			if lo(a1)&landlockLogOff != 0 {
+				t.Fatalf("landlock_restrict_self flags %#x allowed: a nested domain would hide its denials", lo(a1))
 			}
 		case "renameat2":
 			if lo(a4)&unix.RENAME_WHITEOUT != 0 {
