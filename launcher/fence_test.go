@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 )
 
@@ -323,6 +325,10 @@ func testFenceNetworkGrant(t *testing.T, noNS bool) {
 		{name: "other port", req: map[string]any{"op": "connect", "addr": other.Addr().String()}, errno: denied},
 		{name: "bind not granted", req: map[string]any{"op": "bind", "addr": "127.0.0.1:0"}, errno: denied},
 		{name: "mptcp to granted port still refused", req: map[string]any{"op": "connect_mptcp", "addr": granted.Addr().String()}, errno: denied},
+		{name: "AF_UNSPEC re-connect of a granted socket to another port", req: map[string]any{"op": "tcp_reconnect", "addr": granted.Addr().String(), "to": other.Addr().String()}, errno: denied},
+		{name: "UDP-Lite with a grant", req: map[string]any{"op": "socket", "flags": unix.AF_INET, "mode": unix.SOCK_DGRAM, "n": 136}, errno: []string{"EACCES"}, exact: true},
+		{name: "ICMP ping socket with a grant", req: map[string]any{"op": "socket", "flags": unix.AF_INET, "mode": unix.SOCK_DGRAM, "n": unix.IPPROTO_ICMP}, errno: []string{"EACCES"}, exact: true},
+		{name: "SCTP with a grant", req: map[string]any{"op": "socket", "flags": unix.AF_INET, "mode": unix.SOCK_STREAM, "n": unix.IPPROTO_SCTP}, errno: []string{"EACCES"}, exact: true},
 	})
 }
 

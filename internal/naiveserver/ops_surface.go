@@ -111,6 +111,28 @@ var surfaceOps = map[string]op{
 		res := <-ch
 		return res.data, res.err
 	},
+	// A TCP socket connected to Addr, disconnected with an AF_UNSPEC
+	// connect, then connected again to To on the same socket.
+	"tcp_reconnect": func(r Request) (string, error) {
+		fd, sa, err := tcpTo(r.Addr)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(fd)
+		if err := unix.Connect(fd, sa); err != nil {
+			return "", err
+		}
+		unspec := unix.RawSockaddrAny{}
+		unspec.Addr.Family = unix.AF_UNSPEC
+		if _, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&unspec)), unix.SizeofSockaddrInet4); e != 0 {
+			return "", e
+		}
+		_, to, err := tcpTo(r.To)
+		if err != nil {
+			return "", err
+		}
+		return "", unix.Connect(fd, to)
+	},
 	// The kernel interfaces by name, each with harmless arguments: what
 	// matters is whether the call reaches the kernel's own checks.
 	"kernel_call": func(r Request) (string, error) {
