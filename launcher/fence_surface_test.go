@@ -205,6 +205,11 @@ func testFenceHostFilesAsRoot(t *testing.T, noNS bool) {
 			cases = append(cases, c)
 		}
 	}
+	// Shared memory of the host: a file in /dev/shm is memory no limit of
+	// the run bounds, and other processes' segments are there.
+	if exists("/dev/shm") {
+		cases = append(cases, fenceCase{name: "create a file in /dev/shm", req: map[string]any{"op": "write", "path": "/dev/shm/mcpwarden-fence-test", "data": "x"}, errno: denied})
+	}
 	r := s.Do(map[string]any{"op": "cgroup_dirs"})
 	if !r.OK {
 		t.Fatalf("the server cannot read its /proc/self/cgroup: %s %s", r.Errno, r.Error)
