@@ -23,6 +23,8 @@ import (
 //
 //	direct       mcpecho
 //	c-relay      relay mcpecho              (testdata/relay.c: two threads, blocking read/write)
+//	c-relay-setsid relay setsid mcpecho     (the same, its server in a session of its own, as
+//	                                         the fence starts it: a scheduler autogroup of its own)
 //	fence-relay  mcpwarden run --proxy=false -- mcpecho
 //	proxy        mcpwarden run -- mcpecho   (default flags: fence + proxy + audit log)
 //
@@ -44,6 +46,7 @@ type procConn struct {
 
 type benchBins struct {
 	mcpwarden, echo, relay string
+	setsid                 string // setsid(1): the c-relay-setsid configuration's server in a session of its own
 	baseline               string // MCPWARDEN_BASELINE_BIN: an older binary run side by side
 	base, scope, stateDir  string
 }
@@ -54,7 +57,8 @@ func buildBenchBins(b *testing.B) benchBins {
 	gcc := testenv.RequireCommand(b, "gcc")
 	bins := fencetest.Build(b)
 	dir := b.TempDir()
-	bb := benchBins{mcpwarden: bins.Mcpwarden, echo: filepath.Join(dir, "mcpecho"), relay: filepath.Join(dir, "relay")}
+	bb := benchBins{mcpwarden: bins.Mcpwarden, echo: filepath.Join(dir, "mcpecho"), relay: filepath.Join(dir, "relay"),
+		setsid: testenv.RequireCommand(b, "setsid")}
 	if old := os.Getenv("MCPWARDEN_BASELINE_BIN"); old != "" {
 		if !filepath.IsAbs(old) {
 			b.Fatalf("MCPWARDEN_BASELINE_BIN=%q: give an absolute path", old)
@@ -92,6 +96,11 @@ func (bb benchBins) configs() [][2]any {
 	cfgs := [][2]any{
 		{"direct", []string{bb.echo}},
 		{"c-relay", []string{bb.relay, bb.echo}},
+		// The fence starts the server in a session of its own (setsid), so
+		// where the kernel groups sessions for scheduling (autogroup) the
+		// wrapped server competes as a group apart from the client's: this
+		// is the relay floor with that cost.
+		{"c-relay-setsid", []string{bb.relay, bb.setsid, bb.echo}},
 		{"fence-relay", append(append(slices.Clone(run), "--proxy=false", "--"), bb.echo)},
 		{"proxy", append(append(slices.Clone(run), "--"), bb.echo)},
 	}
@@ -244,6 +253,7 @@ func reportLatencies(b *testing.B, conns []*procConn, lat [][]time.Duration) {
 	}
 	b.ReportMetric(us(p["proxy"][0]-p["c-relay"][0]), "proxy-over-relay-p50-µs")
 	b.ReportMetric(us(p["proxy"][1]-p["c-relay"][1]), "proxy-over-relay-p99-µs")
+	b.ReportMetric(us(p["proxy"][0]-p["c-relay-setsid"][0]), "proxy-over-setsid-relay-p50-µs")
 	if _, ok := p["baseline-proxy"]; ok {
 		b.ReportMetric(us(p["baseline-proxy"][0]-p["c-relay"][0]), "baseline-proxy-over-relay-p50-µs")
 		b.ReportMetric(us(p["baseline-proxy"][1]-p["c-relay"][1]), "baseline-proxy-over-relay-p99-µs")
