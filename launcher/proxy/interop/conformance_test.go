@@ -105,9 +105,10 @@ var conformanceDiffs = map[string]string{
 // frames (the suite's own windows, 500 and 600 ms), in a bridge that starts
 // the server (and, wrapped, mcpwarden run) for each modern request. Wrapped
 // start-up to the first answer takes tens of milliseconds (docs/proxy.md),
-// but on a machine under heavy load it can pass the window. Such a check may
-// fail wrapped only with the suite's own "no frames" message; it is then
-// counted apart, neither as matched nor as a difference.
+// but on a machine under heavy load it can pass the window, and so can the
+// server on its own. Such a check may fail on one side only with the suite's
+// own "no frames" message; it is then counted apart, neither as matched nor
+// as a difference.
 var timeBound = map[string]string{
 	"server-stateless/sep-2575-server-no-log-without-loglevel":                "failed to yield frame",
 	"server-stateless/sep-2575-http-server-no-independent-requests-on-stream": "Failed to receive progressive stream chunk",
@@ -161,7 +162,7 @@ func TestConformance(t *testing.T) {
 
 // compareChecks reports every check that ends differently direct and
 // wrapped (unless listed in conformanceDiffs) and returns matched, total
-// and the checks that failed wrapped only in the suite's fixed window.
+// and the checks that failed on one side only in the suite's fixed window.
 func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]checkResult) (int, int, int) {
 	t.Helper()
 	keys := map[string]bool{}
@@ -194,6 +195,12 @@ func compareChecks(t *testing.T, prefix string, direct, wrapped map[string]check
 		case timeBound[k] != "" && d == "SUCCESS" && strings.Contains(wrapped[k].Error, timeBound[k]):
 			late++
 			t.Logf("%s: failed wrapped only because the suite's fixed wait ended first (%s); counted apart", k, wrapped[k].Error)
+		case timeBound[k] != "" && wr == "SUCCESS" && strings.Contains(direct[k].Error, timeBound[k]):
+			// The same window missed by the server on its own (seen at
+			// load 15: the direct go-sdk server's first frame came after
+			// 500 ms): the machine's load, not a difference.
+			late++
+			t.Logf("%s: failed direct only because the suite's fixed wait ended first (%s); counted apart", k, direct[k].Error)
 		default:
 			t.Errorf("%s: direct %q, wrapped %q (%s)", k, orNone(d), orNone(wr), wrapped[k].Error)
 		}
