@@ -157,7 +157,7 @@ func TestConformance(t *testing.T) {
 			})
 		}
 	})
-	t.Logf("conformance: %d of %d checks end the same direct and wrapped; %d failed wrapped only in the suite's fixed window", matched, total, late)
+	t.Logf("conformance: %d of %d checks end the same direct and wrapped; %d failed on one side only in the suite's fixed window", matched, total, late)
 }
 
 // compareChecks reports every check that ends differently direct and
