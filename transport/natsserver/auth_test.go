@@ -432,8 +432,12 @@ func TestNonRootUserCannotReadOrPublish(t *testing.T) {
 	}
 }
 
-// TestMain runs the child side of TestNonRootUserCannotReadOrPublish.
+// TestMain runs the child side of TestNonRootUserCannotReadOrPublish and
+// the impostor of TestImpostorOnTheLoopbackPortIsRefused.
 func TestMain(m *testing.M) {
+	if arg := os.Getenv(impostorEnv); arg != "" {
+		os.Exit(runImpostor(arg))
+	}
 	if arg := os.Getenv(nobodyEnv); arg != "" {
 		var a map[string]string
 		if err := json.Unmarshal([]byte(arg), &a); err != nil {

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -262,6 +263,10 @@ func Connect(o ConnOptions, extra ...nats.Option) (*nats.Conn, error) {
 	}
 	if o.CAFile != "" {
 		opts = append(opts, nats.RootCAs(o.CAFile))
+	} else {
+		// No certificate to tell the server by: a server on this host must
+		// be root's or ours (ownerCheckDialer), on every (re)connection.
+		opts = append(opts, nats.SetCustomDialer(&ownerCheckDialer{d: net.Dialer{Timeout: dialTimeout}}))
 	}
 	if o.CertFile != "" || o.KeyFile != "" {
 		if o.CertFile == "" || o.KeyFile == "" {
@@ -289,7 +294,8 @@ func Connect(o ConnOptions, extra ...nats.Option) (*nats.Conn, error) {
 // us, rather than of one that could not be reached.
 func refused(err error) bool {
 	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
-		errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) {
+		errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) ||
+		errors.Is(err, ErrForeignLocalServer) {
 		return true
 	}
 	var certErr *tls.CertificateVerificationError
