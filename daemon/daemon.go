@@ -73,6 +73,10 @@ type Config struct {
 	HealthInterval time.Duration
 	// RunGrace is how long an ended run is remembered for late records (default 2 min).
 	RunGrace time.Duration
+	// WallClock is the wall clock kernel records are dated by (time.Now
+	// when nil; tests step it). The offset between it and the probes'
+	// CLOCK_MONOTONIC is taken again every second.
+	WallClock func() time.Time
 	// DomainWait is how long a Landlock denial waits for its domain record
 	// before it is sent without a run (default 2 s).
 	DomainWait time.Duration
@@ -169,6 +173,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if init, err := procinfo.InInitPidNS(); err != nil || !init {
 		return fmt.Errorf("daemon: it must run in the host's pid namespace, where its probes see pids (in Kubernetes: hostPID: true): %v", errOr(err, "it runs in another one"))
 	}
+	// The probes stamp records with the host's CLOCK_MONOTONIC; in a time
+	// namespace of its own the daemon's would be offset from it, and every
+	// kernel event dated that far from the launcher's records of the same
+	// moment (a call's evidence before the call, outside the collector's
+	// accepted range).
+	if off, err := procinfo.MonotonicOffset(); err != nil || off != 0 {
+		return fmt.Errorf("daemon: it must run with the host's monotonic clock, which its probes stamp records with (unshare --time and containers with a time namespace offset it): %v", errOr(err, fmt.Sprintf("its clock is offset by %s (a time namespace)", off)))
+	}
 	p, err := probes.Load(d.cfg.Probes)
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
@@ -189,7 +201,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 
 	d.landlockABI, _ = ll.LandlockGetABIVersion()
-	d.monoOffset = monoOffset()
+	d.monoOffset = monoOffset(d.cfg.WallClock)
 	d.auditState, err = d.openAudit()
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
@@ -775,8 +787,13 @@ func compactHooks(hooks []string) string {
 	return strings.Join(parts, " ")
 }
 
-func monoOffset() int64 {
+// monoOffset is wall time minus CLOCK_MONOTONIC now, by the wall clock
+// now (time.Now when nil).
+func monoOffset(now func() time.Time) int64 {
+	if now == nil {
+		now = time.Now
+	}
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return time.Now().UnixNano() - ts.Nano()
+	return now().UnixNano() - ts.Nano()
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -653,6 +654,47 @@ func TestEventsLostToTheSinkAreARunsGap(t *testing.T) {
 	for _, e := range h.sink.snapshot() {
 		if escape(&e) {
 			t.Fatalf("the escape was published after all, so this test lost nothing: %+v", e)
+		}
+	}
+}
+
+// TestKernelEventsFollowAClockStep: the probes stamp records with
+// CLOCK_MONOTONIC and the daemon dates them by the offset to the wall
+// clock. It took that offset once, at start-up: after the wall clock was
+// stepped (NTP's first sync after a boot, an operator, a VM resumed or
+// restored), every kernel event was dated by the old clock while the
+// launcher's records of the same moments followed the new one, so the
+// cross-check put a call's file operations outside the call (an hour's
+// step: the run's evidence an hour before its calls). The offset is now
+// taken again every second; here the daemon's wall clock is stepped an hour
+// ahead after it started, and a read made after the step is dated by it.
+func TestKernelEventsFollowAClockStep(t *testing.T) {
+	var step atomic.Int64
+	h := startDaemonWith(t, &memSink{}, func(c *Config) {
+		c.WallClock = func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+	})
+	inside := filepath.Join(h.ws, "inside.txt")
+	near := func(e *schema.Event, want time.Time) bool {
+		d := time.Unix(0, e.TimeNS).Sub(want)
+		return d > -10*time.Minute && d < 10*time.Minute
+	}
+	_, runID := h.run("inside", schema.ModeEnforce, true)
+	if e := h.sink.waitFor(t, "the read before the step", h.fileOp(runID, inside, classify.Allowed)); !near(e, time.Now()) {
+		t.Fatalf("the read before the step is dated %s", time.Unix(0, e.TimeNS).UTC())
+	}
+	step.Store(int64(time.Hour))
+	// The new offset is taken at the daemon's next tick: read again until a
+	// read is dated by the stepped clock (each read is a new run).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, runID := h.run("inside", schema.ModeEnforce, true)
+		e := h.sink.waitFor(t, "a read after the step", h.fileOp(runID, inside, classify.Allowed))
+		if near(e, time.Now().Add(time.Hour)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the wall clock was stepped an hour ahead, a read is still dated %s (now by the stepped clock: %s)",
+				time.Unix(0, e.TimeNS).UTC(), time.Now().Add(time.Hour).UTC())
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 type stack struct {
 	bin, naive, nats, socket, state, root string
 	dlog                                  *testenv.LockedBuffer
+	dpid                                  int // the daemon's pid, while it runs
 }
 
 func newStack(t testing.TB) *stack {
@@ -65,6 +66,7 @@ func (st *stack) daemon(t testing.TB) (stop func(sig os.Signal) error) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	st.dpid = cmd.Process.Pid
 	exited := make(chan struct{})
 	var werr error
 	go func() { werr = cmd.Wait(); close(exited) }()

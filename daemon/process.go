@@ -71,6 +71,21 @@ type lostRun struct {
 // counters give).
 const GapEventsLost = "events_dropped"
 
+// GapStalled is the reason of a run's OBSERVATION_GAP when the daemon did
+// not run for longer than StallLimit while the run was live: stopped
+// (SIGSTOP), frozen, or starved. The kernel went on recording into the
+// ring (a loss there is counted apart), but nothing read it, the run's
+// launcher got no answer for its records (its Sink gives up after 10 s and
+// the proxy denies the call) and Landlock's records waited in a socket
+// buffer: the run was not observed live, and a stopped daemon is itself
+// worth a look.
+const GapStalled = "daemon_stalled"
+
+// StallLimit is how long the daemon's one-second tick may come late before
+// the lapse is a gap. CLOCK_MONOTONIC, which Go's timers follow, does not
+// advance while the machine is suspended, so a suspend is no stall.
+const StallLimit = 5 * time.Second
+
 // maxLostRuns bounds the runs remembered as having lost events.
 const maxLostRuns = 4096
 
@@ -185,6 +200,7 @@ func (d *Daemon) process(ctx context.Context) {
 
 	p.emitHealth(time.Now()) // the start-up health event
 	p.emitGaps()
+	lastTick := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -201,7 +217,18 @@ func (d *Daemon) process(ctx context.Context) {
 			lb.done <- p.launcherRecords(ctx, lb.events)
 		case <-flush.C:
 			p.flush(ctx)
-		case now := <-second.C:
+		case <-second.C:
+			// The tick's own time is when it was due, which a stopped
+			// process passes: the lapse is measured from the clock.
+			now := time.Now()
+			if lapse := now.Sub(lastTick); lapse > StallLimit {
+				p.stalled(lastTick, lapse)
+			}
+			lastTick = now
+			// The wall clock may have been stepped (NTP, an operator, a
+			// resumed VM) since the last tick: the probes' monotonic
+			// stamps are turned into wall time with the offset of now.
+			d.monoOffset = monoOffset(d.cfg.WallClock)
 			if err := d.probes.Alive(now); err != nil {
 				d.log.Warn("record that the daemon is alive", "err", err)
 			}
@@ -228,6 +255,19 @@ func (d *Daemon) process(ctx context.Context) {
 		if len(p.batch) >= d.cfg.BatchSize {
 			p.flush(ctx)
 		}
+	}
+}
+
+// stalled reports a lapse of the daemon that began at from (wall time) and
+// lasted lapse: an OBSERVATION_GAP on every run live at its start or
+// since, dated at its start.
+func (p *processor) stalled(from time.Time, lapse time.Duration) {
+	live := p.d.table.ObservedSince(from)
+	p.d.log.Warn("the daemon did not run: reported as an observation gap of each live run", "lapse", lapse.Round(time.Millisecond).String(), "runs", len(live))
+	for _, r := range live {
+		e := p.event(r, schema.KindFinding, from)
+		e.Finding = &schema.Finding{Type: schema.FindingObservationGap, Severity: schema.SeverityMedium, Reason: GapStalled, EvidenceIDs: []string{}}
+		p.batch = append(p.batch, e)
 	}
 }
 

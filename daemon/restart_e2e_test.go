@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/daemon"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -131,6 +133,88 @@ func TestDaemonRestartAdoptsRuns(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after two restarts: reads seen per phase %v (want %d each), gap findings %v, launch records %v\ndaemon log:\n%s", seen, reads, gaps, launches, st.dlog.String())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// TestDaemonStoppedMidRunIsAGap stops the daemon (SIGSTOP) under a running
+// run for longer than its stall limit and lets it go on (SIGCONT): the
+// reads made while it was stopped still become events (the kernel went on
+// recording), and the run carries an OBSERVATION_GAP `daemon_stalled`
+// instead of reading as if it had been watched live the whole time (before,
+// nothing said the daemon had stopped: such a run was CLEAN).
+func TestDaemonStoppedMidRunIsAGap(t *testing.T) {
+	st := newStack(t)
+	base := filepath.Join(st.root, "base")
+	ws := filepath.Join(base, "ws")
+	scope := filepath.Join(st.root, "scope.json")
+	files := map[string]string{
+		scope: `{"scope_id":"stopped","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
+	}
+	const reads = 5
+	phases := []string{"before", "stopped", "after"}
+	for _, phase := range phases {
+		for i := range reads {
+			files[filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i))] = phase
+		}
+	}
+	testenv.WriteFiles(t, files)
+	st.startDaemon(t)
+	run := st.naiveRun(t, scope, base)
+	readAll := func(phase string) {
+		for i := range reads {
+			readOK(t, run, filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i)))
+		}
+	}
+	hasher := st.hasher(t)
+	want := map[schema.PathHash]string{}
+	for p, phase := range files {
+		if p != scope {
+			want[hasher.Hash(p)] = phase
+		}
+	}
+	readAll("before")
+	if err := syscall.Kill(st.dpid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	readAll("stopped")
+	// Held stopped past the stall limit (a condition of the test, not a
+	// measurement): the lapse is what the daemon must report.
+	time.Sleep(time.Until(stopped.Add(daemon.StallLimit + time.Second)))
+	if err := syscall.Kill(st.dpid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	readAll("after")
+	if err := run.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s", err, run.Log.String())
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		seen := map[string]int{}
+		var runID string
+		gaps := map[string]bool{}
+		for _, e := range st.events(t) {
+			if e.FileOp != nil && e.FileOp.Verdict == "allowed" {
+				if phase, ok := want[e.FileOp.PathHash]; ok {
+					seen[phase]++
+					runID = e.RunID
+				}
+			}
+			if e.Finding != nil && e.Finding.Type == schema.FindingObservationGap && e.RunID != "" {
+				gaps[e.RunID+"/"+e.Finding.Reason] = true
+			}
+		}
+		done := runID != "" && gaps[runID+"/"+daemon.GapStalled]
+		for _, phase := range phases {
+			done = done && seen[phase] >= reads
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a SIGSTOP: reads seen per phase %v (want %d each), gap findings %v\ndaemon log:\n%s", seen, reads, gaps, st.dlog.String())
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

@@ -165,8 +165,23 @@ func TestHostNameWithUnderscoreIsRefused(t *testing.T) {
 		bin, "daemon", "--state-dir", filepath.Join(tmp, "state"), "--socket", filepath.Join(tmp, "sock", "daemon.sock"),
 		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--no-crosscheck")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUTS}
+	refusesToStart(ctx, t, cmd, "on host web_1", `"web_1"`, "'_'")
+}
+
+// refusesToStart runs cmd (a daemon) and fails the test unless it exits
+// with an error whose output holds every one of want; one that starts is
+// killed.
+func refusesToStart(ctx context.Context, t *testing.T, cmd *exec.Cmd, what string, want ...string) {
+	t.Helper()
 	out := &testenv.LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
+	// A process group of its own, killed whole: the daemon may run under
+	// a wrapper (unshare), and mcpwarden runs mcpwarden-pipeline for it.
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -175,18 +190,42 @@ func TestHostNameWithUnderscoreIsRefused(t *testing.T) {
 	for {
 		select {
 		case err := <-exited:
-			if err == nil || !strings.Contains(out.String(), `"web_1"`) || !strings.Contains(out.String(), "'_'") {
-				t.Fatalf("the daemon on host web_1 exited with %v, saying: %s", err, out.String())
+			if err == nil {
+				t.Fatalf("the daemon %s exited with no error, saying: %s", what, out.String())
+			}
+			for _, w := range want {
+				if !strings.Contains(out.String(), w) {
+					t.Fatalf("the daemon %s exited with %v without saying %q: %s", what, err, w, out.String())
+				}
 			}
 			return
 		case <-time.After(100 * time.Millisecond):
 			if strings.Contains(out.String(), "daemon started") {
-				_ = cmd.Process.Kill()
+				_ = cmd.Cancel()
 				<-exited
-				t.Fatalf("the daemon started on host web_1: %s", out.String())
+				t.Fatalf("the daemon started %s: %s", what, out.String())
 			}
 		case <-ctx.Done():
-			t.Fatalf("the daemon neither refused nor started in 3 minutes: %s", out.String())
+			t.Fatalf("the daemon %s neither refused nor started in 3 minutes: %s", what, out.String())
 		}
 	}
+}
+
+// TestTimeNamespaceIsRefused: the probes stamp records with the host's
+// CLOCK_MONOTONIC, and the daemon turns them into wall time with its own
+// clocks. In a time namespace whose monotonic clock is a day ahead (unshare
+// --time, a container runtime's), it started and dated every kernel event a
+// day before it happened: a call's file operations before the call, the
+// run's evidence outside every call window. It refuses now, saying why.
+func TestTimeNamespaceIsRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.Mcpwarden(t)
+	tmp := t.TempDir()
+	pintest.Unload(t, filepath.Join(tmp, "state"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "--time", "--monotonic", "86400", "--kill-child", "--",
+		bin, "daemon", "--state-dir", filepath.Join(tmp, "state"), "--socket", filepath.Join(tmp, "sock", "daemon.sock"),
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--no-crosscheck")
+	refusesToStart(ctx, t, cmd, "in a time namespace", "time namespace", "24h0m0s")
 }

@@ -10,10 +10,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,6 +53,39 @@ func InInitPidNS() (bool, error) {
 		return false, fmt.Errorf("read own pid namespace: %w", err)
 	}
 	return st.Ino == InitPidNS, nil
+}
+
+// MonotonicOffset is how far this process's CLOCK_MONOTONIC is set from
+// the host's (a time namespace's offset, /proc/self/timens_offsets): the
+// probes stamp records with the host's. A kernel without time namespaces
+// has no such file: every process shares the one clock.
+func MonotonicOffset() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/self/timens_offsets")
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read own time namespace offsets: %w", err)
+	}
+	return parseTimensOffsets(string(b))
+}
+
+// parseTimensOffsets reads the monotonic line of timens_offsets
+// ("monotonic <seconds> <nanoseconds>").
+func parseTimensOffsets(s string) (time.Duration, error) {
+	for line := range strings.Lines(s) {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "monotonic" {
+			continue
+		}
+		sec, err1 := strconv.ParseInt(f[1], 10, 64)
+		nsec, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil || sec > math.MaxInt64/int64(time.Second)-1 || sec < math.MinInt64/int64(time.Second)+1 {
+			return 0, fmt.Errorf("time namespace offsets: malformed line %q", strings.TrimSpace(line))
+		}
+		return time.Duration(sec)*time.Second + time.Duration(nsec), nil
+	}
+	return 0, errors.New("time namespace offsets: no monotonic line")
 }
 
 // FromPidfd describes the process a pidfd refers to.

@@ -197,3 +197,24 @@ func FuzzParseStateParent(f *testing.F) {
 		}
 	})
 }
+
+func TestParseTimensOffsets(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"monotonic           0         0\nboottime            0         0\n", 0, true},
+		{"monotonic       86400         0\nboottime            0         0\n", 24 * time.Hour, true},
+		{"boottime 5 0\nmonotonic -3 500\n", -3*time.Second + 500, true},
+		{"boottime 0 0\n", 0, false},
+		{"monotonic x 0\n", 0, false},
+		{"monotonic 99999999999999999 0\n", 0, false},
+		{"", 0, false},
+	} {
+		got, err := parseTimensOffsets(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("parseTimensOffsets(%q) = %v, %v; want %v, ok %v", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
