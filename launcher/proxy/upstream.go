@@ -613,6 +613,12 @@ func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.M
 		s.recordServerRequest(m.Method, paths, d.Code)
 		return
 	}
+	if m.Method == "sampling/createMessage" {
+		if narrowed, ok := narrowSamplingContext(m.Params); ok {
+			s.log.Warn("a sampling request's includeContext allServers narrowed to thisServer")
+			m.Params = narrowed
+		}
+	}
 	if s.askModernClient(gen, w, m) {
 		return // a modern client's call: an input_required round (mrtr.go), recorded with the call
 	}
@@ -633,6 +639,28 @@ func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.M
 	}
 	s.recordServerRequest(m.Method, paths, "")
 	s.toClient(jsonrpc.Forward(m, jsonrpc.IntID(id)))
+}
+
+// narrowSamplingContext turns a sampling request's includeContext
+// "allServers" into "thisServer": "allServers" asks the client to put the
+// context of its other MCP servers (their tools' results, their files)
+// into the prompt whose answer goes back to this server, which the run's
+// scope does not give it. The spec lets a client ignore the field; the
+// proxy keeps the part that is the server's own.
+func narrowSamplingContext(params json.RawMessage) (json.RawMessage, bool) {
+	if !bytes.Contains(params, []byte("allServers")) {
+		return nil, false
+	}
+	var p map[string]json.RawMessage
+	if strictjson.Unmarshal(params, &p) != nil {
+		return nil, false
+	}
+	var ctx string
+	if strictjson.Unmarshal(p["includeContext"], &ctx) != nil || ctx != "allServers" {
+		return nil, false
+	}
+	p["includeContext"] = json.RawMessage(`"thisServer"`)
+	return mustJSON(p), true
 }
 
 // checkServerRequest checks what a server asks of the client (sampling
