@@ -18,13 +18,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"os/user"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/mcpwarden/mcpwarden/internal/localpeer"
 	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
 )
 
@@ -47,6 +53,32 @@ var dbName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^
 
 // DefaultDSN is the single-host default.
 const DefaultDSN = "clickhouse://127.0.0.1:9000/mcpwarden"
+
+// ErrForeignLocalServer is the refusal of a ClickHouse server on this host
+// run by an account that is not root, this user or clickhouse.
+var ErrForeignLocalServer = errors.New("ClickHouse server on this host run by another user")
+
+// checkOwner refuses a connection whose server is on this host and run by
+// neither root, this process's user nor the `clickhouse` account (Debian's
+// package runs the server as that user). The native port is above 1024 and
+// the default DSN speaks no TLS: a local user who listens on it while the
+// server is down would take the collector's inserts (acknowledged to NATS,
+// so lost) and answer `mcpwarden query` with rows of its choosing. A server
+// on another host, or reached over TLS (secure=true in the DSN), is not
+// checked here.
+func checkOwner(c net.Conn) error {
+	owner, local, err := localpeer.Owner(c)
+	if err != nil {
+		return fmt.Errorf("ClickHouse at %s: cannot tell who runs the server on this host: %w (use TLS, secure=true in the DSN, to authenticate it by certificate)", c.RemoteAddr(), err)
+	}
+	if !local || owner == 0 || owner == os.Geteuid() {
+		return nil
+	}
+	if u, err := user.Lookup("clickhouse"); err == nil && u.Uid == strconv.Itoa(owner) {
+		return nil
+	}
+	return fmt.Errorf("%w: the server at %s is run by uid %d, not root, this user (uid %d) or the clickhouse account: another local user may have taken the port while ClickHouse was down; stop it, or use TLS (secure=true) for a server run by a user of its own", ErrForeignLocalServer, c.RemoteAddr(), owner, os.Geteuid())
+}
 
 // Open connects to the database named in dsn
 // (clickhouse://user:password@host:9000/database?dial_timeout=5s). With
@@ -72,6 +104,22 @@ func Open(ctx context.Context, dsn string, create bool, log *slog.Logger) (*Stor
 	}
 	if opt.DialTimeout == 0 {
 		opt.DialTimeout = 5 * time.Second
+	}
+	if opt.TLS == nil && opt.DialContext == nil {
+		// No certificate to tell the server by: one on this host must be
+		// run by root, this user or the clickhouse account (checkOwner).
+		d := &net.Dialer{Timeout: opt.DialTimeout}
+		opt.DialContext = func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			if err := checkOwner(c); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
+		}
 	}
 	if opt.MaxOpenConns == 0 {
 		opt.MaxOpenConns = 8

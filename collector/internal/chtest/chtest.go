@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,6 +89,7 @@ type Server struct {
 	tcpPort, httpPort int
 	interPort         int
 	configDir         string // "" = /etc/clickhouse-server
+	uid               int    // runs the server when not 0 (StartServerAs)
 	cmd               *exec.Cmd
 	stderr            testenv.LockedBuffer
 	exited            chan struct{}
@@ -114,6 +116,34 @@ func StartServer(t testing.TB) *Server {
 func StartServerWithConfig(t testing.TB, files map[string]string) *Server {
 	t.Helper()
 	s := newServerWithConfig(t, files)
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// StartServerAs starts a private Debian clickhouse-server run by uid, its
+// data directory given to that user: a server another local user runs.
+func StartServerAs(t testing.TB, uid int) *Server {
+	t.Helper()
+	testenv.RequireCommand(t, "clickhouse-server")
+	testenv.RequireFile(t, "/etc/clickhouse-server/config.xml", "install clickhouse-server with 'scripts/test-env.sh install'")
+	parent, err := os.MkdirTemp("", "mcpwarden-chtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	dir := filepath.Join(parent, "data")
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{t: t, dir: dir, tcpPort: testenv.FreePort(t), httpPort: testenv.FreePort(t),
+		interPort: testenv.FreePort(t), configDir: "/etc/clickhouse-server", uid: uid}
 	s.Start()
 	t.Cleanup(s.Kill)
 	return s
@@ -181,6 +211,9 @@ func (s *Server) Start() {
 	// A test binary that dies (a timeout's panic skips the cleanups) takes
 	// its servers with it.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if s.uid != 0 {
+		s.cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.uid), Gid: uint32(s.uid)}
+	}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start private clickhouse-server: %v", err)
 	}

@@ -1,0 +1,121 @@
+// Package localpeer tells who runs the server at the other end of a TCP
+// connection when that server is on this host: the kernel's TCP tables
+// name the owner of every socket of this network namespace. Clients of a
+// loopback service without TLS (the embedded NATS, a local ClickHouse)
+// authenticate the server by it: any local user may listen on a port above
+// 1024 while the real server is down.
+package localpeer
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Owner reports the uid owning the server's end of c, and whether that
+// end is on this host (in this network namespace's TCP tables). A loopback
+// peer that is not found is an error: it cannot be identified.
+func Owner(c net.Conn) (uid int, local bool, err error) {
+	la, ok1 := c.LocalAddr().(*net.TCPAddr)
+	ra, ok2 := c.RemoteAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return 0, false, nil
+	}
+	l, r := la.AddrPort(), ra.AddrPort()
+	uid, found, err := socketOwner(r, l)
+	if err != nil {
+		return 0, false, err
+	}
+	if !found && r.Addr().Unmap().IsLoopback() {
+		return 0, false, errors.New("the server's end of the loopback connection is not in this host's TCP tables")
+	}
+	return uid, found, nil
+}
+
+// socketOwner finds the TCP socket of this network namespace whose local
+// address is local and remote address remote, and returns its owner's uid.
+func socketOwner(local, remote netip.AddrPort) (uid int, found bool, err error) {
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		uid, found, err := socketOwnerIn(file, local, remote)
+		if err != nil && !(errors.Is(err, os.ErrNotExist) && file == "/proc/net/tcp6") {
+			return 0, false, err
+		}
+		if found {
+			return uid, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+func socketOwnerIn(file string, local, remote netip.AddrPort) (int, bool, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		uid, ok := matchTCPLine(sc.Text(), local, remote)
+		if ok {
+			return uid, true, nil
+		}
+	}
+	return 0, false, sc.Err()
+}
+
+// matchTCPLine reads one line of /proc/net/tcp{,6}:
+//
+//	sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
+//
+// and reports its uid when its addresses are local and remote.
+func matchTCPLine(line string, local, remote netip.AddrPort) (int, bool) {
+	f := strings.Fields(line)
+	if len(f) < 8 {
+		return 0, false
+	}
+	la, ok1 := parseProcAddr(f[1])
+	ra, ok2 := parseProcAddr(f[2])
+	if !ok1 || !ok2 || !sameAddrPort(la, local) || !sameAddrPort(ra, remote) {
+		return 0, false
+	}
+	uid, err := strconv.ParseUint(f[7], 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	return int(uid), true
+}
+
+// parseProcAddr decodes "0100007F:1092" (IPv4) or 32 hex digits ":port"
+// (IPv6): the address as 32-bit words in the host's byte order, the port
+// in hex.
+func parseProcAddr(s string) (netip.AddrPort, bool) {
+	h, p, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	port, err := strconv.ParseUint(p, 16, 16)
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	raw, err := hex.DecodeString(h)
+	if err != nil || (len(raw) != 4 && len(raw) != 16) {
+		return netip.AddrPort{}, false
+	}
+	b := make([]byte, len(raw))
+	for i := 0; i < len(raw); i += 4 {
+		binary.NativeEndian.PutUint32(b[i:], binary.BigEndian.Uint32(raw[i:]))
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return netip.AddrPortFrom(a, uint16(port)), true
+}
+
+func sameAddrPort(a, b netip.AddrPort) bool {
+	return a.Port() == b.Port() && a.Addr().Unmap() == b.Addr().Unmap()
+}
