@@ -146,6 +146,11 @@ func (s *session) askLegacyClient(rq *request, method string, params json.RawMes
 		return nil, string(d.Code) + ": " + d.Reason
 	}
 	s.recordServerRequest(method, paths, "")
+	if method == "sampling/createMessage" {
+		if narrowed, ok := narrowSamplingContext(params); ok {
+			params = narrowed
+		}
+	}
 	ch := make(chan *jsonrpc.Message, 1)
 	id := s.newID()
 	s.pend.addCli(id, &cliCall{answer: ch})

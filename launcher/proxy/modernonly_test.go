@@ -57,10 +57,11 @@ func modernOnlyServer(logPath string) {
 			// ask_forever: roots, every time) in an input round, and answers
 			// the retry with what it got.
 			round := map[string]string{
-				"needs_input": `{"r":{"method":"roots/list"},"e":{"method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object","properties":{}}}}}`,
-				"ask_sample":  `{"s":{"method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}}`,
-				"ask_secret":  `{"e":{"method":"elicitation/create","params":{"message":"see","requestedSchema":{"type":"object","properties":{}},"_meta":{"x":{"type":"resource","resource":{"uri":"file://` + os.Getenv(modernOnlySecret) + `","text":"s"}}}}}}`,
-				"ask_forever": `{"r":{"method":"roots/list"}}`,
+				"needs_input":     `{"r":{"method":"roots/list"},"e":{"method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object","properties":{}}}}}`,
+				"ask_sample":      `{"s":{"method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}}`,
+				"ask_all_servers": `{"s":{"method":"sampling/createMessage","params":{"messages":[],"maxTokens":5,"includeContext":"allServers"}}}`,
+				"ask_secret":      `{"e":{"method":"elicitation/create","params":{"message":"see","requestedSchema":{"type":"object","properties":{}},"_meta":{"x":{"type":"resource","resource":{"uri":"file://` + os.Getenv(modernOnlySecret) + `","text":"s"}}}}}}`,
+				"ask_forever":     `{"r":{"method":"roots/list"}}`,
 			}[m.Params.Name]
 			if round != "" && (m.Params.InputResponses == nil || m.Params.Name == "ask_forever") {
 				send(`{"jsonrpc":"2.0","id":` + id + `,"result":{"resultType":"input_required","inputRequests":` + round + `,"requestState":"st-` + m.Params.Name + `"}}`)

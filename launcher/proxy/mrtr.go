@@ -468,18 +468,38 @@ func (s *session) tagRootsRound(result json.RawMessage) json.RawMessage {
 		return result
 	}
 	var reqs map[string]struct {
-		Method string `json:"method"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
 	}
 	if strictjson.Unmarshal(res["inputRequests"], &reqs, strictjson.AllowUnknownMembers()) != nil {
 		return result
 	}
 	var keys []string
+	narrowed := false
 	for k, r := range reqs {
 		if r.Method == "roots/list" {
 			keys = append(keys, k)
 		}
+		if r.Method == "sampling/createMessage" {
+			// includeContext "allServers": see narrowSamplingContext.
+			if p, ok := narrowSamplingContext(r.Params); ok {
+				var all map[string]json.RawMessage
+				if strictjson.Unmarshal(res["inputRequests"], &all) == nil {
+					var one map[string]json.RawMessage
+					if strictjson.Unmarshal(all[k], &one) == nil {
+						one["params"] = p
+						all[k] = mustJSON(one)
+						res["inputRequests"] = mustJSON(all)
+						narrowed = true
+					}
+				}
+			}
+		}
 	}
 	if len(keys) == 0 {
+		if narrowed {
+			return mustJSON(res)
+		}
 		return result
 	}
 	gen := s.mroots.issue(keys)

@@ -552,3 +552,53 @@ func TestSamplingContextNarrowed(t *testing.T) {
 		t.Fatalf("the client was asked %s", req.Params)
 	}
 }
+
+// TestSamplingContextNarrowedInRounds: the same narrowing in a modern
+// server's input rounds — played by the proxy for a legacy client, and
+// passed to a modern client. Before: "allServers" reached both.
+func TestSamplingContextNarrowedInRounds(t *testing.T) {
+	modernOnly := func(t *testing.T) *fixture {
+		logPath := t.TempDir() + "/modern.log"
+		return newFixture(t, fixtureOpts{
+			scope: func(s *schema.Scope) {
+				s.ToolAllowlist = []string{"ask_all_servers"}
+				s.ToolClasses = map[string]string{"ask_all_servers": "read"}
+			},
+			upstream: func(t testing.TB) *procUpstream {
+				return startScripted(t, modernOnlyEnv+"="+logPath, modernOnlyCode+"=-32022")
+			},
+		})
+	}
+	t.Run("legacy client", func(t *testing.T) {
+		c := modernOnly(t).client
+		if res := c.call("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"sampling": map[string]any{}}, "clientInfo": map[string]string{"name": "test", "version": "1"}}); res.Error != nil {
+			t.Fatal(res.Error)
+		}
+		c.notify("notifications/initialized", nil)
+		answer := c.start("tools/call", map[string]any{"name": "ask_all_servers", "arguments": map[string]any{}})
+		req := c.nextRequest("sampling/createMessage")
+		if !strings.Contains(string(req.Params), `"includeContext":"thisServer"`) {
+			t.Fatalf("the client was asked %s", req.Params)
+		}
+		c.reply(req, map[string]any{"model": "m", "role": "assistant", "content": map[string]any{"type": "text", "text": "hi"}})
+		if r := decodeTool(t, c.wait(answer)); r.IsError || !strings.Contains(r.text(), "MODERN") {
+			t.Fatalf("ask_all_servers = %+v", r)
+		}
+	})
+	t.Run("modern client", func(t *testing.T) {
+		c := modernOnly(t).client
+		m := c.call("tools/call", map[string]any{"name": "ask_all_servers", "arguments": map[string]any{}, "_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{"sampling": map[string]any{}}}})
+		var r struct {
+			ResultType    string `json:"resultType"`
+			InputRequests map[string]struct {
+				Params struct {
+					IncludeContext string `json:"includeContext"`
+				} `json:"params"`
+			} `json:"inputRequests"`
+		}
+		if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || r.ResultType != "input_required" || r.InputRequests["s"].Params.IncludeContext != "thisServer" {
+			t.Fatalf("the round = %+v %s", m.Error, m.Result)
+		}
+	})
+}
