@@ -141,7 +141,7 @@ func do(r Request) (string, error) {
 	case "link":
 		return "", os.Link(r.Path, r.To)
 	case "chmod":
-		return "", os.Chmod(r.Path, 0o777)
+		return "", os.Chmod(r.Path, 0o755)
 	case "exec":
 		out, err := exec.Command(r.Path, r.Args...).CombinedOutput()
 		return string(out), unwrapExec(err)
