@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -168,4 +172,89 @@ func aclOf(mode uint32) []byte {
 		b = binary.LittleEndian.AppendUint32(b, undefinedID)
 	}
 	return b
+}
+
+// modeOps: ways to a world-writable entry in a write scope. Each sets the
+// umask to Mode first (0: the attacker's), creates, and answers the mode
+// the kernel gave, in octal.
+var modeOps = map[string]op{
+	// umask(Mode), then by N: mkdir(Path, 0777) (0), open(Path, O_CREAT,
+	// 0666) (1), mknod(Path, S_IFIFO|0666) (2), an O_TMPFILE 0666 in the
+	// directory Path linked as To (3).
+	"umask_create": func(r Request) (string, error) {
+		unix.Umask(int(r.Mode))
+		name := r.Path
+		switch r.N {
+		case 0:
+			if err := unix.Mkdir(r.Path, 0o777); err != nil {
+				return "", err
+			}
+		case 1:
+			fd, err := unix.Open(r.Path, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o666)
+			if err != nil {
+				return "", err
+			}
+			unix.Close(fd)
+		case 2:
+			if err := unix.Mknod(r.Path, unix.S_IFIFO|0o666, 0); err != nil {
+				return "", err
+			}
+		default:
+			fd, err := unix.Open(r.Path, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o666)
+			if err != nil {
+				return "", err
+			}
+			defer unix.Close(fd)
+			if err := unix.Linkat(fd, "", unix.AT_FDCWD, r.To, unix.AT_EMPTY_PATH); err != nil {
+				return "", err
+			}
+			name = r.To
+		}
+		return lmodeOf(name)
+	},
+	// old = umask(0); umask(old): how programs read their umask. Data is
+	// "old final", final as /proc/self/status tells it.
+	"umask_read": func(r Request) (string, error) {
+		old := unix.Umask(0)
+		unix.Umask(old)
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return "", err
+		}
+		final := "?"
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Umask:"); ok {
+				final = strings.TrimSpace(v)
+			}
+		}
+		return fmt.Sprintf("%o %s", old, final), nil
+	},
+	// fchmod(Mode) on an O_PATH descriptor of Path.
+	"fchmod_opath": func(r Request) (string, error) {
+		return "", withFD(r.Path, unix.O_PATH, func(fd int) error { return unix.Fchmod(fd, r.Mode) })
+	},
+	// A file made in $TMPDIR (umask 0, mode 0666, then fchmod Mode), renamed
+	// to To: the mode it arrives with.
+	"tmpdir_rename": func(r Request) (string, error) {
+		unix.Umask(0)
+		from := filepath.Join(os.Getenv("TMPDIR"), "mcpwarden-ww")
+		fd, err := unix.Open(from, unix.O_CREAT|unix.O_TRUNC|unix.O_WRONLY|unix.O_CLOEXEC, 0o666)
+		if err != nil {
+			return "", fmt.Errorf("create in TMPDIR: %w", err)
+		}
+		_ = unix.Fchmod(fd, r.Mode)
+		unix.Close(fd)
+		if err := unix.Rename(from, r.To); err != nil {
+			return "", err
+		}
+		return lmodeOf(r.To)
+	},
+}
+
+func lmodeOf(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return "", err
+	}
+	return strconv.FormatUint(uint64(st.Mode&0o7777), 8), nil
 }

@@ -31,6 +31,10 @@ func apply(s *Spec, pre *prepared) *Status {
 	if err := setLimits(s.Limits); err != nil {
 		return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()}
 	}
+	// Others never get write through a creation mode: S_IWOTH joins the
+	// inherited umask, and the seccomp filter answers a umask() that would
+	// clear it without running it (as the C exec stage does).
+	unix.Umask(unix.Umask(0) | unix.S_IWOTH)
 	if s.DropCaps {
 		if err := dropBoundingSet(); err != nil {
 			return &Status{Stage: StagePrivs, Errno: errnoOf(err), Message: err.Error()}

@@ -203,6 +203,11 @@ static int apply(const struct handover *h)
 		signal(SIGXFSZ, SIG_IGN);
 	}
 	int rc;
+	/* Others never get write through a creation mode: S_IWOTH joins the
+	 * inherited umask (022 or 077 stay as they are, 0 or 020 gain it), and
+	 * the seccomp filter answers a umask() that would clear it without
+	 * running it. */
+	umask(umask(0) | S_IWOTH);
 	if ((h->flags & HO_F_DROP_CAPS) && (rc = drop_bounding()) != 0)
 		return rc;
 	if ((h->flags & HO_F_IDENTITY) && (rc = become(h->uid, h->gid)) != 0)

@@ -83,6 +83,9 @@ const (
 	enomem     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOMEM))
 	einval     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EINVAL))
 	enotty     = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOTTY))
+	// retZero answers a call without running it: SECCOMP_RET_ERRNO with
+	// data 0 makes the syscall return 0.
+	retZero = Action(unix.SECCOMP_RET_ERRNO)
 )
 
 // Default is what a syscall outside the allowlist gets.
@@ -149,6 +152,7 @@ const (
 	CheckWhiteout      = "no-whiteout"           // renameat2 RENAME_WHITEOUT: a device node left in the workspace
 	CheckBind          = "bind-needs-grant"      // bind() without a network grant: netlink addresses only
 	CheckLandlockLogs  = "landlock-records-stay" // landlock_restrict_self may not turn off denial records
+	CheckOthersWrite   = "no-others-write"       // chmod family with S_IWOTH (or set-id bits); umask clearing S_IWOTH
 )
 
 // ioctl requests refused whatever the scope.
@@ -202,6 +206,9 @@ const (
 
 const (
 	setIDBits = unix.S_ISUID | unix.S_ISGID
+	// othersWrite is S_IWOTH: a mode with it lets every local user write
+	// where the scope granted only the server.
+	othersWrite = unix.S_IWOTH
 	// cloneNS is every CLONE_NEW* flag clone() takes (CLONE_NEWTIME shares
 	// its bit with the exit signal there and is only valid for unshare).
 	cloneNS   = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
@@ -224,7 +231,7 @@ var allowed = []string{
 	"getdents", "getdents64", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat",
 	"link", "linkat", "symlink", "symlinkat", "truncate", "ftruncate", "fallocate", "fsync", "fdatasync", "sync",
 	"syncfs", "sync_file_range", "flock", "fadvise64", "readahead", "copy_file_range", "sendfile", "splice", "tee",
-	"vmsplice", "umask", "name_to_handle_at", "fgetxattr", "flistxattr", "cachestat", "pipe", "pipe2",
+	"vmsplice", "name_to_handle_at", "fgetxattr", "flistxattr", "cachestat", "pipe", "pipe2",
 	"inotify_rm_watch",
 	// memory (mmap/mprotect with PROT_EXEC stay: JIT runtimes need them)
 	"brk", "munmap", "mremap", "mprotect", "madvise", "mincore", "msync", "mlock", "mlock2", "mlockall",
@@ -330,6 +337,18 @@ var fixed = []group{
 	{[]string{"landlock_restrict_self"}, Rule{Check: CheckLandlockLogs, Else: Allow, Clauses: []Clause{
 		{[]Cond{{Arg: 1, Mask: landlockLogOff, Not: true}}, eperm}}}},
 
+	// umask never lets others write. The exec stage starts the server with
+	// S_IWOTH in its mask; a umask() that would clear it is answered 0
+	// without running, so the mask stays and every creation mode (open,
+	// creat, mkdir, mknod, O_TMPFILE) keeps others from writing. Not
+	// EPERM: umask cannot fail, so libc returns -1 as the mask 0o777 and
+	// the usual read of it, old = umask(0); umask(old), would then set
+	// 0o777 (python raises, node rejects the value). Answered 0, that
+	// read sees 0, leaves the mask as it was, and a mode computed from
+	// it with others' write is refused by chmod below.
+	{[]string{"umask"}, Rule{Check: CheckOthersWrite, Else: Allow, Clauses: []Clause{
+		{[]Cond{{Arg: 0, Mask: othersWrite, Value: 0}}, retZero}}}},
+
 	// Code that is not in the runtime (and no huge pages, as above).
 	{[]string{"memfd_create"}, Rule{Check: CheckMemfd, Else: eperm, Clauses: []Clause{
 		{[]Cond{{Arg: 1, Mask: unix.MFD_HUGETLB, Not: true}}, enomem},
@@ -398,9 +417,12 @@ var (
 		Clause{[]Cond{{Arg: 1, Mask: ioctlTypeNrMask, Value: pidfdGetInfo}}, enotty})}
 )
 
-// noSetID refuses a mode argument with S_ISUID or S_ISGID.
-func noSetID(modeArg int) Rule {
-	return Rule{Check: CheckSetID, Else: Allow, Clauses: []Clause{{[]Cond{{Arg: modeArg, Mask: setIDBits, Not: true}}, eperm}}}
+// modeChange refuses a chmod mode with S_ISUID, S_ISGID or S_IWOTH: a
+// set-uid file is a shell for any local user, a mode with others' write
+// opens the workspace (its own directory included) to every local user.
+// Group write stays.
+func modeChange(modeArg int) Rule {
+	return Rule{Check: CheckOthersWrite, Else: Allow, Clauses: []Clause{{[]Cond{{Arg: modeArg, Mask: setIDBits | othersWrite, Not: true}}, eperm}}}
 }
 
 // Rules the options choose between.
@@ -499,18 +521,18 @@ func rules(o Options) []group {
 	// scope's write paths and the private /tmp is read-only (EROFS), and
 	// the rest of the host is not there. By descriptor, besides that, in a
 	// write scope where the server owns no host file (the kernel lets only
-	// the owner change a mode). Set-id bits never.
+	// the owner change a mode). Set-id bits and others' write never.
 	metaPath := []string{"chmod", "fchmodat", "fchmodat2", "utime", "utimes", "futimesat", "utimensat", "fchmod"}
 	switch {
 	case o.MountNamespace:
 		r = append(r,
-			group{[]string{"chmod", "fchmod"}, noSetID(1)},
-			group{[]string{"fchmodat", "fchmodat2"}, noSetID(2)},
+			group{[]string{"chmod", "fchmod"}, modeChange(1)},
+			group{[]string{"fchmodat", "fchmodat2"}, modeChange(2)},
 			group{metaPath[3:7], Rule{Check: CheckMetadata, Else: Allow}},
 			group{xattrReads, Rule{Check: CheckMetadata, Else: Allow}})
 	case o.WriteScope && o.DedicatedUID:
 		r = append(r,
-			group{[]string{"fchmod"}, noSetID(1)},
+			group{[]string{"fchmod"}, modeChange(1)},
 			group{[]string{"utimensat"}, Rule{Check: CheckMetadata, Else: eperm, Clauses: []Clause{
 				{[]Cond{{Arg: 1}, {Arg: 1, High: true}}, Allow}}}},
 			group{metaPath[:6], Rule{Check: CheckMetadata, Else: eperm}},

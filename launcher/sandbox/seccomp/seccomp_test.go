@@ -238,6 +238,16 @@ func TestFilterDecisions(t *testing.T) {
 		{"fchmod setuid (owned)", writeOwn, sys("fchmod", 3, 0o4755), eperm},
 		{"fchmod setgid (owned)", writeOwn, sys("fchmod", 3, 0o2755), eperm},
 		{"fchmod plain (owned)", writeOwn, sys("fchmod", 3, 0o644), Allow},
+		{"fchmod group write (owned)", writeOwn, sys("fchmod", 3, 0o775), Allow},
+		{"fchmod others write (owned)", writeOwn, sys("fchmod", 3, 0o777), eperm},
+		{"fchmod sticky others write (owned)", writeOwn, sys("fchmod", 3, 0o1777), eperm},
+		{"fchmod others write only, high bits (owned)", writeOwn, sys("fchmod", 3, hi|0o002), eperm},
+		{"umask 0", strict, sys("umask", 0), retZero},
+		{"umask 0o020 (others may write)", writeOwn, sys("umask", 0o020), retZero},
+		{"umask 0o775 with high bits", strict, sys("umask", hi|0o775), retZero},
+		{"umask 0o022", strict, sys("umask", 0o022), Allow},
+		{"umask 0o002", writeOwn, sys("umask", 0o002), Allow},
+		{"umask 0o077", strict, sys("umask", 0o077), Allow},
 
 		// metadata
 		{"chmod path", writeOwn, sys("chmod", ptr, 0o644), eperm},
@@ -323,6 +333,12 @@ func TestFilterDecisions(t *testing.T) {
 		{"fchmodat setgid in the minimal root", layered, sys("fchmodat", cwd, ptr, 0o2755), eperm},
 		{"fchmodat2 setuid in the minimal root", layered, sys("fchmodat2", 3, ptr, 0o4755, 0), eperm},
 		{"fchmod setuid in the minimal root", layered, sys("fchmod", 3, 0o4755), eperm},
+		{"chmod 0777 in the minimal root", layered, sys("chmod", ptr, 0o777), eperm},
+		{"chmod 1777 in the minimal root", layered, sys("chmod", ptr, 0o1777), eperm},
+		{"chmod 0775 in the minimal root", layered, sys("chmod", ptr, 0o775), Allow},
+		{"fchmodat 0666 in the minimal root", layered, sys("fchmodat", cwd, ptr, 0o666), eperm},
+		{"fchmodat2 0002 in the minimal root", layered, sys("fchmodat2", 3, ptr, 0o002, unix.AT_EMPTY_PATH), eperm},
+		{"fchmod 0777 in the minimal root", layered, sys("fchmod", 3, 0o777), eperm},
 		{"utimensat path in the minimal root", layered, sys("utimensat", cwd, ptr, ptr, 0), Allow},
 		{"utimes in the minimal root", layered, sys("utimes", ptr, ptr), Allow},
 		{"getxattr in the minimal root", layered, sys("getxattr", ptr, ptr, ptr, 64), Allow},
@@ -707,7 +723,7 @@ func FuzzFilter(f *testing.F) {
 			t.Fatalf("%s allowed", name)
 		case "chmod", "fchmodat", "fchmodat2":
 			mode := map[string]uint64{"chmod": a1, "fchmodat": a2, "fchmodat2": a2}[name]
-			if !o.MountNamespace || lo(mode)&setIDBits != 0 {
+			if !o.MountNamespace || lo(mode)&(setIDBits|othersWrite) != 0 {
 				t.Fatalf("%s mode %#o allowed with %+v", name, mode, o)
 			}
 		case "utimes", "utime", "futimesat", "getxattr", "lgetxattr", "listxattr", "llistxattr", "getxattrat", "listxattrat":
@@ -748,7 +764,7 @@ func FuzzFilter(f *testing.F) {
 				t.Fatalf("%s with mode %#o allowed", name, mode)
 			}
 		case "fchmod":
-			if !(o.MountNamespace || o.WriteScope && o.DedicatedUID) || lo(a1)&setIDBits != 0 {
+			if !(o.MountNamespace || o.WriteScope && o.DedicatedUID) || lo(a1)&(setIDBits|othersWrite) != 0 {
 				t.Fatalf("fchmod %#o allowed with %+v", a1, o)
 			}
 		case "utimensat":
@@ -815,6 +831,10 @@ func FuzzFilter(f *testing.F) {
 		case "landlock_restrict_self":
 			if lo(a1)&landlockLogOff != 0 {
 				t.Fatalf("landlock_restrict_self flags %#x allowed: a nested domain would hide its denials", lo(a1))
+			}
+		case "umask":
+			if lo(a0)&othersWrite == 0 {
+				t.Fatalf("umask %#o ran: the server could let others write what it creates", lo(a0))
 			}
 		case "renameat2":
 			if lo(a4)&unix.RENAME_WHITEOUT != 0 {
