@@ -55,6 +55,35 @@ func TestMain(m *testing.M) {
 	os.Exit(pintest.Main(m))
 }
 
+// cloneParentExec starts path with arg in a process made by
+// clone(CLONE_PARENT), which execs at once (nothing but raw system calls
+// between the clone and the exec, as syscall.forkExec does).
+func cloneParentExec(path, arg string) error {
+	p, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return err
+	}
+	argv, err := syscall.SlicePtrFromStrings([]string{path, arg})
+	if err != nil {
+		return err
+	}
+	envv, err := syscall.SlicePtrFromStrings(nil)
+	if err != nil {
+		return err
+	}
+	syscall.ForkLock.Lock()
+	pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.CLONE_PARENT|syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if errno == 0 && pid == 0 {
+		syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 127, 0, 0)
+	}
+	syscall.ForkLock.Unlock()
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
 func child(mode, ws, out string) int {
 	if mode == "prefork" {
 		return prefork(ws, out)
@@ -121,6 +150,20 @@ func child(mode, ws, out string) int {
 		err := syscall.Exec("/bin/cat", []string{"cat", filepath.Join(ws, "child.txt")}, os.Environ())
 		fmt.Fprintln(os.Stderr, "exec cat:", err)
 		return 22
+	case "setsid":
+		// A new session and a double fork: the reader is reparented away
+		// from the run's tree before it reads.
+		script := `( sleep 0.2; exec /bin/cat "$1" ) & exit 0`
+		if err := exec.Command("/usr/bin/setsid", "/bin/sh", "-c", script, "sh", filepath.Join(ws, "child.txt")).Run(); err != nil {
+			return 23
+		}
+	case "cloneparent":
+		// clone(CLONE_PARENT): the reader is born the root's sibling, a
+		// child of the (unwatched) process that started the root.
+		if err := cloneParentExec("/bin/cat", filepath.Join(ws, "child.txt")); err != nil {
+			fmt.Fprintln(os.Stderr, "clone:", err)
+			return 24
+		}
 	case "iouring":
 		var params [120]byte
 		fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
@@ -449,6 +492,20 @@ func TestDaemonObservesRuns(t *testing.T) {
 			t.Errorf("child's open attributed to pid %d comm %q (root %d)", e.FileOp.PID, e.FileOp.Comm, pid)
 		}
 	})
+
+	// A process that leaves the run's tree (a new session after a double
+	// fork; clone with CLONE_PARENT, which makes it a child of the root's
+	// unwatched parent) is still the run's: the probes watch the child of
+	// every fork made by a watched task, whoever becomes its parent.
+	for _, mode := range []string{"setsid", "cloneparent"} {
+		t.Run("a reader that leaves the tree: "+mode, func(t *testing.T) {
+			pid, runID := h.run(mode, schema.ModeEnforce, true)
+			e := h.sink.waitFor(t, mode+" read", h.fileOp(runID, filepath.Join(h.ws, "child.txt"), classify.Allowed))
+			if e.FileOp.PID == pid || e.FileOp.Comm != "cat" {
+				t.Errorf("the reader's open attributed to pid %d comm %q (root %d)", e.FileOp.PID, e.FileOp.Comm, pid)
+			}
+		})
+	}
 
 	t.Run("io_uring_setup is a finding", func(t *testing.T) {
 		_, runID := h.run("iouring", schema.ModeEnforce, true)
