@@ -91,6 +91,8 @@ func TestMain(m *testing.M) {
 		}
 		fmt.Println(made, err)
 		time.Sleep(time.Hour)
+	case "dial":
+		dialAll(os.Args[2:])
 	case "hog":
 		n, _ := strconv.Atoi(os.Args[len(os.Args)-1])
 		var keep [][]byte

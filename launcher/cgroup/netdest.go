@@ -1,0 +1,280 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The link-local destination filter: four cgroup/sock_addr BPF programs
+// (connect4, connect6, sendmsg4, sendmsg6) attached to the run's cgroup2
+// group, which refuse (EPERM) a connect() or an unconnected UDP sendmsg()
+// to 169.254.0.0/16, fe80::/10, fd00:ec2::254 (the cloud instance metadata
+// service's addresses) and ::ffff:169.254.0.0/112 (the IPv4-mapped form).
+// Everything else is left to Landlock's port rules. A run with a network
+// grant has the host's network; this takes the link-local part of it away.
+//
+// The instructions are assembled here (a dozen each), so that the launcher
+// does not link an eBPF library. BPF_F_ALLOW_MULTI: the programs of the
+// launcher's own cgroup still run, and nothing attached below the run's
+// group can override these (every program must allow).
+
+// eBPF instruction encoding (linux/bpf.h, linux/bpf_common.h).
+const (
+	bpfLDX   = 0x01
+	bpfALU   = 0x04 // 32-bit: w registers
+	bpfJMP   = 0x05
+	bpfJMP32 = 0x06
+	bpfALU64 = 0x07
+	bpfW     = 0x00
+	bpfMEM   = 0x60
+	bpfK     = 0x00
+	bpfX     = 0x08
+	bpfAND   = 0x50
+	bpfMOV   = 0xb0
+	bpfJA    = 0x00
+	bpfJEQ   = 0x10
+	bpfJNE   = 0x50
+	bpfEXIT  = 0x90
+
+	bpfFAllowMulti = 0x2
+)
+
+// insn is one eBPF instruction as the kernel reads it.
+type insn struct {
+	Op   uint8
+	Regs uint8 // dst in the low nibble, src in the high one
+	Off  int16
+	Imm  int32
+}
+
+// The fields of struct bpf_sock_addr the programs read.
+const (
+	offUserIP4 = 4 // __u32, network byte order
+	offUserIP6 = 8 // __u32[4], network byte order
+)
+
+// be32 is the 32-bit value a 4-byte load of the bytes b gives on this host:
+// the context's addresses are in network byte order, so comparisons are
+// made against the same bytes read the host's way.
+func be32(b0, b1, b2, b3 byte) int32 {
+	return int32(*(*uint32)(unsafe.Pointer(&[4]byte{b0, b1, b2, b3})))
+}
+
+// asm assembles a program with named jump targets.
+type asm struct {
+	out    []insn
+	labels map[string]int
+	fixups map[int]string // instruction index → target label
+}
+
+func newAsm() *asm { return &asm{labels: map[string]int{}, fixups: map[int]string{}} }
+
+func (a *asm) label(name string) { a.labels[name] = len(a.out) }
+
+// load32: dst = *(u32 *)(r1 + off).
+func (a *asm) load32(dst uint8, off int16) {
+	a.out = append(a.out, insn{Op: bpfLDX | bpfMEM | bpfW, Regs: dst | 1<<4, Off: off})
+}
+
+// and32: wdst &= imm.
+func (a *asm) and32(dst uint8, imm int32) {
+	a.out = append(a.out, insn{Op: bpfALU | bpfAND | bpfK, Regs: dst, Imm: imm})
+}
+
+// mov: dst = src (64-bit).
+func (a *asm) mov(dst, src uint8) {
+	a.out = append(a.out, insn{Op: bpfALU64 | bpfMOV | bpfX, Regs: dst | src<<4})
+}
+
+// movImm: dst = imm.
+func (a *asm) movImm(dst uint8, imm int32) {
+	a.out = append(a.out, insn{Op: bpfALU64 | bpfMOV | bpfK, Regs: dst, Imm: imm})
+}
+
+// jmp32: if wdst <op> imm goto target.
+func (a *asm) jmp32(op uint8, dst uint8, imm int32, target string) {
+	a.fixups[len(a.out)] = target
+	a.out = append(a.out, insn{Op: bpfJMP32 | op | bpfK, Regs: dst, Imm: imm})
+}
+
+func (a *asm) jump(target string) {
+	a.fixups[len(a.out)] = target
+	a.out = append(a.out, insn{Op: bpfJMP | bpfJA})
+}
+
+func (a *asm) exit() { a.out = append(a.out, insn{Op: bpfJMP | bpfEXIT}) }
+
+// verdicts ends the program: "allow" returns 1, "deny" 0 (EPERM).
+func (a *asm) verdicts() []insn {
+	a.label("allow")
+	a.movImm(0, 1)
+	a.exit()
+	a.label("deny")
+	a.movImm(0, 0)
+	a.exit()
+	for i, l := range a.fixups {
+		t, ok := a.labels[l]
+		if !ok {
+			panic("netdest: no label " + l)
+		}
+		a.out[i].Off = int16(t - i - 1)
+	}
+	return a.out
+}
+
+// inet4Prog refuses 169.254.0.0/16.
+func inet4Prog() []insn {
+	a := newAsm()
+	a.load32(2, offUserIP4)
+	a.and32(2, be32(0xff, 0xff, 0, 0))
+	a.jmp32(bpfJEQ, 2, be32(169, 254, 0, 0), "deny")
+	a.jump("allow")
+	return a.verdicts()
+}
+
+// inet6Prog refuses fe80::/10, fd00:ec2::254 and ::ffff:169.254.0.0/112.
+func inet6Prog() []insn {
+	a := newAsm()
+	a.load32(2, offUserIP6)
+	a.mov(3, 2)
+	a.and32(3, be32(0xff, 0xc0, 0, 0))
+	a.jmp32(bpfJEQ, 3, be32(0xfe, 0x80, 0, 0), "deny")
+	// fd00:ec2::254
+	a.jmp32(bpfJNE, 2, be32(0xfd, 0x00, 0x0e, 0xc2), "mapped")
+	a.load32(3, offUserIP6+4)
+	a.jmp32(bpfJNE, 3, 0, "allow")
+	a.load32(3, offUserIP6+8)
+	a.jmp32(bpfJNE, 3, 0, "allow")
+	a.load32(3, offUserIP6+12)
+	a.jmp32(bpfJEQ, 3, be32(0, 0, 0x02, 0x54), "deny")
+	a.jump("allow")
+	// ::ffff:169.254.0.0/112
+	a.label("mapped")
+	a.jmp32(bpfJNE, 2, 0, "allow")
+	a.load32(3, offUserIP6+4)
+	a.jmp32(bpfJNE, 3, 0, "allow")
+	a.load32(3, offUserIP6+8)
+	a.jmp32(bpfJNE, 3, be32(0, 0, 0xff, 0xff), "allow")
+	a.load32(3, offUserIP6+12)
+	a.and32(3, be32(0xff, 0xff, 0, 0))
+	a.jmp32(bpfJEQ, 3, be32(169, 254, 0, 0), "deny")
+	a.jump("allow")
+	return a.verdicts()
+}
+
+// netDestProgs are the programs and where each is attached.
+var netDestProgs = []struct {
+	attach uint32
+	prog   func() []insn
+}{
+	{unix.BPF_CGROUP_INET4_CONNECT, inet4Prog},
+	{unix.BPF_CGROUP_INET6_CONNECT, inet6Prog},
+	{unix.BPF_CGROUP_UDP4_SENDMSG, inet4Prog},
+	{unix.BPF_CGROUP_UDP6_SENDMSG, inet6Prog},
+}
+
+// ErrNoNetFilter is wrapped by every failure to put the filter in place.
+var ErrNoNetFilter = errors.New("cannot refuse link-local destinations (cloud metadata service)")
+
+// loadProg loads one cgroup/sock_addr program for attach type at.
+func loadProg(prog []insn, at uint32) (int, error) {
+	license := []byte("GPL\x00")
+	logBuf := make([]byte, 4096)
+	attr := struct {
+		progType, insnCnt   uint32
+		insns, license      uint64
+		logLevel, logSize   uint32
+		logBuf              uint64
+		kernVersion, flags  uint32
+		name                [16]byte
+		ifindex, expectedAT uint32
+	}{
+		progType: unix.BPF_PROG_TYPE_CGROUP_SOCK_ADDR, insnCnt: uint32(len(prog)),
+		insns: uint64(uintptr(unsafe.Pointer(&prog[0]))), license: uint64(uintptr(unsafe.Pointer(&license[0]))),
+		logLevel: 1, logSize: uint32(len(logBuf)), logBuf: uint64(uintptr(unsafe.Pointer(&logBuf[0]))),
+		expectedAT: at,
+	}
+	copy(attr.name[:], "mcpw_netdest")
+	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(prog)
+	runtime.KeepAlive(license)
+	runtime.KeepAlive(logBuf)
+	if errno != 0 {
+		if n := cstrLen(logBuf); n > 0 && errno == unix.EACCES {
+			return -1, fmt.Errorf("BPF_PROG_LOAD: %w (verifier: %s)", errno, logBuf[:n])
+		}
+		return -1, fmt.Errorf("BPF_PROG_LOAD: %w", errno)
+	}
+	return int(fd), nil
+}
+
+func cstrLen(b []byte) int {
+	for i, c := range b {
+		if c == 0 {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// attachProg attaches prog to the cgroup open at cgFD.
+func attachProg(cgFD, prog int, at uint32) error {
+	attr := struct{ target, bpfFD, attachType, flags, replace uint32 }{
+		target: uint32(cgFD), bpfFD: uint32(prog), attachType: at, flags: bpfFAllowMulti,
+	}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_ATTACH, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	if errno != 0 {
+		return fmt.Errorf("BPF_PROG_ATTACH: %w", errno)
+	}
+	return nil
+}
+
+// denyLinkLocal attaches the filter to the cgroup2 directory dir. The
+// kernel keeps the programs for as long as the group exists; nothing is
+// left to close.
+func denyLinkLocal(dir string) error {
+	cg, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: open the run's cgroup2 group: %w", ErrNoNetFilter, err)
+	}
+	defer unix.Close(cg)
+	for _, p := range netDestProgs {
+		fd, err := loadProg(p.prog(), p.attach)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrNoNetFilter, err)
+		}
+		err = attachProg(cg, fd, p.attach)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrNoNetFilter, err)
+		}
+	}
+	return nil
+}
+
+// DenyLinkLocal puts the link-local destination filter on the group. It
+// needs the group's cgroup2 directory and CAP_BPF (root); an error says
+// which is missing, and the run must then say that the filter is off.
+func (g *Group) DenyLinkLocal() error {
+	if g == nil || g.v2 == "" {
+		return fmt.Errorf("%w: the run has no cgroup2 group (cgroup v2 is not mounted, or --cgroup=false)", ErrNoNetFilter)
+	}
+	return denyLinkLocal(g.v2)
+}
+
+// ProbeLinkLocal loads the filter's programs without attaching them: nil
+// when this process could put the filter on a run's cgroup2 group.
+func ProbeLinkLocal() error {
+	for _, p := range netDestProgs {
+		fd, err := loadProg(p.prog(), p.attach)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrNoNetFilter, err)
+		}
+		unix.Close(fd)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package cgroup
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+// TestNetDestInstructions pins the filter's programs instruction by
+// instruction (the kernel test, TestDenyLinkLocal, shows what they do).
+func TestNetDestInstructions(t *testing.T) {
+	// The constants are the addresses' bytes read the host's way.
+	le := func(b ...byte) int32 { return int32(binary.NativeEndian.Uint32(b)) }
+	ld := func(dst uint8, off int16) insn { return insn{Op: 0x61, Regs: dst | 1<<4, Off: off} }
+	and := func(dst uint8, imm int32) insn { return insn{Op: 0x54, Regs: dst, Imm: imm} }
+	jeq := func(dst uint8, imm int32, off int16) insn { return insn{Op: 0x16, Regs: dst, Imm: imm, Off: off} }
+	jne := func(dst uint8, imm int32, off int16) insn { return insn{Op: 0x56, Regs: dst, Imm: imm, Off: off} }
+	ja := func(off int16) insn { return insn{Op: 0x05, Off: off} }
+	ret := func(v int32) []insn { return []insn{{Op: 0xb7, Imm: v}, {Op: 0x95}} }
+	verdicts := append(ret(1), ret(0)...)
+	tests := []struct {
+		name string
+		got  []insn
+		want []insn
+	}{
+		{"inet4", inet4Prog(), append([]insn{
+			ld(2, 4),                      // w2 = user_ip4
+			and(2, le(0xff, 0xff, 0, 0)),  // /16
+			jeq(2, le(169, 254, 0, 0), 3), // 169.254/16: deny
+			ja(0),                         // allow
+		}, verdicts...)},
+		{"inet6", inet6Prog(), append([]insn{
+			ld(2, 8),                              // w2 = user_ip6[0]
+			{Op: 0xbf, Regs: 3 | 2<<4},            // r3 = r2
+			and(3, le(0xff, 0xc0, 0, 0)),          // /10
+			jeq(3, le(0xfe, 0x80, 0, 0), 19),      // fe80::/10: deny
+			jne(2, le(0xfd, 0x00, 0x0e, 0xc2), 7), // not fd00:ec2:: → mapped
+			ld(3, 12), jne(3, 0, 14),
+			ld(3, 16), jne(3, 0, 12),
+			ld(3, 20), jeq(3, le(0, 0, 2, 0x54), 12), // fd00:ec2::254: deny
+			ja(9),
+			jne(2, 0, 8), // mapped: ::ffff:169.254.0.0/112
+			ld(3, 12), jne(3, 0, 6),
+			ld(3, 16), jne(3, le(0, 0, 0xff, 0xff), 4),
+			ld(3, 20), and(3, le(0xff, 0xff, 0, 0)), jeq(3, le(169, 254, 0, 0), 3),
+			ja(0),
+		}, verdicts...)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.got) != len(tc.want) {
+				t.Fatalf("%d instructions, want %d:\n%+v", len(tc.got), len(tc.want), tc.got)
+			}
+			for i := range tc.want {
+				if tc.got[i] != tc.want[i] {
+					t.Errorf("instruction %d: %+v, want %+v", i, tc.got[i], tc.want[i])
+				}
+			}
+		})
+	}
+	if len(netDestProgs) != 4 {
+		t.Fatalf("%d programs, want connect4, connect6, sendmsg4, sendmsg6", len(netDestProgs))
+	}
+}
