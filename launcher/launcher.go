@@ -167,6 +167,7 @@ type Launcher struct {
 	// requireProcs, requireMemory: the run is refused when that limit cannot be enforced.
 	requireProcs, requireMemory bool
 	lifeLayer                   *schema.Layer  // the cgroup layer, once the run's cgroup exists
+	netDest                     string         // the netns layer's reason with a network grant (netdest.go); "" before the filter was tried
 	identity                    serverIdentity // set by Identified
 	cgroupFiles                 []string       // the limit files of the run's own cgroup, granted read-only
 	// pidNamespace: the server runs under the init of a new pid namespace

@@ -65,6 +65,16 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		}
 	})
 	defer closeLife()
+	// With a network grant, the run's group refuses link-local
+	// destinations before anything of the server can run in it.
+	if err := l.denyLinkLocal(lf); err != nil {
+		// The refusal's record names the layers, which need the ruleset.
+		_, _ = l.resolve("")
+		if perr := l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitRefusedKernel)); perr != nil {
+			return fmt.Errorf("%w (and: %v)", err, perr)
+		}
+		return err
+	}
 	// The helper is started (a clone into the run's namespaces and cgroup,
 	// then its exec: the forking thread waits for that) while this
 	// goroutine makes the run's private temp dir, resolves the server's
@@ -266,6 +276,9 @@ func (l *Launcher) layers() []schema.Layer {
 	}
 	out := []schema.Layer{l.landlockLayer(), SeccompLayer(l.cfg.Mode, SeccompOptions(l.cfg.Scope, l.base))}
 	out = append(out, l.iso.layers()...)
+	if l.netDest != "" {
+		netDestLayer(out, l.netDest)
+	}
 	if l.lifeLayer != nil {
 		out = append(out, *l.lifeLayer)
 	}

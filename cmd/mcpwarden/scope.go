@@ -122,6 +122,9 @@ func (r *scopeReport) addLayers(cfg launcher.Config) (int, error) {
 		}
 		return cli.ExitInternal, err
 	}
+	if err := launcher.ProbeNetDest(cfg, ns); err != nil {
+		return cli.ExitKernel, err
+	}
 	cg := schema.Layer{Name: schema.LayerCgroup, State: schema.LayerState(r.Limits.Cgroup.State), Reason: r.Limits.Cgroup.Token}
 	r.Layers = append(append([]schema.Layer{ll, sc}, ns...), cg)
 	return cli.ExitOK, nil
