@@ -140,8 +140,18 @@ func TestNetworkGrantWithoutLinkLocalFilter(t *testing.T) {
 		}
 	}
 
+	// scope check says the same, and refuses as the run would.
+	code, out, stderr := runCLI(t, b.Mcpwarden, w.base, "scope", "check", scope, "--base", w.base, "--cgroup=false")
+	if code != 0 || !strings.Contains(out, "netns     off       "+off) {
+		t.Errorf("scope check --cgroup=false: exit %d (%s):\n%s", code, stderr, out)
+	}
+	code, _, stderr = runCLI(t, b.Mcpwarden, w.base, "scope", "check", scope, "--base", w.base, "--cgroup=false", "--require-namespaces")
+	if code != 69 || !strings.Contains(stderr, "link-local") {
+		t.Errorf("scope check --cgroup=false --require-namespaces: exit %d (%s), want 69", code, stderr)
+	}
+
 	log = filepath.Join(t.TempDir(), "audit.jsonl")
-	code, _, stderr := runCLI(t, b.Mcpwarden, w.base, "run", fencetest.RelayFlag, "--scope", scope, "--base", w.base, "--audit-log", log,
+	code, _, stderr = runCLI(t, b.Mcpwarden, w.base, "run", fencetest.RelayFlag, "--scope", scope, "--base", w.base, "--audit-log", log,
 		"--cgroup=false", "--require-namespaces", "--", b.Naive)
 	if code != 69 || !strings.Contains(stderr, "link-local") {
 		t.Fatalf("exit %d (%s), want 69 naming the link-local filter", code, stderr)

@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
@@ -91,7 +90,7 @@ func ProbeNetDest(cfg Config, layers []schema.Layer) error {
 	}
 	err := cgroup.ProbeLinkLocal()
 	if noV2 && err == nil {
-		err = errors.New("no cgroup2 group for the run (cgroup v2 is not mounted, or --cgroup=false)")
+		err = fmt.Errorf("%w: no cgroup2 group for the run (cgroup v2 is not mounted, or --cgroup=false)", cgroup.ErrNoNetFilter)
 	}
 	netDestLayer(layers, netDestReason(err, noV2))
 	if err != nil && (cfg.RequireNamespaces || cfg.Scope.RequireIsolation) {

@@ -122,6 +122,9 @@ func (r *scopeReport) addLayers(cfg launcher.Config) (int, error) {
 		}
 		return cli.ExitInternal, err
 	}
+	// The destination filter lives on the run's cgroup2 group: none
+	// without a group (--cgroup=false, no cgroup writable here).
+	cfg.NoCgroup = r.Limits.Cgroup.State == cgroup.Off
 	if err := launcher.ProbeNetDest(cfg, ns); err != nil {
 		return cli.ExitKernel, err
 	}
