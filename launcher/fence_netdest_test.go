@@ -17,8 +17,8 @@ import (
 )
 
 // linkLocalNet is a network namespace made by the test: loopback, and a
-// 169.254.99.1/16, fe80::99 and fd00:ec2::254 (the
-// metadata service's v6 address) on its loopback (this kernel has no dummy
+// 169.254.99.1/16, fe80::99, fd00:ec2::254 (the
+// metadata service's v6 address) and 100.100.100.200 (Alibaba Cloud's) on its loopback (this kernel has no dummy
 // interfaces), with one listener on every address of the namespace. The
 // host's network is not touched.
 type linkLocalNet struct {
@@ -41,6 +41,7 @@ func newLinkLocalNet(t *testing.T) *linkLocalNet {
 	ip("-n", n.name, "addr", "add", "169.254.99.1/16", "dev", "lo")
 	ip("-n", n.name, "addr", "add", "fe80::99/64", "dev", "lo", "nodad")
 	ip("-n", n.name, "addr", "add", "fd00:ec2::254/128", "dev", "lo", "nodad")
+	ip("-n", n.name, "addr", "add", "100.100.100.200/32", "dev", "lo")
 	ip("-n", n.name, "link", "set", "lo", "up")
 	// The listener is made on a thread that enters the namespace and is
 	// never given back (it ends with its goroutine).
@@ -103,6 +104,7 @@ func testFenceNetworkGrantLinkLocal(t *testing.T, noNS bool) {
 		{name: "fd00:ec2::254 on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("[fd00:ec2::254]:%d", p)}, errno: eperm, exact: true},
 		{name: "fe80::/10 on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("[fe80::99%%lo]:%d", p)}, errno: eperm, exact: true},
 		{name: "v4-mapped 169.254/16 on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("[::ffff:169.254.99.1]:%d", p)}, errno: eperm, exact: true},
+		{name: "Alibaba Cloud's metadata address on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("100.100.100.200:%d", p)}, errno: eperm, exact: true},
 		{name: "UDP to 169.254/16", req: map[string]any{"op": "udp", "addr": fmt.Sprintf("169.254.99.1:%d", p)}, errno: eperm, exact: true},
 		{name: "UDP to fd00:ec2::254", req: map[string]any{"op": "udp", "addr": fmt.Sprintf("[fd00:ec2::254]:%d", p)}, errno: eperm, exact: true},
 	})

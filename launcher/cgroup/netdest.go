@@ -13,7 +13,8 @@ import (
 // (connect4, connect6, sendmsg4, sendmsg6) attached to the run's cgroup2
 // group, which refuse (EPERM) a connect() or an unconnected UDP sendmsg()
 // to 169.254.0.0/16, fe80::/10, fd00:ec2::254 (the cloud instance metadata
-// service's addresses) and ::ffff:169.254.0.0/112 (the IPv4-mapped form).
+// service's addresses), 100.100.100.200 (Alibaba Cloud's) and their
+// IPv4-mapped forms (::ffff:169.254.0.0/112, ::ffff:100.100.100.200).
 // Everything else is left to Landlock's port rules. A run with a network
 // grant has the host's network; this takes the link-local part of it away.
 //
@@ -126,17 +127,27 @@ func (a *asm) verdicts() []insn {
 	return a.out
 }
 
-// inet4Prog refuses 169.254.0.0/16.
+// denyV4 jumps to deny when wreg, an IPv4 address read the host's way,
+// is refused: 169.254.0.0/16 or 100.100.100.200 (Alibaba Cloud's metadata
+// service). It uses r4.
+func (a *asm) denyV4(reg uint8) {
+	a.mov(4, reg)
+	a.and32(4, be32(0xff, 0xff, 0, 0))
+	a.jmp32(bpfJEQ, 4, be32(169, 254, 0, 0), "deny")
+	a.jmp32(bpfJEQ, reg, be32(100, 100, 100, 200), "deny")
+}
+
+// inet4Prog refuses what denyV4 refuses.
 func inet4Prog() []insn {
 	a := newAsm()
 	a.load32(2, offUserIP4)
-	a.and32(2, be32(0xff, 0xff, 0, 0))
-	a.jmp32(bpfJEQ, 2, be32(169, 254, 0, 0), "deny")
+	a.denyV4(2)
 	a.jump("allow")
 	return a.verdicts()
 }
 
-// inet6Prog refuses fe80::/10, fd00:ec2::254 and ::ffff:169.254.0.0/112.
+// inet6Prog refuses fe80::/10, fd00:ec2::254 and the IPv4-mapped forms
+// (::ffff:a.b.c.d) of what denyV4 refuses.
 func inet6Prog() []insn {
 	a := newAsm()
 	a.load32(2, offUserIP6)
@@ -152,7 +163,7 @@ func inet6Prog() []insn {
 	a.load32(3, offUserIP6+12)
 	a.jmp32(bpfJEQ, 3, be32(0, 0, 0x02, 0x54), "deny")
 	a.jump("allow")
-	// ::ffff:169.254.0.0/112
+	// ::ffff:a.b.c.d
 	a.label("mapped")
 	a.jmp32(bpfJNE, 2, 0, "allow")
 	a.load32(3, offUserIP6+4)
@@ -160,8 +171,7 @@ func inet6Prog() []insn {
 	a.load32(3, offUserIP6+8)
 	a.jmp32(bpfJNE, 3, be32(0, 0, 0xff, 0xff), "allow")
 	a.load32(3, offUserIP6+12)
-	a.and32(3, be32(0xff, 0xff, 0, 0))
-	a.jmp32(bpfJEQ, 3, be32(169, 254, 0, 0), "deny")
+	a.denyV4(3)
 	a.jump("allow")
 	return a.verdicts()
 }

@@ -15,6 +15,7 @@ func TestNetDestInstructions(t *testing.T) {
 	jeq := func(dst uint8, imm int32, off int16) insn { return insn{Op: 0x16, Regs: dst, Imm: imm, Off: off} }
 	jne := func(dst uint8, imm int32, off int16) insn { return insn{Op: 0x56, Regs: dst, Imm: imm, Off: off} }
 	ja := func(off int16) insn { return insn{Op: 0x05, Off: off} }
+	mov := func(dst, src uint8) insn { return insn{Op: 0xbf, Regs: dst | src<<4} }
 	ret := func(v int32) []insn { return []insn{{Op: 0xb7, Imm: v}, {Op: 0x95}} }
 	verdicts := append(ret(1), ret(0)...)
 	tests := []struct {
@@ -23,25 +24,29 @@ func TestNetDestInstructions(t *testing.T) {
 		want []insn
 	}{
 		{"inet4", inet4Prog(), append([]insn{
-			ld(2, 4),                      // w2 = user_ip4
-			and(2, le(0xff, 0xff, 0, 0)),  // /16
-			jeq(2, le(169, 254, 0, 0), 3), // 169.254/16: deny
-			ja(0),                         // allow
+			ld(2, 4),                          // w2 = user_ip4
+			mov(4, 2),                         // r4 = r2
+			and(4, le(0xff, 0xff, 0, 0)),      // /16
+			jeq(4, le(169, 254, 0, 0), 4),     // 169.254/16: deny
+			jeq(2, le(100, 100, 100, 200), 3), // Alibaba Cloud's metadata: deny
+			ja(0),                             // allow
 		}, verdicts...)},
 		{"inet6", inet6Prog(), append([]insn{
 			ld(2, 8),                              // w2 = user_ip6[0]
-			{Op: 0xbf, Regs: 3 | 2<<4},            // r3 = r2
+			mov(3, 2),                             // r3 = r2
 			and(3, le(0xff, 0xc0, 0, 0)),          // /10
-			jeq(3, le(0xfe, 0x80, 0, 0), 19),      // fe80::/10: deny
+			jeq(3, le(0xfe, 0x80, 0, 0), 21),      // fe80::/10: deny
 			jne(2, le(0xfd, 0x00, 0x0e, 0xc2), 7), // not fd00:ec2:: → mapped
-			ld(3, 12), jne(3, 0, 14),
-			ld(3, 16), jne(3, 0, 12),
-			ld(3, 20), jeq(3, le(0, 0, 2, 0x54), 12), // fd00:ec2::254: deny
-			ja(9),
-			jne(2, 0, 8), // mapped: ::ffff:169.254.0.0/112
-			ld(3, 12), jne(3, 0, 6),
-			ld(3, 16), jne(3, le(0, 0, 0xff, 0xff), 4),
-			ld(3, 20), and(3, le(0xff, 0xff, 0, 0)), jeq(3, le(169, 254, 0, 0), 3),
+			ld(3, 12), jne(3, 0, 16),
+			ld(3, 16), jne(3, 0, 14),
+			ld(3, 20), jeq(3, le(0, 0, 2, 0x54), 14), // fd00:ec2::254: deny
+			ja(11),
+			jne(2, 0, 10), // mapped: ::ffff:a.b.c.d
+			ld(3, 12), jne(3, 0, 8),
+			ld(3, 16), jne(3, le(0, 0, 0xff, 0xff), 6),
+			ld(3, 20),
+			mov(4, 3), and(4, le(0xff, 0xff, 0, 0)), jeq(4, le(169, 254, 0, 0), 4), // 169.254/16: deny
+			jeq(3, le(100, 100, 100, 200), 3), // Alibaba Cloud's metadata: deny
 			ja(0),
 		}, verdicts...)},
 	}

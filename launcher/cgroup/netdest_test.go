@@ -92,6 +92,10 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"udpto:[fd00:ec2::254]:53", "EPERM"},
 		{"udpto:[fe80::1%lo]:53", "EPERM"},
 		{"udpto:[::ffff:169.254.1.2]:53", "EPERM"},
+		{"tcp:100.100.100.200:80", "EPERM"},
+		{"udpto:100.100.100.200:53", "EPERM"},
+		{"tcp:[::ffff:100.100.100.200]:80", "EPERM"},
+		{"udpto:[::ffff:100.100.100.200]:53", "EPERM"},
 		{fmt.Sprintf("tcp:127.0.0.1:%d", lo), "ok"},
 		{fmt.Sprintf("tcp:[::ffff:127.0.0.1]:%d", lo), "ok"},
 		{"udpto:127.0.0.1:9", "ok"},
@@ -103,6 +107,9 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"udpto:[fd00:ec3::254]:9", "!EPERM"},
 		{"udpto:[fec0::1]:9", "!EPERM"},
 		{"udpto:[::ffff:169.255.0.1]:9", "!EPERM"},
+		{"udpto:100.100.100.201:9", "!EPERM"},
+		{"udpto:100.100.101.200:9", "!EPERM"},
+		{"udpto:[::ffff:100.100.100.199]:9", "!EPERM"},
 		{"udpto:[::1]:9", "ok"},
 	}
 	var args []string
