@@ -40,10 +40,13 @@ func Owner(c net.Conn) (uid int, local bool, err error) {
 
 // socketOwner finds the TCP socket of this network namespace whose local
 // address is local and remote address remote, and returns its owner's uid.
+// It reads /proc/self/net, the same tables as /proc/net: a process whose
+// /proc is mounted with subset=pid (systemd's ProcSubset=pid, as in
+// deploy/systemd's collector unit) has no /proc/net.
 func socketOwner(local, remote netip.AddrPort) (uid int, found bool, err error) {
-	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, file := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
 		uid, found, err := socketOwnerIn(file, local, remote)
-		if err != nil && !(errors.Is(err, os.ErrNotExist) && file == "/proc/net/tcp6") {
+		if err != nil && !(errors.Is(err, os.ErrNotExist) && file == "/proc/self/net/tcp6") {
 			return 0, false, err
 		}
 		if found {
