@@ -62,6 +62,60 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 	if err != nil {
 		return err
 	}
+	health, err := st.ReadHealthSince(ctx, now.Add(-lookback-time.Hour).UnixNano())
+	if err != nil {
+		return err
+	}
+	// A host whose daemon went silent stops sending its runs' events, so
+	// they leave RunsInsertedSince before the silence is final: its runs
+	// with events in the hour before its last report are checked too.
+	silence := c.cfg.CrossCheckCfg.DaemonSilence
+	if silence <= 0 {
+		silence = crosscheck.DefaultDaemonSilence
+	}
+	lastReport := map[string]int64{}
+	for _, h := range health {
+		if h.Health != nil && h.Health.Component == "daemon" {
+			lastReport[h.Host] = max(lastReport[h.Host], h.TimeNS)
+		}
+	}
+	seenRun := map[store.RunRef]bool{}
+	for _, r := range runs {
+		seenRun[r] = true
+	}
+	for host, last := range lastReport {
+		if now.UnixNano()-last <= silence.Nanoseconds() {
+			continue
+		}
+		more, err := st.RunsOnHostSince(ctx, host, last-time.Hour.Nanoseconds(), 100_000)
+		if err != nil {
+			return err
+		}
+		for _, r := range more {
+			if !seenRun[r] {
+				seenRun[r] = true
+				runs = append(runs, r)
+			}
+		}
+	}
+	// The daemon's reports of each host, read once per pass from before
+	// the earliest run that needs them.
+	type hostReports struct {
+		since int64
+		evs   []schema.Event
+	}
+	reports := map[string]*hostReports{}
+	daemonHealth := func(host string, since int64) ([]schema.Event, error) {
+		if h := reports[host]; h != nil && h.since <= since {
+			return h.evs, nil
+		}
+		evs, err := st.ReadDaemonHealth(ctx, host, since, 1_000_000)
+		if err != nil {
+			return nil, err
+		}
+		reports[host] = &hostReports{since: since, evs: evs}
+		return evs, nil
+	}
 	for _, run := range runs {
 		evs, arrived, err := st.ReadRunArrived(ctx, run, maxRunEvents)
 		if err != nil {
@@ -71,7 +125,17 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 		// Final once the evidence is a window old both by when it happened
 		// and by when it was stored: a backlog stored late (a collector
 		// catching up) is not judged before the rest of it arrived.
-		for _, f := range crosscheck.CheckArrived(evs, arrived, c.cfg.CrossCheckCfg, now) {
+		findings := crosscheck.CheckArrived(evs, arrived, c.cfg.CrossCheckCfg, now)
+		if len(evs) > 0 {
+			// evs is oldest first: the run's daemon reports from a
+			// silence before it started.
+			hs, err := daemonHealth(run.Host, evs[0].TimeNS-silence.Nanoseconds()-1)
+			if err != nil {
+				return err
+			}
+			findings = append(findings, crosscheck.CheckSilence(evs, hs, c.cfg.CrossCheckCfg, now)...)
+		}
+		for _, f := range findings {
 			if !emitted[f.EventID] {
 				fresh = append(fresh, f)
 			}
@@ -88,10 +152,6 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 		c.countFindings(fresh)
 	}
 	// Host-level observation gaps from health reports.
-	health, err := st.ReadHealthSince(ctx, now.Add(-lookback-time.Hour).UnixNano())
-	if err != nil {
-		return err
-	}
 	var fresh []schema.Event
 	for _, f := range crosscheck.Check(health, c.cfg.CrossCheckCfg, now) {
 		if !emitted[f.EventID] {

@@ -64,6 +64,11 @@ type Config struct {
 	// to arrive, short enough that a finding reaches `mcpwarden events`
 	// within a few seconds.
 	Settle time.Duration
+	// DaemonSilence is how long a host's daemon may send no health report
+	// while a run is live before the run gets an OBSERVATION_GAP
+	// daemon_silent (default DefaultDaemonSilence: three of the daemon's
+	// default report intervals).
+	DaemonSilence time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -78,6 +83,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Settle <= 0 {
 		c.Settle = time.Second
+	}
+	if c.DaemonSilence <= 0 {
+		c.DaemonSilence = DefaultDaemonSilence
 	}
 	return c
 }

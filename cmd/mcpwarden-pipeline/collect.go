@@ -42,6 +42,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 	perSubject := fs.Int64("stream-max-msgs-per-subject", stream.DefaultMaxMsgsPerSubject, "messages the stream keeps of one kind from one host; at the cap that host's new messages of the kind are refused (it spools), so one host cannot fill the stream for all")
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check")
 	window := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the cross-check")
+	silence := fs.Duration("daemon-silence", crosscheck.DefaultDaemonSilence, "a host's daemon sending no health report this long while a run is live is an OBSERVATION_GAP daemon_silent on the run (keep it above the daemon's report interval, 60s)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on `HOST:PORT` at /metrics (default off; 127.0.0.1:9475 for this host only)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
@@ -105,7 +106,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 		BatchWait:     *batchWait,
 		AckWait:       *ackWait,
 		CrossCheck:    !*noXcheck,
-		CrossCheckCfg: crosscheck.Config{Window: *window},
+		CrossCheckCfg: crosscheck.Config{Window: *window, DaemonSilence: *silence},
 		Logger:        logger,
 	}
 	if *perSubject < 1 {

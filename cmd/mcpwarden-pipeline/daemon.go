@@ -57,6 +57,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
 	pathKey := fs.String("path-key", "", "key `FILE` for path hashes (default STATE_DIR/path.key, created if missing; share it with 'run' so hashes match)")
 	enableAudit := fs.Bool("enable-audit", false, "turn kernel auditing on so Landlock denial records arrive (like 'auditctl -e 1')")
+	healthEvery := fs.Duration("health-interval", time.Minute, "how often a health report is sent; a collector takes a host whose reports stop for its --daemon-silence (3m) as a daemon gone, so keep this well below it")
 	xwindow := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the on-host cross-check: findings are final this long after their evidence")
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check in the daemon (a collector runs it)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on `HOST:PORT` at /metrics (default off; 127.0.0.1:9474 for this host only)")
@@ -208,6 +209,8 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		Probes:      probeCfg,
 		Logger:      logger,
 		CrossCheck:  crossCheck(xc),
+
+		HealthInterval: *healthEvery,
 	})
 	if err != nil {
 		return cli.Fail(cli.ExitUsage, err)

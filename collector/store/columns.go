@@ -523,3 +523,30 @@ func (s *Store) RunsInsertedSince(ctx context.Context, sinceUnix int64, limit in
 	}
 	return out, rows.Err()
 }
+
+// ReadDaemonHealth returns the health reports of host's daemon that
+// happened at or after sinceNS, oldest first, at most limit.
+func (s *Store) ReadDaemonHealth(ctx context.Context, host string, sinceNS int64, limit int) ([]schema.Event, error) {
+	return s.read(ctx, selectSQL+" WHERE kind = 'health' AND host = {host:String} AND component = 'daemon' AND time_ns >= {since:Int64} ORDER BY time_ns, event_id LIMIT {limit:UInt64}",
+		Params{"host": host, "since": strconv.FormatInt(sinceNS, 10), "limit": strconv.Itoa(max(limit, 0))})
+}
+
+// RunsOnHostSince lists the runs of host with an event that happened at or
+// after sinceNS, at most limit.
+func (s *Store) RunsOnHostSince(ctx context.Context, host string, sinceNS int64, limit int) ([]RunRef, error) {
+	rows, err := s.Query(ctx, "SELECT DISTINCT host, run_id FROM events WHERE host = {host:String} AND time_ns >= {since:Int64} AND run_id != '' LIMIT {limit:UInt64}",
+		Params{"host": host, "since": strconv.FormatInt(sinceNS, 10), "limit": strconv.Itoa(max(limit, 0))})
+	if err != nil {
+		return nil, fmt.Errorf("list a host's runs in ClickHouse: %w", err)
+	}
+	defer rows.Close()
+	var out []RunRef
+	for rows.Next() {
+		var r RunRef
+		if err := rows.Scan(&r.Host, &r.RunID); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
