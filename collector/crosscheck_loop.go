@@ -62,7 +62,8 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 	if err != nil {
 		return err
 	}
-	health, err := st.ReadHealthSince(ctx, now.Add(-lookback-time.Hour).UnixNano())
+	healthSince := now.Add(-lookback - time.Hour).UnixNano()
+	health, err := st.ReadHealthSince(ctx, healthSince)
 	if err != nil {
 		return err
 	}
@@ -108,6 +109,17 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 	daemonHealth := func(host string, since int64) ([]schema.Event, error) {
 		if h := reports[host]; h != nil && h.since <= since {
 			return h.evs, nil
+		}
+		if since >= healthSince && len(health) < 100_000 {
+			// Within the health already read (complete: under its limit).
+			var evs []schema.Event
+			for _, e := range health {
+				if e.Host == host && e.Health != nil && e.Health.Component == "daemon" {
+					evs = append(evs, e)
+				}
+			}
+			reports[host] = &hostReports{since: healthSince, evs: evs}
+			return evs, nil
 		}
 		evs, err := st.ReadDaemonHealth(ctx, host, since, 1_000_000)
 		if err != nil {
