@@ -169,7 +169,7 @@ func TestSystemdUnitsPolicy(t *testing.T) {
 	c := parseUnit(t, "mcpwarden-collector.service")
 	for key, want := range map[string]string{
 		"DynamicUser": "yes", "CapabilityBoundingSet": "", "NoNewPrivileges": "yes", "ProtectSystem": "strict",
-		"PrivateUsers": "yes", "ProtectProc": "invisible", "RestrictNamespaces": "yes", "UMask": "0077",
+		"PrivateUsers": "no", "ProtectProc": "invisible", "RestrictNamespaces": "yes", "UMask": "0077",
 		"LoadCredential":  "nats.nk:/var/lib/mcpwarden/nats-auth/collector.nk",
 		"EnvironmentFile": "-/etc/mcpwarden/collector.env",
 	} {

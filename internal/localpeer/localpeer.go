@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -35,7 +36,45 @@ func Owner(c net.Conn) (uid int, local bool, err error) {
 	if !found && r.Addr().Unmap().IsLoopback() {
 		return 0, false, errors.New("the server's end of the loopback connection is not in this host's TCP tables")
 	}
+	if found && uid == overflowUID() && !initialUserNS() {
+		// In a user namespace that does not map the owner (systemd's
+		// PrivateUsers=yes) the tables show every unmapped uid as the
+		// overflow uid: the owner cannot be told, and a foreign user
+		// shows the same.
+		return 0, false, fmt.Errorf("the server's owner is not mapped in this process's user namespace (the kernel shows it as uid %d): run the client outside a private user namespace (systemd: PrivateUsers=no)", uid)
+	}
 	return uid, found, nil
+}
+
+// overflowUID is the uid the kernel shows for a uid the reader's user
+// namespace does not map (65534 unless the host changed it).
+func overflowUID() int {
+	b, err := os.ReadFile("/proc/sys/kernel/overflowuid")
+	if err != nil {
+		return 65534
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 65534
+	}
+	return n
+}
+
+// initialUserNS reports whether this process's user namespace maps every
+// uid to itself, as the initial one does.
+func initialUserNS() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	return identityMap(string(b))
+}
+
+// identityMap reports whether a uid_map is the initial namespace's: one
+// line mapping 0 to 0 for all 4294967295 ids.
+func identityMap(m string) bool {
+	f := strings.Fields(m)
+	return len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295"
 }
 
 // socketOwner finds the TCP socket of this network namespace whose local

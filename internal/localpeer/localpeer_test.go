@@ -38,3 +38,23 @@ func TestMatchTCPLine(t *testing.T) {
 		})
 	}
 }
+
+// TestIdentityMap: only the initial user namespace's uid_map maps every
+// uid to itself; systemd's PrivateUsers=yes maps root and one user.
+func TestIdentityMap(t *testing.T) {
+	for _, tc := range []struct {
+		m    string
+		want bool
+	}{
+		{"         0          0 4294967295\n", true},
+		{"0 0 4294967295", true},
+		{"         0          0          1\n     61234      61234          1\n", false},
+		{"         0     100000      65536\n", false},
+		{"", false},
+		{"0 0 4294967294", false},
+	} {
+		if got := identityMap(tc.m); got != tc.want {
+			t.Errorf("identityMap(%q) = %v, want %v", tc.m, got, tc.want)
+		}
+	}
+}
