@@ -97,6 +97,14 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
+// consumeHeartbeat is the idle heartbeat of the consumer's pulls. A
+// consumer deleted while no pull was pending says nothing; its loss shows
+// when two heartbeats are missed and the next pull finds no consumer:
+// with nats.go's default (half the 30 s pull expiry) that took up to 30 s,
+// longer than a window (TestLoopUnderHostPermissions once waited 20 s in
+// vain), with this one about 10 s.
+const consumeHeartbeat = 5 * time.Second
+
 // consume (re)creates the host's consumer starting at from and feeds the
 // engine; lost is closed if the consumer goes away.
 func (l *Loop) consume(ctx context.Context, from time.Time) (jetstream.ConsumeContext, <-chan struct{}, error) {
@@ -133,7 +141,7 @@ func (l *Loop) consume(ctx context.Context, from time.Time) (jetstream.ConsumeCo
 			l.engine.Add(events, time.Now())
 		}
 		_ = msg.Ack()
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullHeartbeat(consumeHeartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			if once.CompareAndSwap(false, true) {
 				close(lost)
