@@ -32,39 +32,64 @@ func readOK(t *testing.T, run *testenv.Naive, path string) {
 	}
 }
 
+// phaseFiles is a workspace of files named by the phase of a test in which
+// the run reads them, and the read-only scope that grants it.
+type phaseFiles struct {
+	base, ws, scope string
+	reads           int
+	files           map[string]string // path -> phase (the scope file too)
+}
+
+// writePhases writes scope scopeID and reads files for each phase.
+func writePhases(t *testing.T, st *stack, scopeID string, reads int, names ...string) *phaseFiles {
+	t.Helper()
+	ph := &phaseFiles{base: filepath.Join(st.root, "base"), scope: filepath.Join(st.root, "scope.json"), reads: reads}
+	ph.ws = filepath.Join(ph.base, "ws")
+	ph.files = map[string]string{
+		ph.scope: `{"scope_id":"` + scopeID + `","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
+	}
+	for _, phase := range names {
+		for i := range reads {
+			ph.files[filepath.Join(ph.ws, fmt.Sprintf("%s-%d.txt", phase, i))] = phase
+		}
+	}
+	testenv.WriteFiles(t, ph.files)
+	return ph
+}
+
+// readAll has run read every file of phase.
+func (ph *phaseFiles) readAll(t *testing.T, run *testenv.Naive, phase string) {
+	t.Helper()
+	for i := range ph.reads {
+		readOK(t, run, filepath.Join(ph.ws, fmt.Sprintf("%s-%d.txt", phase, i)))
+	}
+}
+
+// want maps each phase file's path hash to its phase.
+func (ph *phaseFiles) want(t *testing.T, st *stack) map[schema.PathHash]string {
+	t.Helper()
+	hasher := st.hasher(t)
+	want := map[schema.PathHash]string{}
+	for p, phase := range ph.files {
+		if p != ph.scope {
+			want[hasher.Hash(p)] = phase
+		}
+	}
+	return want
+}
+
 // TestDaemonRestartAdoptsRuns kills the daemon (SIGKILL, then SIGTERM)
 // under a running run and starts it again: the file reads the run makes
 // while no daemon runs and after the restart produce events, and each lapse
 // is an OBSERVATION_GAP finding on the run.
 func TestDaemonRestartAdoptsRuns(t *testing.T) {
 	st := newStack(t)
-	base := filepath.Join(st.root, "base")
-	ws := filepath.Join(base, "ws")
-	scope := filepath.Join(st.root, "scope.json")
-	files := map[string]string{
-		scope: `{"scope_id":"restart","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
-	}
 	const reads = 25
-	for _, phase := range []string{"before", "down-killed", "after-killed", "down-stopped", "after-stopped"} {
-		for i := range reads {
-			files[filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i))] = phase
-		}
-	}
-	testenv.WriteFiles(t, files)
+	ph := writePhases(t, st, "restart", reads, "before", "down-killed", "after-killed", "down-stopped", "after-stopped")
 	stop := st.daemon(t)
-	run := st.naiveRun(t, scope, base)
-	readAll := func(phase string) {
-		for i := range reads {
-			readOK(t, run, filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i)))
-		}
-	}
-	hasher := st.hasher(t)
-	want := map[schema.PathHash]string{}
-	for p, phase := range files {
-		if p != scope {
-			want[hasher.Hash(p)] = phase
-		}
-	}
+	run := st.naiveRun(t, ph.scope, ph.base)
+	readAll := func(phase string) { ph.readAll(t, run, phase) }
+	want := ph.want(t, st)
 	// seen counts the allowed reads of each phase in the stream.
 	seen := func() map[string]int {
 		n := map[string]int{}
@@ -146,34 +171,13 @@ func TestDaemonRestartAdoptsRuns(t *testing.T) {
 // nothing said the daemon had stopped: such a run was CLEAN).
 func TestDaemonStoppedMidRunIsAGap(t *testing.T) {
 	st := newStack(t)
-	base := filepath.Join(st.root, "base")
-	ws := filepath.Join(base, "ws")
-	scope := filepath.Join(st.root, "scope.json")
-	files := map[string]string{
-		scope: `{"scope_id":"stopped","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"approval":"none","expires_after_minutes":30}`,
-	}
 	const reads = 5
 	phases := []string{"before", "stopped", "after"}
-	for _, phase := range phases {
-		for i := range reads {
-			files[filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i))] = phase
-		}
-	}
-	testenv.WriteFiles(t, files)
+	ph := writePhases(t, st, "stopped", reads, phases...)
 	st.startDaemon(t)
-	run := st.naiveRun(t, scope, base)
-	readAll := func(phase string) {
-		for i := range reads {
-			readOK(t, run, filepath.Join(ws, fmt.Sprintf("%s-%d.txt", phase, i)))
-		}
-	}
-	hasher := st.hasher(t)
-	want := map[schema.PathHash]string{}
-	for p, phase := range files {
-		if p != scope {
-			want[hasher.Hash(p)] = phase
-		}
-	}
+	run := st.naiveRun(t, ph.scope, ph.base)
+	readAll := func(phase string) { ph.readAll(t, run, phase) }
+	want := ph.want(t, st)
 	readAll("before")
 	if err := syscall.Kill(st.dpid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

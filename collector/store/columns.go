@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -512,16 +513,7 @@ func (s *Store) RunsInsertedSince(ctx context.Context, sinceUnix int64, limit in
 	if err != nil {
 		return nil, fmt.Errorf("list recent runs in ClickHouse: %w", err)
 	}
-	defer rows.Close()
-	var out []RunRef
-	for rows.Next() {
-		var r RunRef
-		if err := rows.Scan(&r.Host, &r.RunID); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return scanRunRefs(rows)
 }
 
 // ReadDaemonHealth returns the health reports of host's daemon that
@@ -539,6 +531,11 @@ func (s *Store) RunsOnHostSince(ctx context.Context, host string, sinceNS int64,
 	if err != nil {
 		return nil, fmt.Errorf("list a host's runs in ClickHouse: %w", err)
 	}
+	return scanRunRefs(rows)
+}
+
+// scanRunRefs reads rows of (host, run_id) and closes them.
+func scanRunRefs(rows driver.Rows) ([]RunRef, error) {
 	defer rows.Close()
 	var out []RunRef
 	for rows.Next() {

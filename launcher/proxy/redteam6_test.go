@@ -129,31 +129,9 @@ func sixthServer(logPath string) {
 }
 
 func sixthFixture(t *testing.T) (*fixture, string) {
-	logPath := t.TempDir() + "/sixth.log"
-	var secret, outside, allowed string
-	tools := []string{"sample_all_servers", "sample_then_cancel", "task_secret", "task_clean", "task_big", "log_flood", "log_secret", "log_outside", "log_clean", "updated_secret", "progress_secret", "elicit_url_secret", "elicit_url_outside", "elicit_url_https", "structured_secret"}
-	f := newFixture(t, fixtureOpts{
-		scope: func(s *schema.Scope) {
-			s.AllowedPaths = []string{"allowed"}
-			s.ToolAllowlist = tools
-			s.ToolClasses = map[string]string{}
-			for _, n := range tools {
-				s.ToolClasses[n] = "read"
-			}
-		},
-		upstream: func(t testing.TB) *procUpstream {
-			return startScripted(t, sixthEnv+"="+logPath, redteamSecret+"="+secret, redteamOutside+"="+outside, redteamAllowed+"="+allowed)
-		},
-		base: func(base string) {
-			secret = filepath.Join(base, "allowed", ".env")
-			outside = filepath.Join(base, "outside", "probe.txt")
-			allowed = filepath.Join(base, "allowed")
-			if err := os.WriteFile(secret, []byte("TOKEN=SECRET-VALUE-rt"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		},
-	})
-	return f, logPath
+	return scriptedSecretFixture(t, sixthEnv, "sixth.log",
+		[]string{"sample_all_servers", "sample_then_cancel", "task_secret", "task_clean", "task_big", "log_flood", "log_secret", "log_outside", "log_clean", "updated_secret", "progress_secret", "elicit_url_secret", "elicit_url_outside", "elicit_url_https", "structured_secret"},
+		nil)
 }
 
 // drainNotes returns the notifications the client has received so far.

@@ -96,21 +96,36 @@ func redteamServer(logPath string) {
 }
 
 func redteamFixture(t *testing.T) (*fixture, string) {
-	logPath := t.TempDir() + "/redteam.log"
+	return scriptedSecretFixture(t, redteamEnv, "redteam.log",
+		[]string{"echo", "leak_secret", "link_secret", "leak_outside", "clean_link", "progress", "sample_secret", "sample_clean"},
+		func(s *schema.Scope) {
+			s.PromptAllowlist = []string{"leaky"}
+			s.ResourceRefs = []string{"config://app", "config://ok"}
+		})
+}
+
+// scriptedSecretFixture is a session in front of the scripted server whose
+// script env names (its log at logName): a read scope of "allowed" with
+// tools allowed as read tools (more may change the scope further), a
+// secret "allowed/.env" and an outside "outside/probe.txt" the script is
+// told of. It returns the fixture and the script's log.
+func scriptedSecretFixture(t *testing.T, env, logName string, tools []string, more func(*schema.Scope)) (*fixture, string) {
+	logPath := t.TempDir() + "/" + logName
 	var secret, outside, allowed string
 	f := newFixture(t, fixtureOpts{
 		scope: func(s *schema.Scope) {
 			s.AllowedPaths = []string{"allowed"}
-			s.ToolAllowlist = []string{"echo", "leak_secret", "link_secret", "leak_outside", "clean_link", "progress", "sample_secret", "sample_clean"}
+			s.ToolAllowlist = tools
 			s.ToolClasses = map[string]string{}
-			for _, n := range s.ToolAllowlist {
+			for _, n := range tools {
 				s.ToolClasses[n] = "read"
 			}
-			s.PromptAllowlist = []string{"leaky"}
-			s.ResourceRefs = []string{"config://app", "config://ok"}
+			if more != nil {
+				more(s)
+			}
 		},
 		upstream: func(t testing.TB) *procUpstream {
-			return startScripted(t, redteamEnv+"="+logPath, redteamSecret+"="+secret, redteamOutside+"="+outside, redteamAllowed+"="+allowed)
+			return startScripted(t, env+"="+logPath, redteamSecret+"="+secret, redteamOutside+"="+outside, redteamAllowed+"="+allowed)
 		},
 		base: func(base string) {
 			secret = filepath.Join(base, "allowed", ".env")
