@@ -151,6 +151,18 @@ type Config struct {
 	// RunUID is the dedicated host uid (and gid) a root launcher runs the
 	// server as; 0 picks one per run in [RunUIDBase, RunUIDBase+RunUIDCount).
 	RunUID int
+
+	// SecretPatterns are the run's secret patterns, the proxy's (nil:
+	// schema.DefaultSecretPatterns): every entry of the scope matching one
+	// at launch is masked in the minimal root (secretmask.go).
+	SecretPatterns []string
+	// Unmask are secret patterns the fence leaves visible to the server
+	// (--unmask; the proxy still refuses them to the client), e.g. .git
+	// for a git server.
+	Unmask []string
+	// SecretWalkLimit bounds the entries the walk for secrets reads; 0:
+	// DefaultSecretWalkLimit.
+	SecretWalkLimit int
 }
 
 // Launcher runs one server. Build it with New.
@@ -175,6 +187,9 @@ type Launcher struct {
 	// watcher is needed to end the run if the launcher is SIGKILLed.
 	pidNamespace bool
 	iso          *isolation
+	// secrets: the walk of the scope for secrets, once done (secretmask.go).
+	secrets            *secretMasks
+	secretRE, unmaskRE *schema.Secrets
 }
 
 // DroppedEnv names the launcher's environment variables the server does
@@ -316,6 +331,9 @@ func New(cfg Config) (*Launcher, error) {
 		}
 	} else {
 		l.decision = ruleset.Decision{ABI: min(cfg.KernelABI(), ruleset.MaxABI)}
+	}
+	if l.secretRE, l.unmaskRE, err = secretPatterns(&l.cfg); err != nil {
+		return nil, err
 	}
 	if l.iso, err = planIsolation(&l.cfg); err != nil {
 		return nil, err

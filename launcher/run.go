@@ -85,6 +85,21 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		h, err := srv.spawn()
 		spawned <- spawnResult{h, err}
 	}()
+	// The walk of the scope for secrets to mask runs meanwhile too.
+	walked := make(chan *secretMasks, 1)
+	go func() {
+		if cfg.Mode != schema.ModeEnforce {
+			walked <- nil
+			return
+		}
+		walked <- secretWalk(cfg.Scope, l.secretRE, l.unmaskRE, cfg.SecretWalkLimit)
+	}()
+	walkDone := false
+	defer func() {
+		if !walkDone {
+			<-walked
+		}
+	}()
 	var h *pending
 	spawnDone, launched := false, false
 	defer func() {
@@ -136,6 +151,10 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		return sp.err
 	}
 	h = sp.h
+	l.secrets, walkDone = <-walked, true
+	if w := secretWarning(l.secretsLayer()); w != "" {
+		fmt.Fprintln(cfg.Stderr, w)
+	}
 	// The start record (its layers are known now that the namespaces were
 	// made or refused) is written and fsync'd while the helper gets its
 	// spec and sets up its namespaces and root; the go-ahead waits for it.
@@ -282,7 +301,12 @@ func (l *Launcher) layers() []schema.Layer {
 	if l.lifeLayer != nil {
 		out = append(out, *l.lifeLayer)
 	}
-	return out
+	return append(out, l.secretsLayer())
+}
+
+// secretsLayer is the run's secrets layer (secretmask.go).
+func (l *Launcher) secretsLayer() schema.Layer {
+	return secretsLayer(l.cfg.Mode, l.secrets, l.iso.flags != 0)
 }
 
 // landlockLayer: on at the fence's full ABI; degraded with --best-effort
@@ -366,6 +390,9 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string, tmp string) *sandbox.
 		s.Limits = sandbox.Limits{FileSizeBytes: uint64(mb) << 20, TmpSizeBytes: uint64(mb) << 20}
 	}
 	s.NS = l.iso.namespaces(rs, l.profile, tmp, l.cfg.Dir, int64(s.Limits.TmpSizeBytes))
+	if s.NS != nil && l.secrets != nil {
+		s.NS.Root.Mounts = append(s.NS.Root.Mounts, l.secrets.masks...)
+	}
 	s.Identity = l.iso.identity
 	// The filter leaves to the namespaces what they already close. With
 	// the minimal root, every mount but the write scope's and TMPDIR's is

@@ -59,6 +59,16 @@ func TestRealServersUnderTheFilter(t *testing.T) {
 			},
 		},
 		{
+			// The workspace holds secrets the fence masks (.env, a key):
+			// listing the directory that holds them still works.
+			name:    "server-filesystem list beside masked secrets",
+			mode:    "read",
+			command: func(w workspace) []string { return []string{"node", fencetest.FilesystemServer(t), w.allowed} },
+			tool:    "list_directory",
+			args:    func(w workspace) map[string]any { return map[string]any{"path": w.allowed} },
+			want:    "a.txt",
+		},
+		{
 			name: "server-everything",
 			mode: "read",
 			command: func(w workspace) []string {
@@ -106,6 +116,8 @@ func TestRealServersUnderTheFilter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorkspace(t)
+			// Secrets the fence masks, beside what the servers use.
+			testenv.WriteFiles(t, map[string]string{filepath.Join(w.allowed, ".env"): "TOKEN=x\n", filepath.Join(w.allowed, "keys", "server.key"): "k"})
 			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{
 				"allowed_paths": []string{"allowed"}, "access_mode": tt.mode, "tool_allowlist": []string{tt.tool},
 			})

@@ -154,10 +154,11 @@ const (
 	LayerNetNS    LayerName = "netns"    // loopback only (no network granted)
 	LayerIdentity LayerName = "identity" // not host root; who owns the files it creates
 	LayerCgroup   LayerName = "cgroup"   // per-run process and memory limits
+	LayerSecrets  LayerName = "secrets"  // the scope's secret files masked in the minimal root
 )
 
 // LayerNames lists every layer, in the order records carry them.
-var LayerNames = []LayerName{LayerLandlock, LayerSeccomp, LayerUserNS, LayerMountNS, LayerPIDNS, LayerIPCNS, LayerUTSNS, LayerNetNS, LayerIdentity, LayerCgroup}
+var LayerNames = []LayerName{LayerLandlock, LayerSeccomp, LayerUserNS, LayerMountNS, LayerPIDNS, LayerIPCNS, LayerUTSNS, LayerNetNS, LayerIdentity, LayerCgroup, LayerSecrets}
 
 // LayerState says whether a layer was in force.
 type LayerState string

@@ -45,6 +45,9 @@ func cmdScope(ctx context.Context, args []string) int {
 	requireNS := fs.Bool("require-namespaces", false, "as for run: exit 69 when the server's namespaces cannot be made here")
 	noNS := fs.Bool("no-namespaces", false, "as for run: without the server's namespaces")
 	owner := fs.String("owner", "", "as for run: `USER[:GROUP]` owning the files the server creates")
+	var unmask cli.StringList
+	fs.Var(&unmask, "unmask", "as for run: a secret `PATTERN` left visible to the server (repeatable)")
+	secretWalkLimit := fs.Int("secret-walk-limit", launcher.DefaultSecretWalkLimit, "as for run: most `ENTRIES` of the scope read looking for secrets")
 	pos, command, err := cli.ParseInterspersed(fs.FlagSet, args[1:])
 	if err != nil {
 		return fs.Exit(err)
@@ -65,7 +68,7 @@ func cmdScope(ctx context.Context, args []string) int {
 	} else if code == cli.ExitOK {
 		code = c
 	}
-	if c, err := report.addLayers(launcher.Config{Scope: scope, RequireNamespaces: *requireNS, NoNamespaces: *noNS, Owner: *owner}); err != nil {
+	if c, err := report.addLayers(launcher.Config{Scope: scope, RequireNamespaces: *requireNS, NoNamespaces: *noNS, Owner: *owner, Unmask: unmask, SecretWalkLimit: *secretWalkLimit}); err != nil {
 		return cli.Fail(c, err)
 	}
 	if *asJSON {
@@ -129,7 +132,17 @@ func (r *scopeReport) addLayers(cfg launcher.Config) (int, error) {
 		return cli.ExitKernel, err
 	}
 	cg := schema.Layer{Name: schema.LayerCgroup, State: schema.LayerState(r.Limits.Cgroup.State), Reason: r.Limits.Cgroup.Token}
-	r.Layers = append(append([]schema.Layer{ll, sc}, ns...), cg)
+	mountNS := false
+	for _, l := range ns {
+		if l.Name == schema.LayerMountNS && l.State != schema.LayerOff {
+			mountNS = true
+		}
+	}
+	sec, err := launcher.ProbeSecrets(cfg, mountNS)
+	if err != nil {
+		return cli.ExitUsage, err
+	}
+	r.Layers = append(append([]schema.Layer{ll, sc}, ns...), cg, sec)
 	return cli.ExitOK, nil
 }
 

@@ -122,7 +122,7 @@ var servers = []server{
 	{
 		name: "@cyanheads/git-mcp-server", launch: "node dist/index.js, runs git",
 		command: func(e *env) []string { return e.node("@cyanheads/git-mcp-server", "dist/index.js") },
-		flags:   func(*env) []string { return []string{"--allow-exec", "git"} },
+		flags:   func(*env) []string { return []string{"--allow-exec", "git", "--unmask", ".git"} }, // .git is a secret pattern the fence masks otherwise
 		calls: []call{
 			{tool: "git_status", args: func(e *env) map[string]any { return map[string]any{"path": e.ws} }, check: contains("master")},
 			{tool: "git_log", args: func(e *env) map[string]any { return map[string]any{"path": e.ws, "maxCount": 1} }, check: contains("initial")},
@@ -302,7 +302,8 @@ func TestCompatibility(t *testing.T) {
 	}
 	e.base = filepath.Join(e.root, "base")
 	e.ws = filepath.Join(e.base, "ws")
-	testenv.WriteFiles(t, map[string]string{filepath.Join(e.ws, "a.txt"): "hello compat\n"})
+	// A .env the fence masks: every server must work beside it.
+	testenv.WriteFiles(t, map[string]string{filepath.Join(e.ws, "a.txt"): "hello compat\n", filepath.Join(e.ws, ".env"): "TOKEN=compat\n"})
 	if err := os.WriteFile(filepath.Join(e.ws, "hello.pdf"), minimalPDF("Fenced PDF"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,12 @@ func (e *proxyExtension) Flags(fs *flag.FlagSet) {
 }
 
 func (e *proxyExtension) Configure(ctx context.Context, rc *Context) error {
+	// The fence hides what the proxy refuses, with or without the proxy.
+	secrets, err := e.secretPatterns()
+	if err != nil {
+		return err
+	}
+	rc.Config.SecretPatterns = secrets
 	if !e.enabled {
 		return nil
 	}
@@ -55,10 +61,6 @@ func (e *proxyExtension) Configure(ctx context.Context, rc *Context) error {
 	hasher, err := schema.NewPathHasher(key)
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
-	}
-	secrets, err := e.secretPatterns()
-	if err != nil {
-		return err
 	}
 	origin := ""
 	if len(rc.Config.Command) > 0 {

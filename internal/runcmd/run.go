@@ -95,7 +95,7 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 	auditLog := fs.String("audit-log", "", "local JSONL audit log (default STATE_DIR/audit.jsonl)")
 	stateDir := fs.String("state-dir", "", "state `DIR` (default /var/lib/mcpwarden as root, else $XDG_STATE_HOME/mcpwarden; or state_dir in the configuration)")
 	pathKey := fs.String("path-key", "", "key `FILE` for path hashes in records, shared with the daemon (default STATE_DIR/path.key, created if missing; or path_key in the configuration)")
-	var allowRuntime, allowExec, env cli.StringList
+	var allowRuntime, allowExec, env, unmask cli.StringList
 	fs.Var(&allowRuntime, "allow-runtime", "extra read-only runtime `PATH` the server needs (operator-chosen; repeatable)")
 	fs.Var(&allowExec, "allow-exec", "a helper `PROGRAM` the server spawns (e.g. git), found on PATH and granted with what it needs to run, inside the same fence (repeatable)")
 	fs.Var(&env, "env", "pass `NAME` (from this environment, even one that looks like a credential) or NAME=VALUE to the server (repeatable)")
@@ -104,6 +104,8 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 	requireNS := fs.Bool("require-namespaces", false, "refuse to run (exit 69) when the server's namespaces cannot be made, instead of running with Landlock and seccomp only (the scope's require_isolation does the same)")
 	noNS := fs.Bool("no-namespaces", false, "run without the server's namespaces (recorded as such); refused with --require-namespaces or require_isolation")
 	owner := fs.String("owner", "", "`USER[:GROUP]` that owns the files the server creates in a write scope (root launchers; default: the owner of --base)")
+	fs.Var(&unmask, "unmask", "a secret `PATTERN` the fence leaves visible to the server (every entry of the scope matching a secret pattern is hidden from it otherwise; the proxy still refuses it to the client), e.g. .git for a git server (repeatable)")
+	secretWalkLimit := fs.Int("secret-walk-limit", launcher.DefaultSecretWalkLimit, "most `ENTRIES` of the scope read at launch looking for secrets to hide; past it the secrets layer is degraded")
 	runUID := fs.Int("run-uid", 0, "dedicated host `UID` a root launcher runs the server as (default: a fresh one per run, 1879048192-1895825407)")
 	for _, ext := range runExtensions {
 		ext.Flags(fs.FlagSet)
@@ -229,6 +231,8 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 		Owner:             *owner,
 		RunUID:            *runUID,
 		CacheDir:          filepath.Join(*stateDir, "cache"),
+		Unmask:            unmask,
+		SecretWalkLimit:   *secretWalkLimit,
 	}
 	rc := &Context{Scope: scope, RunID: cfg.RunID, StateDir: *stateDir, PathKeyFile: *pathKey, AuditLog: alog, Logger: logger, Config: &cfg, Given: given}
 	for _, ext := range runExtensions {

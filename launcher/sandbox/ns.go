@@ -80,6 +80,15 @@ type Mount struct {
 	// Idmap maps the server's ids to the file owner's on this mount
 	// (Namespaces.Server): scope paths.
 	Idmap bool `json:"idmap,omitempty"`
+	// Mask covers Path (inside the new root, on the bind of the scope
+	// that holds it) with an empty object of the kind Dir says: a
+	// directory or a regular file, owned by the helper's root, mode 000,
+	// mounted read-only, nosuid, nodev, noexec. The host path is not
+	// opened: the server finds no content there, cannot rename or unlink
+	// the entry (a mount point: EBUSY). A Path gone by mount time is
+	// skipped (nothing left to hide); one that became a symlink or the
+	// other kind refuses the run. Never with Write, Exec, Dev or Idmap.
+	Mask bool `json:"mask,omitempty"`
 }
 
 // Link is a symlink recreated inside, so that a literal path the runtime
@@ -109,6 +118,9 @@ func (n *Namespaces) check() error {
 	}
 	for _, m := range n.Root.Mounts {
 		paths = append(paths, m.Path)
+		if m.Mask && (m.Write || m.Exec || m.Dev || m.Idmap) {
+			return fmt.Errorf("spec: the mask of %s must be read-only, noexec and nodev, and not idmapped", m.Path)
+		}
 	}
 	for _, l := range n.Root.Links {
 		paths = append(paths, l.Path)

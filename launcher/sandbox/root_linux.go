@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,7 +72,12 @@ type rootBuild struct {
 	ns     *Namespaces
 	mounts []Mount // sorted, parents first
 	next   int     // the first of mounts not made yet
+	masks  bool    // the mask sources exist (maskDir below the staging directory)
 }
+
+// maskDir holds, in the root's own tmpfs, the empty file and directory
+// that Mask mounts are clones of; finish removes it before pivot_root.
+const maskDir = "/.mcpwarden-mask"
 
 func rootFail(path, what string, err error) *Status {
 	return &Status{Stage: StageRoot, Errno: errnoOf(err), Path: path, Message: fmt.Sprintf("%s %s: %v", what, path, err)}
@@ -99,6 +105,13 @@ func (b *rootBuild) bind(idmap int, untilIdmap bool) *Status {
 		if m.Idmap && untilIdmap {
 			return nil
 		}
+		if m.Mask {
+			if err := b.maskInto(m); err != nil {
+				// The path of a secret is not named.
+				return &Status{Stage: StageRoot, Errno: errnoOf(err), Message: "mask a secret of the scope: " + err.Error()}
+			}
+			continue
+		}
 		if err := bindInto(top, m, idmap); err != nil {
 			return rootFail(m.Path, "bind", err)
 		}
@@ -111,6 +124,9 @@ func (b *rootBuild) bind(idmap int, untilIdmap bool) *Status {
 // and pivots into the new root.
 func (b *rootBuild) finish(idmap int) *Status {
 	if st := b.bind(idmap, false); st != nil {
+		return st
+	}
+	if st := b.removeMaskSources(); st != nil {
 		return st
 	}
 	ns := b.ns
@@ -301,4 +317,94 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// maskInto covers m.Path below the staging directory with a read-only
+// clone of the empty file or directory of maskDir (made on first use).
+// The target is opened beneath the staging directory without following
+// any symlink; one gone since the launcher's walk is skipped.
+func (b *rootBuild) maskInto(m Mount) error {
+	top := b.ns.Root.Staging
+	if !b.masks {
+		if err := unix.Mkdir(top+maskDir, 0); err != nil {
+			return fmt.Errorf("make the masks' source: %w", err)
+		}
+		if err := unix.Mkdir(top+maskDir+"/d", 0); err != nil {
+			return fmt.Errorf("make the masks' source: %w", err)
+		}
+		fd, err := unix.Open(top+maskDir+"/f", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("make the masks' source: %w", err)
+		}
+		unix.Close(fd)
+		b.masks = true
+	}
+	root, err := unix.Open(top, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	target, err := unix.Openat2(root, m.Path[1:], &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return nil // gone since the walk: nothing to hide
+	}
+	if errors.Is(err, unix.ELOOP) {
+		return errors.New("a secret's path holds a symlink since the launcher's walk; run again")
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	var st unix.Stat_t
+	if err := unix.Fstat(target, &st); err != nil {
+		return err
+	}
+	switch kind := st.Mode & unix.S_IFMT; {
+	case kind == unix.S_IFLNK:
+		return errors.New("a secret became a symlink since the launcher's walk; run again")
+	case (kind == unix.S_IFDIR) != m.Dir:
+		return errors.New("a secret changed between file and directory since the launcher's walk; run again")
+	}
+	src := top + maskDir + "/f"
+	if m.Dir {
+		src = top + maskDir + "/d"
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("clone the mask: %w", err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("set the mask's mount attributes: %w", err)
+	}
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach the mask: %w", err)
+	}
+	return nil
+}
+
+// removeMaskSources removes maskDir: the masks stay (each holds its own
+// reference), nothing of their source shows in the root.
+func (b *rootBuild) removeMaskSources() *Status {
+	if !b.masks {
+		return nil
+	}
+	top := b.ns.Root.Staging
+	for _, p := range []string{maskDir + "/f", maskDir + "/d", maskDir} {
+		var err error
+		if strings.HasSuffix(p, "/f") {
+			err = unix.Unlink(top + p)
+		} else {
+			err = unix.Rmdir(top + p)
+		}
+		if err != nil {
+			return &Status{Stage: StageRoot, Errno: errnoOf(err), Message: "remove the masks' source: " + err.Error()}
+		}
+	}
+	b.masks = false
+	return nil
 }

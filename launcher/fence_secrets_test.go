@@ -1,0 +1,152 @@
+package launcher_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// secretWorkspace is a write scope holding every kind of secret the fence
+// masks: files matching a pattern at the top and deep down, a directory
+// matching one, a multi-component pattern, hard links to a secret's bytes
+// under harmless names, and a symlink to a secret.
+type secretWorkspace struct {
+	base, allowed string
+	files         map[string]string // relative path -> content, as the test wrote it
+}
+
+func newSecretWorkspace(t *testing.T) secretWorkspace {
+	t.Helper()
+	root := t.TempDir()
+	w := secretWorkspace{base: filepath.Join(root, "base")}
+	w.allowed = filepath.Join(w.base, "allowed")
+	w.files = map[string]string{
+		".env":                 "ENV-SECRET-42",
+		"src/deep/id_rsa":      "KEY-SECRET-42",
+		".ssh/config":          "SSH-SECRET-42",
+		".ssh/inner/key":       "SSHKEY-SECRET-42",
+		"app/.config/gcloud/t": "GCLOUD-SECRET-42",
+		"plain.txt":            "plain",
+		"src/main.go":          "package main",
+	}
+	for rel, c := range w.files {
+		testenv.WriteFiles(t, map[string]string{filepath.Join(w.allowed, rel): c})
+	}
+	// Hard links under harmless names: to a secret file, and to a file
+	// inside a secret directory.
+	for from, to := range map[string]string{".env": "notes.txt", ".ssh/inner/key": "src/readme.md"} {
+		if err := os.Link(filepath.Join(w.allowed, from), filepath.Join(w.allowed, to)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustSymlink(t, filepath.Join(w.allowed, ".env"), filepath.Join(w.allowed, "env-link"))
+	return w
+}
+
+// TestFenceSecretsMasked: a server that checks nothing tries to read,
+// list, rename, unlink, overwrite and re-link the scope's secrets (the
+// proxy refuses them to a client; this server is reached around it).
+// With the mount namespace each one is covered by an empty, mode-000,
+// read-only mount: every attempt fails and the host files are unchanged,
+// while the rest of the workspace works. Without it (Landlock cannot take
+// entries out of a granted directory) the secrets layer says degraded,
+// with the count, and the operator is warned. Fails on the code before
+// (the server reads every secret).
+func TestFenceSecretsMasked(t *testing.T) { fencetest.ForEachLayering(t, testFenceSecretsMasked) }
+
+func testFenceSecretsMasked(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newSecretWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, AuditLog: log})
+	in := func(n string) string { return filepath.Join(w.allowed, n) }
+	if r := s.Do(map[string]any{"op": "read", "path": in("plain.txt")}); !r.OK || r.Data != "plain" {
+		t.Fatalf("a plain file of the scope: %+v (%s)", r, s.Stderr())
+	}
+	if noNS {
+		// Landlock alone: the secrets stay readable (a Known limit), and
+		// the record and the operator say so.
+		if r := s.Do(map[string]any{"op": "read", "path": in(".env")}); !r.OK {
+			t.Logf("without namespaces .env was refused (%s): fine, but not claimed", r.Errno)
+		}
+		if code := s.Close(); code != 0 {
+			t.Errorf("exit %d: %s", code, s.Stderr())
+		}
+		ly := layerOf(launchLayers(t, log)[0], schema.LayerSecrets)
+		if ly.State != schema.LayerDegraded || ly.Reason != "unmasked=6,no_mount_namespace" {
+			t.Errorf("secrets layer %+v, want degraded unmasked=6,no_mount_namespace (.env, id_rsa, .ssh, .config/gcloud, 2 hard links)", ly)
+		}
+		if !strings.Contains(s.Stderr(), "cannot hide them from the server") {
+			t.Errorf("no warning on stderr: %s", s.Stderr())
+		}
+		return
+	}
+	masked := []string{"ENOENT", "EACCES", "EPERM"}
+	busy := []string{"EBUSY", "EACCES", "EPERM", "EROFS", "EXDEV"}
+	var cases []fenceCase
+	for _, p := range []string{".env", "src/deep/id_rsa", ".ssh/config", ".ssh/inner/key", "app/.config/gcloud/t", "notes.txt", "src/readme.md", "env-link"} {
+		cases = append(cases,
+			fenceCase{name: "read " + p, req: map[string]any{"op": "read", "path": in(p)}, errno: masked, exact: true},
+			fenceCase{name: "overwrite " + p, req: map[string]any{"op": "write", "path": in(p), "data": "x"}, errno: append([]string{"EROFS"}, masked...), exact: true},
+		)
+	}
+	for _, p := range []string{".env", "src/deep/id_rsa", ".ssh", "app/.config/gcloud", "notes.txt", "src/readme.md"} {
+		cases = append(cases,
+			fenceCase{name: "rename " + p, req: map[string]any{"op": "rename", "path": in(p), "to": in("moved")}, errno: busy, exact: true},
+			fenceCase{name: "unlink " + p, req: map[string]any{"op": "remove", "path": in(p)}, errno: busy, exact: true},
+			fenceCase{name: "hard link " + p, req: map[string]any{"op": "link", "path": in(p), "to": in("relinked")}, errno: busy, exact: true},
+			fenceCase{name: "rename over " + p, req: map[string]any{"op": "rename", "path": in("plain.txt"), "to": in(p)}, errno: append([]string{"EISDIR", "ENOTDIR", "EEXIST"}, busy...), exact: true},
+		)
+	}
+	cases = append(cases,
+		fenceCase{name: "list the secret directory", req: map[string]any{"op": "readdir", "path": in(".ssh")}, errno: masked, exact: true},
+		fenceCase{name: "list below it", req: map[string]any{"op": "readdir", "path": in(".ssh/inner")}, errno: masked, exact: true},
+		fenceCase{name: "the workspace still lists", req: map[string]any{"op": "readdir", "path": w.allowed}, wantOK: true},
+		fenceCase{name: "a new file still works", req: map[string]any{"op": "write", "path": in("new.txt"), "data": "n"}, wantOK: true},
+	)
+	runCases(t, s, cases)
+	if r := s.Do(map[string]any{"op": "readdir", "path": w.allowed}); !r.OK || !strings.Contains(r.Data, ".env") || strings.Contains(r.Data, "mcpwarden") {
+		t.Errorf("the workspace's listing: %+v", r)
+	}
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	for rel, c := range w.files {
+		if data, err := os.ReadFile(in(rel)); err != nil || string(data) != c {
+			t.Errorf("%s after the run: %q %v", rel, data, err)
+		}
+	}
+	ly := layerOf(launchLayers(t, log)[0], schema.LayerSecrets)
+	if ly.State != schema.LayerOn || ly.Reason != "masked=6" {
+		t.Errorf("secrets layer %+v, want on masked=6", ly)
+	}
+	if strings.Contains(s.Stderr(), "id_rsa") || strings.Contains(s.Stderr(), ".env") {
+		t.Errorf("a secret's name on stderr: %s", s.Stderr())
+	}
+}
+
+// TestFenceSecretsUnmask: --unmask leaves the patterns named visible to the
+// server (a git server needs .git); the others stay masked.
+func TestFenceSecretsUnmask(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newSecretWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: []string{"--unmask", ".ssh"}})
+	if r := s.Do(map[string]any{"op": "read", "path": filepath.Join(w.allowed, ".ssh/config")}); !r.OK || r.Data != "SSH-SECRET-42" {
+		t.Errorf("unmasked .ssh/config: %+v (%s)", r, s.Stderr())
+	}
+	if r := s.Do(map[string]any{"op": "read", "path": filepath.Join(w.allowed, ".env")}); r.OK {
+		t.Errorf(".env: ESCAPE, read %q", r.Data)
+	}
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+}

@@ -1,0 +1,349 @@
+package launcher
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// The bounds of the walk of the scope for secrets (see secretWalk).
+const (
+	// DefaultSecretWalkLimit is how many entries the walk reads at most.
+	DefaultSecretWalkLimit = 200_000
+	// secretWalkDepth is how deep below a scope path it goes at most.
+	secretWalkDepth = 64
+	// maxSecretMasks bounds the masks (each one a mount of the run).
+	maxSecretMasks = 4096
+)
+
+// secretMasks is what the walk of the scope found: the masks of the
+// minimal root, and counts for the secrets layer (never a name).
+type secretMasks struct {
+	masks []sandbox.Mount
+	files int    // files matching a pattern
+	dirs  int    // directories matching a pattern
+	links int    // other hard links, inside the scope, to a file of a secret
+	bound string // the bound the walk hit ("entries", "depth", "masks"); "": it saw everything
+}
+
+func (s *secretMasks) count() int { return s.files + s.dirs + s.links }
+
+// secretWalk finds, below every path the scope grants, the entries that
+// match a secret pattern (the path relative to the scope path is matched:
+// the scope path itself is the operator's explicit grant) and not an
+// unmask pattern. A matching directory is masked whole; the walk still
+// goes through it, because a file in it may have another hard link
+// elsewhere in the scope, which would reach the same content: every
+// such link is masked too. Symlinks are not followed (their target, when
+// inside the scope, is checked where it is). The walk reads at most limit
+// entries and secretWalkDepth levels and finds at most maxSecretMasks
+// entries; past a bound it stops and says which (the layer is then
+// degraded: what was found is masked, the rest is not known).
+func secretWalk(scope *schema.CanonicalScope, secrets, unmask *schema.Secrets, limit int) *secretMasks {
+	w := &walker{secrets: secrets, unmask: unmask, limit: limit, out: &secretMasks{},
+		inSecret: map[fileID][]string{}, outside: map[uint64][]string{}, seen: map[string]bool{}}
+	if w.limit <= 0 {
+		w.limit = DefaultSecretWalkLimit
+	}
+	for _, p := range scope.AllowedPaths {
+		if p.Kind == schema.KindDir {
+			w.seen[p.Path] = true
+		}
+	}
+	for _, p := range scope.AllowedPaths {
+		if p.Kind != schema.KindDir {
+			continue
+		}
+		fd, err := unix.Open(p.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone or unreadable: the launch fails or the server cannot read it either
+		}
+		w.dir(fd, p.Path, "", 0, false)
+		unix.Close(fd)
+		if w.out.bound != "" {
+			break
+		}
+	}
+	w.hardLinks()
+	return w.out
+}
+
+// fileID is an inode on a device.
+type fileID struct{ dev, ino uint64 }
+
+type walker struct {
+	secrets, unmask *schema.Secrets
+	limit, entries  int
+	out             *secretMasks
+	// inSecret: the regular files of secrets (a matching file, or any file
+	// below a matching directory) with more than one link, by inode.
+	inSecret map[fileID][]string
+	// outside: every other regular file, by the inode getdents gave (on
+	// file systems where it is the inode stat gives; see reliableDIno).
+	outside map[uint64][]string
+	seen    map[string]bool // scope paths walked (one inside another is walked once)
+	buf     [32 << 10]byte
+}
+
+// reliableDIno: file systems whose getdents inode numbers are the ones
+// stat returns. Elsewhere (overlayfs without xino, network file systems)
+// the walk stats every regular file.
+func reliableDIno(fd int) bool {
+	var st unix.Statfs_t
+	if unix.Fstatfs(fd, &st) != nil {
+		return false
+	}
+	switch uint32(st.Type) {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.TMPFS_MAGIC, unix.F2FS_SUPER_MAGIC:
+		return true
+	}
+	return false
+}
+
+// dir walks the directory open as fd, at path abs, rel below its scope
+// path; under says it lies inside a secret already masked.
+func (w *walker) dir(fd int, abs, rel string, depth int, under bool) {
+	if depth >= secretWalkDepth {
+		w.out.bound = "depth"
+		return
+	}
+	reliable := reliableDIno(fd)
+	type sub struct {
+		name   string
+		secret bool
+	}
+	var subs []sub
+	buf := w.buf[:]
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		for off := 0; off < n; {
+			ino, reclen, typ, name := direntAt(buf[off:n])
+			if reclen == 0 {
+				break
+			}
+			off += reclen
+			if name == "." || name == ".." || name == "" {
+				continue
+			}
+			if w.entries++; w.entries > w.limit {
+				w.out.bound = "entries"
+				return
+			}
+			crel := name
+			if rel != "" {
+				crel = rel + "/" + name
+			}
+			cabs := abs + "/" + name
+			if typ == unix.DT_UNKNOWN {
+				var st unix.Stat_t
+				if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+					continue
+				}
+				typ = dtOf(st.Mode)
+				ino = st.Ino
+			}
+			secret := !under && w.secrets.Match(crel) && !w.unmask.Match(crel)
+			switch typ {
+			case unix.DT_DIR:
+				if w.seen[cabs] {
+					continue // a scope path of its own, walked on its own
+				}
+				if secret {
+					if !w.mask(cabs, true) {
+						return
+					}
+					w.out.dirs++
+				}
+				subs = append(subs, sub{name, secret})
+			case unix.DT_LNK:
+				// Not followed: a target inside the scope is checked where it is.
+			default:
+				if secret && !w.mask(cabs, false) {
+					return
+				}
+				if secret {
+					w.out.files++
+				}
+				if typ != unix.DT_REG {
+					continue
+				}
+				if secret || under {
+					// Only a file with another link can be reached elsewhere.
+					var st unix.Stat_t
+					if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink > 1 {
+						id := fileID{uint64(st.Dev), st.Ino}
+						w.inSecret[id] = append(w.inSecret[id], cabs)
+					}
+					continue
+				}
+				if !reliable {
+					var st unix.Stat_t
+					if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Nlink < 2 {
+						continue
+					}
+					ino = st.Ino
+				}
+				w.outside[ino] = append(w.outside[ino], cabs)
+			}
+		}
+	}
+	for _, s := range subs {
+		cfd, err := unix.Openat(fd, s.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // unreadable here: not readable by the server either
+		}
+		crel := s.name
+		if rel != "" {
+			crel = rel + "/" + s.name
+		}
+		w.dir(cfd, abs+"/"+s.name, crel, depth+1, under || s.secret)
+		unix.Close(cfd)
+		if w.out.bound != "" {
+			return
+		}
+	}
+}
+
+// mask adds the mask of abs; false when the bound on masks is hit.
+func (w *walker) mask(abs string, dir bool) bool {
+	if len(w.out.masks) >= maxSecretMasks {
+		w.out.bound = "masks"
+		return false
+	}
+	w.out.masks = append(w.out.masks, sandbox.Mount{Path: abs, Dir: dir, Mask: true})
+	return true
+}
+
+// hardLinks masks every file outside the secrets that is the same inode
+// as a file of a secret (checked with lstat: the same device and inode).
+func (w *walker) hardLinks() {
+	for id := range w.inSecret {
+		for _, p := range w.outside[id.ino] {
+			var st unix.Stat_t
+			if unix.Lstat(p, &st) != nil || uint64(st.Dev) != id.dev || st.Ino != id.ino {
+				continue
+			}
+			if !w.mask(p, false) {
+				return
+			}
+			w.out.links++
+		}
+	}
+}
+
+// direntAt decodes the linux_dirent64 at the start of b.
+func direntAt(b []byte) (ino uint64, reclen int, typ uint8, name string) {
+	const nameOff = 19 // d_ino 8, d_off 8, d_reclen 2, d_type 1
+	if len(b) < nameOff {
+		return 0, 0, 0, ""
+	}
+	reclen = int(b[16]) | int(b[17])<<8
+	if reclen < nameOff || reclen > len(b) {
+		return 0, 0, 0, ""
+	}
+	ino = uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+	typ = b[18]
+	nb := b[nameOff:reclen]
+	for i, c := range nb {
+		if c == 0 {
+			nb = nb[:i]
+			break
+		}
+	}
+	return ino, reclen, typ, string(nb)
+}
+
+func dtOf(mode uint32) uint8 {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return unix.DT_DIR
+	case unix.S_IFLNK:
+		return unix.DT_LNK
+	case unix.S_IFREG:
+		return unix.DT_REG
+	}
+	return unix.DT_UNKNOWN // another kind: masked as a file if it matches
+}
+
+// secretPatterns compiles the run's secret and unmask patterns.
+func secretPatterns(cfg *Config) (secrets, unmask *schema.Secrets, err error) {
+	secrets = schema.DefaultSecrets
+	if cfg.SecretPatterns != nil {
+		if secrets, err = schema.NewSecrets(cfg.SecretPatterns); err != nil {
+			return nil, nil, fmt.Errorf("%w: secret patterns: %v", ErrUsage, err)
+		}
+	}
+	if unmask, err = schema.NewSecrets(cfg.Unmask); err != nil {
+		return nil, nil, fmt.Errorf("%w: --unmask: %v", ErrUsage, err)
+	}
+	return secrets, unmask, nil
+}
+
+// secretsLayer is the secrets layer of a run with masks m, with or
+// without its mount namespace: counts, never names.
+func secretsLayer(mode schema.RunMode, m *secretMasks, mountNS bool) schema.Layer {
+	ly := schema.Layer{Name: schema.LayerSecrets, State: schema.LayerOn}
+	n := 0
+	if m != nil {
+		n = m.count()
+	}
+	switch {
+	case mode != schema.ModeEnforce:
+		ly.State, ly.Reason = schema.LayerOff, "audit_mode"
+		return ly
+	case m == nil:
+		ly.State, ly.Reason = schema.LayerOff, "not_walked"
+		return ly
+	case !mountNS && n > 0:
+		// Landlock alone cannot take entries out of a granted directory.
+		ly.State, ly.Reason = schema.LayerDegraded, "unmasked="+strconv.Itoa(n)+",no_mount_namespace"
+	case !mountNS:
+		ly.Reason = "none_found"
+	case n == 0:
+		ly.Reason = "none_found"
+	default:
+		ly.Reason = "masked=" + strconv.Itoa(n)
+	}
+	if m.bound != "" {
+		ly.State = schema.LayerDegraded
+		ly.Reason = "walk_bound_" + m.bound + "," + ly.Reason
+	}
+	return ly
+}
+
+// ProbeSecrets is the secrets layer a run of cfg would get here (for
+// `scope check`), given whether it gets its mount namespace.
+func ProbeSecrets(cfg Config, mountNS bool) (schema.Layer, error) {
+	if cfg.Mode == "" {
+		cfg.Mode = schema.ModeEnforce
+	}
+	secrets, unmask, err := secretPatterns(&cfg)
+	if err != nil {
+		return schema.Layer{}, err
+	}
+	var m *secretMasks
+	if cfg.Mode == schema.ModeEnforce {
+		m = secretWalk(cfg.Scope, secrets, unmask, cfg.SecretWalkLimit)
+	}
+	return secretsLayer(cfg.Mode, m, mountNS), nil
+}
+
+// secretWarning is the operator's warning for a layer that is not on.
+func secretWarning(ly schema.Layer) string {
+	if ly.State != schema.LayerDegraded {
+		return ""
+	}
+	if strings.Contains(ly.Reason, "no_mount_namespace") {
+		return "mcpwarden: WARNING: the scope holds files or directories matching a secret pattern, and without the mount namespace the fence cannot hide them from the server (the proxy still refuses them to the client); run with namespaces, move them out of the scope, or --unmask the patterns you mean to grant"
+	}
+	return "mcpwarden: WARNING: the walk of the scope for secrets stopped at a bound (" + ly.Reason + "): secrets beyond it are not hidden from the server; narrow the scope or raise --secret-walk-limit"
+}

@@ -1,0 +1,144 @@
+package launcher
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// TestSecretWalk: what the walk of the scope masks, and its bounds.
+func TestSecretWalk(t *testing.T) {
+	mk := func(t *testing.T, files ...string) string {
+		t.Helper()
+		root := t.TempDir()
+		for _, f := range files {
+			p := filepath.Join(root, f)
+			if strings.HasSuffix(f, "/") {
+				if err := os.MkdirAll(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return root
+	}
+	tests := []struct {
+		name   string
+		files  []string
+		links  map[string]string // existing -> new hard link
+		unmask []string
+		limit  int
+		want   []string // masked, relative; "/" suffix: a directory
+		bound  string
+	}{
+		{name: "nothing secret", files: []string{"a.txt", "src/main.go", "node_modules/x/index.js"}},
+		{name: "files and directories", files: []string{".env", "src/prod.env", "x/id_ed25519.pub", ".git/config", ".git/objects/ab", "ok.txt"},
+			want: []string{".env", ".git/", "src/prod.env", "x/id_ed25519.pub"}},
+		{name: "a secret deep in node_modules is masked too", files: []string{"node_modules/pkg/test/server.key"}, want: []string{"node_modules/pkg/test/server.key"}},
+		{name: "case is ignored", files: []string{".ENV", "Credentials.JSON"}, want: []string{".ENV", "Credentials.JSON"}},
+		{name: "a multi-component pattern", files: []string{"a/.config/gcloud/token", "a/.config/other"}, want: []string{"a/.config/gcloud/"}},
+		{name: "empty secret directory", files: []string{".aws/"}, want: []string{".aws/"}},
+		{name: "hard link to a secret file", files: []string{".env", "b.txt"}, links: map[string]string{".env": "copy.txt"}, want: []string{".env", "copy.txt"}},
+		{name: "hard link to a file inside a secret directory", files: []string{".ssh/k"}, links: map[string]string{".ssh/k": "d/notes.md"}, want: []string{".ssh/", "d/notes.md"}},
+		{name: "hard links between harmless files stay", files: []string{"a.txt"}, links: map[string]string{"a.txt": "b.txt"}},
+		{name: "unmask", files: []string{".git/HEAD", ".env"}, unmask: []string{".git"}, want: []string{".env"}},
+		{name: "entry bound", files: []string{"a", "b", "c", "d/.env", "e"}, limit: 3, bound: "entries"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := mk(t, tt.files...)
+			for from, to := range tt.links {
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(root, to)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Link(filepath.Join(root, from), filepath.Join(root, to)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			unmask, err := schema.NewSecrets(tt.unmask)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scope := &schema.CanonicalScope{AllowedPaths: []schema.CanonicalPath{{Path: root, Kind: schema.KindDir}}}
+			m := secretWalk(scope, schema.DefaultSecrets, unmask, tt.limit)
+			var got []string
+			for _, mk := range m.masks {
+				if !mk.Mask || mk.Write || mk.Exec || mk.Idmap || mk.Dev {
+					t.Errorf("not a mask: %+v", mk)
+				}
+				rel := strings.TrimPrefix(mk.Path, root+"/")
+				if mk.Dir {
+					rel += "/"
+				}
+				got = append(got, rel)
+			}
+			sort.Strings(got)
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") && tt.bound == "" {
+				t.Errorf("masks %v, want %v", got, tt.want)
+			}
+			if m.bound != tt.bound {
+				t.Errorf("bound %q, want %q", m.bound, tt.bound)
+			}
+			if m.count() != len(m.masks) {
+				t.Errorf("count %d, masks %d", m.count(), len(m.masks))
+			}
+		})
+	}
+}
+
+// TestSecretWalkScopeItself: the scope path is the operator's grant; a
+// scope whose own path matches a pattern is not masked whole (the walk
+// matches below it), and a depth past the bound is reported.
+func TestSecretWalkScopeItself(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "credentials")
+	deep := root
+	for i := 0; i < secretWalkDepth+2; i++ {
+		deep = filepath.Join(deep, "d")
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	scope := &schema.CanonicalScope{AllowedPaths: []schema.CanonicalPath{{Path: root, Kind: schema.KindDir}}}
+	noUnmask, _ := schema.NewSecrets(nil)
+	m := secretWalk(scope, schema.DefaultSecrets, noUnmask, 0)
+	if len(m.masks) != 0 || m.bound != "depth" {
+		t.Errorf("masks %+v bound %q, want none and depth", m.masks, m.bound)
+	}
+}
+
+// TestSecretsLayer: the layer's state and reason (counts, never names).
+func TestSecretsLayer(t *testing.T) {
+	for _, c := range []struct {
+		mode    schema.RunMode
+		m       *secretMasks
+		mountNS bool
+		state   schema.LayerState
+		reason  string
+	}{
+		{schema.ModeAudit, nil, false, schema.LayerOff, "audit_mode"},
+		{schema.ModeEnforce, nil, true, schema.LayerOff, "not_walked"},
+		{schema.ModeEnforce, &secretMasks{}, true, schema.LayerOn, "none_found"},
+		{schema.ModeEnforce, &secretMasks{}, false, schema.LayerOn, "none_found"},
+		{schema.ModeEnforce, &secretMasks{files: 2, dirs: 1, links: 1}, true, schema.LayerOn, "masked=4"},
+		{schema.ModeEnforce, &secretMasks{files: 2}, false, schema.LayerDegraded, "unmasked=2,no_mount_namespace"},
+		{schema.ModeEnforce, &secretMasks{files: 1, bound: "entries"}, true, schema.LayerDegraded, "walk_bound_entries,masked=1"},
+	} {
+		ly := secretsLayer(c.mode, c.m, c.mountNS)
+		if ly.State != c.state || ly.Reason != c.reason || ly.Name != schema.LayerSecrets {
+			t.Errorf("%+v: %+v, want %s %s", c, ly, c.state, c.reason)
+		}
+		if !schema.IsToken(ly.Reason) {
+			t.Errorf("reason %q is not a token", ly.Reason)
+		}
+	}
+}
