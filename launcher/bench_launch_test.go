@@ -150,3 +150,77 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 	}
 	b.Log(summary)
 }
+
+// BenchmarkLaunchSecretWalk is what the walk of the scope for secrets
+// (secretmask.go) costs a launch: time to the first initialize answer of
+// internal/mcpecho under `mcpwarden run` (defaults) with a small workspace
+// (a few files and a .env) and with a 50,000-entry one (500 directories of
+// 100 files, a .env and a key deep down), side by side with the build
+// MCPWARDEN_OLD_BIN names (required: the walk's cost is the difference),
+// alternating in one run. Run with -benchtime 20x or more.
+func BenchmarkLaunchSecretWalk(b *testing.B) {
+	fencetest.RequireFence(b)
+	bins := fencetest.Build(b)
+	old := os.Getenv(EnvOldMcpwarden)
+	if old == "" {
+		b.Skipf("%s is not set: this benchmark compares with an older build", EnvOldMcpwarden)
+	}
+	dir := b.TempDir()
+	echo := filepath.Join(dir, "mcpecho")
+	if err := testenv.GoBuild(echo, "./internal/mcpecho", "CGO_ENABLED=0"); err != nil {
+		b.Fatal(err)
+	}
+	small := filepath.Join(dir, "small")
+	large := filepath.Join(dir, "large")
+	files := map[string]string{
+		filepath.Join(small, "allowed", "a.txt"): "a", filepath.Join(small, "allowed", "src", "main.go"): "m",
+		filepath.Join(small, "allowed", ".env"): "e",
+		filepath.Join(large, "allowed", ".env"): "e", filepath.Join(large, "allowed", "d7", "x", "server.key"): "k",
+	}
+	testenv.WriteFiles(b, files)
+	for d := 0; d < 500; d++ {
+		sub := filepath.Join(large, "allowed", fmt.Sprintf("d%d", d))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for f := 0; f < 99; f++ {
+			if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d.txt", f)), nil, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	scope := fencetest.WriteScope(b, dir, map[string]any{"allowed_paths": []string{"allowed"}})
+	log := filepath.Join(dir, "audit.jsonl")
+	kinds := []string{"new-small", "old-small", "new-50k", "old-50k"}
+	command := func(kind string) *exec.Cmd {
+		bin, base := bins.Mcpwarden, small
+		if strings.HasPrefix(kind, "old") {
+			bin = old
+		}
+		if strings.HasSuffix(kind, "50k") {
+			base = large
+		}
+		cmd := exec.Command(bin, "run", "--scope", scope, "--base", base, "--audit-log", log, "--", echo)
+		cmd.Dir = base
+		return cmd
+	}
+	times := map[string][]time.Duration{}
+	i := 0
+	for b.Loop() {
+		for k := range kinds {
+			kind := kinds[(i+k)%len(kinds)]
+			times[kind] = append(times[kind], firstInitialize(b, command(kind)))
+		}
+		i++
+	}
+	median := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	for _, k := range kinds {
+		b.ReportMetric(median(times[k]), k+"-ms")
+	}
+	b.ReportMetric(median(times["new-small"])-median(times["old-small"]), "small-added-ms")
+	b.ReportMetric(median(times["new-50k"])-median(times["old-50k"]), "50k-added-ms")
+}
