@@ -44,9 +44,14 @@ func (s *secretMasks) count() int { return s.files + s.dirs + s.links }
 // entries and secretWalkDepth levels and finds at most maxSecretMasks
 // entries; past a bound it stops and says which (the layer is then
 // degraded: what was found is masked, the rest is not known).
+//
+// Hard links cost nothing in the common case: the first pass keeps the
+// inode numbers getdents gives, of the files inside secrets and of the
+// others; only when the two sets meet does a second pass find those
+// entries' paths and compare device and inode with lstat.
 func secretWalk(scope *schema.CanonicalScope, secrets, unmask *schema.Secrets, limit int) *secretMasks {
 	w := &walker{secrets: secrets, unmask: unmask, limit: limit, out: &secretMasks{},
-		inSecret: map[fileID][]string{}, outside: map[uint64][]string{}, seen: map[string]bool{}}
+		secretIno: map[uint64]struct{}{}, otherIno: map[uint64]struct{}{}, seen: map[string]bool{}}
 	if w.limit <= 0 {
 		w.limit = DefaultSecretWalkLimit
 	}
@@ -55,21 +60,37 @@ func secretWalk(scope *schema.CanonicalScope, secrets, unmask *schema.Secrets, l
 			w.seen[p.Path] = true
 		}
 	}
-	for _, p := range scope.AllowedPaths {
-		if p.Kind != schema.KindDir {
-			continue
-		}
-		fd, err := unix.Open(p.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue // gone or unreadable: the launch fails or the server cannot read it either
-		}
-		w.dir(fd, p.Path, "", 0, false)
-		unix.Close(fd)
-		if w.out.bound != "" {
-			break
+	w.walk(scope)
+	// The inodes seen both inside and outside secrets: same device and
+	// inode, or a coincidence of numbers across file systems.
+	cand := map[uint64]struct{}{}
+	for ino := range w.secretIno {
+		if _, ok := w.otherIno[ino]; ok {
+			cand[ino] = struct{}{}
 		}
 	}
-	w.hardLinks()
+	if len(cand) == 0 || w.out.bound != "" {
+		return w.out
+	}
+	w.cand, w.entries = cand, 0
+	w.walk(scope)
+	ids := map[fileID]bool{}
+	for _, p := range w.secretPaths {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil {
+			ids[fileID{uint64(st.Dev), st.Ino}] = true
+		}
+	}
+	for _, p := range w.otherPaths {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil || !ids[fileID{uint64(st.Dev), st.Ino}] {
+			continue
+		}
+		if !w.mask(p, false) {
+			break
+		}
+		w.out.links++
+	}
 	return w.out
 }
 
@@ -80,14 +101,35 @@ type walker struct {
 	secrets, unmask *schema.Secrets
 	limit, entries  int
 	out             *secretMasks
-	// inSecret: the regular files of secrets (a matching file, or any file
-	// below a matching directory) with more than one link, by inode.
-	inSecret map[fileID][]string
-	// outside: every other regular file, by the inode getdents gave (on
-	// file systems where it is the inode stat gives; see reliableDIno).
-	outside map[uint64][]string
-	seen    map[string]bool // scope paths walked (one inside another is walked once)
-	buf     [32 << 10]byte
+	// First pass: the inode numbers of the regular files inside secrets
+	// (a matching file, or any file below a matching directory), and of
+	// the other regular files.
+	secretIno, otherIno map[uint64]struct{}
+	// Second pass (cand non-nil): the paths of the files whose inode
+	// number is in cand, inside secrets and outside.
+	cand                    map[uint64]struct{}
+	secretPaths, otherPaths []string
+	seen                    map[string]bool // the scope's directories (one inside another is walked once)
+	comps                   []string        // the lowercased components below the scope path
+	buf                     [32 << 10]byte
+}
+
+func (w *walker) walk(scope *schema.CanonicalScope) {
+	for _, p := range scope.AllowedPaths {
+		if p.Kind != schema.KindDir {
+			continue
+		}
+		fd, err := unix.Open(p.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone or unreadable: the launch fails or the server cannot read it either
+		}
+		w.comps = w.comps[:0]
+		w.dir(fd, p.Path, 0, false)
+		unix.Close(fd)
+		if w.out.bound != "" {
+			return
+		}
+	}
 }
 
 // reliableDIno: file systems whose getdents inode numbers are the ones
@@ -105,13 +147,15 @@ func reliableDIno(fd int) bool {
 	return false
 }
 
-// dir walks the directory open as fd, at path abs, rel below its scope
-// path; under says it lies inside a secret already masked.
-func (w *walker) dir(fd int, abs, rel string, depth int, under bool) {
+// dir walks the directory open as fd, at path abs, depth levels below its
+// scope path (w.comps holds their names); under says it lies inside a
+// secret already masked.
+func (w *walker) dir(fd int, abs string, depth int, under bool) {
 	if depth >= secretWalkDepth {
 		w.out.bound = "depth"
 		return
 	}
+	second := w.cand != nil
 	reliable := reliableDIno(fd)
 	type sub struct {
 		name   string
@@ -133,16 +177,13 @@ func (w *walker) dir(fd int, abs, rel string, depth int, under bool) {
 			if name == "." || name == ".." || name == "" {
 				continue
 			}
-			if w.entries++; w.entries > w.limit {
-				w.out.bound = "entries"
-				return
+			if !second {
+				if w.entries++; w.entries > w.limit {
+					w.out.bound = "entries"
+					return
+				}
 			}
-			crel := name
-			if rel != "" {
-				crel = rel + "/" + name
-			}
-			cabs := abs + "/" + name
-			if typ == unix.DT_UNKNOWN {
+			if typ == unix.DT_UNKNOWN || (typ == unix.DT_REG && !reliable) {
 				var st unix.Stat_t
 				if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 					continue
@@ -150,14 +191,18 @@ func (w *walker) dir(fd int, abs, rel string, depth int, under bool) {
 				typ = dtOf(st.Mode)
 				ino = st.Ino
 			}
-			secret := !under && w.secrets.Match(crel) && !w.unmask.Match(crel)
+			secret := false
+			if !under && typ != unix.DT_LNK {
+				w.comps = append(w.comps[:depth], strings.ToLower(name))
+				secret = w.secrets.MatchLast(w.comps) && !w.unmask.MatchLast(w.comps)
+			}
 			switch typ {
 			case unix.DT_DIR:
-				if w.seen[cabs] {
+				if w.seen[abs+"/"+name] {
 					continue // a scope path of its own, walked on its own
 				}
-				if secret {
-					if !w.mask(cabs, true) {
+				if secret && !second {
+					if !w.mask(abs+"/"+name, true) {
 						return
 					}
 					w.out.dirs++
@@ -166,32 +211,31 @@ func (w *walker) dir(fd int, abs, rel string, depth int, under bool) {
 			case unix.DT_LNK:
 				// Not followed: a target inside the scope is checked where it is.
 			default:
-				if secret && !w.mask(cabs, false) {
-					return
-				}
-				if secret {
+				if secret && !second {
+					if !w.mask(abs+"/"+name, false) {
+						return
+					}
 					w.out.files++
 				}
 				if typ != unix.DT_REG {
 					continue
 				}
-				if secret || under {
-					// Only a file with another link can be reached elsewhere.
-					var st unix.Stat_t
-					if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink > 1 {
-						id := fileID{uint64(st.Dev), st.Ino}
-						w.inSecret[id] = append(w.inSecret[id], cabs)
-					}
-					continue
-				}
-				if !reliable {
-					var st unix.Stat_t
-					if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Nlink < 2 {
+				inSecret := secret || under
+				switch {
+				case second:
+					if _, ok := w.cand[ino]; !ok {
 						continue
 					}
-					ino = st.Ino
+					if inSecret {
+						w.secretPaths = append(w.secretPaths, abs+"/"+name)
+					} else {
+						w.otherPaths = append(w.otherPaths, abs+"/"+name)
+					}
+				case inSecret:
+					w.secretIno[ino] = struct{}{}
+				default:
+					w.otherIno[ino] = struct{}{}
 				}
-				w.outside[ino] = append(w.outside[ino], cabs)
 			}
 		}
 	}
@@ -200,11 +244,8 @@ func (w *walker) dir(fd int, abs, rel string, depth int, under bool) {
 		if err != nil {
 			continue // unreadable here: not readable by the server either
 		}
-		crel := s.name
-		if rel != "" {
-			crel = rel + "/" + s.name
-		}
-		w.dir(cfd, abs+"/"+s.name, crel, depth+1, under || s.secret)
+		w.comps = append(w.comps[:depth], strings.ToLower(s.name))
+		w.dir(cfd, abs+"/"+s.name, depth+1, under || s.secret)
 		unix.Close(cfd)
 		if w.out.bound != "" {
 			return
@@ -220,23 +261,6 @@ func (w *walker) mask(abs string, dir bool) bool {
 	}
 	w.out.masks = append(w.out.masks, sandbox.Mount{Path: abs, Dir: dir, Mask: true})
 	return true
-}
-
-// hardLinks masks every file outside the secrets that is the same inode
-// as a file of a secret (checked with lstat: the same device and inode).
-func (w *walker) hardLinks() {
-	for id := range w.inSecret {
-		for _, p := range w.outside[id.ino] {
-			var st unix.Stat_t
-			if unix.Lstat(p, &st) != nil || uint64(st.Dev) != id.dev || st.Ino != id.ino {
-				continue
-			}
-			if !w.mask(p, false) {
-				return
-			}
-			w.out.links++
-		}
-	}
 }
 
 // direntAt decodes the linux_dirent64 at the start of b.

@@ -139,3 +139,35 @@ func (s *Secrets) Match(p string) bool {
 	}
 	return false
 }
+
+// MatchLast reports whether some pattern matches a run of comps that ends
+// with its last component; comps are path components already lowercased
+// (strings.ToLower). A walk that stops at every match calls it once per
+// entry with the components from where it started: Match(p) is true
+// exactly when MatchLast holds for some prefix of p's components.
+func (s *Secrets) MatchLast(comps []string) bool {
+	n := len(comps)
+	if n == 0 {
+		return false
+	}
+	if s.literals[comps[n-1]] {
+		return true
+	}
+	for _, pat := range s.patterns {
+		i := n - len(pat)
+		if i < 0 {
+			continue
+		}
+		ok := true
+		for j, m := range pat {
+			if !m.match(comps[i+j]) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}

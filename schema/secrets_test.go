@@ -59,3 +59,24 @@ func isASCII(s string) bool {
 	}
 	return true
 }
+
+// FuzzSecretsMatchLast: Match of a path is MatchLast of one of its
+// prefixes (what the launcher's walk of the scope relies on).
+func FuzzSecretsMatchLast(f *testing.F) {
+	for _, p := range []string{"a/.env", "x/.config/gcloud/t", "etc/ssl/private/k", "src/main.go", "A/ID_RSA.pub", "a//b"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		comps := strings.Split(strings.Trim(strings.ToLower(p), "/"), "/")
+		any := false
+		for i := range comps {
+			if DefaultSecrets.MatchLast(comps[:i+1]) {
+				any = true
+				break
+			}
+		}
+		if any != DefaultSecrets.Match(p) {
+			t.Fatalf("Match(%q) = %v, MatchLast of its prefixes %v", p, DefaultSecrets.Match(p), any)
+		}
+	})
+}
