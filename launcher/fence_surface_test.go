@@ -424,3 +424,49 @@ func testFenceLandlockRecordsStay(t *testing.T, noNS bool) {
 		{name: "the server's own reads still work", req: map[string]any{"op": "read", "path": w.deep1}, wantOK: true, data: "inside"},
 	})
 }
+
+// TestFenceIoctlAllowlist: the filter lets through the ioctl requests the
+// runtimes use and answers ENOTTY to the rest. On main before, these
+// requests reached the file system, which alone decided: as the owner of
+// a write scope's file on ext4, EXT4_IOC_MIGRATE got ext4's EINVAL (the
+// file already has extents; a block-mapped file on an ext4 with extents
+// would have been rewritten, a Known limit), EXT4_IOC_SWAP_BOOT and
+// FIFREEZE got EPERM (a capability check). Now the filter refuses them in
+// both layerings before the file system sees them. What the runtimes were measured using still
+// works.
+func TestFenceIoctlAllowlist(t *testing.T) { fencetest.ForEachLayering(t, testFenceIoctlAllowlist) }
+
+func testFenceIoctlAllowlist(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	ext := loopFS(t, "ext4", testenv.RequireCommand(t, "mkfs.ext4"), "-q", "-F")
+	allowed := filepath.Join(ext, "base", "allowed")
+	file := filepath.Join(allowed, "data.bin")
+	testenv.WriteFiles(t, map[string]string{file: strings.Repeat("x", 8192)})
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: filepath.Join(ext, "base"), NoNamespaces: noNS})
+	io := func(path string, req uint32, write bool) map[string]any {
+		m := map[string]any{"op": "ioctl", "path": path, "n": int(req)}
+		if write {
+			m["flags"] = 1
+		}
+		return m
+	}
+	enotty := []string{"ENOTTY"}
+	runCases(t, s, []fenceCase{
+		{name: "EXT4_IOC_MIGRATE on the server's own file", req: io(file, 0x6609, true), errno: enotty, exact: true},
+		{name: "EXT4_IOC_SWAP_BOOT", req: io(file, 0x6611, true), errno: enotty, exact: true},
+		{name: "FS_IOC_SETFSLABEL", req: io(allowed, 0x41009432, false), errno: enotty, exact: true},
+		{name: "FIFREEZE", req: io(allowed, 0xc0045877, false), errno: enotty, exact: true},
+		{name: "FS_IOC_GETFLAGS still works", req: io(file, unix.FS_IOC_GETFLAGS, false), wantOK: true},
+		{name: "FIOCLEX still works", req: io(file, 0x5451, false), wantOK: true},
+		{name: "FIONREAD on a file still works", req: io(file, 0x541b, false), wantOK: true},
+		{name: "TCGETS on a file: the kernel's own ENOTTY", req: io(file, unix.TCGETS, false), errno: enotty, exact: true},
+	})
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	if data, err := os.ReadFile(file); err != nil || len(data) != 8192 {
+		t.Errorf("the file after the run: %d bytes, %v", len(data), err)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -315,6 +316,26 @@ func kernelCall(name string) error {
 // fsIoctlOps: file system ioctls on a directory the server opened
 // read-only (Landlock checks opens, mkdir and the like, not these).
 var fsIoctlOps = map[string]op{
+	// Any ioctl request N on Path (opened read-only, or for writing with
+	// Flags 1), with a zeroed 4 KiB buffer as its argument; the answer is
+	// the call's return value.
+	"ioctl": func(r Request) (string, error) {
+		mode := unix.O_RDONLY
+		if r.Flags == 1 {
+			mode = unix.O_RDWR
+		}
+		fd, err := unix.Open(r.Path, mode|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(fd)
+		var buf [4096]byte
+		ret, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(uint32(r.N)), uintptr(unsafe.Pointer(&buf[0])))
+		if e != 0 {
+			return "", e
+		}
+		return strconv.Itoa(int(ret)), nil
+	},
 	// A btrfs subvolume named Name made in directory Path: Flags 0 with
 	// BTRFS_IOC_SUBVOL_CREATE, 1 with BTRFS_IOC_SUBVOL_CREATE_V2, 2 a
 	// snapshot of the subvolume Path is in (BTRFS_IOC_SNAP_CREATE_V2).
