@@ -18,7 +18,8 @@ import (
 
 // linkLocalNet is a network namespace made by the test: loopback, and a
 // 169.254.99.1/16, fe80::99, fd00:ec2::254 (the
-// metadata service's v6 address) and 100.100.100.200 (Alibaba Cloud's) on its loopback (this kernel has no dummy
+// metadata service's v6 address), 100.100.100.200 (Alibaba Cloud's) and
+// 168.63.129.16 (Azure's WireServer) on its loopback (this kernel has no dummy
 // interfaces), with one listener on every address of the namespace. The
 // host's network is not touched.
 type linkLocalNet struct {
@@ -42,6 +43,7 @@ func newLinkLocalNet(t *testing.T) *linkLocalNet {
 	ip("-n", n.name, "addr", "add", "fe80::99/64", "dev", "lo", "nodad")
 	ip("-n", n.name, "addr", "add", "fd00:ec2::254/128", "dev", "lo", "nodad")
 	ip("-n", n.name, "addr", "add", "100.100.100.200/32", "dev", "lo")
+	ip("-n", n.name, "addr", "add", "168.63.129.16/32", "dev", "lo")
 	ip("-n", n.name, "link", "set", "lo", "up")
 	// The listener is made on a thread that enters the namespace and is
 	// never given back (it ends with its goroutine).
@@ -105,6 +107,7 @@ func testFenceNetworkGrantLinkLocal(t *testing.T, noNS bool) {
 		{name: "fe80::/10 on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("[fe80::99%%lo]:%d", p)}, errno: eperm, exact: true},
 		{name: "v4-mapped 169.254/16 on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("[::ffff:169.254.99.1]:%d", p)}, errno: eperm, exact: true},
 		{name: "Alibaba Cloud's metadata address on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("100.100.100.200:%d", p)}, errno: eperm, exact: true},
+		{name: "Azure's WireServer on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("168.63.129.16:%d", p)}, errno: eperm, exact: true},
 		{name: "UDP to 169.254/16", req: map[string]any{"op": "udp", "addr": fmt.Sprintf("169.254.99.1:%d", p)}, errno: eperm, exact: true},
 		{name: "UDP to fd00:ec2::254", req: map[string]any{"op": "udp", "addr": fmt.Sprintf("[fd00:ec2::254]:%d", p)}, errno: eperm, exact: true},
 	})
@@ -163,4 +166,35 @@ func TestNetworkGrantWithoutLinkLocalFilter(t *testing.T) {
 	if last.ExitReason != schema.ExitRefusedKernel || layerOf(last, schema.LayerNetNS).Reason != off {
 		t.Errorf("refusal record %+v", last)
 	}
+}
+
+// TestFenceIOUringConnectLinkLocal: with "allow_io_uring": true the
+// seccomp filter does not see io_uring's operations, but the destination
+// filter is on the run's cgroup, which the ring's workers share: an
+// IORING_OP_CONNECT to the metadata service's address (or Azure's
+// WireServer) on the granted port is refused (EPERM) like connect(), and
+// one to loopback still connects.
+func TestFenceIOUringConnectLinkLocal(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceIOUringConnectLinkLocal)
+}
+
+func testFenceIOUringConnectLinkLocal(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	n := newLinkLocalNet(t)
+	p := n.port
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "allow_io_uring": true,
+		"network": map[string]any{"connect_tcp": []int{p}}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS,
+		Wrapper: []string{"nsenter", "--net=" + filepath.Join("/run/netns", n.name)}})
+	eperm := []string{"EPERM"}
+	runCases(t, s, []fenceCase{
+		{name: "io_uring connect to loopback on the granted port", req: map[string]any{"op": "uring_connect", "addr": fmt.Sprintf("127.0.0.1:%d", p)}, wantOK: true},
+		{name: "io_uring connect to 169.254/16", req: map[string]any{"op": "uring_connect", "addr": fmt.Sprintf("169.254.99.1:%d", p)}, errno: eperm, exact: true},
+		{name: "io_uring connect to Alibaba Cloud's metadata address", req: map[string]any{"op": "uring_connect", "addr": fmt.Sprintf("100.100.100.200:%d", p)}, errno: eperm, exact: true},
+		{name: "io_uring connect to Azure's WireServer", req: map[string]any{"op": "uring_connect", "addr": fmt.Sprintf("168.63.129.16:%d", p)}, errno: eperm, exact: true},
+		{name: "io_uring connect to another port (Landlock)", req: map[string]any{"op": "uring_connect", "addr": fmt.Sprintf("127.0.0.1:%d", p+1)}, errno: []string{"EACCES"}, exact: true},
+	})
+	s.Close()
 }

@@ -13,8 +13,10 @@ import (
 // (connect4, connect6, sendmsg4, sendmsg6) attached to the run's cgroup2
 // group, which refuse (EPERM) a connect() or an unconnected UDP sendmsg()
 // to 169.254.0.0/16, fe80::/10, fd00:ec2::254 (the cloud instance metadata
-// service's addresses), 100.100.100.200 (Alibaba Cloud's) and their
-// IPv4-mapped forms (::ffff:169.254.0.0/112, ::ffff:100.100.100.200).
+// service's addresses), 100.100.100.200 (Alibaba Cloud's), 168.63.129.16
+// but its port 53 (Azure's WireServer, also its DNS resolver) and their
+// IPv4-mapped forms (::ffff:169.254.0.0/112, ::ffff:100.100.100.200,
+// ::ffff:168.63.129.16).
 // Everything else is left to Landlock's port rules. A run with a network
 // grant has the host's network; this takes the link-local part of it away.
 //
@@ -54,8 +56,9 @@ type insn struct {
 
 // The fields of struct bpf_sock_addr the programs read.
 const (
-	offUserIP4 = 4 // __u32, network byte order
-	offUserIP6 = 8 // __u32[4], network byte order
+	offUserIP4  = 4  // __u32, network byte order
+	offUserIP6  = 8  // __u32[4], network byte order
+	offUserPort = 24 // __u32 holding the port in network byte order
 )
 
 // be32 is the 32-bit value a 4-byte load of the bytes b gives on this host:
@@ -127,14 +130,26 @@ func (a *asm) verdicts() []insn {
 	return a.out
 }
 
+// be16 is the value a 4-byte load of user_port gives for port p: the
+// port in network byte order in the low 16 bits, read the host's way.
+func be16(p uint16) int32 {
+	return int32(*(*uint16)(unsafe.Pointer(&[2]byte{byte(p >> 8), byte(p)})))
+}
+
 // denyV4 jumps to deny when wreg, an IPv4 address read the host's way,
-// is refused: 169.254.0.0/16 or 100.100.100.200 (Alibaba Cloud's metadata
-// service). It uses r4.
+// is refused: 169.254.0.0/16, 100.100.100.200 (Alibaba Cloud's metadata
+// service), or 168.63.129.16 (Azure's WireServer: the VM agent's goal
+// state, extension settings and certificates on ports 80 and 32526) on
+// any port but 53 (it is also Azure's DNS resolver, which a host's
+// resolv.conf may name). It uses r4 and r5.
 func (a *asm) denyV4(reg uint8) {
 	a.mov(4, reg)
 	a.and32(4, be32(0xff, 0xff, 0, 0))
 	a.jmp32(bpfJEQ, 4, be32(169, 254, 0, 0), "deny")
 	a.jmp32(bpfJEQ, reg, be32(100, 100, 100, 200), "deny")
+	a.jmp32(bpfJNE, reg, be32(168, 63, 129, 16), "allow")
+	a.load32(5, offUserPort)
+	a.jmp32(bpfJNE, 5, be16(53), "deny")
 }
 
 // inet4Prog refuses what denyV4 refuses.

@@ -96,6 +96,13 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"udpto:100.100.100.200:53", "EPERM"},
 		{"tcp:[::ffff:100.100.100.200]:80", "EPERM"},
 		{"udpto:[::ffff:100.100.100.200]:53", "EPERM"},
+		{"tcp:168.63.129.16:80", "EPERM"},
+		{"tcp:168.63.129.16:32526", "EPERM"},
+		{"tcp:[::ffff:168.63.129.16]:80", "EPERM"},
+		{"udpto:168.63.129.16:80", "EPERM"},
+		{"udpto:168.63.129.16:53", "!EPERM"}, // Azure's DNS resolver stays
+		{"udpto:[::ffff:168.63.129.16]:53", "!EPERM"},
+		{"udpto:168.63.129.17:80", "!EPERM"},
 		{fmt.Sprintf("tcp:127.0.0.1:%d", lo), "ok"},
 		{fmt.Sprintf("tcp:[::ffff:127.0.0.1]:%d", lo), "ok"},
 		{"udpto:127.0.0.1:9", "ok"},
