@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"github.com/mcpwarden/mcpwarden/schema"
 )
 
 // workspace is a base with a scope dir, a sibling outside the scope, escape
@@ -332,7 +333,10 @@ func testFenceNetworkGrant(t *testing.T, noNS bool) {
 	})
 }
 
-// TestFenceAllowIOUring: allow_io_uring lifts only the io_uring block.
+// TestFenceAllowIOUring: allow_io_uring lifts only the io_uring block,
+// and needs the namespaces: under --no-namespaces the run is refused
+// (exit 69, recorded), as io_uring would reach the host's unix sockets
+// (TestFenceIOUringHostUnixSocket).
 func TestFenceAllowIOUring(t *testing.T) { fencetest.ForEachLayering(t, testFenceAllowIOUring) }
 
 func testFenceAllowIOUring(t *testing.T, noNS bool) {
@@ -340,6 +344,21 @@ func testFenceAllowIOUring(t *testing.T, noNS bool) {
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "allow_io_uring": true})
+	if noNS {
+		log := filepath.Join(t.TempDir(), "audit.jsonl")
+		code, _, stderr := runCLI(t, b.Mcpwarden, w.base, "run", "--scope", scope, "--base", w.base, "--audit-log", log, "--no-namespaces", "--", b.Naive)
+		if code != 69 || !strings.Contains(stderr, "allow_io_uring") || !strings.Contains(stderr, "remove allow_io_uring") {
+			t.Fatalf("allow_io_uring under --no-namespaces: exit %d, %s; want 69 and why", code, stderr)
+		}
+		if recs := launchLayers(t, log); recs[len(recs)-1].ExitReason != schema.ExitRefusedKernel {
+			t.Errorf("the refusal's record: %+v", recs[len(recs)-1])
+		}
+		code, _, stderr = runCLI(t, b.Mcpwarden, w.base, "scope", "check", scope, "--base", w.base, "--no-namespaces")
+		if code != 69 || !strings.Contains(stderr, "allow_io_uring") {
+			t.Errorf("scope check --no-namespaces of an io_uring scope: exit %d, %s; want 69", code, stderr)
+		}
+		return
+	}
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
 	r := s.Do(map[string]any{"op": "io_uring"})
 	if !r.OK && r.Errno == "EPERM" {

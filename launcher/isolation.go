@@ -60,7 +60,8 @@ type isolation struct {
 	nsReason string // why there are no namespaces (flags == 0), a token
 	idReason string // the identity layer's reason
 	idState  schema.LayerState
-	required bool // namespaces are required (--require-namespaces or require_isolation)
+	required bool   // namespaces are required (--require-namespaces, require_isolation, allow_io_uring)
+	because  string // why, when not the first two (IsolationError.Because)
 }
 
 // IsolationError says the run requires namespaces that cannot be made
@@ -69,10 +70,20 @@ type IsolationError struct {
 	Missing string // what is missing, a token (the layer reason)
 	Err     error  // the kernel's answer, when there was one
 	Hint    string
+	// Because says why they are required; "": --require-namespaces or
+	// the scope's require_isolation.
+	Because string
 }
 
+// ioUringNeedsNamespaces is why a scope that allows io_uring needs them.
+const ioUringNeedsNamespaces = "the scope's allow_io_uring: io_uring operations pass the seccomp filter unchecked, and without the mount namespace they reach the host's unix sockets (Docker's, systemd's, D-Bus) and every socket family"
+
 func (e *IsolationError) Error() string {
-	msg := "the run requires namespaces (--require-namespaces or the scope's require_isolation), but " + e.Missing
+	because := e.Because
+	if because == "" {
+		because = "--require-namespaces or the scope's require_isolation"
+	}
+	msg := "the run requires namespaces (" + because + "), but " + e.Missing
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
@@ -88,6 +99,13 @@ func (e *IsolationError) Unwrap() error { return e.Err }
 // reading this process's credentials and a few /proc files.
 func planIsolation(cfg *Config) (*isolation, error) {
 	iso := &isolation{required: cfg.RequireNamespaces || cfg.Scope.RequireIsolation}
+	// io_uring's operations are seen by no argument check of the filter:
+	// only the minimal root keeps its sockets and paths to the run's own
+	// (TestFenceIOUringHostUnixSocket). So a scope that allows it requires
+	// the namespaces, in enforce mode.
+	if cfg.Mode == schema.ModeEnforce && cfg.Scope.AllowIOUring && !iso.required {
+		iso.required, iso.because = true, ioUringNeedsNamespaces
+	}
 	euid, egid := os.Geteuid(), os.Getegid()
 	iso.serverUID = euid
 	iso.owner = sandbox.Identity{UID: euid, GID: egid}
@@ -100,7 +118,11 @@ func planIsolation(cfg *Config) (*isolation, error) {
 	}
 	if cfg.NoNamespaces {
 		if iso.required {
-			return nil, &IsolationError{Missing: "operator_disabled", Hint: "--no-namespaces and a requirement of namespaces contradict each other"}
+			hint := "--no-namespaces and a requirement of namespaces contradict each other"
+			if iso.because != "" {
+				hint = "drop --no-namespaces, or remove allow_io_uring from the scope"
+			}
+			return nil, &IsolationError{Missing: "operator_disabled", Hint: hint, Because: iso.because}
 		}
 		iso.nsReason = "operator_disabled"
 	}
@@ -213,7 +235,7 @@ func (iso *isolation) degrade(err error, scope *schema.CanonicalScope) error {
 		hint = "this kernel lacks a namespace type the fence uses (CONFIG_USER_NS, CONFIG_PID_NS, CONFIG_NET_NS, ...)"
 	}
 	if iso.required {
-		return &IsolationError{Missing: reason, Err: err, Hint: hint}
+		return &IsolationError{Missing: reason, Err: err, Hint: hint, Because: iso.because}
 	}
 	iso.flags, iso.userNS, iso.nsReason = 0, false, reason
 	if iso.privileged {

@@ -54,7 +54,7 @@ func (l *Launcher) denyLinkLocal(lf *life) error {
 	if err == nil {
 		return nil
 	}
-	if l.iso.required {
+	if l.cfg.RequireNamespaces || l.cfg.Scope.RequireIsolation { // not allow_io_uring's requirement: that one is the mount namespace
 		return &IsolationError{Missing: netDestMissed, Err: err, Hint: netDestHint}
 	}
 	fmt.Fprintf(l.cfg.Stderr, "mcpwarden: WARNING: the server has the host's network and may reach link-local addresses, the cloud metadata service (169.254.169.254) among them, on its granted ports: %v\n", err)

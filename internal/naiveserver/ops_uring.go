@@ -12,6 +12,9 @@ import (
 // uringOps: what a server granted io_uring ("allow_io_uring": true) can
 // ask of the kernel without the syscall the filter would check.
 var uringOps = map[string]op{
+	// A pathname unix socket at Path reached with io_uring alone; Data is
+	// sent, the answer is what comes back.
+	"uring_unix_connect": func(r Request) (string, error) { return uringUnixConnect(r.Path, r.Data) },
 	// A TCP connect to Addr (IPv4, "a.b.c.d:port") as an IORING_OP_CONNECT
 	// of a socket made with socket(): the answer is the completion's result.
 	"uring_connect": func(r Request) (string, error) {
@@ -44,6 +47,52 @@ var uringOps = map[string]op{
 		}
 		return "", nil
 	},
+}
+
+// uringUnixConnect connects to the pathname unix socket at path with
+// io_uring alone: IORING_OP_SOCKET makes the socket (the filter refuses
+// socket(AF_UNIX)), IORING_OP_CONNECT connects it; then it writes data
+// with write(2) and returns what it reads back.
+func uringUnixConnect(path, data string) (string, error) {
+	res, err := uringOne(func(sqe []byte) {
+		sqe[0] = 45                                              // IORING_OP_SOCKET
+		binary.LittleEndian.PutUint32(sqe[4:], unix.AF_UNIX)     // domain
+		binary.LittleEndian.PutUint64(sqe[8:], unix.SOCK_STREAM) // type (off)
+		binary.LittleEndian.PutUint32(sqe[24:], 0)               // protocol (len)
+	})
+	if err != nil {
+		return "", err
+	}
+	if res < 0 {
+		return "", unix.Errno(-res)
+	}
+	s := int(res)
+	defer unix.Close(s)
+	var sa [110]byte // struct sockaddr_un
+	binary.LittleEndian.PutUint16(sa[0:], unix.AF_UNIX)
+	copy(sa[2:], path)
+	res, err = uringOne(func(sqe []byte) {
+		sqe[0] = 16 // IORING_OP_CONNECT
+		binary.LittleEndian.PutUint32(sqe[4:], uint32(s))
+		binary.LittleEndian.PutUint64(sqe[8:], uint64(2+len(path)+1))
+		binary.LittleEndian.PutUint64(sqe[16:], uint64(uintptr(unsafe.Pointer(&sa[0]))))
+	})
+	runtime.KeepAlive(&sa)
+	if err != nil {
+		return "", err
+	}
+	if res < 0 {
+		return "", unix.Errno(-res)
+	}
+	if _, err := unix.Write(s, []byte(data)); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 256)
+	n, err := unix.Read(s, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
 
 // uringOne sets up a ring of one entry, lets fill write the submission
