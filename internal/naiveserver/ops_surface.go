@@ -316,6 +316,31 @@ func kernelCall(name string) error {
 // fsIoctlOps: file system ioctls on a directory the server opened
 // read-only (Landlock checks opens, mkdir and the like, not these).
 var fsIoctlOps = map[string]op{
+	// fcntl(fd, N, Flags) on Path opened read-only (F_SETLEASE, F_NOTIFY
+	// on a directory ...).
+	"fcntl": func(r Request) (string, error) {
+		fd, err := unix.Open(r.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(fd)
+		v, err := unix.FcntlInt(uintptr(fd), r.N, r.Flags)
+		return strconv.Itoa(v), err
+	},
+	// fallocate(fd, N, 0, 4096) on Path opened read-only, or for writing
+	// with Flags 1 (N: FALLOC_FL_PUNCH_HOLE|KEEP_SIZE, COLLAPSE_RANGE ...).
+	"fallocate": func(r Request) (string, error) {
+		mode := unix.O_RDONLY
+		if r.Flags == 1 {
+			mode = unix.O_RDWR
+		}
+		fd, err := unix.Open(r.Path, mode|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(fd)
+		return "", unix.Fallocate(fd, uint32(r.N), 0, 4096)
+	},
 	// Any ioctl request N on Path (opened read-only, or for writing with
 	// Flags 1), with a zeroed 4 KiB buffer as its argument; the answer is
 	// the call's return value.
