@@ -506,7 +506,9 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 	const nobody = 65534
 	bin := filepath.Join(root, "bin")
 	base := filepath.Join(root, "base")
-	testenv.WriteFiles(t, map[string]string{filepath.Join(base, "allowed", "a.txt"): "inside"})
+	// A secret the fence masks: the unprivileged launcher's minimal root
+	// (in a user namespace of its own) masks it too.
+	testenv.WriteFiles(t, map[string]string{filepath.Join(base, "allowed", "a.txt"): "inside", filepath.Join(base, "allowed", ".env"): "ENV-SECRET-42"})
 	for _, f := range []string{b.Mcpwarden, b.Fence, b.ExecStage, b.Naive} {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -539,7 +541,7 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 		cmd := exec.Command(setpriv, args...)
 		cmd.Dir = root
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + root, "TMPDIR=" + root}
-		cmd.Stdin = strings.NewReader(`{"op":"ping"}` + "\n")
+		cmd.Stdin = strings.NewReader(`{"op":"ping"}` + "\n" + `{"op":"read","path":"` + filepath.Join(base, "allowed", ".env") + `"}` + "\n")
 		var out, errb strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		_ = cmd.Run()
@@ -548,6 +550,9 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 	code, out, stderr := run()
 	if code != 0 || !strings.Contains(out, "pong") {
 		t.Fatalf("default limits, unprivileged: exit %d, out %q, stderr %s", code, out, stderr)
+	}
+	if strings.Contains(out, "SECRET-42") || !strings.Contains(out, `"errno":"EACCES"`) {
+		t.Errorf("the scope's .env, unprivileged launcher: %s", out)
 	}
 	if !strings.Contains(stderr, "mcpwarden: WARNING: the run's cgroup is off") {
 		t.Errorf("the missing cgroup was not announced: %s", stderr)
