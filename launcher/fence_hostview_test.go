@@ -55,6 +55,10 @@ func testFenceReadScopeAndHostView(t *testing.T, noNS bool) {
 		{name: "fallocate ZERO_RANGE, opened for writing", req: map[string]any{"op": "fallocate", "path": w.deep1, "n": zeroRange, "flags": forWriting}, errno: denied},
 		{name: "F_SETLEASE on a read-scope file", req: map[string]any{"op": "fcntl", "path": w.deep1, "n": fSetlease, "flags": fRdlck}, errno: []string{"EPERM"}, exact: true},
 		{name: "F_SETLEASE on the runtime's executable", req: map[string]any{"op": "fcntl", "path": b.Naive, "n": fSetlease, "flags": fRdlck}, errno: []string{"EPERM"}, exact: true},
+		// dnotify: on a directory the server may read, the signal goes to
+		// itself; allowed (the same as inotify on its scope).
+		{name: "F_NOTIFY on the scope's directory (allowed)", req: map[string]any{"op": "fcntl", "path": w.allowed, "n": 1026 /* F_NOTIFY */, "flags": 4 /* DN_CREATE */}, wantOK: true},
+		{name: "F_NOTIFY on a directory outside the scope", req: map[string]any{"op": "fcntl", "path": w.outside, "n": 1026, "flags": 4}, errno: denied},
 		{name: "/proc/pressure", req: map[string]any{"op": "read", "path": "/proc/pressure/cpu"}, errno: denied},
 		{name: "the cgroup tree", req: map[string]any{"op": "readdir", "path": "/sys/fs/cgroup"}, errno: denied},
 	}
