@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 
@@ -107,14 +106,23 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 		s.answerTooLarge(rq)
 		return
 	}
-	if rq.rule.results && m.Error == nil {
-		paths, d := s.pol.CheckResultURIs(m.Result, s.scope.current().paths)
+	if rq.rule.results {
+		// A result, or an error's data (a client may show it: a server
+		// could link the file there instead).
+		checked := m.Result
+		if m.Error != nil {
+			checked = m.Error.Data
+		}
+		paths, d := s.pol.CheckResultURIs(checked, s.scope.current().paths)
 		if d != nil {
 			s.hashPaths(rq, paths)
 			s.log.Warn("server answer refused: it holds a file URI the scope does not allow", "method", rq.method, "error_code", string(d.Code))
 			s.deny(rq, d.Code, d.Reason)
 			return
 		}
+	}
+	if m.Error == nil {
+		m.Result = s.dropIcons(rq.method, m.Result)
 	}
 	if m.Error == nil && s.legacyInputRound(rq, m.Result) {
 		return // the proxy plays the round and sends the call again
@@ -125,7 +133,7 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 		frame = jsonrpc.Forward(m, rq.id)
 	case rq.rule.answer != nil:
 		frame = jsonrpc.Result(rq.id, s.complete(rq, rq.rule.answer(s, rq, m.Result)))
-	case rq.era == eraModern && bytes.Contains(m.Result, []byte(`"input_required"`)):
+	case rq.era == eraModern && mayHold(m.Result, "input_required"):
 		frame = jsonrpc.Result(rq.id, s.complete(rq, s.tagRootsRound(m.Result)))
 	case rq.era == eraModern:
 		frame = jsonrpc.Result(rq.id, s.complete(rq, m.Result))
@@ -193,7 +201,7 @@ func (s *session) complete(rq *request, result json.RawMessage) json.RawMessage 
 		info := s.upst.info["serverInfo"]
 		s.upst.mu.Unlock()
 		if info != nil {
-			meta[metaServerInfo] = info
+			meta[metaServerInfo] = s.dropIcons(rq.method, info)
 			m["_meta"] = mustJSON(meta)
 		}
 	}
@@ -296,4 +304,53 @@ func (s *session) filterTemplates(_ *request, result json.RawMessage) json.RawMe
 	}
 	m["resourceTemplates"] = mustJSON(out)
 	return mustJSON(m)
+}
+
+// dropIcons drops from raw (a result, or a server request's or
+// notification's params) every icon whose src names a file the scope
+// does not allow (policy.FilterIcons): a client's interface would load
+// it. What was dropped is recorded as a refusal of the server's (method,
+// the code, the path hashes; bounded: refusals.go).
+func (s *session) dropIcons(method string, raw json.RawMessage) json.RawMessage {
+	out, drop := s.pol.FilterIcons(raw, s.scope.current().paths)
+	if drop.Dropped == 0 {
+		return raw
+	}
+	s.log.Warn("icons dropped: their src names a file the scope does not allow", "method", recordLabel(truncate(method, 64)), "count", drop.Dropped, "error_code", string(drop.Denial.Code))
+	s.recordServerRequest(method, drop.Paths, drop.Denial.Code)
+	return out
+}
+
+// filterCompletions keeps the suggestions of a completion/complete answer
+// that pass the path rules (policy.FilterCompletionValues); total is
+// lowered by the number dropped. What was dropped is recorded as a
+// refusal of the server's (the code, the path hashes). An answer that is
+// not the spec's shape passes as it is: a client reads nothing from it.
+func (s *session) filterCompletions(rq *request, result json.RawMessage) json.RawMessage {
+	var res map[string]json.RawMessage
+	if strictjson.Unmarshal(result, &res) != nil || res == nil {
+		return result
+	}
+	var comp map[string]json.RawMessage
+	if strictjson.Unmarshal(res["completion"], &comp) != nil || comp == nil {
+		return result
+	}
+	var values []string
+	if strictjson.Unmarshal(comp["values"], &values) != nil {
+		return result
+	}
+	kept, paths, d := s.pol.FilterCompletionValues(values, s.scope.current().paths)
+	if d == nil {
+		return result
+	}
+	dropped := len(values) - len(kept)
+	s.log.Warn("completion suggestions dropped: they name files the scope does not allow", "count", dropped, "error_code", string(d.Code))
+	s.recordServerRequest(rq.method, paths, d.Code)
+	comp["values"] = mustJSON(kept)
+	var total int64
+	if raw, ok := comp["total"]; ok && strictjson.Unmarshal(raw, &total) == nil && total >= int64(dropped) {
+		comp["total"] = mustJSON(total - int64(dropped))
+	}
+	res["completion"] = mustJSON(comp)
+	return mustJSON(res)
 }

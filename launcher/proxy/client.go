@@ -306,7 +306,7 @@ func (s *session) onInitialize(rq *request) {
 		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be initialised"))
 		return
 	}
-	s.toClient(jsonrpc.Result(rq.id, s.initializeResult(v)))
+	s.toClient(jsonrpc.Result(rq.id, s.dropIcons("initialize", s.initializeResult(v))))
 }
 
 func (s *session) onPing(rq *request) { s.toClient(jsonrpc.Result(rq.id, rawEmptyObject)) }
@@ -316,7 +316,7 @@ func (s *session) onDiscover(rq *request) {
 		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be started"))
 		return
 	}
-	s.toClient(jsonrpc.Result(rq.id, s.discoverResult()))
+	s.toClient(jsonrpc.Result(rq.id, s.dropIcons("server/discover", s.discoverResult())))
 }
 
 // initializeResult is the legacy initialize result the client sees.

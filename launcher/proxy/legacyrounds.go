@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"sort"
 	"strconv"
@@ -29,7 +28,7 @@ import (
 // plays for rq (and starts it): rq is a legacy client's call to a modern
 // upstream.
 func (s *session) legacyInputRound(rq *request, result json.RawMessage) bool {
-	if rq.era != eraLegacy || !mrtrMethods[rq.method] || !bytes.Contains(result, []byte(`"input_required"`)) {
+	if rq.era != eraLegacy || !mrtrMethods[rq.method] || !mayHold(result, "input_required") {
 		return false
 	}
 	s.upst.mu.Lock()

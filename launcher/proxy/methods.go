@@ -99,7 +99,7 @@ func newMethods() *methods {
 			"subscriptions/listen": {eras: inModern, decide: (*session).decideListen, own: []string{"notifications"}},
 			"prompts/list":         {eras: inBoth, decide: noCheck, answer: (*session).filterPrompts, cacheable: true},
 			"prompts/get":          {eras: inBoth, decide: (*session).decidePrompt, own: []string{"name", "arguments"}, results: true, capped: true},
-			"completion/complete":  {eras: inBoth, decide: (*session).decideCompletion, own: []string{"ref", "argument", "context"}},
+			"completion/complete":  {eras: inBoth, decide: (*session).decideCompletion, answer: (*session).filterCompletions, own: []string{"ref", "argument", "context"}},
 			"logging/setLevel":     {eras: inLegacy, decide: noCheck},
 			// Tasks (2025-11-25): a tools/call with a "task" member is
 			// decided as any call and answered with the server's task; its

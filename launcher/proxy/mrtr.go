@@ -464,7 +464,8 @@ func (mr *modernRoots) keysOf(gen uint64) ([]string, bool) {
 // answer to an older round.
 func (s *session) tagRootsRound(result json.RawMessage) json.RawMessage {
 	var res map[string]json.RawMessage
-	if strictjson.Unmarshal(result, &res) != nil || res == nil || string(res["resultType"]) != `"input_required"` {
+	var rt string
+	if strictjson.Unmarshal(result, &res) != nil || res == nil || strictjson.Unmarshal(res["resultType"], &rt) != nil || rt != "input_required" {
 		return result
 	}
 	var reqs map[string]struct {

@@ -21,6 +21,7 @@ var scriptedServers = []struct {
 	{redteamEnv, redteamServer},
 	{askingEnv, askingServer},
 	{sixthEnv, sixthServer},
+	{seventhEnv, seventhServer},
 }
 
 func TestMain(m *testing.M) {

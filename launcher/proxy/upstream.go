@@ -613,6 +613,7 @@ func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.M
 		s.recordServerRequest(m.Method, paths, d.Code)
 		return
 	}
+	m.Params = s.dropIcons(m.Method, m.Params)
 	if m.Method == "sampling/createMessage" {
 		if narrowed, ok := narrowSamplingContext(m.Params); ok {
 			s.log.Warn("a sampling request's includeContext allServers narrowed to thisServer")
@@ -648,7 +649,7 @@ func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.M
 // scope does not give it. The spec lets a client ignore the field; the
 // proxy keeps the part that is the server's own.
 func narrowSamplingContext(params json.RawMessage) (json.RawMessage, bool) {
-	if !bytes.Contains(params, []byte("allServers")) {
+	if !mayHold(params, "allServers") {
 		return nil, false
 	}
 	var p map[string]json.RawMessage
@@ -725,6 +726,7 @@ func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 		s.recordServerRequest(m.Method, paths, d.Code)
 		return
 	}
+	m.Params = s.dropIcons(m.Method, m.Params)
 	if m.Method == "notifications/tasks/status" {
 		s.pend.endTask(m)
 	}
@@ -788,6 +790,14 @@ func (s *session) clientNotification(gen uint64, m *jsonrpc.Message) ([]byte, bo
 	meta[metaSubscriptionID] = rq.id
 	params["_meta"] = mustJSON(meta)
 	return jsonrpc.Request(nil, m.Method, params), true
+}
+
+// mayHold is a quick test that raw (JSON) may hold the string lit: it
+// holds it as written, or holds a \u escape of one of its characters (a
+// reader sees "all\u0053ervers" as "allServers"). When it reports false,
+// no decoded string or member name of raw is lit.
+func mayHold(raw []byte, lit string) bool {
+	return bytes.Contains(raw, []byte(lit)) || policy.HasEscapedASCII(raw, lit)
 }
 
 func truncate(s string, n int) string {

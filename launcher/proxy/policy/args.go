@@ -680,8 +680,50 @@ func (p *Policy) CheckResultURIs(raw json.RawMessage, effective []string) ([]str
 	return c.checked, d
 }
 
-// hasFileURI: raw holds "file:" in any case.
+// hasFileURI: raw holds "file:" in any case, or a JSON escape that may
+// spell one of its characters ("\u0066ile:", "file\u003a": a client
+// reads the string unescaped, so the escaped spelling is a file URI too).
 func hasFileURI(raw []byte) bool {
+	return hasPlainFileURI(raw) || HasEscapedASCII(raw, "fileFILE:")
+}
+
+// HasEscapedASCII reports whether raw (JSON) holds a \u escape of one of
+// the ASCII characters in chars: a quick test before a byte scan for a
+// literal is trusted, since a JSON reader sees "\u0066" as "f".
+func HasEscapedASCII(raw []byte, chars string) bool {
+	for i := 0; ; {
+		j := bytes.Index(raw[i:], []byte(`\u00`))
+		if j < 0 {
+			return false
+		}
+		i += j + 4
+		if i+2 > len(raw) {
+			return false
+		}
+		hi, lo := unhex(raw[i]), unhex(raw[i+1])
+		if hi < 0 || lo < 0 {
+			continue
+		}
+		if c := byte(hi<<4 | lo); c < 0x80 && strings.IndexByte(chars, c) >= 0 {
+			return true
+		}
+	}
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// hasPlainFileURI: raw holds "file:" in any case, unescaped.
+func hasPlainFileURI(raw []byte) bool {
 	for i := 0; ; {
 		j := bytes.IndexByte(raw[i:], ':')
 		if j < 0 {

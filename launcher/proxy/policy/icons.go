@@ -1,0 +1,299 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"html"
+	"net/url"
+	"strings"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/schema/strictjson"
+)
+
+// Icons (2025-11-25: tools, prompts, resources, resource templates,
+// resource links, serverInfo/implementation) carry a src a client's
+// interface loads. A src that names a file — a file: URI, a reference
+// with no scheme (resolved against the page of a desktop client, which is
+// a file), or a data: URI whose document (an SVG) refers to one — is held
+// to the path rules: the file must be inside the effective scope and not
+// secret, or the icon is dropped. Icons of other schemes (https, data
+// images) pass.
+
+// CheckIconSrc decides an icon's src. It returns the real paths it
+// checked (for the record's hashes).
+func (p *Policy) CheckIconSrc(src string, effective []string) ([]string, *Denial) {
+	s := urlClean(src)
+	scheme, rest, hasScheme := urlScheme(s)
+	c := p.newChecker(p.baseRel, effective, false)
+	switch {
+	case hasScheme && strings.EqualFold(scheme, "file"):
+		return c.checked, c.iconFile(s)
+	case hasScheme && strings.EqualFold(scheme, "data"):
+		return c.checked, c.iconData(rest)
+	case hasScheme:
+		return nil, nil // https, http and other schemes: not a file of this host
+	case strings.HasPrefix(s, "//") || strings.HasPrefix(s, `\\`) || strings.HasPrefix(s, `/\`) || strings.HasPrefix(s, `\/`):
+		// A network-path reference: file://host/… from a desktop
+		// client's page (a share, Windows' UNC).
+		return nil, deny(schema.ErrPathOutsideScope, "an icon's src names another host's file")
+	}
+	// A reference with no scheme: a file relative to the client's page.
+	// Read as a browser reads it ('\' is '/', no query or fragment,
+	// percent-escapes decoded) and checked as a path under the base.
+	ref := strings.ReplaceAll(s, `\`, "/")
+	if i := strings.IndexAny(ref, "?#"); i >= 0 {
+		ref = ref[:i]
+	}
+	if ref == "" {
+		return nil, nil // the page itself
+	}
+	if d := c.path([]string{"src"}, ref); d != nil {
+		return c.checked, d
+	}
+	if dec, err := url.PathUnescape(ref); err != nil {
+		return c.checked, deny(schema.ErrPathOutsideScope, "an icon's src is not a valid reference")
+	} else if dec != ref {
+		if d := c.path([]string{"src"}, dec); d != nil {
+			return c.checked, d
+		}
+	}
+	return c.checked, nil
+}
+
+// iconFile checks a file: URI as a browser reads it ('\' is '/').
+func (c *argChecker) iconFile(s string) *Denial {
+	u := strings.ReplaceAll(s, `\`, "/")
+	if _, err := FilePath(u); err != nil {
+		return deny(schema.ErrPathOutsideScope, "an icon's src: %v", err)
+	}
+	return c.path([]string{"src"}, u)
+}
+
+// iconData checks a data: URI's document for file references: an SVG
+// (or any text) may load one ("<image href='file:///…'>"). Character
+// references are decoded first (&#102;ile: is file:); a CSS escape
+// (\66 ile:) cannot be told from text and is refused in a document that
+// also says "ile:".
+func (c *argChecker) iconData(rest string) *Denial {
+	comma := strings.IndexByte(rest, ',')
+	if comma < 0 {
+		return nil // not a data: URI a client can load
+	}
+	header, payload := rest[:comma], rest[comma+1:]
+	var doc []byte
+	if strings.HasSuffix(strings.ToLower(strings.TrimSpace(header)), ";base64") {
+		raw, err := decodeBase64Loose(payload)
+		if err != nil {
+			return nil // nothing a client can decode: no document
+		}
+		doc = raw
+	} else {
+		dec, err := url.PathUnescape(payload)
+		if err != nil {
+			dec = payload
+		}
+		doc = []byte(dec)
+	}
+	if len(doc) > MaxIconDocument {
+		return deny(schema.ErrPathOutsideScope, "an icon's data: document is too large to check for file references")
+	}
+	text := strings.NewReplacer("\t", "", "\n", "", "\r", "").Replace(html.UnescapeString(string(doc)))
+	lower := strings.ToLower(text)
+	if strings.Contains(lower, "ile:") && strings.ContainsRune(lower, '\\') {
+		return deny(schema.ErrPathOutsideScope, "an icon's data: document holds escapes that may spell a file reference")
+	}
+	for i := 0; ; {
+		j := strings.Index(lower[i:], "file:")
+		if j < 0 {
+			return nil
+		}
+		start := i + j
+		end := start
+		for end < len(text) && !strings.ContainsRune("\"' <>)`", rune(text[end])) {
+			end++
+		}
+		if d := c.iconFile(text[start:end]); d != nil {
+			return d
+		}
+		i = end
+		if i >= len(text) {
+			return nil
+		}
+	}
+}
+
+// MaxIconDocument bounds the data: document of one icon that is checked
+// for file references (a larger one is dropped).
+const MaxIconDocument = 1 << 20
+
+func decodeBase64Loose(s string) ([]byte, error) {
+	s = strings.Map(func(r rune) rune {
+		if r == ' ' || r == '\t' || r == '\n' || r == '\r' {
+			return -1
+		}
+		return r
+	}, s)
+	if u, err := url.PathUnescape(s); err == nil {
+		s = u
+	}
+	s = strings.TrimRight(s, "=")
+	if b, err := base64.RawStdEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	return base64.RawURLEncoding.DecodeString(s)
+}
+
+// urlClean is src as a WHATWG URL parser reads it: leading and trailing
+// C0 controls and spaces stripped, tabs and line breaks removed anywhere.
+func urlClean(s string) string {
+	s = strings.TrimFunc(s, func(r rune) bool { return r <= 0x20 })
+	if strings.ContainsAny(s, "\t\n\r") {
+		s = strings.NewReplacer("\t", "", "\n", "", "\r", "").Replace(s)
+	}
+	return s
+}
+
+// urlScheme splits "scheme:rest" (RFC 3986 scheme characters).
+func urlScheme(s string) (scheme, rest string, ok bool) {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 {
+		return "", "", false
+	}
+	for j := 0; j < i; j++ {
+		c := s[j]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || j > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return "", "", false
+		}
+	}
+	return s[:i], s[i+1:], true
+}
+
+// IconDrop is what FilterIcons dropped: how many icons, the real paths
+// checked (for hashes) and the first denial.
+type IconDrop struct {
+	Dropped int
+	Paths   []string
+	Denial  *Denial
+}
+
+// FilterIcons drops, wherever raw (a result, a request's or a
+// notification's params) has a member named "icons" holding an array, the
+// icons whose src CheckIconSrc refuses. raw is returned unchanged (the
+// same bytes) when nothing was dropped.
+func (p *Policy) FilterIcons(raw json.RawMessage, effective []string) (json.RawMessage, IconDrop) {
+	var drop IconDrop
+	if !bytes.Contains(raw, []byte("icons")) && !HasEscapedASCII(raw, "icons") {
+		return raw, drop
+	}
+	out, changed := p.filterIcons(raw, effective, &drop, 0)
+	if !changed {
+		return raw, drop
+	}
+	return out, drop
+}
+
+func (p *Policy) filterIcons(raw json.RawMessage, effective []string, drop *IconDrop, depth int) (json.RawMessage, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || depth > 64 {
+		return raw, false
+	}
+	switch raw[0] {
+	case '{':
+		var m map[string]json.RawMessage
+		if strictjson.Unmarshal(raw, &m) != nil {
+			return raw, false
+		}
+		changed := false
+		for k, v := range m {
+			if k == "icons" {
+				if nv, ok := p.filterIconList(v, effective, drop); ok {
+					m[k], changed = nv, true
+					continue
+				}
+			}
+			if nv, ok := p.filterIcons(v, effective, drop, depth+1); ok {
+				m[k], changed = nv, true
+			}
+		}
+		if !changed {
+			return raw, false
+		}
+		b, _ := json.Marshal(m)
+		return b, true
+	case '[':
+		var l []json.RawMessage
+		if strictjson.Unmarshal(raw, &l) != nil {
+			return raw, false
+		}
+		changed := false
+		for i, v := range l {
+			if nv, ok := p.filterIcons(v, effective, drop, depth+1); ok {
+				l[i], changed = nv, true
+			}
+		}
+		if !changed {
+			return raw, false
+		}
+		b, _ := json.Marshal(l)
+		return b, true
+	}
+	return raw, false
+}
+
+// filterIconList filters one icons array; false when nothing was dropped
+// (or it is not an array).
+func (p *Policy) filterIconList(raw json.RawMessage, effective []string, drop *IconDrop) (json.RawMessage, bool) {
+	var list []json.RawMessage
+	if strictjson.Unmarshal(raw, &list) != nil || list == nil {
+		return raw, false
+	}
+	kept := make([]json.RawMessage, 0, len(list))
+	for _, icon := range list {
+		var ic map[string]json.RawMessage
+		var src string
+		if strictjson.Unmarshal(icon, &ic) == nil && ic != nil && strictjson.Unmarshal(ic["src"], &src) == nil {
+			paths, d := p.CheckIconSrc(src, effective)
+			if d != nil {
+				drop.Dropped++
+				drop.Paths = append(drop.Paths, paths...)
+				if drop.Denial == nil {
+					drop.Denial = d
+				}
+				continue
+			}
+		}
+		kept = append(kept, icon)
+	}
+	if len(kept) == len(list) {
+		return raw, false
+	}
+	b, _ := json.Marshal(kept)
+	return b, true
+}
+
+// FilterCompletionValues keeps the completion suggestions a server
+// volunteers (completion/complete's values) that pass the path rule of
+// arguments: a value that looks like a path, names a secret or names an
+// entry under the base is checked as one, and dropped when it is outside
+// effective or secret (a server's suggestions for "/etc/pa" or ".e" would
+// show the client names the scope does not give it). It returns the kept
+// values, the real paths of the dropped ones (for hashes) and the first
+// denial.
+func (p *Policy) FilterCompletionValues(values []string, effective []string) (kept, paths []string, first *Denial) {
+	c := p.newChecker(p.baseRel, effective, false)
+	kept = make([]string, 0, len(values))
+	for _, v := range values {
+		n := len(c.checked)
+		if d := c.loose([]string{"values"}, v, true); d != nil {
+			paths = append(paths, c.checked[n:]...)
+			if first == nil {
+				first = d
+			}
+			continue
+		}
+		kept = append(kept, v)
+	}
+	return kept, paths, first
+}

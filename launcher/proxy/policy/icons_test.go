@@ -1,0 +1,148 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// TestCheckIconSrc: an icon's src that names a file is held to the path
+// rules; other schemes pass.
+func TestCheckIconSrc(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	in := "file://" + filepath.Join(base, "allowed", "probe.txt")
+	svg := func(s string) string {
+		return "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString([]byte(s))
+	}
+	for _, tc := range []struct {
+		src  string
+		want schema.ErrorCode
+	}{
+		{"https://example.com/i.png", ""},
+		{"http://example.com/i.png", ""},
+		{"data:image/png;base64,iVBORw0KGgo=", ""},
+		{"data:image/svg+xml,<svg><image href='https://example.com/x.png'/></svg>", ""},
+		{in, ""},
+		{"file://" + filepath.Join(base, "allowed", ".env"), schema.ErrSecretPath},
+		{"FILE://" + filepath.Join(base, "outside", "probe.txt"), schema.ErrPathOutsideScope},
+		{"file:///etc/passwd", schema.ErrPathOutsideScope},
+		{"file://host/share/x.png", schema.ErrPathOutsideScope},
+		{`file:\\host\share\x.png`, schema.ErrPathOutsideScope},
+		{in + "#x", schema.ErrPathOutsideScope},
+		{" \x01file:///etc/passwd", schema.ErrPathOutsideScope},
+		{"f\ti\nle:///etc/passwd", schema.ErrPathOutsideScope},
+		{"/etc/passwd", schema.ErrPathOutsideScope},
+		{"../outside/probe.txt", schema.ErrPathOutsideScope},
+		{"allowed/.env", schema.ErrSecretPath},
+		{"allowed/%2eenv", schema.ErrSecretPath},
+		{`allowed\.env`, schema.ErrSecretPath},
+		{"//host/share/x.png", schema.ErrPathOutsideScope},
+		{`\\host\share\x.png`, schema.ErrPathOutsideScope},
+		{svg("<svg><image href='file:///etc/passwd'/></svg>"), schema.ErrPathOutsideScope},
+		{svg("<svg><image href='&#x66;ile:///etc/passwd'/></svg>"), schema.ErrPathOutsideScope},
+		{svg("<svg><image href='FI&#10;LE:///etc/passwd'/></svg>"), schema.ErrPathOutsideScope},
+		{svg("<svg><style>x{background:url(\\66 ile:///etc/passwd)}</style></svg>"), schema.ErrPathOutsideScope},
+		{svg("<svg><image href='" + in + "'/></svg>"), ""},
+		{"data:text/html,<img src=file:///etc/passwd>", schema.ErrPathOutsideScope},
+		{"data:,file%3A%2F%2F%2Fetc%2Fpasswd", schema.ErrPathOutsideScope},
+	} {
+		_, d := p.CheckIconSrc(tc.src, eff)
+		got := schema.ErrorCode("")
+		if d != nil {
+			got = d.Code
+		}
+		if got != tc.want {
+			t.Errorf("CheckIconSrc(%q) = %v, want %q", tc.src, d, tc.want)
+		}
+	}
+}
+
+// TestFilterIcons: bad icons are dropped at any depth, good ones kept;
+// an answer with nothing to drop is returned as the same bytes.
+func TestFilterIcons(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	clean := json.RawMessage(`{"tools":[{"name":"a","icons":[{"src":"https://x/i.png"}]}]}`)
+	if out, d := p.FilterIcons(clean, eff); !bytes.Equal(out, clean) || d.Dropped != 0 {
+		t.Fatalf("clean = %s %+v", out, d)
+	}
+	raw := json.RawMessage(`{"a":[{"b":{"\u0069cons":[{"src":"file:///etc/passwd"},{"src":"https://x/i.png"}]}}],"icons":[{"src":"/etc/shadow"}],"x":{"icons":"not a list"}}`)
+	out, d := p.FilterIcons(raw, eff)
+	if d.Dropped != 2 || d.Denial == nil || strings.Contains(string(out), "/etc/") || !strings.Contains(string(out), "https://x/i.png") || !strings.Contains(string(out), "not a list") {
+		t.Fatalf("FilterIcons = %s %+v", out, d)
+	}
+}
+
+// TestHasEscapedASCII: the quick test finds \u escapes of the characters
+// named, in either case of hex digit.
+func TestHasEscapedASCII(t *testing.T) {
+	for _, tc := range []struct {
+		raw, chars string
+		want       bool
+	}{
+		{`"\u0066ile:"`, "file:", true},
+		{`"file\u003A"`, "file:", true},
+		{`"\u00e9"`, "file:", false},
+		{`"\u0041"`, "file:", false},
+		{`"plain"`, "file:", false},
+		{`"\u00`, "file:", false},
+		{`"all\u0053ervers"`, "allServers", true},
+	} {
+		if got := HasEscapedASCII([]byte(tc.raw), tc.chars); got != tc.want {
+			t.Errorf("HasEscapedASCII(%s, %q) = %v", tc.raw, tc.chars, got)
+		}
+	}
+}
+
+// FuzzFilterIcons: whatever a server sends, what FilterIcons returns is
+// valid JSON when its input was, it never keeps an icon CheckIconSrc
+// refuses, and it returns the input itself when it dropped nothing.
+func FuzzFilterIcons(f *testing.F) {
+	p, base := fixture(f)
+	eff := []string{filepath.Join(base, "allowed")}
+	for _, s := range []string{
+		`{"icons":[{"src":"file:///etc/passwd"},{"src":"https://x"}]}`,
+		`{"tools":[{"icons":[{"src":"data:image/svg+xml,<svg href='file:///x'/>"}]}]}`,
+		`[{"icons":[{"src":"../x"}]}]`, `{"\u0069cons":[{"src":"/"}]}`, `{"icons":[1,"x",{"src":2}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		out, d := p.FilterIcons(raw, eff)
+		if d.Dropped == 0 {
+			if !bytes.Equal(out, raw) {
+				t.Fatalf("nothing dropped, yet %s became %s", raw, out)
+			}
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("invalid output %s", out)
+		}
+		again, d2 := p.FilterIcons(out, eff)
+		if d2.Dropped != 0 || !bytes.Equal(again, out) {
+			t.Fatalf("a second pass dropped %d more from %s", d2.Dropped, out)
+		}
+	})
+}
+
+// FuzzCheckIconSrc: no src makes the check panic, and a src that names
+// /etc/passwd as a file: URI in the same bytes is never passed.
+func FuzzCheckIconSrc(f *testing.F) {
+	p, base := fixture(f)
+	eff := []string{filepath.Join(base, "allowed")}
+	for _, s := range []string{"file:///etc/passwd", "data:,x", "data:;base64,ZmlsZTov", "//h/x", "a/b", "https://x", "\x00", "data:image/svg+xml,&#102;ile:/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		_, d := p.CheckIconSrc(src, eff)
+		if d == nil && strings.HasPrefix(src, "file:///etc/") {
+			t.Fatalf("%q passed", src)
+		}
+	})
+}
