@@ -354,3 +354,45 @@ func (s *session) filterCompletions(rq *request, result json.RawMessage) json.Ra
 	res["completion"] = mustJSON(comp)
 	return mustJSON(res)
 }
+
+// taskAnswer is a tasks/get answer as the client sees it: a task of the
+// 2026-07-28 era waiting for input carries the server's input requests,
+// whose sampling includeContext "allServers" is narrowed as in an input
+// round (narrowSamplingContext). Its result, inline once the task
+// completed, was checked as the call's answer (file URIs, the size cap)
+// before this.
+func (s *session) taskAnswer(_ *request, result json.RawMessage) json.RawMessage {
+	return narrowTaskInputs(result)
+}
+
+// narrowTaskInputs narrows the sampling requests among a task's
+// inputRequests (a tasks/get result, a notifications/tasks params).
+func narrowTaskInputs(raw json.RawMessage) json.RawMessage {
+	if !mayHold(raw, "allServers") {
+		return raw
+	}
+	var task map[string]json.RawMessage
+	if strictjson.Unmarshal(raw, &task) != nil || task == nil {
+		return raw
+	}
+	var reqs map[string]map[string]json.RawMessage
+	if strictjson.Unmarshal(task["inputRequests"], &reqs) != nil {
+		return raw
+	}
+	changed := false
+	for k, r := range reqs {
+		var method string
+		if strictjson.Unmarshal(r["method"], &method) != nil || method != "sampling/createMessage" {
+			continue
+		}
+		if p, ok := narrowSamplingContext(r["params"]); ok {
+			r["params"] = p
+			reqs[k], changed = r, true
+		}
+	}
+	if !changed {
+		return raw
+	}
+	task["inputRequests"] = mustJSON(reqs)
+	return mustJSON(task)
+}

@@ -105,10 +105,19 @@ func newMethods() *methods {
 			// decided as any call and answered with the server's task; its
 			// result, fetched later by tasks/result, is the call's answer
 			// and gets the call's answer checks (file URIs, the size cap).
-			// The 2026-07-28 era has no tasks in its core methods: refused.
-			"tasks/get":    {eras: inLegacy, decide: noCheck},
+			// Tasks of the 2026-07-28 era (the io.modelcontextprotocol/tasks
+			// extension): a tools/call the server answers with resultType
+			// "task" was decided as any call; tasks/get carries the call's
+			// result inline once it completed (the same answer checks) and
+			// the server's input requests while it waits for input (a
+			// sampling's includeContext narrowed); tasks/update carries the
+			// client's answers (roots answers rewritten, as in input
+			// rounds); tasks/cancel passes. 2026-07-28 has no tasks/list
+			// and no tasks/result.
+			"tasks/get":    {eras: inBoth, decide: noCheck, answer: (*session).taskAnswer, results: true, capped: true},
+			"tasks/update": {eras: inModern, decide: noCheck, own: []string{"taskId"}},
 			"tasks/list":   {eras: inLegacy, decide: noCheck},
-			"tasks/cancel": {eras: inLegacy, decide: noCheck},
+			"tasks/cancel": {eras: inBoth, decide: noCheck},
 			"tasks/result": {eras: inLegacy, decide: noCheck, results: true, capped: true},
 		},
 		notifications: map[string]func(*session, *jsonrpc.Message){
@@ -137,6 +146,9 @@ func newMethods() *methods {
 			"notifications/subscriptions/acknowledged": true,
 			// a task's status changed (2025-11-25).
 			"notifications/tasks/status": true,
+			// a task's status changed, its result inline once it
+			// completed (2026-07-28 tasks extension): checked as tasks/get.
+			"notifications/tasks": true,
 		},
 	}
 }

@@ -3,9 +3,12 @@ package proxy
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -266,4 +269,232 @@ func TestRedTeamEscapedServerURIs(t *testing.T) {
 	if err := json.Unmarshal(req.Params, &p); err != nil || p.IncludeContext != "thisServer" {
 		t.Fatalf("the client was asked %s", req.Params)
 	}
+}
+
+const modernTasksEnv = "MCPWARDEN_PROXY_TEST_MODERN_TASKS_SERVER"
+
+// modernTasksServer speaks 2026-07-28 with the tasks extension
+// (io.modelcontextprotocol/tasks): a tools/call from a client that
+// declares it is answered with a task; tasks/get answers as the task's
+// name says (completed with its result inline, waiting for input);
+// tasks/update and tasks/cancel are acknowledged. The secret and outside
+// paths come from the redteam fixture's variables.
+func modernTasksServer(logPath string) {
+	secret := os.Getenv(redteamSecret)
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	times := `"createdAt":"2026-12-07T00:00:00Z","lastUpdatedAt":"2026-12-07T00:00:00Z","ttlMs":60000`
+	serveScript(logPath, "", func(line string, send func(string)) {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Name   string                     `json:"name"`
+				TaskID string                     `json:"taskId"`
+				Meta   map[string]json.RawMessage `json:"_meta"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal([]byte(line), &m)
+		if len(m.ID) == 0 || m.Method == "" {
+			return
+		}
+		result := func(v string) { send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":` + v + `}`) }
+		if _, modern := m.Params.Meta[metaVersion]; !modern {
+			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2026-07-28"]}}}`)
+			return
+		}
+		task := func(id, status, more string) string {
+			return `{"taskId":` + q(id) + `,"status":"` + status + `",` + times + more + `,"resultType":"complete"}`
+		}
+		embedded := `{"type":"resource","resource":{"uri":` + q("file://"+secret) + `,"text":"TOKEN=SECRET-VALUE-rt"}}`
+		switch m.Method {
+		case "server/discover":
+			result(`{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{},"extensions":{"io.modelcontextprotocol/tasks":{}}},"resultType":"complete","ttlMs":0,"cacheScope":"public","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"modern-tasks","version":"1"}}}`)
+		case "tools/call":
+			if !strings.Contains(string(m.Params.Meta[metaClientCaps]), "io.modelcontextprotocol/tasks") {
+				result(`{"content":[{"type":"text","text":"NOT-A-TASK"}],"resultType":"complete"}`)
+				return
+			}
+			result(`{"taskId":"t-` + m.Params.Name + `","status":"working",` + times + `,"pollIntervalMs":10,"resultType":"task"}`)
+		case "tasks/get":
+			switch m.Params.TaskID {
+			case "t-task_clean":
+				send(`{"jsonrpc":"2.0","method":"notifications/tasks","params":` + task("t-task_clean", "completed", `,"result":{"content":[{"type":"text","text":"TASK-DONE"}]}`) + `}`)
+				result(task("t-task_clean", "completed", `,"result":{"content":[{"type":"text","text":"TASK-DONE"}]}`))
+			case "t-task_secret":
+				send(`{"jsonrpc":"2.0","method":"notifications/tasks","params":` + task("t-task_secret", "completed", `,"result":{"content":[`+embedded+`]}`) + `}`)
+				result(task("t-task_secret", "completed", `,"result":{"content":[`+embedded+`]}`))
+			case "t-task_big":
+				result(task("t-task_big", "completed", `,"result":{"content":[{"type":"text","text":"`+strings.Repeat("x", 4096)+`"}]}`))
+			case "t-task_input":
+				result(task("t-task_input", "input_required", `,"inputRequests":{"r":{"method":"roots/list"},"s":{"method":"sampling/createMessage","params":{"maxTokens":5,"includeContext":"allServers","messages":[]}}}`))
+			default:
+				send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32602,"message":"unknown task"}}`)
+			}
+		case "tasks/update", "tasks/cancel":
+			result(`{"resultType":"complete"}`)
+		default:
+			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32601,"message":"Method not found"}}`)
+		}
+	})
+}
+
+// TestModernTasks: a 2026-07-28 client runs tools as tasks of the tasks
+// extension through the proxy, with the answer checks of 2025-11-25's
+// tasks: the call is decided when it is made (a tool the scope does not
+// allow never becomes a task); a task's result, inline in tasks/get and
+// in notifications/tasks, is refused when it embeds a secret or is over
+// the size cap; its input requests are narrowed (includeContext) and the
+// client's roots answer in tasks/update reaches the server as the
+// effective scope. Before: tasks/get, tasks/update and tasks/cancel of the
+// modern era were refused (-32601), so no task could be read.
+func TestModernTasks(t *testing.T) {
+	logPath := t.TempDir() + "/modern-tasks.log"
+	tools := []string{"task_clean", "task_secret", "task_big", "task_input"}
+	var secret string
+	f := newFixture(t, fixtureOpts{
+		scope: func(s *schema.Scope) {
+			s.AllowedPaths = []string{"allowed"}
+			s.ToolAllowlist = tools
+			s.ToolClasses = map[string]string{}
+			for _, n := range tools {
+				s.ToolClasses[n] = "read"
+			}
+		},
+		config: func(c *Config) { c.MaxResponseBytes = 2048 },
+		base: func(base string) {
+			secret = base + "/allowed/.env"
+			if err := os.WriteFile(secret, []byte("TOKEN=SECRET-VALUE-rt"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		upstream: func(t testing.TB) *procUpstream {
+			return startScripted(t, modernTasksEnv+"="+logPath, redteamSecret+"="+secret)
+		},
+	})
+	c := f.client
+	meta := func() map[string]any {
+		m := modernMeta()
+		m["io.modelcontextprotocol/clientCapabilities"] = map[string]any{"roots": map[string]any{}, "sampling": map[string]any{}, "extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
+		return m
+	}
+	task := func(tool string) string {
+		t.Helper()
+		m := c.call("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}, "_meta": meta()})
+		var r struct {
+			TaskID     string `json:"taskId"`
+			ResultType string `json:"resultType"`
+		}
+		if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || r.ResultType != "task" || r.TaskID != "t-"+tool {
+			t.Fatalf("tools/call %s = %+v %s", tool, m.Error, m.Result)
+		}
+		return r.TaskID
+	}
+	get := func(id string) *jsonrpc.Message {
+		return c.call("tasks/get", map[string]any{"taskId": id, "_meta": meta()})
+	}
+	drainNotes(c)
+	clean := task("task_clean")
+	m := get(clean)
+	if m.Error != nil || !strings.Contains(string(m.Result), "TASK-DONE") {
+		t.Fatalf("tasks/get = %+v %s", m.Error, m.Result)
+	}
+	if notes := drainNotes(c); len(notes) != 1 || notes[0].Method != "notifications/tasks" || !strings.Contains(string(notes[0].Params), "TASK-DONE") {
+		t.Fatalf("the task's status notification: %v", notes)
+	}
+	if m := c.call("tasks/cancel", map[string]any{"taskId": clean, "_meta": meta()}); m.Error != nil {
+		t.Fatalf("tasks/cancel = %+v", m.Error)
+	}
+	m = get(task("task_secret"))
+	if strings.Contains(string(m.Result), "SECRET-VALUE") || rpcErrorCode(m) != string(schema.ErrSecretPath) {
+		t.Fatalf("tasks/get of a secret = %+v %s", m.Error, m.Result)
+	}
+	for _, n := range drainNotes(c) {
+		t.Fatalf("a task notification with a secret reached the client: %s", n.Params)
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Method == "tasks/get" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) == 1
+	})
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Method == "notifications/tasks" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath)
+	})
+	if m := get(task("task_big")); rpcErrorCode(m) != string(schema.ErrResponseTooLarge) {
+		t.Fatalf("tasks/get over the cap = %+v %s", m.Error, m.Result)
+	}
+	input := task("task_input")
+	m = get(input)
+	var r struct {
+		Status        string `json:"status"`
+		InputRequests map[string]struct {
+			Method string `json:"method"`
+			Params struct {
+				IncludeContext string `json:"includeContext"`
+			} `json:"params"`
+		} `json:"inputRequests"`
+	}
+	if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || r.Status != "input_required" || r.InputRequests["s"].Params.IncludeContext != "thisServer" || r.InputRequests["r"].Method != "roots/list" {
+		t.Fatalf("tasks/get of a task waiting for input = %+v %s", m.Error, m.Result)
+	}
+	if m := c.call("tasks/update", map[string]any{"taskId": input, "_meta": meta(), "inputResponses": map[string]any{
+		"r": map[string]any{"roots": []map[string]string{{"uri": "file:///", "name": "everything"}}},
+		"s": map[string]any{"model": "m", "role": "assistant", "content": map[string]any{"type": "text", "text": "hi"}},
+	}}); m.Error != nil {
+		t.Fatalf("tasks/update = %+v", m.Error)
+	}
+	// A tool the scope does not allow never becomes a task.
+	if r := decodeTool(t, c.call("tools/call", map[string]any{"name": "not_allowed", "arguments": map[string]any{}, "_meta": meta()})); denialCode(r) != string(schema.ErrToolNotAllowed) {
+		t.Fatalf("a task of a tool not allowed = %+v", r)
+	}
+	log, _ := os.ReadFile(logPath)
+	var update string
+	for _, l := range strings.Split(string(log), "\n") {
+		if strings.Contains(l, `"tasks/update"`) {
+			update = l
+		}
+	}
+	if update == "" || strings.Contains(update, `"file:///"`) || !strings.Contains(update, "file://"+f.base+"/allowed") {
+		t.Fatalf("the server got the client's roots, not the effective scope: %s", update)
+	}
+	if strings.Contains(string(log), "not_allowed") {
+		t.Fatal("a tool the scope does not allow reached the server")
+	}
+	for _, method := range []string{"tasks/get", "tasks/update", "tasks/cancel"} {
+		f.sink.waitDecision(t, func(d schema.Decision) bool {
+			return d.Method == method && d.Decision == schema.OutcomeAllow && d.ProtocolEra == eraModern
+		})
+	}
+}
+
+// TestSearchPatternsReachingSecrets: the real filesystem server's
+// search_files expands its pattern itself (minimatch, {dot: true}, from
+// its path). A pattern that would match a secret under the searched
+// directory is refused; others pass, and exclusions (which only take
+// names away) pass. Before: "**/*.pem" listed keys/server.pem.
+func TestSearchPatternsReachingSecrets(t *testing.T) {
+	f := newFixture(t, fixtureOpts{scope: func(s *schema.Scope) { s.AllowedPaths = []string{"allowed"} }})
+	c := f.client
+	c.initLegacy(false)
+	allowed := filepath.Join(f.base, "allowed")
+	testenv.WriteFiles(t, map[string]string{
+		filepath.Join(allowed, "keys", "server.pem"): "KEY-SECRET-VALUE",
+		filepath.Join(allowed, "docs", "a.md"):       "doc",
+	})
+	for _, args := range []map[string]any{
+		{"path": allowed, "pattern": "**/*.pem"},
+		{"path": filepath.Join(allowed, "keys"), "pattern": "*.pem"},
+		{"path": allowed, "pattern": "**/server.*"},
+		{"path": allowed, "pattern": "{docs,keys}/*"},
+	} {
+		if r := c.tool("search_files", args); denialCode(r) != string(schema.ErrSecretPath) || strings.Contains(r.text(), "server.pem") {
+			t.Fatalf("search_files %v = %+v", args, r)
+		}
+	}
+	if r := c.tool("search_files", map[string]any{"path": allowed, "pattern": "**/*.md"}); r.IsError || !strings.Contains(r.text(), "a.md") {
+		t.Fatalf("search_files **/*.md = %+v", r)
+	}
+	if r := c.tool("directory_tree", map[string]any{"path": filepath.Join(allowed, "docs"), "excludePatterns": []string{"**/*.pem", ".env"}}); r.IsError || !strings.Contains(r.text(), "a.md") {
+		t.Fatalf("directory_tree with exclusions = %+v", r)
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Tool == "search_files" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) > 0
+	})
 }

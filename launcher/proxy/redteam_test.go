@@ -356,13 +356,16 @@ func TestRedTeamModernMethods(t *testing.T) {
 		p["_meta"] = modernMeta()
 		return p
 	}
-	for _, method := range []string{"tasks/get", "tasks/list", "subscriptions/unlisten", "Subscriptions/listen", "server/Discover", "initialize", "ping", "logging/setLevel", "resources/subscribe"} {
+	// (2026-07-28 tasks are tasks/get, tasks/update and tasks/cancel of
+	// the tasks extension, served since the seventh round: TestModernTasks;
+	// it has no tasks/list or tasks/result.)
+	for _, method := range []string{"tasks/result", "tasks/list", "subscriptions/unlisten", "Subscriptions/listen", "server/Discover", "initialize", "ping", "logging/setLevel", "resources/subscribe"} {
 		if m := c.call(method, withMeta(map[string]any{})); m.Error == nil || m.Error.Code != jsonrpc.CodeMethodNotFound {
 			t.Fatalf("modern %s = %+v %s, want -32601", method, m.Error, m.Result)
 		}
 	}
 	f.sink.waitDecision(t, func(d schema.Decision) bool {
-		return d.Method == "tasks/get" && d.ProtocolEra == eraModern && d.ErrorCode == string(schema.ErrMethodNotAllowed)
+		return d.Method == "tasks/result" && d.ProtocolEra == eraModern && d.ErrorCode == string(schema.ErrMethodNotAllowed)
 	})
 	p := withMeta(map[string]any{"name": "echo", "arguments": map[string]any{}})
 	p["_meta"].(map[string]any)["io.mcpwarden.test/file"] = filepath.Join(f.base, "outside", "probe.txt")

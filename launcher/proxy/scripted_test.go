@@ -22,6 +22,7 @@ var scriptedServers = []struct {
 	{askingEnv, askingServer},
 	{sixthEnv, sixthServer},
 	{seventhEnv, seventhServer},
+	{modernTasksEnv, modernTasksServer},
 }
 
 func TestMain(m *testing.M) {

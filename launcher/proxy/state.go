@@ -127,7 +127,14 @@ const maxTaskTokens = 256
 // (its answer is a CreateTaskResult): the server may report progress
 // with it until the task ends.
 func (pt *pendingTables) noteTask(gen uint64, rq *request, m *jsonrpc.Message) {
-	if rq.method != "tools/call" || m.Error != nil || rq.param("task") == nil {
+	if rq.method != "tools/call" || m.Error != nil {
+		return
+	}
+	v1 := rq.param("task") != nil
+	if !v1 && (rq.era != eraModern || !bytes.Contains(m.Result, []byte("task"))) {
+		// (2026-07-28: the call carries no "task" member; the server
+		// answers with resultType "task". An escaped spelling only costs
+		// the task its progress.)
 		return
 	}
 	tok, ok := rq.meta("progressToken")
@@ -138,8 +145,19 @@ func (pt *pendingTables) noteTask(gen uint64, rq *request, m *jsonrpc.Message) {
 		Task struct {
 			TaskID string `json:"taskId"`
 		} `json:"task"`
+		ResultType string `json:"resultType"`
+		TaskID     string `json:"taskId"`
 	}
-	if strictjson.Unmarshal(m.Result, &r, strictjson.AllowUnknownMembers()) != nil || r.Task.TaskID == "" {
+	if strictjson.Unmarshal(m.Result, &r, strictjson.AllowUnknownMembers()) != nil {
+		return
+	}
+	if !v1 {
+		if r.ResultType != "task" {
+			return
+		}
+		r.Task.TaskID = r.TaskID
+	}
+	if r.Task.TaskID == "" {
 		return
 	}
 	pt.mu.Lock()

@@ -727,7 +727,18 @@ func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 		return
 	}
 	m.Params = s.dropIcons(m.Method, m.Params)
-	if m.Method == "notifications/tasks/status" {
+	switch m.Method {
+	case "notifications/tasks/status":
+		s.pend.endTask(m)
+	case "notifications/tasks":
+		// A task of the 2026-07-28 era: its result inline, as tasks/get
+		// carries it, under the same cap.
+		if len(m.Params) > s.cfg.MaxResponseBytes {
+			s.log.Warn("server notification refused: a task's result larger than this run's cap", "method", m.Method)
+			s.recordServerRequest(m.Method, nil, schema.ErrResponseTooLarge)
+			return
+		}
+		m.Params = narrowTaskInputs(m.Params)
 		s.pend.endTask(m)
 	}
 	frame, ok := s.clientNotification(gen, m)

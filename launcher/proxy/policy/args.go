@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -168,6 +169,15 @@ type argChecker struct {
 	probes  int
 	paths   int // paths checked so far (bounded by maxPaths)
 	walked  int // subtree entries walked so far (bounded by maxSubtree)
+	// secrets under the effective directories, listed once for the
+	// call's globs (wildcards.go).
+	secrets       []scopeSecret
+	secretsListed bool
+	secretsBound  bool // the listing went past maxGlobWalk
+	// globs are a table tool's search patterns, matched once the walk has
+	// seen the directory they are rooted at (globRoot: its "path").
+	globs    []pendingGlob
+	globRoot *string
 }
 
 // newChecker is an argChecker whose relative names resolve with relTo
@@ -253,6 +263,9 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 	if err != nil {
 		return nil, deny(schema.ErrMalformedRequest, "arguments are not valid JSON")
 	}
+	if d == nil && len(c.globs) > 0 {
+		d = c.rootedGlobs()
+	}
 	return c.checked, d
 }
 
@@ -314,7 +327,16 @@ func (c *argChecker) table(spec ArgSpec, ptr []string, kind byte, s string) *Den
 		if err := CheckGlob(s); err != nil {
 			return deny(schema.ErrPathOutsideScope, "argument %q: %v", label(ptr[:1]), err)
 		}
+		if spec.Kind == ArgGlob {
+			// A search pattern: what it matches is read (by name) under
+			// the call's path. Exclusions only take names away.
+			c.globs = append(c.globs, pendingGlob{ptr: slices.Clone(ptr), s: s})
+		}
 		return nil
+	}
+	if spec.Name == "path" && len(ptr) == 1 {
+		root := s
+		c.globRoot = &root
 	}
 	return c.path(ptr, s)
 }
@@ -411,6 +433,11 @@ func (c *argChecker) loose(ptr []string, s string, probe bool) *Denial {
 		if d := c.path(ptr, f); d != nil {
 			return d
 		}
+	}
+	if probe && hasWildcard(s) {
+		// A glob a server may expand: what it would match under the
+		// scope must not be a secret (wildcards.go).
+		return c.globSecrets(ptr, s)
 	}
 	return nil
 }
