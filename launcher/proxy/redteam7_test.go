@@ -96,6 +96,18 @@ func seventhServer(logPath string) {
 			case "sample_all_escaped":
 				send(`{"jsonrpc":"2.0","id":"a7","method":"sampling/createMessage","params":{"maxTokens":5,"includeContext":"all\u0053ervers","messages":[{"role":"user","content":{"type":"text","text":"hi"}}]}}`)
 				result(`{"content":[{"type":"text","text":"DONE"}]}`)
+			case "both":
+				send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"BOTH"}]},"error":{"code":1,"message":"x"}}`)
+			case "surrogate":
+				send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"\ud800"}]}}`)
+			case "odd_frames":
+				// Blank and white-space lines, a frame behind a byte order
+				// mark, then two frames in one write.
+				send("")
+				send(" \t ")
+				send("\xef\xbb\xbf" + `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"BOM-FRAME"}}`)
+				send(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"PAIRED-NOTE"}}` + "\n" +
+					`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"DONE"}]}}`)
 			case "sample_icons":
 				send(`{"jsonrpc":"2.0","id":"i7","method":"sampling/createMessage","params":{"maxTokens":5,"messages":[{"role":"user","content":{"type":"resource_link","uri":"config://x","name":"x",` + icons + `}}]}}`)
 				result(`{"content":[{"type":"text","text":"DONE"}]}`)
@@ -110,7 +122,7 @@ func seventhServer(logPath string) {
 
 func seventhFixture(t *testing.T) (*fixture, string) {
 	return scriptedSecretFixture(t, seventhEnv, "seventh.log",
-		[]string{"icon_link", "escaped_secret", "escaped_colon", "error_data_secret", "log_escaped", "sample_all_escaped", "sample_icons"},
+		[]string{"icon_link", "escaped_secret", "escaped_colon", "error_data_secret", "log_escaped", "sample_all_escaped", "sample_icons", "both", "surrogate", "odd_frames"},
 		func(s *schema.Scope) {
 			s.PromptAllowlist = []string{"p"}
 		})
@@ -497,4 +509,78 @@ func TestSearchPatternsReachingSecrets(t *testing.T) {
 	f.sink.waitDecision(t, func(d schema.Decision) bool {
 		return d.Tool == "search_files" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) > 0
 	})
+}
+
+// TestRootsAsksBounded: a client that sends notifications/roots/list_changed
+// without end and never answers keeps one roots/list pending in the proxy,
+// not one per notification (only the newest generation's answer is ever
+// applied). Before: one table entry per notification, without bound.
+func TestRootsAsksBounded(t *testing.T) {
+	var pt pendingTables
+	pt.cli = map[int64]*cliCall{}
+	pt.addCli(1, &cliCall{relayID: json.RawMessage(`"s1"`)})
+	for i := int64(2); i < 10002; i++ {
+		pt.addRootsAsk(i, &cliCall{rootsGen: uint64(i)})
+	}
+	if len(pt.cli) != 2 {
+		t.Fatalf("%d client requests pending after 10000 roots asks", len(pt.cli))
+	}
+	if c, ok := pt.takeCli(10001); !ok || c.rootsGen != 10001 {
+		t.Fatal("the newest roots ask was lost")
+	}
+	if _, ok := pt.takeCli(1); !ok {
+		t.Fatal("another pending request was dropped")
+	}
+}
+
+// TestRootsListChangedStorm: 500 notifications/roots/list_changed, each
+// asked of the client; only the answer to the newest one narrows, an
+// answer to an older one is dropped, and calls go on (guard).
+func TestRootsListChangedStorm(t *testing.T) {
+	f := newFixture(t, fixtureOpts{scope: func(s *schema.Scope) { s.AllowedPaths = []string{"allowed"} }})
+	c := f.client
+	allowed := filepath.Join(f.base, "allowed")
+	c.initLegacy(true, allowed)
+	var reqs []*jsonrpc.Message
+	go func() {
+		// (The harness's pipes hold nothing: the proxy writes a roots/list
+		// only as fast as the client reads, so send while reading.)
+		for i := 0; i < 500; i++ {
+			c.notify("notifications/roots/list_changed", nil)
+		}
+	}()
+	for i := 0; i < 500; i++ {
+		reqs = append(reqs, c.nextRequest("roots/list"))
+	}
+	// The oldest answer names nothing the scope has; the newest the
+	// allowed directory.
+	c.reply(reqs[0], rootsAnswer(filepath.Join(f.base, "outside")))
+	c.reply(reqs[len(reqs)-1], rootsAnswer(allowed))
+	mustRead(t, c, filepath.Join(allowed, "probe.txt"), "")
+}
+
+// TestMalformedServerAnswers: a server answer that is not valid JSON-RPC
+// (result and error both, a lone surrogate) is dropped, and the call it
+// names is answered with an error at once; before, the client waited for
+// an answer that never came. Blank and white-space lines and a frame
+// behind a byte order mark are dropped; two frames in one write are both
+// read (guard).
+func TestMalformedServerAnswers(t *testing.T) {
+	f, _ := seventhFixture(t)
+	c := f.client
+	c.initLegacy(false)
+	for _, tool := range []string{"both", "surrogate"} {
+		m := c.call("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}})
+		if m.Error == nil || m.Error.Code != jsonrpc.CodeInternalError || strings.Contains(string(m.Result), "BOTH") {
+			t.Fatalf("%s = %+v %s", tool, m.Error, m.Result)
+		}
+	}
+	drainNotes(c)
+	if r := decodeTool(t, c.call("tools/call", map[string]any{"name": "odd_frames", "arguments": map[string]any{}})); r.text() != "DONE" {
+		t.Fatalf("odd_frames = %+v", r)
+	}
+	notes := drainNotes(c)
+	if len(notes) != 1 || !strings.Contains(string(notes[0].Params), "PAIRED-NOTE") {
+		t.Fatalf("notes = %v", notes)
+	}
 }

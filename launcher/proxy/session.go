@@ -280,7 +280,7 @@ func (s *session) sendRootsRequest() {
 	gen := s.scope.tracker.Begin()
 	s.scope.mu.Unlock()
 	id := s.newID()
-	s.pend.addCli(id, &cliCall{rootsGen: gen})
+	s.pend.addRootsAsk(id, &cliCall{rootsGen: gen})
 	s.changed.broadcast()
 	s.toClient(jsonrpc.Request(jsonrpc.IntID(id), "roots/list", rawEmptyObject))
 }

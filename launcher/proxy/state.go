@@ -111,6 +111,8 @@ type pendingTables struct {
 	// tasks: the progress tokens of calls run as tasks (2025-11-25),
 	// which stay valid after the call's answer until the task ends.
 	tasks map[string]taskToken
+	// rootsAsk is the id of the newest roots/list sent to the client.
+	rootsAsk int64
 }
 
 // taskToken is a task's progress token: of process generation gen, for
@@ -275,6 +277,21 @@ func (pt *pendingTables) takeAllUp() map[int64]*upCall {
 
 func (pt *pendingTables) addCli(id int64, c *cliCall) {
 	pt.mu.Lock()
+	pt.cli[id] = c
+	pt.mu.Unlock()
+}
+
+// addRootsAsk adds the roots/list the proxy sent the client for a new
+// roots generation and forgets the one before it, unanswered or not: an
+// answer to an older generation is ignored anyway, and a client that
+// sends notifications/roots/list_changed without end and never answers
+// would otherwise grow the table by one entry per notification.
+func (pt *pendingTables) addRootsAsk(id int64, c *cliCall) {
+	pt.mu.Lock()
+	if pt.rootsAsk != 0 {
+		delete(pt.cli, pt.rootsAsk)
+	}
+	pt.rootsAsk = id
 	pt.cli[id] = c
 	pt.mu.Unlock()
 }

@@ -491,7 +491,7 @@ func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer) {
 		}
 		m, perr := jsonrpc.Parse(frame)
 		if perr != nil {
-			s.log.Warn("malformed message from the server dropped", "err", perr.Error())
+			s.onMalformedUpstream(gen, frame, perr)
 			continue
 		}
 		switch m.Kind {
@@ -519,8 +519,37 @@ func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer) {
 	}
 }
 
-func (s *session) onOversizedUpstream(gen uint64, head, tail []byte) {
+// onMalformedUpstream drops a server frame that is not valid JSON-RPC (a
+// response with both result and error, a lone surrogate, a duplicate
+// key, …). When it names, by its id, a call the proxy forwarded to this
+// process, that call is answered with an error now: the client would
+// otherwise wait for an answer that never comes.
+func (s *session) onMalformedUpstream(gen uint64, frame []byte, err error) {
+	s.log.Warn("malformed message from the server dropped", "err", err.Error())
 	var id int64 = -1
+	var pe *jsonrpc.ParseError
+	if errors.As(err, &pe) && pe.ID != nil {
+		if n, err := strconv.ParseInt(string(bytes.TrimSpace(pe.ID)), 10, 64); err == nil {
+			id = n
+		}
+	}
+	if id < 0 {
+		id = frameID(frame[:min(len(frame), 256)], frame[max(0, len(frame)-256):])
+	}
+	c, ok := s.pend.takeUp(id, gen)
+	if !ok {
+		return
+	}
+	if c.internal != nil {
+		c.internal <- nil
+		return
+	}
+	s.finish(c.req, errorFrame(c.req.id, jsonrpc.CodeInternalError, "mcpwarden: the server's answer was not valid JSON-RPC and was dropped"), "")
+}
+
+// frameID is the id read from a frame's anchored head or tail (the
+// TypeScript SDK writes it last), or -1.
+func frameID(head, tail []byte) int64 {
 	headID, tailID := idPatterns()
 	for _, re := range []*regexp.Regexp{headID, tailID} {
 		src := head
@@ -529,11 +558,15 @@ func (s *session) onOversizedUpstream(gen uint64, head, tail []byte) {
 		}
 		if mm := re.FindSubmatch(src); mm != nil {
 			if n, err := strconv.ParseInt(string(mm[1]), 10, 64); err == nil {
-				id = n
-				break
+				return n
 			}
 		}
 	}
+	return -1
+}
+
+func (s *session) onOversizedUpstream(gen uint64, head, tail []byte) {
+	id := frameID(head, tail)
 	c, ok := s.pend.takeUp(id, gen)
 	if !ok {
 		s.log.Warn("oversized message from the server dropped", "limit", s.cfg.MaxMessageBytes)
