@@ -57,3 +57,50 @@ func TestRunDotDotAfterASymlink(t *testing.T) {
 		t.Fatalf("wrapped: %q %v, want a SECRET_PATH denial\n%s", text, err, stderr)
 	}
 }
+
+// TestRunSearchPatternReachingSecret: `mcpwarden run` (real binary, real
+// fence) in front of the official filesystem server, whose search_files
+// expands its pattern itself. "**/*.pem" lists keys/server.pem direct;
+// wrapped it is refused with SECRET_PATH, and a pattern that matches no
+// secret still finds its files. Fails on the code before (the wrapped
+// search listed the key).
+func TestRunSearchPatternReachingSecret(t *testing.T) {
+	node := testenv.RequireCommand(t, "node")
+	fsServer, _ := filepath.Abs("../../deploy/mcp-servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+	testenv.RequireFile(t, fsServer, "run scripts/test-env.sh install-npm")
+	bin := mcpwardenBin(t)
+	tr := testenv.NewTree(t, strings.Replace(testenv.ReadScope("search-pattern-secret"), `["read_text_file"]`, `["search_files"]`, 1))
+	testenv.WriteFiles(t, map[string]string{
+		filepath.Join(tr.WS, "keys", "server.pem"): "KEY",
+		filepath.Join(tr.WS, "docs", "a.md"):       "doc",
+	})
+	search := func(pattern string, argv ...string) (string, string, error) {
+		t.Helper()
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = tr.Base
+		stderr := &testenv.LockedBuffer{}
+		cmd.Stderr = stderr
+		c, err := mcptest.Start(cmd, 60*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(20 * time.Second)
+		if _, err := c.Initialize(); err != nil {
+			t.Fatalf("initialize: %v\n%s", err, stderr.String())
+		}
+		text, err := c.CallTool("search_files", map[string]any{"path": tr.WS, "pattern": pattern})
+		return text, stderr.String(), err
+	}
+	// The premise: the server lists the key.
+	if text, _, err := search("**/*.pem", node, fsServer, tr.WS); err != nil || !strings.Contains(text, "server.pem") {
+		t.Fatalf("direct: %q %v; the server should list keys/server.pem", text, err)
+	}
+	run := []string{bin, "run", "--scope", tr.Scope, "--base", tr.Base, "--state-dir", tr.State, "--", node, fsServer, tr.WS}
+	text, stderr, err := search("**/*.pem", run...)
+	if !errors.Is(err, mcptest.ErrTool) || strings.Contains(text, "server.pem") || !strings.Contains(text, "SECRET_PATH") {
+		t.Fatalf("wrapped: %q %v, want a SECRET_PATH denial\n%s", text, err, stderr)
+	}
+	if text, stderr, err := search("**/*.md", run...); err != nil || !strings.Contains(text, "a.md") {
+		t.Fatalf("wrapped **/*.md: %q %v\n%s", text, err, stderr)
+	}
+}
