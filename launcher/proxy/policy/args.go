@@ -553,6 +553,8 @@ func trimmable(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' || r ==
 // component, or a file: URI.
 func looksLikePath(s string) bool {
 	switch {
+	case s == "":
+		return false
 	case s == "." || s == "..":
 		return true
 	case strings.HasPrefix(s, "/"), strings.HasPrefix(s, "~"), strings.HasPrefix(s, "./"), strings.HasPrefix(s, "../"):
