@@ -1,13 +1,16 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/approval"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -582,5 +585,39 @@ func TestMalformedServerAnswers(t *testing.T) {
 	notes := drainNotes(c)
 	if len(notes) != 1 || !strings.Contains(string(notes[0].Params), "PAIRED-NOTE") {
 		t.Fatalf("notes = %v", notes)
+	}
+}
+
+// TestApprovalRacesExpiry: a write waiting for an approval when the scope
+// expires is answered SCOPE_EXPIRED, leaves the pending list, and an
+// approval sent after that writes nothing (guard: held before).
+func TestApprovalRacesExpiry(t *testing.T) {
+	srv, dir, runID := approvalServer(t)
+	f := newFixture(t, fixtureOpts{
+		keepClientOpen: true,
+		scope: func(s *schema.Scope) {
+			s.Approval = schema.ApprovalRequiredForWrite
+			// Expires 8 s from now: long enough for the handshake and
+			// the write to be waiting under any load seen here.
+			issued := time.Now().Add(-60*time.Minute + 8*time.Second)
+			s.IssuedAt = &issued
+		},
+		config: func(c *Config) { c.Approvals = srv; c.ApprovalTimeout = 10 * time.Minute },
+	})
+	c := f.client
+	c.initLegacy(false)
+	target := filepath.Join(f.base, "allowed", "late.txt")
+	ch := c.start("tools/call", map[string]any{"name": "write_file", "arguments": map[string]any{"path": target, "content": "late"}})
+	op := pendingOp(t, dir, runID)
+	m := c.wait(ch) // answered when the scope expires
+	if rpcErrorCode(m) != string(schema.ErrScopeExpired) {
+		t.Fatalf("the waiting write at expiry = %+v %s", m.Error, m.Result)
+	}
+	_, _ = approval.Send(context.Background(), dir, runID, approval.Request{Action: approval.ActionApprove, OpID: op.OpID})
+	if resp, err := approval.Send(context.Background(), dir, runID, approval.Request{Action: approval.ActionList}); err == nil && len(resp.Pending) > 0 {
+		t.Fatalf("still pending after expiry: %+v", resp.Pending)
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Fatal("the write ran after the scope expired")
 	}
 }
