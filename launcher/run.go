@@ -156,7 +156,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		fmt.Fprintln(cfg.Stderr, w)
 	}
 	if cfg.Mode == schema.ModeEnforce && cfg.Scope.AllowIOUring {
-		fmt.Fprintln(cfg.Stderr, "mcpwarden: WARNING: the scope allows io_uring (allow_io_uring): its operations pass every argument check of the seccomp filter (socket families, extended attributes and ACLs, set-id bits on new files); Landlock, the namespaces and the destination filter still hold")
+		fmt.Fprintln(cfg.Stderr, "mcpwarden: WARNING: the scope allows io_uring (allow_io_uring): its operations pass every argument check of the seccomp filter (socket families, vsock to the hypervisor included, extended attributes and ACLs, set-id bits on new files); Landlock, the namespaces and the destination filter still hold")
 	}
 	// The start record (its layers are known now that the namespaces were
 	// made or refused) is written and fsync'd while the helper gets its

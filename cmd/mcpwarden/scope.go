@@ -377,7 +377,7 @@ func (r *scopeReport) writeBody(w io.Writer) {
 	if r.Ruleset.BlockIOUring {
 		fmt.Fprintf(w, "  io_uring:      blocked (seccomp, EPERM)\n")
 	} else {
-		fmt.Fprintf(w, "  io_uring:      allowed (allow_io_uring): its operations pass every seccomp argument check (socket families, xattrs and ACLs, set-id bits on new files); Landlock, the namespaces and the destination filter still hold; refused without the mount namespace\n")
+		fmt.Fprintf(w, "  io_uring:      allowed (allow_io_uring): its operations pass every seccomp argument check (socket families, vsock to the hypervisor included, xattrs and ACLs, set-id bits on new files); Landlock, the namespaces and the destination filter still hold; refused without the mount namespace\n")
 	}
 	fmt.Fprintf(w, "  allowed (everything else handled is denied):\n")
 	for _, rule := range r.Ruleset.Rules {

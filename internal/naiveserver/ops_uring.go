@@ -12,6 +12,42 @@ import (
 // uringOps: what a server granted io_uring ("allow_io_uring": true) can
 // ask of the kernel without the syscall the filter would check.
 var uringOps = map[string]op{
+	// A vsock stream socket made with IORING_OP_SOCKET (the filter refuses
+	// socket(AF_VSOCK)) connected with IORING_OP_CONNECT to context N
+	// (2: the hypervisor's host), port Flags.
+	"uring_vsock_connect": func(r Request) (string, error) {
+		res, err := uringOne(func(sqe []byte) {
+			sqe[0] = 45 // IORING_OP_SOCKET
+			binary.LittleEndian.PutUint32(sqe[4:], unix.AF_VSOCK)
+			binary.LittleEndian.PutUint64(sqe[8:], unix.SOCK_STREAM)
+		})
+		if err != nil {
+			return "", err
+		}
+		if res < 0 {
+			return "", unix.Errno(-res)
+		}
+		s := int(res)
+		defer unix.Close(s)
+		var sa [16]byte // struct sockaddr_vm
+		binary.LittleEndian.PutUint16(sa[0:], unix.AF_VSOCK)
+		binary.LittleEndian.PutUint32(sa[4:], uint32(r.Flags))
+		binary.LittleEndian.PutUint32(sa[8:], uint32(r.N))
+		res, err = uringOne(func(sqe []byte) {
+			sqe[0] = 16 // IORING_OP_CONNECT
+			binary.LittleEndian.PutUint32(sqe[4:], uint32(s))
+			binary.LittleEndian.PutUint64(sqe[8:], uint64(len(sa)))
+			binary.LittleEndian.PutUint64(sqe[16:], uint64(uintptr(unsafe.Pointer(&sa[0]))))
+		})
+		runtime.KeepAlive(&sa)
+		if err != nil {
+			return "", err
+		}
+		if res < 0 {
+			return "", unix.Errno(-res)
+		}
+		return "connected", nil
+	},
 	// A pathname unix socket at Path reached with io_uring alone; Data is
 	// sent, the answer is what comes back.
 	"uring_unix_connect": func(r Request) (string, error) { return uringUnixConnect(r.Path, r.Data) },
