@@ -609,3 +609,87 @@ func TestLifeAuditFailureEndsTheRunAsFailed(t *testing.T) {
 		t.Fatalf("exit record %+v, want exit_reason audit_failed", last.Launch)
 	}
 }
+
+// TestLifeForkHopperEndsWithTheRun: a process of the run that forks and
+// exits over and over (a new pid every few microseconds, so any list of
+// pids to kill is stale) is gone when the run ends: killed with the
+// cgroup (cgroup.kill), with the pid namespace, and with neither
+// (--cgroup=false --no-namespaces: the launcher's session kill finds each
+// new generation, re-parented to it). Held on main when tried in session
+// 7; a guard.
+func TestLifeForkHopperEndsWithTheRun(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	for _, extra := range [][]string{nil, {"--cgroup=false", "--no-namespaces"}} {
+		t.Run(strings.Join(append([]string{"run"}, extra...), " "), func(t *testing.T) {
+			w := newWorkspace(t)
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+			s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: extra})
+			// The hopper stays in the server's process group (setsid is
+			// refused), which is the run's own (the run's init's with the
+			// pid namespace, the server's without).
+			r := s.Do(map[string]any{"op": "pid"}) // "PID PPID"
+			r.Data, _, _ = strings.Cut(r.Data, " ")
+			server := s.HostPID(pidOf(t, r))
+			group, err := syscall.Getpgid(server)
+			if err != nil || group <= 1 {
+				t.Fatalf("the server's process group: %d %v", group, err)
+			}
+			defer func() { _ = syscall.Kill(-group, syscall.SIGKILL) }()
+			if r := s.Do(map[string]any{"op": "forkhop", "n": 50_000_000}); !r.OK {
+				t.Fatalf("forkhop: %+v", r)
+			}
+			// The hopper is there, under some pid or other, before the end.
+			hopping := func() bool {
+				for _, p := range inProcessGroup(group) {
+					if p != server && p != group {
+						return true
+					}
+				}
+				return false
+			}
+			for i := 0; !hopping(); i++ {
+				if i == 500 {
+					t.Fatal("no hopping process in the run's process group")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if code := s.Close(); code != 0 {
+				t.Fatalf("exit %d: %s", code, s.Stderr())
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				left := inProcessGroup(group)
+				if len(left) == 0 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("processes %v of the run's process group outlived it", left)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// inProcessGroup lists the processes whose process group is pgid.
+func inProcessGroup(pgid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // state ppid pgrp ...
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -41,6 +41,12 @@ var lifeOps = map[string]op{
 	// Up to N forks that only sleep, from the server itself: a fork bomb
 	// that stays cheap. Returns how many were made and why the next one
 	// failed ("made N" or "made N: ERRNO").
+	// A process that forks and exits N times over (a new pid each time):
+	// the answer is the first one's pid.
+	"forkhop": func(r Request) (string, error) {
+		pid, err := rawproc.ForkHop(r.N)
+		return strconv.Itoa(pid), err
+	},
 	"forkbomb": func(r Request) (string, error) {
 		made := 0
 		for ; made < r.N; made++ {
