@@ -71,7 +71,7 @@ func seventhServer(logPath string) {
 		result := func(v string) { send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":` + v + `}`) }
 		switch m.Method {
 		case "initialize":
-			result(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"prompts":{},"resources":{},"completions":{}},"serverInfo":{"name":"seventh","version":"7",` + icons + `}}`)
+			result(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"prompts":{},"resources":{},"completions":{}},"serverInfo":{"name":"seventh","version":"7","websiteUrl":` + q("file://"+secret+"?BADICON") + `,` + icons + `}}`)
 		case "tools/list":
 			result(`{"tools":[{"name":"icon_link","inputSchema":{"type":"object"},` + icons + `}]}`)
 		case "prompts/list":

@@ -180,11 +180,13 @@ type IconDrop struct {
 
 // FilterIcons drops, wherever raw (a result, a request's or a
 // notification's params) has a member named "icons" holding an array, the
-// icons whose src CheckIconSrc refuses. raw is returned unchanged (the
-// same bytes) when nothing was dropped.
+// icons whose src CheckIconSrc refuses, and a member "websiteUrl" (an
+// implementation's link a client's interface shows, 2025-11-25) that
+// CheckIconSrc refuses. raw is returned unchanged (the same bytes) when
+// nothing was dropped.
 func (p *Policy) FilterIcons(raw json.RawMessage, effective []string) (json.RawMessage, IconDrop) {
 	var drop IconDrop
-	if !bytes.Contains(raw, []byte("icons")) && !HasEscapedASCII(raw, "icons") {
+	if !bytes.Contains(raw, []byte("icons")) && !bytes.Contains(raw, []byte("websiteUrl")) && !HasEscapedASCII(raw, "iconswebsiteUrl") {
 		return raw, drop
 	}
 	out, changed := p.filterIcons(raw, effective, &drop, 0)
@@ -207,6 +209,21 @@ func (p *Policy) filterIcons(raw json.RawMessage, effective []string, drop *Icon
 		}
 		changed := false
 		for k, v := range m {
+			if k == "websiteUrl" {
+				var link string
+				if strictjson.Unmarshal(v, &link) == nil {
+					if paths, d := p.CheckIconSrc(link, effective); d != nil {
+						drop.Dropped++
+						drop.Paths = append(drop.Paths, paths...)
+						if drop.Denial == nil {
+							drop.Denial = d
+						}
+						delete(m, k)
+						changed = true
+					}
+				}
+				continue
+			}
 			if k == "icons" {
 				if nv, ok := p.filterIconList(v, effective, drop); ok {
 					m[k], changed = nv, true

@@ -72,9 +72,9 @@ func TestFilterIcons(t *testing.T) {
 	if out, d := p.FilterIcons(clean, eff); !bytes.Equal(out, clean) || d.Dropped != 0 {
 		t.Fatalf("clean = %s %+v", out, d)
 	}
-	raw := json.RawMessage(`{"a":[{"b":{"\u0069cons":[{"src":"file:///etc/passwd"},{"src":"https://x/i.png"}]}}],"icons":[{"src":"/etc/shadow"}],"x":{"icons":"not a list"}}`)
+	raw := json.RawMessage(`{"a":[{"b":{"\u0069cons":[{"src":"file:///etc/passwd"},{"src":"https://x/i.png"}]}}],"icons":[{"src":"/etc/shadow"}],"x":{"icons":"not a list"},"serverInfo":{"websiteUrl":"file:///etc/group"},"y":{"websiteUrl":"https://example.com"}}`)
 	out, d := p.FilterIcons(raw, eff)
-	if d.Dropped != 2 || d.Denial == nil || strings.Contains(string(out), "/etc/") || !strings.Contains(string(out), "https://x/i.png") || !strings.Contains(string(out), "not a list") {
+	if d.Dropped != 3 || !strings.Contains(string(out), "https://example.com") || d.Denial == nil || strings.Contains(string(out), "/etc/") || !strings.Contains(string(out), "https://x/i.png") || !strings.Contains(string(out), "not a list") {
 		t.Fatalf("FilterIcons = %s %+v", out, d)
 	}
 }
