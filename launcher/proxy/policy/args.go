@@ -694,7 +694,12 @@ func (p *Policy) CheckResultURIs(raw json.RawMessage, effective []string) ([]str
 	}
 	c := p.newChecker(p.baseRel, effective, false)
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
-		if kind != '"' || len(ptr) == 0 || (ptr[len(ptr)-1] != "uri" && ptr[len(ptr)-1] != "url") || !hasFileScheme(s) {
+		if kind != '"' || len(ptr) == 0 || (ptr[len(ptr)-1] != "uri" && ptr[len(ptr)-1] != "url") {
+			return nil
+		}
+		// As a client's URL parser reads it: " file:…" and "fi\nle:…" are
+		// file URLs to WHATWG's.
+		if s = urlClean(s); !hasFileScheme(s) {
 			return nil
 		}
 		if d := c.path(ptr, s); d != nil {
@@ -713,7 +718,7 @@ func (p *Policy) CheckResultURIs(raw json.RawMessage, effective []string) ([]str
 // spell one of its characters ("\u0066ile:", "file\u003a": a client
 // reads the string unescaped, so the escaped spelling is a file URI too).
 func hasFileURI(raw []byte) bool {
-	return hasPlainFileURI(raw) || HasEscapedASCII(raw, "fileFILE:")
+	return hasPlainFileURI(raw) || HasEscapedASCII(raw, "fileFILE:\t\n\r")
 }
 
 // HasEscapedASCII reports whether raw (JSON) holds a \u escape of one of
@@ -751,7 +756,9 @@ func unhex(c byte) int {
 	return -1
 }
 
-// hasPlainFileURI: raw holds "file:" in any case, unescaped.
+// hasPlainFileURI: raw holds "file:" in any case, unescaped, also with
+// the tab and line-break escapes a URL parser removes between its
+// letters ("fi\nle:").
 func hasPlainFileURI(raw []byte) bool {
 	for i := 0; ; {
 		j := bytes.IndexByte(raw[i:], ':')
@@ -759,9 +766,28 @@ func hasPlainFileURI(raw []byte) bool {
 			return false
 		}
 		i += j
-		if i >= 4 && raw[i-4]|0x20 == 'f' && raw[i-3]|0x20 == 'i' && raw[i-2]|0x20 == 'l' && raw[i-1]|0x20 == 'e' {
+		if endsWithFile(raw[:i]) {
 			return true
 		}
 		i++
 	}
+}
+
+// endsWithFile: b ends with "file" in any case, "\t", "\n" and "\r"
+// escapes between its letters skipped.
+func endsWithFile(b []byte) bool {
+	const word = "elif" // backwards
+	k, n := 0, len(b)
+	for k < len(word) && n > 0 {
+		if n >= 2 && b[n-2] == '\\' && (b[n-1] == 't' || b[n-1] == 'n' || b[n-1] == 'r') {
+			n -= 2
+			continue
+		}
+		if b[n-1]|0x20 != word[k] {
+			return false
+		}
+		n--
+		k++
+	}
+	return k == len(word)
 }

@@ -146,3 +146,31 @@ func FuzzCheckIconSrc(f *testing.F) {
 		}
 	})
 }
+
+// TestResultURISpellings: a file URI in an answer as a client's URL
+// parser reads it — leading spaces and controls stripped, tabs and line
+// breaks removed anywhere, in any escape — is checked; before, " file:"
+// and "fi\nle:" skipped the check.
+func TestResultURISpellings(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	for _, tc := range []struct {
+		raw  string
+		deny bool
+	}{
+		{`{"uri":" file:///etc/passwd"}`, true},
+		{`{"uri":"\u0020file:///etc/passwd"}`, true},
+		{`{"uri":"fi\nle:///etc/passwd"}`, true},
+		{`{"uri":"\tFILE:///etc/passwd"}`, true},
+		{`{"uri":"file\u000a:///etc/passwd"}`, true},
+		{`{"uri":"fil\re:///etc/passwd"}`, true},
+		{`{"url":"f\ti\tl\te:///etc/passwd"}`, true},
+		{`{"text":"a\nb\tc","uri":"config://x"}`, false},
+		{`{"uri":"https://example.com/a\nb"}`, false},
+	} {
+		_, d := p.CheckResultURIs(json.RawMessage(tc.raw), eff)
+		if (d != nil) != tc.deny {
+			t.Errorf("CheckResultURIs(%s) = %v, want denied=%v", tc.raw, d, tc.deny)
+		}
+	}
+}
