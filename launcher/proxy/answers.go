@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/policy"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/roots"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
@@ -335,15 +336,27 @@ func (s *session) filterCompletions(rq *request, result json.RawMessage) json.Ra
 	if strictjson.Unmarshal(res["completion"], &comp) != nil || comp == nil {
 		return result
 	}
-	var values []string
-	if strictjson.Unmarshal(comp["values"], &values) != nil {
+	var raw []json.RawMessage
+	if strictjson.Unmarshal(comp["values"], &raw) != nil {
 		return result
+	}
+	// A suggestion is a string: anything else is no suggestion a client
+	// can use, and is dropped rather than read past.
+	values := make([]string, 0, len(raw))
+	for _, r := range raw {
+		var v string
+		if strictjson.Unmarshal(r, &v) == nil {
+			values = append(values, v)
+		}
 	}
 	kept, paths, d := s.pol.FilterCompletionValues(values, s.scope.current().paths)
-	if d == nil {
+	if d == nil && len(values) == len(raw) {
 		return result
 	}
-	dropped := len(values) - len(kept)
+	if d == nil {
+		d = &policy.Denial{Code: schema.ErrMalformedRequest, Reason: "completion suggestions that are not strings"}
+	}
+	dropped := len(raw) - len(kept)
 	s.log.Warn("completion suggestions dropped: they name files the scope does not allow", "count", dropped, "error_code", string(d.Code))
 	s.recordServerRequest(rq.method, paths, d.Code)
 	comp["values"] = mustJSON(kept)

@@ -81,6 +81,12 @@ func seventhServer(logPath string) {
 		case "resources/templates/list":
 			result(`{"resourceTemplates":[{"name":"t","uriTemplate":"config://{key}",` + icons + `}]}`)
 		case "completion/complete":
+			if strings.Contains(line, `"mixed"`) {
+				// Not the spec's shape: a number, an object and a path
+				// among the strings.
+				result(`{"completion":{"values":["python",5,{"value":"/etc/passwd"},"/etc/shadow"],"total":4}}`)
+				return
+			}
 			result(`{"completion":{"values":["python","notes.md",".env","/etc/passwd","outside/probe.txt",` + q("file://"+secret) + `,"pytorch"],"total":9,"hasMore":true}}`)
 		case "tools/call":
 			switch m.Params.Name {
@@ -233,6 +239,11 @@ func TestRedTeamCompletionSuggestions(t *testing.T) {
 	f.sink.waitDecision(t, func(d schema.Decision) bool {
 		return d.Method == "completion/complete" && d.Decision == schema.OutcomeDeny && d.ErrorCode != "" && len(d.PathHashes) >= 3
 	})
+	// An answer not of the spec's shape: only the strings that pass stay.
+	m = c.call("completion/complete", map[string]any{"ref": map[string]any{"type": "ref/prompt", "name": "p"}, "argument": map[string]any{"name": "mixed", "value": "p"}})
+	if m.Error != nil || strings.Contains(string(m.Result), "/etc/") || !strings.Contains(string(m.Result), `"values":["python"]`) {
+		t.Fatalf("a mixed completion answer reached the client as %+v %s", m.Error, m.Result)
+	}
 	if strings.Contains(f.sink.raw(), f.base) {
 		t.Fatal("a record holds a path")
 	}
