@@ -117,6 +117,13 @@ func seventhServer(logPath string) {
 				send("\xef\xbb\xbf" + `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"BOM-FRAME"}}`)
 				send(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"PAIRED-NOTE"}}` + "\n" +
 					`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"DONE"}]}}`)
+			case "sub_spoof":
+				// A notification for a subscriptions/listen request the
+				// client never made, its key spelled with an escape and
+				// plainly.
+				send(`{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"config://x","_meta":{"io.modelcontextprotocol\u002fsubscriptionId":1,"n":"SPOOF-ESCAPED"}}}`)
+				send(`{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"config://x","_meta":{"io.modelcontextprotocol/subscriptionId":1,"n":"SPOOF-PLAIN"}}}`)
+				result(`{"content":[{"type":"text","text":"DONE"}]}`)
 			case "sample_icons":
 				send(`{"jsonrpc":"2.0","id":"i7","method":"sampling/createMessage","params":{"maxTokens":5,"messages":[{"role":"user","content":{"type":"resource_link","uri":"config://x","name":"x",` + icons + `}}]}}`)
 				result(`{"content":[{"type":"text","text":"DONE"}]}`)
@@ -131,7 +138,7 @@ func seventhServer(logPath string) {
 
 func seventhFixture(t *testing.T) (*fixture, string) {
 	return scriptedSecretFixture(t, seventhEnv, "seventh.log",
-		[]string{"icon_link", "escaped_secret", "escaped_colon", "error_data_secret", "log_escaped", "sample_all_escaped", "sample_icons", "both", "surrogate", "odd_frames"},
+		[]string{"icon_link", "escaped_secret", "escaped_colon", "error_data_secret", "log_escaped", "sample_all_escaped", "sample_icons", "both", "surrogate", "odd_frames", "sub_spoof"},
 		func(s *schema.Scope) {
 			s.PromptAllowlist = []string{"p"}
 		})
@@ -630,5 +637,23 @@ func TestApprovalRacesExpiry(t *testing.T) {
 	}
 	if _, err := os.Stat(target); err == nil {
 		t.Fatal("the write ran after the scope expired")
+	}
+}
+
+// TestSubscriptionSpoofEscaped: a notification naming a subscriptions/listen
+// request the client never made is dropped, also when the key is spelled
+// with a JSON escape ("io.modelcontextprotocol\u002fsubscriptionId"):
+// before, the escaped spelling skipped the look-up and reached the client
+// with the server's id.
+func TestSubscriptionSpoofEscaped(t *testing.T) {
+	f, _ := seventhFixture(t)
+	c := f.client
+	c.initLegacy(false)
+	drainNotes(c)
+	if r := decodeTool(t, c.call("tools/call", map[string]any{"name": "sub_spoof", "arguments": map[string]any{}})); r.text() != "DONE" {
+		t.Fatalf("sub_spoof = %+v", r)
+	}
+	for _, n := range drainNotes(c) {
+		t.Fatalf("a spoofed subscription notification reached the client: %s", n.Params)
 	}
 }

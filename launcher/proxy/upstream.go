@@ -811,7 +811,7 @@ func (s *session) forwardServerCancel(gen uint64, m *jsonrpc.Message) {
 // id of that request, never the proxy's; one naming no listen request of
 // this server process is dropped (false).
 func (s *session) clientNotification(gen uint64, m *jsonrpc.Message) ([]byte, bool) {
-	if !bytes.Contains(m.Params, []byte(metaSubscriptionID)) {
+	if !mayHold(m.Params, metaSubscriptionID) {
 		return jsonrpc.Forward(m, nil), true
 	}
 	var params map[string]json.RawMessage
