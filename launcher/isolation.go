@@ -302,6 +302,11 @@ func (iso *isolation) fileOwner() string {
 	return fmt.Sprintf("%d:%d", iso.owner.UID, iso.owner.GID)
 }
 
+// cInit reports whether the run's init is the C program (execstage/init.c)
+// fed the binary plan: whenever the run has its own pid namespace (and so
+// its mount namespace). Without namespaces the Go helper fences itself.
+func (iso *isolation) cInit() bool { return iso.flags&unix.CLONE_NEWPID != 0 }
+
 // namespaces is the helper's namespace spec for ruleset rs; nil without
 // namespaces.
 func (iso *isolation) namespaces(rs *ruleset.Ruleset, prof *runtimeprofile.Profile, tmp, dir string, tmpSize int64) *sandbox.Namespaces {

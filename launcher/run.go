@@ -719,6 +719,14 @@ func spawnHelper(helperPath string, stage *os.File, dir string, stderr io.Writer
 		ExtraFiles:  []*os.File{specR, statusW, stage}, // fds 3, 4 and 5 (sandbox.ExecStageFD)
 		SysProcAttr: sys,
 	}
+	if iso.cInit() {
+		// With the run's own pid namespace, its init is the C program,
+		// exec'd from the descriptor that was checked (the child's fd 5,
+		// which the init closes first) and fed the binary plan.
+		cmd.Path = "/proc/self/fd/" + strconv.Itoa(sandbox.ExecStageFD)
+		cmd.Args = []string{sandbox.InitName, sandbox.InitArg}
+		cmd.Env = []string{}
+	}
 	p := &proc{cmd: cmd, stdin: inW, stdout: outR, done: make(chan struct{}), exitRead: make(chan struct{}), ended: make(chan struct{})}
 	if err := startLocked(cmd, grp, p); err != nil {
 		return nil, &StartError{Err: fmt.Errorf("start the fence helper: %w", err)}
@@ -822,12 +830,19 @@ func (s *server) pinProc(h *pending, rs *ruleset.Ruleset) {
 // sendSpec sends the helper its spec for rs.
 func (s *server) sendSpec(h *pending, rs *ruleset.Ruleset) error {
 	s.pinProc(h, rs)
-	spec, err := json.Marshal(s.l.spec(rs, s.env(), s.tmp))
+	var spec []byte
+	var err error
+	if s.l.iso.cInit() {
+		spec, err = sandbox.EncodePlan(s.l.spec(rs, s.env(), s.tmp))
+	} else {
+		spec, err = json.Marshal(s.l.spec(rs, s.env(), s.tmp))
+		spec = append(spec, '\n')
+	}
 	if err != nil {
 		h.kill()
 		return fmt.Errorf("encode the fence helper's spec: %w", err)
 	}
-	if _, err := h.specW.Write(append(spec, '\n')); err != nil {
+	if _, err := h.specW.Write(spec); err != nil {
 		h.kill()
 		return &StartError{Err: fmt.Errorf("send the fence helper its spec: %w", err)}
 	}

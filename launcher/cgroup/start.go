@@ -135,9 +135,17 @@ func restart(cmd *exec.Cmd) *exec.Cmd {
 // been reaped). A child that exec'd shows cmd's program as /proc/PID/exe;
 // one that did not is dying or dead, and is waited for.
 func bornDead(cmd *exec.Cmd) (bool, error) {
-	want, err := filepath.EvalSymlinks(cmd.Path)
+	path := cmd.Path
+	// A program exec'd from one of its descriptors (the run's C init) is
+	// the file passed there.
+	if n, ok := strings.CutPrefix(path, "/proc/self/fd/"); ok {
+		if fd, err := strconv.Atoi(n); err == nil && fd >= 3 && fd-3 < len(cmd.ExtraFiles) && cmd.ExtraFiles[fd-3] != nil {
+			path = cmd.ExtraFiles[fd-3].Name()
+		}
+	}
+	want, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		want = cmd.Path
+		want = path
 	}
 	if exe, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/exe"); err == nil && exe == want {
 		return false, nil

@@ -13,11 +13,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Main is the helper's whole life. Started as pid 1 of a new pid namespace
-// it is the run's init (runInit); otherwise it reads the Spec, fences
-// itself and execs the server (runPlain). It returns only on failure or
-// when the launcher refused the run, with the exit code to use; a failure
-// has been reported on StatusFD.
+// Main is the helper's whole life: it reads the Spec, fences itself and
+// execs the server (runPlain), for a run without namespaces. (A run with
+// namespaces has the C init, execstage/init.c, cloned straight into them.)
+// It returns only on failure or when the launcher refused the run, with
+// the exit code to use; a failure has been reported on StatusFD.
 func Main() int {
 	runtime.LockOSThread() // never unlocked: the fence is per thread until execve
 	if !launcherDescriptors() {
@@ -27,14 +27,14 @@ func Main() int {
 	status := os.NewFile(StatusFD, "status")
 	in := bufio.NewReader(os.NewFile(SpecFD, "spec"))
 	if os.Getpid() == 1 {
-		return runInit(in, status)
+		return report(status, &Status{Stage: StageNamespaces, Message: "the Go helper was started as a run's init; with namespaces the run's init is " + ExecStageName})
 	}
 	return runPlain(in, status)
 }
 
 // runPlain fences this process and execs the server in its place: the
-// helper started without namespaces (with them, the run's init hands the
-// fence to the C exec stage instead, execstage/).
+// helper started without namespaces (with them, the C init does it,
+// execstage/).
 func runPlain(in *bufio.Reader, status *os.File) int {
 	spec, err := readSpec(in)
 	if err != nil {

@@ -1,5 +1,5 @@
 /*
- * A test driver of the handover reader (handover.c), built and run by
+ * A test driver of the plan reader (handover.c), built and run by
  * launcher/sandbox's tests, never installed. It reads inputs framed as a
  * u32 little-endian length and that many bytes (a header and a body) from
  * stdin, and for each writes one line: "refused <reason>", or "ok" and
@@ -64,6 +64,39 @@ int main(void)
 				return 2;
 			for (size_t i = 0; i < h.envc; i++)
 				str("env", h.envp[i]);
+			printf(" ns=%u", h.ns);
+			if (h.hostname != NULL)
+				str("hostname", h.hostname);
+			if (h.have_server)
+				printf(" server=%u,%u,%u,%u", h.srv_in_uid, h.srv_in_gid, h.srv_host_uid, h.srv_host_gid);
+			if (h.have_init_id)
+				printf(" initid=%u,%u", h.init_uid, h.init_gid);
+			if (h.flags & HO_F_LANDLOCK)
+				printf(" ruleset=%llu,%llu,%llu", (unsigned long long)h.handled_fs,
+				       (unsigned long long)h.handled_net, (unsigned long long)h.scoped);
+			str("staging", h.staging);
+			for (size_t i = 0; i < h.nmounts; i++) {
+				printf(" mount=%u:", h.mounts[i].flags);
+				hex(h.mounts[i].path, strlen(h.mounts[i].path));
+			}
+			for (size_t i = 0; i < h.nlinks; i++) {
+				printf(" link=");
+				hex(h.links[i].path, strlen(h.links[i].path));
+				printf(":");
+				hex(h.links[i].target, strlen(h.links[i].target));
+			}
+			for (size_t i = 0; i < h.ndirs; i++)
+				str("mkdir", h.dirs[i]);
+			if (h.have_tmp) {
+				printf(" tmp=%llu,%u,%u:", (unsigned long long)h.tmp_size, h.tmp_uid, h.tmp_gid);
+				hex(h.tmp, strlen(h.tmp));
+			}
+			for (size_t i = 0; i < h.nrules; i++) {
+				printf(" rule=%llu,%u:", (unsigned long long)h.rules[i].access, h.rules[i].flags);
+				hex(h.rules[i].path, strlen(h.rules[i].path));
+			}
+			for (size_t i = 0; i < h.nports; i++)
+				printf(" port=%llu,%u", (unsigned long long)h.ports[i].access, (unsigned)h.ports[i].port);
 			printf("\n");
 			ho_free(&h);
 		}

@@ -1,5 +1,5 @@
-/* The exec stage's reader of the handover (handover.h). It makes no system
- * call: the test driver (check.c) runs it on arbitrary input. */
+/* The init's reader of the plan (handover.h). It makes no system call: the
+ * test driver (check.c) runs it on arbitrary input. */
 #include "handover.h"
 
 #include <stdlib.h>
@@ -60,6 +60,54 @@ static int push(char ***list, size_t *n, size_t *cap, char *s)
 	return 0;
 }
 
+/* grow makes room for one more element of size elem in *arr of *n, bounded
+ * by HO_MAX_STRINGS. */
+static int grow(void **arr, size_t n, size_t *cap, size_t elem)
+{
+	if (n >= HO_MAX_STRINGS)
+		return -1;
+	if (n + 1 > *cap) {
+		size_t c = *cap < 16 ? 16 : 2 * *cap;
+		void *a = realloc(*arr, c * elem);
+		if (a == NULL)
+			return -1;
+		*arr = a;
+		*cap = c;
+	}
+	return 0;
+}
+
+int ho_clean(const char *s)
+{
+	size_t n = strlen(s);
+	if (n < 2 || n > HO_MAX_PATH || s[0] != '/' || s[n - 1] == '/')
+		return 0;
+	for (const char *c = s; *c != 0;) {
+		/* c is at a '/': the component after it */
+		const char *e = strchr(c + 1, '/');
+		size_t l = e == NULL ? strlen(c + 1) : (size_t)(e - c - 1);
+		if (l == 0 || (l == 1 && c[1] == '.') || (l == 2 && c[1] == '.' && c[2] == '.'))
+			return 0;
+		if (e == NULL)
+			break;
+		c = e;
+	}
+	return 1;
+}
+
+/* dirpath copies a path record that must be clean and absolute. */
+static char *dirpath(const unsigned char *v, uint32_t n)
+{
+	if (n > HO_MAX_PATH)
+		return NULL;
+	char *s = dupstr(v, n);
+	if (s != NULL && !ho_clean(s)) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
 static void freelist(char **l, size_t n)
 {
 	if (l == NULL)
@@ -76,6 +124,22 @@ void ho_free(struct handover *h)
 	free(h->exe);
 	freelist(h->argv, h->argc);
 	freelist(h->envp, h->envc);
+	free(h->hostname);
+	free(h->staging);
+	for (size_t i = 0; i < h->nmounts; i++)
+		free(h->mounts[i].path);
+	free(h->mounts);
+	for (size_t i = 0; i < h->nlinks; i++) {
+		free(h->links[i].path);
+		free(h->links[i].target);
+	}
+	free(h->links);
+	freelist(h->dirs, h->ndirs);
+	free(h->tmp);
+	for (size_t i = 0; i < h->nrules; i++)
+		free(h->rules[i].path);
+	free(h->rules);
+	free(h->ports);
 	memset(h, 0, sizeof(*h));
 }
 
@@ -85,7 +149,7 @@ static const char *parse(const unsigned char *b, size_t n, struct handover *h)
 	unsigned last = 0;
 	int have_flags = 0;
 	unsigned seen = 0;
-	size_t argcap = 0, envcap = 0;
+	size_t argcap = 0, envcap = 0, mcap = 0, lcap = 0, dcap = 0, rcap = 0, pcap = 0;
 	while (off < n) {
 		if (n - off < 6)
 			return "truncated record header";
@@ -96,7 +160,9 @@ static const char *parse(const unsigned char *b, size_t n, struct handover *h)
 			return "record longer than the handover";
 		const unsigned char *v = b + off;
 		off += len;
-		if (tag < last || (tag == last && tag != HO_ARG && tag != HO_ENV))
+		int repeats = tag == HO_ARG || tag == HO_ENV || tag == HO_MOUNT || tag == HO_LINK || tag == HO_MKDIR ||
+			      tag == HO_RULE || tag == HO_PORT;
+		if (tag < last || (tag == last && !repeats))
 			return "records out of order or repeated";
 		last = tag;
 		if (tag < 32)
@@ -180,6 +246,154 @@ static const char *parse(const unsigned char *b, size_t n, struct handover *h)
 				return "too many arguments or environment strings";
 			}
 			break;
+		case HO_NS:
+			if (len != 4)
+				return "namespaces record of the wrong size";
+			h->ns = get32(v);
+			if (h->ns & ~HO_NS_ALL)
+				return "unknown namespace flags";
+			break;
+		case HO_HOSTNAME:
+			if (len == 0 || len > HO_MAX_HOSTNAME)
+				return "host name of the wrong size";
+			if ((h->hostname = dupstr(v, len)) == NULL)
+				return "host name holds a NUL byte";
+			break;
+		case HO_SERVER:
+			if (len != 16)
+				return "server user namespace record of the wrong size";
+			h->srv_in_uid = get32(v);
+			h->srv_in_gid = get32(v + 4);
+			h->srv_host_uid = get32(v + 8);
+			h->srv_host_gid = get32(v + 12);
+			if (h->srv_in_uid == UINT32_MAX || h->srv_in_gid == UINT32_MAX)
+				return "server identity -1";
+			if (h->srv_host_uid == 0 || h->srv_host_gid == 0 || h->srv_host_uid == UINT32_MAX ||
+			    h->srv_host_gid == UINT32_MAX)
+				return "the server's dedicated host ids must not be root or -1";
+			h->have_server = 1;
+			break;
+		case HO_INIT_ID:
+			if (len != 8)
+				return "init identity record of the wrong size";
+			h->init_uid = get32(v);
+			h->init_gid = get32(v + 4);
+			if (h->init_uid == UINT32_MAX || h->init_gid == UINT32_MAX)
+				return "init identity -1";
+			h->have_init_id = 1;
+			break;
+		case HO_RULESET:
+			if (len != 24)
+				return "ruleset record of the wrong size";
+			if (!(h->flags & HO_F_LANDLOCK))
+				return "ruleset record without the landlock flag";
+			h->handled_fs = get64(v);
+			h->handled_net = get64(v + 8);
+			h->scoped = get64(v + 16);
+			break;
+		case HO_STAGING:
+			if ((h->staging = dirpath(v, len)) == NULL)
+				return "staging directory not a clean absolute path";
+			break;
+		case HO_MOUNT: {
+			if (len < 4)
+				return "mount record of the wrong size";
+			if (grow((void **)&h->mounts, h->nmounts, &mcap, sizeof(*h->mounts)) != 0)
+				return "too many mounts";
+			struct ho_mount *m = &h->mounts[h->nmounts];
+			m->flags = get32(v);
+			if (m->flags & ~HO_M_ALL)
+				return "unknown mount flags";
+			if ((m->flags & HO_M_IDMAP) && !h->have_server)
+				return "idmapped mount without the server's user namespace";
+			if ((m->flags & HO_M_DEV) && (m->flags & HO_M_DIR))
+				return "device mount of a directory";
+			if ((m->flags & HO_M_MASK) && (m->flags & (HO_M_WRITE | HO_M_EXEC | HO_M_DEV | HO_M_IDMAP)))
+				return "a mask must be read-only, noexec, nodev and not idmapped";
+			if ((m->path = dirpath(v + 4, len - 4)) == NULL)
+				return "mount path not a clean absolute path";
+			h->nmounts++;
+			break;
+		}
+		case HO_LINK: {
+			if (len < 4)
+				return "link record of the wrong size";
+			uint32_t pl = get32(v);
+			if (pl > len - 4 || len - 4 - pl == 0 || len - 4 - pl > HO_MAX_PATH)
+				return "link record of the wrong size";
+			if (grow((void **)&h->links, h->nlinks, &lcap, sizeof(*h->links)) != 0)
+				return "too many links";
+			struct ho_link *l = &h->links[h->nlinks];
+			l->path = dirpath(v + 4, pl);
+			l->target = l->path == NULL ? NULL : dupstr(v + 4 + pl, len - 4 - pl);
+			if (l->path == NULL || l->target == NULL) {
+				free(l->path);
+				return "link path not clean or target holds a NUL byte";
+			}
+			h->nlinks++;
+			break;
+		}
+		case HO_MKDIR:
+			if ((s = dirpath(v, len)) == NULL)
+				return "directory not a clean absolute path";
+			if (push(&h->dirs, &h->ndirs, &dcap, s)) {
+				free(s);
+				return "too many directories";
+			}
+			break;
+		case HO_TMP:
+			if (len < 16)
+				return "tmp record of the wrong size";
+			h->tmp_size = get64(v);
+			h->tmp_uid = get32(v + 8);
+			h->tmp_gid = get32(v + 12);
+			if (h->tmp_size == 0)
+				return "tmp size 0";
+			if (h->tmp_uid == UINT32_MAX || h->tmp_gid == UINT32_MAX)
+				return "tmp owner -1";
+			if ((h->tmp = dirpath(v + 16, len - 16)) == NULL)
+				return "tmp path not a clean absolute path";
+			h->have_tmp = 1;
+			break;
+		case HO_RULE: {
+			if (len < 12)
+				return "rule record of the wrong size";
+			if (!(seen & 1u << HO_RULESET))
+				return "rule without a ruleset";
+			if (grow((void **)&h->rules, h->nrules, &rcap, sizeof(*h->rules)) != 0)
+				return "too many rules";
+			struct ho_rule *r = &h->rules[h->nrules];
+			r->access = get64(v);
+			r->flags = get32(v + 8);
+			if (r->access == 0 || (r->access & ~h->handled_fs))
+				return "rule access not handled by the ruleset";
+			if (r->flags & ~HO_R_ALL)
+				return "unknown rule flags";
+			if ((r->flags & HO_R_SELF) && len == 12) {
+				r->path = dupstr(v, 0); /* the server's /proc entry itself */
+				if (r->path == NULL)
+					return "out of memory";
+			} else if ((r->path = dirpath(v + 12, len - 12)) == NULL) {
+				return "rule path not a clean absolute path";
+			}
+			h->nrules++;
+			break;
+		}
+		case HO_PORT: {
+			if (len != 10)
+				return "port record of the wrong size";
+			if (!(seen & 1u << HO_RULESET))
+				return "port rule without a ruleset";
+			if (grow((void **)&h->ports, h->nports, &pcap, sizeof(*h->ports)) != 0)
+				return "too many port rules";
+			struct ho_port *pr = &h->ports[h->nports];
+			pr->access = get64(v);
+			pr->port = get16(v + 8);
+			if (pr->access == 0 || (pr->access & ~h->handled_net))
+				return "port access not handled by the ruleset";
+			h->nports++;
+			break;
+		}
 		default:
 			return "unknown record";
 		}
@@ -195,14 +409,22 @@ static const char *parse(const unsigned char *b, size_t n, struct handover *h)
 		{HO_F_FSIZE, HO_FSIZE, "file size flag without its record"},
 		{HO_F_LANDLOCK, HO_LANDLOCK, "landlock flag without its record"},
 		{HO_F_SECCOMP, HO_SECCOMP, "seccomp flag without its record"},
+		{HO_F_LANDLOCK, HO_RULESET, "landlock flag without its ruleset"},
 	};
 	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
 		if ((h->flags & need[i].flag) && !(seen & 1u << need[i].tag))
 			return need[i].err;
 	if (h->exe == NULL)
 		return "no executable";
+	if ((h->flags & HO_F_IDENTITY) && h->have_server)
+		return "an identity and the server's user namespace";
 	if (h->argc == 0)
 		return "no argv";
+	if (!(seen & 1u << HO_NS))
+		return "no namespaces record";
+	if (h->staging == NULL)
+		return "no staging directory";
+
 	if (h->envp == NULL && (h->envp = calloc(1, sizeof(char *))) == NULL)
 		return "out of memory";
 	return NULL;

@@ -1,16 +1,18 @@
 /*
- * The handover: what the run's init (launcher/sandbox, Go) gives the exec
- * stage (stage.c) on fd 3, in a compact, versioned binary form. The Go
- * encoder is launcher/sandbox/handover.go; both sides must agree on every
+ * The plan: what the launcher (launcher/sandbox, Go: plan.go) gives the
+ * run's C init (init.c) on fd 3, in a compact, versioned binary form: the
+ * whole run's set-up, computed by the launcher, which the init performs in
+ * a fixed order without deciding anything. The Go encoder is
+ * launcher/sandbox/handover.go and plan.go; both sides must agree on every
  * constant here.
  *
- *   header:  "MWXS"  u16 version (1)  u16 zero  u32 body length
+ *   header:  "MWXS"  u16 version (2)  u16 zero  u32 body length
  *   body:    records, each u16 tag, u32 length, that many bytes
  *
  * Integers are little-endian. Records come in increasing tag order; only
- * ARG and ENV repeat. Every record is checked, and the whole handover is
- * read and checked before anything is applied: a malformed one is refused
- * as a whole, never applied in part.
+ * ARG, ENV, MOUNT, LINK, MKDIR, RULE and PORT repeat. Every record is
+ * checked, and the whole plan is read and checked before anything is
+ * applied: a malformed one is refused as a whole, never applied in part.
  */
 #ifndef MCPWARDEN_HANDOVER_H
 #define MCPWARDEN_HANDOVER_H
@@ -19,11 +21,13 @@
 #include <stdint.h>
 
 #define HO_MAGIC "MWXS"
-#define HO_VERSION 1
+#define HO_VERSION 2
 #define HO_HEADER_SIZE 12
 #define HO_MAX_BODY (4u << 20)
 #define HO_MAX_STRINGS 65536
 #define HO_MAX_FILTER 4096 /* BPF_MAXINSNS */
+#define HO_MAX_PATH 4095   /* PATH_MAX less its NUL */
+#define HO_MAX_HOSTNAME 64 /* HOST_NAME_MAX */
 
 enum ho_tag {
 	HO_FLAGS = 1,    /* u32 HO_F_* */
@@ -35,6 +39,42 @@ enum ho_tag {
 	HO_EXE = 7,      /* the executable to exec */
 	HO_ARG = 8,      /* argv, one record each, at least one */
 	HO_ENV = 9,      /* envp, one record each */
+	/* The run's set-up, done by the init before the stage applies the above. */
+	HO_NS = 10,       /* u32 HO_NS_*: what the init sets up in its namespaces */
+	HO_HOSTNAME = 11, /* the uts namespace's host name, 1..64 bytes */
+	HO_SERVER = 12,   /* u32 inside uid, gid, host uid, gid: the stage's own user namespace */
+	HO_INIT_ID = 13,  /* u32 uid, gid the init becomes (none: it keeps its ids, drops every capability) */
+	HO_RULESET = 14,  /* u64 handled fs, net, scoped: the Landlock ruleset (with HO_F_LANDLOCK) */
+	HO_STAGING = 15,  /* the empty directory the new root is built on */
+	HO_MOUNT = 16,    /* u32 HO_M_*, path: one bind of a host path onto the same path inside */
+	HO_LINK = 17,     /* u32 path length, path, target: a symlink inside */
+	HO_MKDIR = 18,    /* path: an empty directory inside */
+	HO_TMP = 19,      /* u64 size, u32 uid, u32 gid, path: the private TMPDIR's tmpfs */
+	HO_RULE = 20,     /* u64 access, u32 HO_R_*, path: a Landlock path rule */
+	HO_PORT = 21,     /* u64 access, u16 port: a Landlock TCP port rule */
+};
+
+enum ho_ns_flag {
+	HO_NS_NET = 1u << 0,       /* bring up loopback */
+	HO_NS_MEMFD_NOEXEC = 1u << 1, /* vm.memfd_noexec=2 in the run's /proc */
+	HO_NS_NO_USERNS = 1u << 2, /* user.max_user_namespaces=0 in the run's /proc */
+	HO_NS_ALL = (1u << 3) - 1,
+};
+
+enum ho_mount_flag {
+	HO_M_DIR = 1u << 0,   /* a directory (else a file or device) */
+	HO_M_WRITE = 1u << 1, /* writable (else read-only) */
+	HO_M_EXEC = 1u << 2,  /* executable (else noexec) */
+	HO_M_DEV = 1u << 3,   /* a character device, openable (else nodev) */
+	HO_M_IDMAP = 1u << 4, /* idmapped to the stage's user namespace (HO_SERVER) */
+	HO_M_MASK = 1u << 5,  /* not a bind: an empty, mode-000, read-only file or directory over the path */
+	HO_M_ALL = (1u << 6) - 1,
+};
+
+enum ho_rule_flag {
+	HO_R_SELF = 1u << 0, /* the path is below the server's own /proc entry: /proc/PID + path */
+	HO_R_PIN = 1u << 1,  /* hold the path open for the run (a procfs entry) */
+	HO_R_ALL = (1u << 2) - 1,
 };
 
 enum ho_flag {
@@ -47,10 +87,11 @@ enum ho_flag {
 	HO_F_ALL = (1u << 6) - 1,
 };
 
-/* Descriptors of the exec stage. */
-#define HO_IN_FD 3      /* the handover, then one go byte */
-#define HO_STATUS_FD 4  /* JSON status lines to the init */
-#define HO_RULESET_FD 5 /* the Landlock ruleset, when HO_F_LANDLOCK */
+/* Descriptors: of the init, the launcher's; of the stage after its fork. */
+#define HO_IN_FD 3      /* the plan, then one go byte (the stage reads the byte) */
+#define HO_STATUS_FD 4  /* JSON status lines: the init's to the launcher, the stage's to the init */
+#define HO_RULESET_FD 5 /* the stage's Landlock ruleset, when HO_F_LANDLOCK */
+#define HO_PREPARED_FD 6 /* the stage's: one byte from the init once the run is set up */
 #define HO_GO_BYTE 'x'
 
 struct ho_filter_insn {
@@ -72,6 +113,41 @@ struct handover {
 	size_t argc;
 	char **envp; /* NULL-terminated */
 	size_t envc;
+
+	uint32_t ns;
+	char *hostname;       /* NULL: none */
+	int have_server;      /* the stage's own user namespace: */
+	uint32_t srv_in_uid, srv_in_gid, srv_host_uid, srv_host_gid;
+	int have_init_id;     /* else: keep the ids, drop every capability */
+	uint32_t init_uid, init_gid;
+	uint64_t handled_fs, handled_net, scoped;
+	char *staging;
+	struct ho_mount {
+		uint32_t flags;
+		char *path;
+	} *mounts;
+	size_t nmounts;
+	struct ho_link {
+		char *path, *target;
+	} *links;
+	size_t nlinks;
+	char **dirs;
+	size_t ndirs;
+	int have_tmp;
+	uint64_t tmp_size;
+	uint32_t tmp_uid, tmp_gid;
+	char *tmp;
+	struct ho_rule {
+		uint64_t access;
+		uint32_t flags;
+		char *path;
+	} *rules;
+	size_t nrules;
+	struct ho_port {
+		uint64_t access;
+		uint16_t port;
+	} *ports;
+	size_t nports;
 };
 
 /*
@@ -80,6 +156,10 @@ struct handover {
  * what is wrong; then h holds nothing (ho_free was called).
  */
 const char *ho_parse(const unsigned char *body, size_t body_len, struct handover *h);
+
+/* ho_clean reports whether s is a clean absolute path below "/": no
+ * empty, "." or ".." component, no trailing slash. */
+int ho_clean(const char *s);
 
 /* ho_header checks the 12-byte header and returns the body length in *len. */
 const char *ho_header(const unsigned char *hdr, uint32_t *len);

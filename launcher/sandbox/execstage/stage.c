@@ -1,19 +1,22 @@
 /*
- * mcpwarden-exec: the exec stage of the fence (launcher/sandbox). The run's
- * init starts it, already in the server's user namespace and identity when
- * there is one, with the handover on fd 3 (handover.h), a status pipe on
- * fd 4 and the prepared Landlock ruleset on fd 5. It reads and checks the
- * whole handover, reports "ready", waits for the go byte, and then, on its
- * single thread: enters the working directory, sets the resource limits,
- * empties the capability bounding set, becomes the server's uid and gid,
- * sets no_new_privs, enforces the Landlock ruleset and the seccomp filter,
- * clears its capabilities, asks to die with the init and execs the server.
+ * mcpwarden-exec: the run's init (init.c, started as "mcpwarden-init") and
+ * its exec stage (stage_main below, a fork of the init). The init forks
+ * the stage, already in the server's user namespace and identity when
+ * there is one, with the plan in memory (handover.h), a status pipe to the
+ * init on fd 4 and the prepared Landlock ruleset on fd 5. Once the init
+ * says the run is set up, it waits for the launcher's go byte on fd 3, and
+ * then, on its single thread: enters the working directory, sets the
+ * resource limits, empties the capability bounding set, becomes the
+ * server's uid and gid, sets no_new_privs, enforces the Landlock ruleset
+ * and the seccomp filter, clears its capabilities, asks to die with the
+ * init and execs the server.
  *
- * It reports on fd 4 as the Go helper does: one JSON status line per step
- * or failure; EOF (fd 4 is close-on-exec) means the server was exec'd. A
- * failure is a status line naming the stage and exit status 127; nothing
- * was exec'd. Being C and single-threaded, it changes credentials with one
- * system call each, where a Go program stops every thread for each.
+ * It reports to the init as the Go helper reports to the launcher: one
+ * JSON status line per failure; EOF (fd 4 is close-on-exec) means the
+ * server was exec'd. A failure is a status line naming the stage and exit
+ * status 127; nothing was exec'd. Being C and single-threaded, it changes
+ * credentials with one system call each, where a Go program stops every
+ * thread for each.
  */
 #define _GNU_SOURCE
 #include "init.h"
@@ -126,7 +129,7 @@ int fail(const char *stage, int err, const char *path, const char *msg)
 }
 
 /* readfull reads exactly n bytes; 0 on success, -1 on EOF or error. */
-static int readfull(int fd, unsigned char *b, size_t n)
+int readfull(int fd, unsigned char *b, size_t n)
 {
 	while (n > 0) {
 		ssize_t r = read(fd, b, n);
@@ -288,40 +291,20 @@ static const char *denied_exec_path(const char *exe)
 	return NULL;
 }
 
-int main(int argc, char **argv)
+/* stage_main is the exec stage, forked by the init (init.c) with the
+ * plan h, once the run is set up: it waits for the launcher's go-ahead on
+ * fd 3, applies the fence and execs the server. */
+int stage_main(const struct handover *h)
 {
-	if (argc > 0 && strcmp(argv[0], INIT_NAME) == 0)
-		return init_main(argc, argv);
-	struct stat st;
-	if (fstat(HO_IN_FD, &st) != 0 || !S_ISFIFO(st.st_mode) || fstat(HO_STATUS_FD, &st) != 0 || !S_ISFIFO(st.st_mode)) {
-		static const char msg[] = "mcpwarden-exec: this is the exec stage of the fence helper of 'mcpwarden run', which starts it with a handover on fd 3 and a status pipe on fd 4; it is not run by hand\n";
-		writeall(2, msg, sizeof(msg) - 1);
-		return 2;
-	}
-	prctl(PR_SET_NAME, "mcpwarden-exec", 0, 0, 0);
-	unsigned char hdr[HO_HEADER_SIZE];
-	if (readfull(HO_IN_FD, hdr, sizeof(hdr)) != 0)
-		return fail("spec", 0, NULL, "no handover from the init");
-	uint32_t len;
-	const char *err = ho_header(hdr, &len);
-	if (err != NULL)
-		return fail("spec", 0, NULL, err);
-	unsigned char *body = malloc(len > 0 ? len : 1);
-	if (body == NULL)
-		return fail("spec", ENOMEM, NULL, "read the handover");
-	if (readfull(HO_IN_FD, body, len) != 0)
-		return fail("spec", 0, NULL, "truncated handover");
-	struct handover h;
-	if ((err = ho_parse(body, len, &h)) != NULL)
-		return fail("spec", 0, NULL, err);
-	free(body);
-	if ((h.flags & HO_F_LANDLOCK) && fcntl(HO_RULESET_FD, F_GETFD) < 0)
+	if ((h->flags & HO_F_LANDLOCK) && fcntl(HO_RULESET_FD, F_GETFD) < 0)
 		return fail("landlock", errno, NULL, "no Landlock ruleset on fd 5");
-	status("ready", 0, NULL, NULL);
 	unsigned char go;
-	if (readfull(HO_IN_FD, &go, 1) != 0 || go != HO_GO_BYTE)
+	if (readfull(HO_IN_FD, &go, 1) != 0 || go != HO_GO_BYTE) {
+		static const char refused[] = "{\"stage\":\"refused\"}\n";
+		writeall(HO_STATUS_FD, refused, sizeof(refused) - 1);
 		return 0; /* the launcher refused the run: exec nothing */
-	int rc = apply(&h);
+	}
+	int rc = apply(h);
 	if (rc != 0)
 		return rc;
 	if ((rc = die_with_init()) != 0)
@@ -330,13 +313,22 @@ int main(int argc, char **argv)
 	 * EOF tells the init that exec succeeded. */
 	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
 		return fail("privileges", errno, NULL, "mark descriptors close-on-exec");
-	execve(h.exe, h.argv, h.envp);
+	execve(h->exe, h->argv, h->envp);
 	int e = errno;
-	const char *path = h.exe;
+	const char *path = h->exe;
 	if (e == EACCES || e == ENOENT) {
-		const char *p = denied_exec_path(h.exe);
+		const char *p = denied_exec_path(h->exe);
 		if (p != NULL)
 			path = p;
 	}
 	return fail("exec", e, path, "exec");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 0 && strcmp(argv[0], INIT_NAME) == 0)
+		return init_main(argc, argv);
+	static const char msg[] = "mcpwarden-exec: this is the run's init of 'mcpwarden run', which starts it in the run's namespaces with a plan on fd 3 and a status pipe on fd 4; it is not run by hand\n";
+	writeall(2, msg, sizeof(msg) - 1);
+	return 2;
 }
