@@ -311,7 +311,7 @@ func (h *handover) encodeSetup(rec func(uint16, []byte)) error {
 	if landlock {
 		rec(hoRuleset, u64(u64(u64(nil, h.handled[0]), h.handled[1]), h.handled[2]))
 	} else if len(h.rules) > 0 || len(h.ports) > 0 {
-		return errors.New("Landlock rules without the ruleset")
+		return errors.New("rules without the Landlock ruleset")
 	}
 	if err := path("the staging directory", h.staging); err != nil {
 		return err
