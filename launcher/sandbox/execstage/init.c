@@ -520,7 +520,8 @@ static void stage_child(const struct handover *h, int status_w, int ruleset, int
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	prctl(PR_SET_NAME, "mcpwarden-exec", 0, 0, 0);
-	static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+	/* The server gets every signal's default, as an exec'd stage would. */
+	static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGPIPE};
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		signal(sigs[i], SIG_DFL);
 	/* Above every descriptor it needs, then onto 4, 5 and 6. */
@@ -693,6 +694,9 @@ int init_main(int argc, char **argv)
 	sa.sa_flags = SA_RESTART;
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		sigaction(sigs[i], &sa, NULL);
+	/* A stage gone before it heard from the init is a failure the init
+	 * reports (EPIPE), not a silent death; the stage restores it. */
+	signal(SIGPIPE, SIG_IGN);
 	struct handover h;
 	const char *err = read_plan(&h);
 	if (err != NULL)
