@@ -174,3 +174,23 @@ func TestResultURISpellings(t *testing.T) {
 		}
 	}
 }
+
+// FuzzHasFileURI: the quick scan that lets an answer skip the walk never
+// says "no file URI" for JSON holding a string that a client's URL parser
+// reads as one (any escape, any tab or line break inside).
+func FuzzHasFileURI(f *testing.F) {
+	for _, s := range []string{`{"uri":"file:///x"}`, `{"uri":"\u0066ile:/x"}`, `{"uri":"fi\nle:/x"}`, `{"uri":" \tFILE:/x"}`, `["f\u0069l\u0065\u003a"]`, `{"a":"b"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) || hasFileURI(raw) {
+			return
+		}
+		_, _ = walk(raw, func(_ []string, kind byte, s string) *Denial {
+			if (kind == '"' || kind == kindName) && hasFileScheme(urlClean(s)) {
+				t.Fatalf("%s holds %q, a file URI to a client, but the quick scan saw none", raw, s)
+			}
+			return nil
+		})
+	})
+}
