@@ -54,8 +54,11 @@ type Config struct {
 	Hasher      *schema.PathHasher // keyed path hash (required)
 	Origin      schema.Origin      // host and boot id of the events
 	EnableAudit bool               // turn kernel auditing on when it is off
-	Probes      probes.Config
-	Logger      *slog.Logger
+	// AuditBacklogFloor: a kernel audit backlog_limit below it is raised to
+	// it at start (0: DefaultAuditBacklogFloor; negative: leave the host's).
+	AuditBacklogFloor int
+	Probes            probes.Config
+	Logger            *slog.Logger
 	// CrossCheck, when set, runs alongside the probes (daemon/xcheck on a
 	// single host); its failure stops the daemon.
 	CrossCheck interface {
@@ -104,10 +107,16 @@ type Daemon struct {
 	stateMu sync.Mutex // serializes writes of the state file
 	gaps    []gap      // observation lapses found at start-up, turned into findings
 
-	auditDrops  atomic.Uint64
-	publishFail atomic.Uint64
-	published   atomic.Uint64
-	sinkDown    atomic.Bool // the last batch was refused: new runs are refused too
+	auditDrops atomic.Uint64
+	// The kernel's audit status read at start (set before the processor
+	// runs), and the processor's counters of it for Stats.
+	auditStatus     audit.Status
+	auditStatusOK   bool
+	kernelAuditLost atomic.Uint64 // records the kernel lost while the daemon watched
+	auditReaders    atomic.Uint64 // other readers of the audit log (auditd, multicast sockets)
+	publishFail     atomic.Uint64
+	published       atomic.Uint64
+	sinkDown        atomic.Bool // the last batch was refused: new runs are refused too
 
 	registered, restarted, refusedSinkDown, refusedInvalid atomic.Uint64
 	srv                                                    *api.Server // set before ready is closed
@@ -150,6 +159,9 @@ func New(cfg Config) (*Daemon, error) {
 	defDur(&cfg.HealthInterval, time.Minute)
 	defDur(&cfg.RunGrace, 2*time.Minute)
 	defDur(&cfg.DomainWait, 2*time.Second)
+	if cfg.AuditBacklogFloor == 0 {
+		cfg.AuditBacklogFloor = DefaultAuditBacklogFloor
+	}
 	return &Daemon{
 		cfg:          cfg,
 		log:          cfg.Logger,
@@ -206,8 +218,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
 	}
+	var auditLog []any
 	if d.audit != nil {
 		defer d.audit.Close()
+		auditLog = d.setUpAudit()
 	}
 
 	srv, err := api.Listen(api.Config{Path: d.cfg.Socket, Group: d.cfg.SocketGroup, Logger: d.log}, handler{d})
@@ -260,6 +274,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		"unavailable", strings.Join(p.Unavailable(), "; "), "landlock_abi", d.landlockABI, "audit_stream", d.auditState,
 		"drops_bpf_reserve", h.DropsBPFReserve, "drops_queue_full", h.DropsQueueFull, "drops_publish_fail", h.DropsPublishFail,
 		"crosscheck", d.cfg.CrossCheck != nil)
+	if len(auditLog) > 0 {
+		d.log.Info("kernel audit", auditLog...)
+	}
 	d.readyOnce.Do(func() { close(d.ready) })
 
 	<-ctx.Done()
@@ -674,8 +691,11 @@ type Stats struct {
 	// Probes are the kernel side's and the ring reader's counters.
 	Probes probes.Counters
 	// AuditQueueDrops: Landlock records dropped because the daemon's queue
-	// was full; AuditLost: records the audit socket lost (ENOBUFS).
-	AuditQueueDrops, AuditLost uint64
+	// was full; AuditLost: records the audit socket lost (ENOBUFS);
+	// KernelAuditLost: records the kernel itself lost (its audit `lost`
+	// counter's growth) while the daemon watched; AuditOtherReaders: the
+	// other readers of the audit log last seen (auditd, multicast sockets).
+	AuditQueueDrops, AuditLost, KernelAuditLost, AuditOtherReaders uint64
 	// Published counts events the sink accepted, PublishFailed events lost
 	// because the sink refused their batch; SinkDown says the last batch
 	// was refused (new runs are refused until one goes through).
@@ -700,21 +720,23 @@ func (d *Daemon) Stats() Stats {
 		d.log.Warn("read probe counters", "err", err)
 	}
 	s := Stats{
-		Ready:           true,
-		RunsActive:      d.table.Active(),
-		RunsRegistered:  d.registered.Load(),
-		RunsRestarted:   d.restarted.Load(),
-		RefusedSinkDown: d.refusedSinkDown.Load(),
-		RefusedInvalid:  d.refusedInvalid.Load(),
-		Probes:          c,
-		AuditQueueDrops: d.auditDrops.Load(),
-		Published:       d.published.Load(),
-		PublishFailed:   d.publishFail.Load(),
-		SinkDown:        d.sinkDown.Load(),
-		AuditStream:     d.auditState,
-		LandlockABI:     d.landlockABI,
-		Hooks:           len(d.probes.Hooks()),
-		Unavailable:     len(d.probes.Unavailable()),
+		Ready:             true,
+		RunsActive:        d.table.Active(),
+		RunsRegistered:    d.registered.Load(),
+		RunsRestarted:     d.restarted.Load(),
+		RefusedSinkDown:   d.refusedSinkDown.Load(),
+		RefusedInvalid:    d.refusedInvalid.Load(),
+		Probes:            c,
+		AuditQueueDrops:   d.auditDrops.Load(),
+		KernelAuditLost:   d.kernelAuditLost.Load(),
+		AuditOtherReaders: d.auditReaders.Load(),
+		Published:         d.published.Load(),
+		PublishFailed:     d.publishFail.Load(),
+		SinkDown:          d.sinkDown.Load(),
+		AuditStream:       d.auditState,
+		LandlockABI:       d.landlockABI,
+		Hooks:             len(d.probes.Hooks()),
+		Unavailable:       len(d.probes.Unavailable()),
 	}
 	if d.audit != nil {
 		s.AuditLost = d.audit.Lost()

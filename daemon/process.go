@@ -56,6 +56,9 @@ type processor struct {
 	// lost: the runs whose events the sink refused (NATS down and the spool
 	// full), by run id, until each run's OBSERVATION_GAP is published.
 	lost map[string]*lostRun
+
+	// audit: the kernel's audit status as last read (auditstatus.go).
+	audit auditWatch
 }
 
 // lostRun is what a refusing sink lost of one run: the host-level drop
@@ -201,6 +204,7 @@ func (d *Daemon) process(ctx context.Context) {
 	p.emitHealth(time.Now()) // the start-up health event
 	p.emitGaps()
 	lastTick := time.Now()
+	p.audit = auditWatch{ok: d.auditStatusOK, last: d.auditStatus, at: lastTick, flagged: map[string]time.Time{}}
 	for {
 		select {
 		case <-ctx.Done():
@@ -232,6 +236,7 @@ func (d *Daemon) process(ctx context.Context) {
 			if err := d.probes.Alive(now); err != nil {
 				d.log.Warn("record that the daemon is alive", "err", err)
 			}
+			p.checkAudit(now)
 			p.expirePending(now)
 			if expired := d.table.Expired(now.Add(-d.cfg.RunGrace)); len(expired) > 0 {
 				for _, slot := range expired {

@@ -20,6 +20,7 @@ const (
 	DropReaderQueueFull = "reader_queue_full" // the reader's queue to the event builder was full
 	DropAuditQueueFull  = "audit_queue_full"  // the audit reader's queue was full
 	DropAuditSocket     = "audit_socket"      // the audit netlink socket overflowed (ENOBUFS)
+	DropKernelAudit     = "kernel_audit"      // the kernel lost audit records (its `lost` counter grew)
 	DropPublishFailed   = "publish_failed"    // the event sink refused the batch
 )
 
@@ -91,6 +92,7 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		{DropReaderQueueFull, s.Probes.QueueDrops},
 		{DropAuditQueueFull, s.AuditQueueDrops},
 		{DropAuditSocket, s.AuditLost},
+		{DropKernelAudit, s.KernelAuditLost},
 		{DropPublishFailed, s.PublishFailed},
 	} {
 		ch <- counter(c.drops, d.n, d.stage)

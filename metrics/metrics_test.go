@@ -55,7 +55,7 @@ func TestDaemonSeries(t *testing.T) {
 		Ready: true, RunsActive: 2, RunsRegistered: 5, RunsRestarted: 1,
 		RefusedSinkDown: 3, RefusedInvalid: 4, RefusedPeer: 6,
 		Probes:          probes.Counters{Events: 100, RingDrops: 7, InflightFull: 8, WatchFull: 9, Truncated: 10, QueueDrops: 11, DecodeErrors: 12},
-		AuditQueueDrops: 13, AuditLost: 14, Published: 90, PublishFailed: 15, SinkDown: true,
+		AuditQueueDrops: 13, AuditLost: 14, KernelAuditLost: 16, Published: 90, PublishFailed: 15, SinkDown: true,
 		AuditStream: "on", LandlockABI: 7, Hooks: 5, Unavailable: 2,
 	}
 	want := `
@@ -66,6 +66,7 @@ mcpwarden_daemon_drops_total{stage="audit_socket"} 14
 mcpwarden_daemon_drops_total{stage="bpf_inflight_full"} 8
 mcpwarden_daemon_drops_total{stage="bpf_ring_full"} 7
 mcpwarden_daemon_drops_total{stage="bpf_watch_full"} 9
+mcpwarden_daemon_drops_total{stage="kernel_audit"} 16
 mcpwarden_daemon_drops_total{stage="publish_failed"} 15
 mcpwarden_daemon_drops_total{stage="reader_queue_full"} 11
 # HELP mcpwarden_daemon_registrations_refused_total Registrations refused, by reason: sink_down (the event sink refuses events), invalid, peer (not root).
@@ -95,8 +96,8 @@ mcpwarden_daemon_hooks{state="unavailable"} 2
 		"mcpwarden_daemon_runs_active", "mcpwarden_daemon_sink_refusing", "mcpwarden_daemon_hooks"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 25 {
-		t.Errorf("a ready daemon has %d series, want 25", n)
+	if n := testutil.CollectAndCount(c); n != 26 {
+		t.Errorf("a ready daemon has %d series, want 26", n)
 	}
 	lint(t, c)
 

@@ -48,7 +48,7 @@ func TestPrometheusScrapes(t *testing.T) {
 		`mcpwarden_collector_consumer_lag_messages`:                            10,
 		`mcpwarden_collector_nats_connected`:                                   1,
 		`sum(mcpwarden_daemon_registrations_refused_total)`:                    0,
-		`count(count by (stage) (mcpwarden_daemon_drops_total{job="daemon"}))`: 7,
+		`count(count by (stage) (mcpwarden_daemon_drops_total{job="daemon"}))`: 8,
 		`count(count by (kind) (mcpwarden_daemon_events_total))`:               7,
 		`count(go_goroutines{job=~"daemon|collector"})`:                        2,
 		`count(process_resident_memory_bytes{job=~"daemon|collector"})`:        2,

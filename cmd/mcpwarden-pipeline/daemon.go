@@ -57,6 +57,7 @@ func cmdDaemon(ctx context.Context, args []string) int {
 	stateDir := fs.String("state-dir", "", "state `DIR`: path hash key, spool, embedded NATS store (default /var/lib/mcpwarden)")
 	pathKey := fs.String("path-key", "", "key `FILE` for path hashes (default STATE_DIR/path.key, created if missing; share it with 'run' so hashes match)")
 	enableAudit := fs.Bool("enable-audit", false, "turn kernel auditing on so Landlock denial records arrive (like 'auditctl -e 1')")
+	backlogFloor := fs.Int("audit-backlog-floor", daemon.DefaultAuditBacklogFloor, "raise the kernel's audit backlog_limit to `N` records at start when it is lower (the kernel's default of 64 loses records in any burst); 0 leaves the host's setting")
 	healthEvery := fs.Duration("health-interval", time.Minute, "how often a health report is sent; a collector takes a host whose reports stop for its --daemon-silence (3m) as a daemon gone, so keep this well below it")
 	xwindow := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the on-host cross-check: findings are final this long after their evidence")
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check in the daemon (a collector runs it)")
@@ -206,9 +207,15 @@ func cmdDaemon(ctx context.Context, args []string) int {
 		Hasher:      hasher,
 		Origin:      origin,
 		EnableAudit: *enableAudit,
-		Probes:      probeCfg,
-		Logger:      logger,
-		CrossCheck:  crossCheck(xc),
+		AuditBacklogFloor: func() int {
+			if *backlogFloor <= 0 {
+				return -1 // leave the host's
+			}
+			return *backlogFloor
+		}(),
+		Probes:     probeCfg,
+		Logger:     logger,
+		CrossCheck: crossCheck(xc),
 
 		HealthInterval: *healthEvery,
 	})

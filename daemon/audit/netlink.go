@@ -152,35 +152,56 @@ func request(typ uint16, body []byte) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read audit answer: %w", err)
 		}
-		for m := buf[:n]; len(m) >= nlmsgHdrLen; {
-			l := int(binary.NativeEndian.Uint32(m[0:4]))
-			t := binary.NativeEndian.Uint16(m[4:6])
-			if l < nlmsgHdrLen || l > len(m) {
-				return nil, errors.New("read audit answer: malformed netlink message")
-			}
-			switch t {
-			case unix.NLMSG_ERROR:
-				if l >= nlmsgHdrLen+4 {
-					if errno := int32(binary.NativeEndian.Uint32(m[nlmsgHdrLen:])); errno != 0 {
-						return nil, fmt.Errorf("audit request %d: %w", typ, unix.Errno(-errno))
-					}
-				}
-				if typ == auditSet || status != nil {
-					return status, nil
-				}
-			case auditGet:
-				status = append([]byte(nil), m[nlmsgHdrLen:l]...)
-				if len(status) < 8 {
-					return nil, errors.New("read audit answer: short audit_status")
-				}
-				return status, nil
-			}
-			next := (l + 3) &^ 3
-			if next > len(m) {
-				break
-			}
-			m = m[next:]
+		st, done, err := parseAnswer(typ, buf[:n], status != nil)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
+			status = st
+		}
+		if done {
+			return status, nil
 		}
 	}
 	return nil, fmt.Errorf("audit request %d: no answer", typ)
+}
+
+// parseAnswer reads one datagram of the kernel's answer to an audit
+// request of type typ: the AUDIT_GET payload it holds (a copy), and whether
+// the answer is complete (an ack, or the status). haveStatus says a status
+// came in an earlier datagram.
+func parseAnswer(typ uint16, b []byte, haveStatus bool) (status []byte, done bool, err error) {
+	for m := b; len(m) >= nlmsgHdrLen; {
+		l := int(binary.NativeEndian.Uint32(m[0:4]))
+		t := binary.NativeEndian.Uint16(m[4:6])
+		if l < nlmsgHdrLen || l > len(m) {
+			return nil, false, errors.New("read audit answer: malformed netlink message")
+		}
+		switch t {
+		case unix.NLMSG_ERROR:
+			if l >= nlmsgHdrLen+4 {
+				if errno := int32(binary.NativeEndian.Uint32(m[nlmsgHdrLen:])); errno != 0 {
+					if errno > 0 || errno < -4095 {
+						return nil, false, fmt.Errorf("audit request %d: malformed error %d", typ, errno)
+					}
+					return nil, false, fmt.Errorf("audit request %d: %w", typ, unix.Errno(-errno))
+				}
+			}
+			if typ == auditSet || haveStatus || status != nil {
+				return status, true, nil
+			}
+		case auditGet:
+			status = append([]byte(nil), m[nlmsgHdrLen:l]...)
+			if len(status) < 8 {
+				return nil, false, errors.New("read audit answer: short audit_status")
+			}
+			return status, true, nil
+		}
+		next := (l + 3) &^ 3
+		if next > len(m) {
+			break
+		}
+		m = m[next:]
+	}
+	return status, false, nil
 }

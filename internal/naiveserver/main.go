@@ -218,6 +218,20 @@ func do(r Request) (string, error) {
 			unix.Close(fd)
 		}
 		return strconv.FormatInt(time.Since(start).Nanoseconds(), 10), nil
+	case "denyloop":
+		// N opens of Path, failures counted and not stopping the loop: a
+		// burst of Landlock denials, as a hostile server floods the audit
+		// log to have the kernel lose records.
+		failed := 0
+		for i := 0; i < r.N; i++ {
+			fd, err := unix.Open(r.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				failed++
+				continue
+			}
+			unix.Close(fd)
+		}
+		return strconv.Itoa(failed), nil
 	case "io_uring":
 		var params [120]byte
 		fd, _, e := syscall.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
