@@ -16,6 +16,15 @@ import (
 // the launcher's own spool.
 const ReasonDaemonSilent = "daemon_silent"
 
+// ReasonNoDaemon is the reason of a run's OBSERVATION_GAP when its host's
+// daemon had sent no health report for DaemonSilence before the run
+// started and sent none until that silence was final: a host where no
+// daemon runs (the launcher's records reach NATS through its own spool,
+// `run --nats --daemon-socket off`, or a daemon that never started), or
+// where it started only later. Nothing watched the run's processes in the
+// kernel or read Landlock's records, whether or not the run ever exits.
+const ReasonNoDaemon = "no_daemon"
+
 // DefaultDaemonSilence is how long a host's daemon may go without a health
 // report before the silence is a gap: three of the daemon's default report
 // intervals (60 s). The daemon reports at start, every interval and when it
@@ -29,9 +38,11 @@ const DefaultDaemonSilence = 3 * time.Minute
 // asOf. A silence is a span between two consecutive daemon reports (or from
 // the last report to asOf) longer than DaemonSilence that overlaps the run:
 // from its first event to its exit record (asOf when there is none). The
-// span is measured on event time. A host with no daemon report in health
-// at all is not judged here (a run the kernel never watched is
-// no_kernel_events once it exits). The finding is dated when the silence
+// span is measured on event time. health must hold the host's reports from
+// DaemonSilence before the run's first event on. A silence that began
+// before the run (no report in the DaemonSilence before it started: a host
+// without a daemon, or none in health at all) is ReasonNoDaemon, one that
+// began after a report ReasonDaemonSilent. The finding is dated when the silence
 // reached DaemonSilence, so it is final only once a report had the whole
 // late-event window to arrive; its evidence is the run's first event and
 // the last report before the silence, so the finding is the same row
@@ -64,9 +75,6 @@ func CheckSilence(run, health []schema.Event, cfg Config, asOf time.Time) []sche
 			reports = append(reports, e)
 		}
 	}
-	if len(reports) == 0 {
-		return nil
-	}
 	sortPtrs(reports)
 	start, end := first.TimeNS, asOf.UnixNano()
 	if exit != nil {
@@ -83,10 +91,12 @@ func CheckSilence(run, health []schema.Event, cfg Config, asOf time.Time) []sche
 	for {
 		var from int64
 		evidence := []string{first.EventID}
+		reason := ReasonDaemonSilent
 		if prev != nil {
 			from = prev.TimeNS
 			evidence = append(evidence, prev.EventID)
 		} else {
+			reason = ReasonNoDaemon
 			// No report before the run in what was read: silent since
 			// at least DaemonSilence before it started.
 			from = start - limit - 1
@@ -103,7 +113,7 @@ func CheckSilence(run, health []schema.Event, cfg Config, asOf time.Time) []sche
 			if at > cutoff {
 				return nil // the silence is not final yet
 			}
-			f := finding(first, at, schema.FindingObservationGap, schema.SeverityMedium, ReasonDaemonSilent, evidence, nil, "", "")
+			f := finding(first, at, schema.FindingObservationGap, schema.SeverityMedium, reason, evidence, nil, "", "")
 			return []schema.Event{f}
 		}
 		if i >= len(reports) {

@@ -11,7 +11,9 @@ import (
 // longer than DaemonSilence while the run was live gets one OBSERVATION_GAP
 // daemon_silent, final only once the late-event window has passed; runs
 // the daemon reported through, or that ended before it went silent, get
-// none.
+// none. A run on a host with no daemon report from DaemonSilence before it
+// on (no daemon at all, or one started later) gets one no_daemon, live or
+// not (it read CLEAN while live before).
 func TestCheckSilence(t *testing.T) {
 	cfg := Config{Window: 10 * time.Second, DaemonSilence: 30 * time.Second}
 	every := func(from, to time.Duration) []time.Duration {
@@ -31,6 +33,7 @@ func TestCheckSilence(t *testing.T) {
 		asOf     time.Duration
 		want     bool
 		wantTime time.Duration // when the silence reached DaemonSilence
+		noDaemon bool          // the reason is no_daemon, not daemon_silent
 	}{
 		{name: "daemon reports throughout", reports: every(-20*time.Second, 600*time.Second), start: 0, exit: 300 * time.Second, asOf: 600 * time.Second},
 		{name: "live run, daemon reporting", reports: every(-20*time.Second, 600*time.Second), start: 0, exit: none, asOf: 600 * time.Second},
@@ -41,8 +44,10 @@ func TestCheckSilence(t *testing.T) {
 		{name: "silence not final yet", reports: every(-20*time.Second, 60*time.Second), start: 0, exit: none, asOf: 95 * time.Second},
 		{name: "silence final at the window", reports: every(-20*time.Second, 60*time.Second), start: 0, exit: none, asOf: 100 * time.Second, want: true, wantTime: 90 * time.Second},
 		{name: "run ended before the daemon went silent", reports: every(-20*time.Second, 60*time.Second), start: 0, exit: 30 * time.Second, asOf: 600 * time.Second},
-		{name: "no daemon report before the run", reports: every(100*time.Second, 600*time.Second), start: 0, exit: 300 * time.Second, asOf: 600 * time.Second, want: true, wantTime: 0},
-		{name: "host without a daemon", other: every(-20*time.Second, 600*time.Second), start: 0, exit: 300 * time.Second, asOf: 600 * time.Second},
+		{name: "no daemon report before the run", reports: every(100*time.Second, 600*time.Second), start: 0, exit: 300 * time.Second, asOf: 600 * time.Second, want: true, wantTime: 0, noDaemon: true},
+		{name: "host without a daemon", other: every(-20*time.Second, 600*time.Second), start: 0, exit: 300 * time.Second, asOf: 600 * time.Second, want: true, noDaemon: true},
+		{name: "host without a daemon, live run", start: 0, exit: none, asOf: 600 * time.Second, want: true, noDaemon: true},
+		{name: "host without a daemon, not final yet", start: 0, exit: none, asOf: 9 * time.Second},
 		{name: "only the launcher reports", reports: every(-20*time.Second, 60*time.Second), other: every(-20*time.Second, 600*time.Second), start: 0, exit: none, asOf: 600 * time.Second, want: true, wantTime: 90 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,7 +83,11 @@ func TestCheckSilence(t *testing.T) {
 				t.Fatalf("got %d findings, want 1: %+v", len(got), got)
 			}
 			f := got[0]
-			if f.Finding.Type != schema.FindingObservationGap || f.Finding.Reason != ReasonDaemonSilent || f.RunID != r.id || f.Host != "h1" {
+			reason := ReasonDaemonSilent
+			if tc.noDaemon {
+				reason = ReasonNoDaemon
+			}
+			if f.Finding.Type != schema.FindingObservationGap || f.Finding.Reason != reason || f.RunID != r.id || f.Host != "h1" {
 				t.Fatalf("got %+v", f)
 			}
 			if wantNS := t0.Add(tc.wantTime).UnixNano(); tc.wantTime != 0 && f.TimeNS != wantNS {
