@@ -28,6 +28,9 @@ type scopeRun struct {
 	Findings uint64 `json:"findings"`
 	FirstNS  int64  `json:"first_ns"`
 	Host     string `json:"host"`
+	// LauncherUID: who launched the run, from the daemon's socket; -1
+	// when no launch record says.
+	LauncherUID int64 `json:"launcher_uid"`
 }
 
 // scopeRuns polls `query runs --scope` until it has want runs of the scope
@@ -191,6 +194,12 @@ func TestKernelAuditLossIsAGap(t *testing.T) {
 	rows := scopeRuns(t, bin, dsn, "audit-loss", from, 2, func(rows []scopeRun) bool { return rows[1].Verdict != "CLEAN" })
 	if rows[0].Verdict != "CLEAN" {
 		t.Errorf("the run before the loss reads %s, want CLEAN: %v", rows[0].Verdict, findingReasons(t, dsn, rows[0]))
+	}
+	// Launched by root through the daemon's socket: the daemon says so.
+	for _, r := range rows {
+		if r.LauncherUID != 0 {
+			t.Errorf("run %s: launcher_uid %d, want 0 (root, through the daemon's socket)", r.RunID, r.LauncherUID)
+		}
 	}
 	if rows[1].Verdict == "CLEAN" {
 		t.Errorf("the run live while the kernel lost audit records reads CLEAN: %+v", rows[1])

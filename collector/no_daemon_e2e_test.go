@@ -46,6 +46,10 @@ func TestHostWithoutADaemonIsAGap(t *testing.T) {
 	if reasons := findingReasons(t, dsn, rows[0]); !slices.Contains(reasons, "OBSERVATION_GAP:"+crosscheck.ReasonNoDaemon) {
 		t.Errorf("no OBSERVATION_GAP %s on the run: %v", crosscheck.ReasonNoDaemon, reasons)
 	}
+	// No daemon took its records: nothing says who launched it.
+	if rows[0].LauncherUID != -1 {
+		t.Errorf("launcher_uid %d without a daemon, want -1", rows[0].LauncherUID)
+	}
 	if a := live.Do(`{"op":"pid"}`); !strings.Contains(a, `"ok":true`) {
 		t.Fatalf("naive: %q", a)
 	}

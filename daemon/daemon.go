@@ -412,6 +412,15 @@ func (d *Daemon) takeRecords(ctx context.Context, peer *localsock.Peer, events [
 			return fmt.Errorf("record %d names another scope than run %s was registered with", i, runID)
 		}
 		e.Host, e.BootID = d.cfg.Origin.Host, d.cfg.Origin.BootID
+		if e.Launch != nil {
+			// Who launched the run is the socket's word (SO_PEERCRED),
+			// never the launcher's: whatever it said is replaced.
+			uid := int(peer.UID)
+			l := *e.Launch
+			l.LauncherUID = &uid
+			e.Launch = &l
+			e.SchemaVersion = max(e.SchemaVersion, 2)
+		}
 	}
 	// Through the processor: the kernel's records of the run read so far
 	// are published first, so a launcher's exit record does not overtake

@@ -199,6 +199,23 @@ func TestNonRootLaunchers(t *testing.T) {
 	}
 	h.sink.waitFor(t, "the user's server's read", h.fileOp(runID, filepath.Join(h.ws, "inside.txt"), "allowed"))
 
+	// Its launch records carry its uid, the socket's word (SO_PEERCRED),
+	// whatever they say: here they claim root.
+	cs, hash := h.scope()
+	scope, _ := json.Marshal(cs)
+	recRun := schema.NewID()
+	rc := exec.Command(bin, "-test.run=^$")
+	rc.Env = append(os.Environ(), recordsEnv+"="+h.socket, "MCPWARDEN_DAEMON_TEST_RUN="+recRun,
+		"MCPWARDEN_DAEMON_TEST_SCOPE="+string(scope), "MCPWARDEN_DAEMON_TEST_SCOPE_HASH="+hash, forgeUIDEnv+"=0")
+	rc.SysProcAttr = user
+	if out, err := rc.Output(); err != nil || !strings.Contains(string(out), "taken") {
+		t.Fatalf("the user's launch record: %v %s", err, out)
+	}
+	rec := h.sink.waitFor(t, "the user's launch record", func(e *schema.Event) bool { return e.RunID == recRun && e.Launch != nil })
+	if rec.Launch.LauncherUID == nil || *rec.Launch.LauncherUID != 65534 || rec.SchemaVersion < 2 {
+		t.Errorf("the launch record of a launcher run as 65534 says launcher_uid %v (schema_version %d), want 65534", rec.Launch.LauncherUID, rec.SchemaVersion)
+	}
+
 	outsider := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	l, _ = h.launch(t, bin, nil, outsider, "inside")
 	if !strings.Contains(l.Error, "permission denied") && !strings.Contains(l.Error, "not open to this user") {
@@ -209,6 +226,9 @@ func TestNonRootLaunchers(t *testing.T) {
 // recordsEnv makes the test binary a process that sends one launch record
 // of run MCPWARDEN_DAEMON_TEST_RUN to the daemon and prints the error, if any.
 const recordsEnv = "MCPWARDEN_DAEMON_TEST_RECORDS"
+
+// forgeUIDEnv makes that record claim a launcher_uid of its own.
+const forgeUIDEnv = "MCPWARDEN_DAEMON_TEST_FORGE_UID"
 
 func launchRecord(runID string, cs *schema.CanonicalScope) schema.Event {
 	e := schema.LocalOrigin().NewEvent(schema.KindLaunch, runID, cs.ScopeID, cs.Hash, time.Now())
@@ -222,7 +242,12 @@ func recordsMain(socket string) int {
 	cs.Hash = os.Getenv("MCPWARDEN_DAEMON_TEST_SCOPE_HASH")
 	sink := client.New(socket).NewSink()
 	sink.RetryFor = time.Second
-	if err := sink.Publish(context.Background(), []schema.Event{launchRecord(os.Getenv("MCPWARDEN_DAEMON_TEST_RUN"), &cs)}); err != nil {
+	rec := launchRecord(os.Getenv("MCPWARDEN_DAEMON_TEST_RUN"), &cs)
+	if v := os.Getenv(forgeUIDEnv); v != "" {
+		uid, _ := strconv.Atoi(v)
+		rec.Launch.LauncherUID = &uid
+	}
+	if err := sink.Publish(context.Background(), []schema.Event{rec}); err != nil {
 		fmt.Println(err)
 		return 0
 	}
@@ -241,12 +266,17 @@ func TestLauncherRecords(t *testing.T) {
 	defer sink.Close()
 	rec := launchRecord(runID, cs)
 	rec.Host = "somewhere-else"
+	forged := 4242
+	rec.Launch.LauncherUID = &forged
 	if err := sink.Publish(context.Background(), []schema.Event{rec}); err != nil {
 		t.Fatalf("the run's own launcher could not send a record: %v", err)
 	}
 	got := h.sink.waitFor(t, "the launch record", func(e *schema.Event) bool { return e.EventID == rec.EventID })
 	if got.Host != schema.LocalOrigin().Host {
 		t.Errorf("record published under host %q, the daemon's is %q", got.Host, schema.LocalOrigin().Host)
+	}
+	if got.Launch.LauncherUID == nil || *got.Launch.LauncherUID != os.Geteuid() {
+		t.Errorf("record published with launcher_uid %v, the launcher's uid is %d (it claimed 4242)", got.Launch.LauncherUID, os.Geteuid())
 	}
 
 	scope, _ := json.Marshal(cs)

@@ -3,8 +3,8 @@ package schema
 // EventSchemaVersion is bumped whenever a field is added, changes meaning or
 // is removed: decoders refuse members they do not know (DecodeBatch), and
 // collectors refuse versions they do not know, so collectors are upgraded
-// before the publishers.
-const EventSchemaVersion = 1
+// before the publishers. Version 2 added launch.launcher_uid.
+const EventSchemaVersion = 2
 
 // Kind names what an Event describes; it is also the last token of the NATS
 // subject the event travels on (mcpwarden.v1.<host>.<kind>).
@@ -96,6 +96,12 @@ type Launch struct {
 	// FileOwner is "uid:gid", the owner of the files the server creates in
 	// a write scope, when the identity layer chose one.
 	FileOwner string `json:"file_owner,omitempty"`
+	// LauncherUID is the uid of the process that sent the record to the
+	// daemon's socket, set by the daemon from the socket's peer credentials
+	// (SO_PEERCRED), never by the launcher: absent when the record did not
+	// come through a daemon (`run --nats` publishing itself). Since
+	// schema_version 2.
+	LauncherUID *int `json:"launcher_uid,omitempty"`
 }
 
 // Decision is the sanitized record of one proxied request.

@@ -170,6 +170,13 @@ func TestValidateRefusesUnsanitized(t *testing.T) {
 		{"bad event id", launch, func(e *Event) { e.EventID = "x" }},
 		{"uppercase event id", launch, func(e *Event) { e.EventID = strings.ToUpper(NewID()) }},
 		{"future schema version", launch, func(e *Event) { e.SchemaVersion = EventSchemaVersion + 1 }},
+		{"negative launcher uid", launch, func(e *Event) { u := -1; e.Launch = cloneLaunch(e.Launch); e.Launch.LauncherUID = &u }},
+		{"launcher uid beyond 32 bits", launch, func(e *Event) { u := 1 << 32; e.Launch = cloneLaunch(e.Launch); e.Launch.LauncherUID = &u }},
+		{"launcher uid in schema version 1", launch, func(e *Event) {
+			u := 1000
+			e.Launch = cloneLaunch(e.Launch)
+			e.Launch.LauncherUID, e.SchemaVersion = &u, 1
+		}},
 		{"host with space", launch, func(e *Event) { e.Host = "a b" }},
 		{"host with subject wildcard", launch, func(e *Event) { e.Host = "a.>" }},
 		// '_' and '.' share a subject token (web_1 is web.1's).
@@ -617,3 +624,5 @@ func TestEventJSONSchemaBoundsMatchValidate(t *testing.T) {
 		t.Fatalf("only %d bounds checked: the schema walk missed bodies", checked)
 	}
 }
+
+func cloneLaunch(l *Launch) *Launch { c := *l; return &c }

@@ -246,6 +246,9 @@ func (e *Event) Validate() error {
 		if e.Launch == nil {
 			return invalid("launch", "missing for kind launch")
 		}
+		if e.Launch.LauncherUID != nil && e.SchemaVersion < 2 {
+			return invalid("launch.launcher_uid", "needs schema_version 2")
+		}
 		return e.Launch.validate()
 	case KindDecision:
 		if e.Decision == nil {
@@ -298,6 +301,9 @@ func (l *Launch) validate() error {
 	}
 	if l.ServerUID < -1 || l.ServerUID >= math.MaxUint32 {
 		return invalid("launch.server_uid", "must be -1 or a uid")
+	}
+	if l.LauncherUID != nil && (*l.LauncherUID < 0 || *l.LauncherUID >= math.MaxUint32) {
+		return invalid("launch.launcher_uid", "must be a uid")
 	}
 	for _, c := range []struct {
 		field     string

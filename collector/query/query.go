@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -104,7 +105,79 @@ func Run(ctx context.Context, st *store.Store, name string, p Params) (*Result, 
 	if name == "timeline" && p.Host == "" {
 		return timelineAllHosts(ctx, st, text, p)
 	}
-	return runSQL(ctx, st, name, text, p.values())
+	res, err := runSQL(ctx, st, name, text, p.values())
+	if err == nil && name == "runs" {
+		err = addLauncherUIDs(ctx, st, res)
+	}
+	return res, err
+}
+
+// launcherUIDChunk bounds the runs of one launcher_uid query.
+const launcherUIDChunk = 500
+
+// addLauncherUIDs appends the runs query's launcher_uid column: who launched
+// each run, from its launch records (set by the daemon from its socket's
+// peer credentials; -1 when no record says, e.g. a run that did not
+// register with a daemon or stored before schema_version 2). It reads the
+// launch records of the result's runs by their primary key (kind, host,
+// run_id), whenever they were made: the rollup does not hold it.
+func addLauncherUIDs(ctx context.Context, st *store.Store, res *Result) error {
+	hostAt, runAt := slices.Index(res.Columns, "host"), slices.Index(res.Columns, "run_id")
+	if hostAt < 0 || runAt < 0 {
+		return fmt.Errorf("query runs: no host and run_id columns to find the launcher by")
+	}
+	type ref struct{ host, run string }
+	uids := map[ref]int64{}
+	for lo := 0; lo < len(res.Rows); lo += launcherUIDChunk {
+		chunk := res.Rows[lo:min(lo+launcherUIDChunk, len(res.Rows))]
+		params := store.Params{}
+		tuples := make([]string, len(chunk))
+		for i, row := range chunk {
+			h, r := "host_"+letters(i), "run_"+letters(i) // placeholder names are [a-z_]
+			params[h], params[r] = fmt.Sprint(row[hostAt]), fmt.Sprint(row[runAt])
+			tuples[i] = "({" + h + ":String}, {" + r + ":String})"
+		}
+		sql := "SELECT host, run_id, max(launcher_uid) FROM events WHERE kind = 'launch' AND launcher_uid >= 0 AND (host, run_id) IN (" +
+			strings.Join(tuples, ", ") + ") GROUP BY host, run_id"
+		rows, err := st.Query(ctx, sql, params)
+		if err != nil {
+			return fmt.Errorf("query runs: launcher uids: %w", err)
+		}
+		for rows.Next() {
+			var k ref
+			var uid int64
+			if err := rows.Scan(&k.host, &k.run, &uid); err != nil {
+				rows.Close()
+				return fmt.Errorf("query runs: launcher uids: %w", err)
+			}
+			uids[k] = uid
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("query runs: launcher uids: %w", err)
+		}
+	}
+	res.Columns = append(res.Columns, "launcher_uid")
+	for i, row := range res.Rows {
+		uid, ok := uids[ref{fmt.Sprint(row[hostAt]), fmt.Sprint(row[runAt])}]
+		if !ok {
+			uid = -1
+		}
+		res.Rows[i] = append(row, uid)
+	}
+	return nil
+}
+
+// letters writes n in base 26 with the digits a-z.
+func letters(n int) string {
+	var b []byte
+	for {
+		b = append([]byte{byte('a' + n%26)}, b...)
+		if n /= 26; n == 0 {
+			return string(b)
+		}
+	}
 }
 
 func runSQL(ctx context.Context, st *store.Store, name, sql string, params store.Params) (*Result, error) {
@@ -202,6 +275,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 }
 
 func cell(col string, v any) string {
+	if col == "launcher_uid" && v == any(int64(-1)) {
+		return "-"
+	}
 	if col == "call_ns" {
 		if n, ok := v.(int64); ok {
 			return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64)

@@ -53,6 +53,9 @@ func setup(t *testing.T) (*store.Store, *eventgen.Gen, []schema.Event) {
 	g.T0 = time.Now().Add(-time.Hour)
 	evs := g.Mixed(500)
 	evs[0].Launch.Mode = schema.ModeAudit
+	// The daemon names who launched the run (its socket's peer uid).
+	launcher := 1000
+	evs[0].Launch.LauncherUID = &launcher
 	// What the proxy learned once the server answered initialize.
 	id := g.Origin.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, g.T0.Add(time.Millisecond))
 	id.Launch = &schema.Launch{Phase: schema.PhaseIdentified, Mode: schema.ModeAudit, LandlockABI: 7, ServerExe: "node",
@@ -141,6 +144,11 @@ func TestCannedQueries(t *testing.T) {
 		if rows[1]["host"] != "web-2" || rows[1]["verdict"] != "CLEAN" || rows[1]["server"] != "" || rows[1]["server_version"] != "" ||
 			rows[1]["protocol_era"] != "" || rows[1]["server_exe"] != "node" || num(rows[1]["identified"]) != 0 {
 			t.Fatalf("%v", rows[1])
+		}
+		// Who launched each run: the daemon's word, or -1 when no launch
+		// record says (the other run did not come through a daemon).
+		if num(rows[0]["launcher_uid"]) != 1000 || num(rows[1]["launcher_uid"]) != -1 {
+			t.Fatalf("launcher_uid %v and %v, want 1000 and -1", rows[0]["launcher_uid"], rows[1]["launcher_uid"])
 		}
 		if num(rows[0]["calls_denied"]) != 1 || num(rows[0]["findings"]) != float64(runFindings) || num(rows[0]["kernel_denials"]) != 1 {
 			t.Fatalf("counts: %v (want %d findings)", rows[0], runFindings)
@@ -421,5 +429,21 @@ func TestTimelineRefusesARunOfTwoHosts(t *testing.T) {
 		if r["kind"] == string(schema.KindLandlockDenial) {
 			t.Fatalf("the other host's forged denial is in web-1's timeline: %v", r)
 		}
+	}
+}
+
+// TestLettersAreDistinctPlaceholderNames: the launcher_uid lookup names its
+// parameters host_<letters>, run_<letters>; Bind takes only [a-z_] names.
+func TestLettersAreDistinctPlaceholderNames(t *testing.T) {
+	seen := map[string]bool{}
+	for n := range 2 * launcherUIDChunk {
+		l := letters(n)
+		if seen[l] || strings.Trim(l, "abcdefghijklmnopqrstuvwxyz") != "" {
+			t.Fatalf("letters(%d) = %q (seen before: %v)", n, l, seen[l])
+		}
+		seen[l] = true
+	}
+	if letters(0) != "a" || letters(25) != "z" || letters(26) != "ba" {
+		t.Errorf("letters(0, 25, 26) = %s %s %s", letters(0), letters(25), letters(26))
 	}
 }

@@ -37,6 +37,11 @@ func compareWithScan(t *testing.T, st *store.Store, name, scanSQL string, p Para
 	if err != nil {
 		t.Fatal(err)
 	}
+	if name == "runs" {
+		if err := addLauncherUIDs(ctx, st, want); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if !reflect.DeepEqual(got.Columns, want.Columns) {
 		t.Fatalf("columns %v, scan %v", got.Columns, want.Columns)
 	}

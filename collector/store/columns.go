@@ -25,7 +25,7 @@ var columns = []string{
 	"domain", "blockers",
 	"finding_type", "severity", "evidence_ids", "reason",
 	"component", "hooks", "audit_stream", "drops_bpf_reserve", "drops_queue_full", "drops_publish_fail", "spool_depth",
-	"layers", "server_uid", "file_owner",
+	"layers", "server_uid", "file_owner", "launcher_uid",
 }
 
 // timeColumns are the columns holding instants: Int64 ns in the legacy
@@ -100,9 +100,10 @@ type row struct {
 	hooks                                     []string
 	dropsBPF, dropsQueue, dropsPublish, spool uint64
 
-	layers    []string // "name=state" or "name=state:reason"
-	serverUID int64
-	fileOwner string
+	layers      []string // "name=state" or "name=state:reason"
+	serverUID   int64
+	fileOwner   string
+	launcherUID int64 // -1: not known (the record did not come through a daemon)
 }
 
 func b2u(b bool) uint8 {
@@ -117,7 +118,7 @@ func flatten(e *schema.Event) row {
 		eventID: e.EventID, schemaVersion: uint8(e.SchemaVersion), host: e.Host, bootID: e.BootID,
 		runID: e.RunID, scopeID: e.ScopeID, scopeHash: e.ScopeHash, kind: string(e.Kind), timeNS: e.TimeNS,
 		pathHashes: []string{}, blockers: []string{}, evidenceIDs: []string{}, hooks: []string{},
-		layers: []string{}, serverUID: -1,
+		layers: []string{}, serverUID: -1, launcherUID: -1,
 	}
 	switch {
 	case e.Launch != nil:
@@ -126,6 +127,9 @@ func flatten(e *schema.Event) row {
 		r.degradedReason, r.serverExe, r.serverName, r.serverVersion = l.DegradedReason, l.ServerExe, l.ServerName, l.ServerVersion
 		r.protoEra, r.rootPID, r.exitStatus, r.exitReason, r.durationMS = l.ProtocolEra, uint32(l.RootPID), int32(l.ExitStatus), string(l.ExitReason), l.DurationMS
 		r.serverUID, r.fileOwner = int64(l.ServerUID), l.FileOwner
+		if l.LauncherUID != nil {
+			r.launcherUID = int64(*l.LauncherUID)
+		}
 		for _, ly := range l.Layers {
 			r.layers = append(r.layers, encodeLayer(ly))
 		}
@@ -171,7 +175,7 @@ func (r *row) pointers() []any {
 		&r.domain, &r.blockers,
 		&r.findingType, &r.severity, &r.evidenceIDs, &r.reason,
 		&r.component, &r.hooks, &r.auditStream, &r.dropsBPF, &r.dropsQueue, &r.dropsPublish, &r.spool,
-		&r.layers, &r.serverUID, &r.fileOwner,
+		&r.layers, &r.serverUID, &r.fileOwner, &r.launcherUID,
 	}
 }
 
@@ -224,6 +228,10 @@ func (r *row) event() schema.Event {
 			DegradedReason: r.degradedReason, ServerExe: r.serverExe, ServerName: r.serverName, ServerVersion: r.serverVersion,
 			ProtocolEra: r.protoEra, RootPID: int(r.rootPID), ExitStatus: int(r.exitStatus), ExitReason: schema.ExitReason(r.exitReason), DurationMS: r.durationMS,
 			Layers: decodeLayers(r.layers), ServerUID: int(r.serverUID), FileOwner: r.fileOwner}
+		if r.launcherUID >= 0 {
+			uid := int(r.launcherUID)
+			e.Launch.LauncherUID = &uid
+		}
 	case schema.KindDecision:
 		e.Decision = &schema.Decision{OpID: r.opID, Method: r.method, ProtocolEra: r.protoEra, ProtocolVersion: r.protocolVersion,
 			ServerOrigin: r.serverOrigin, Tool: r.tool, ActionClass: schema.ActionClass(r.actionClass), Decision: schema.Outcome(r.decision), Approval: schema.ApprovalState(r.approval),
@@ -259,7 +267,8 @@ func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 		// event_date and sends it on, which each shard must then take.
 		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1, "insert_allow_materialized_columns": 1}))
 	}
-	b, err := s.conn.PrepareBatch(ctx, InsertSQL(s.layout))
+	n := s.columnCount()
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO events ("+strings.Join(insertColumns(s.layout)[:n], ", ")+")")
 	if err != nil {
 		return fmt.Errorf("prepare ClickHouse insert: %w", err)
 	}
@@ -267,8 +276,8 @@ func (s *Store) Insert(ctx context.Context, events []schema.Event) error {
 	// Column by column: one typed slice per column appended in bulk, instead
 	// of boxing 58 values per row.
 	var r row
-	cols := make([]columnBuffer, len(columns))
-	for c, p := range r.pointers() { // pointers into r, reused for every event
+	cols := make([]columnBuffer, n)
+	for c, p := range r.pointers()[:n] { // pointers into r, reused for every event
 		if _, instant := timeColumns[columns[c]]; instant && s.layout == LayoutCurrent {
 			cols[c] = &instantColumn{field: p.(*int64), vals: make([]time.Time, 0, len(events))}
 			continue
@@ -348,11 +357,22 @@ func newColumnBuffer(field any, n int) columnBuffer {
 
 // selectSQL reads rows back. No FINAL (on 18.16 it merges far more than
 // the filtered rows): read drops duplicate event ids itself.
-var selectSQL = "SELECT " + strings.Join(columns, ", ") + " FROM events"
+func (s *Store) selectSQL() string {
+	return "SELECT " + strings.Join(columns[:s.columnCount()], ", ") + " FROM events"
+}
+
+// columnCount is how many of columns the events table has (all but
+// launcher_uid before migration 0006 is applied).
+func (s *Store) columnCount() int {
+	if s.ncols == 0 {
+		return len(columns)
+	}
+	return s.ncols
+}
 
 // ReadHealthSince returns health events that happened at or after sinceNS.
 func (s *Store) ReadHealthSince(ctx context.Context, sinceNS int64) ([]schema.Event, error) {
-	return s.read(ctx, selectSQL+" WHERE kind = 'health' AND time_ns >= {since:Int64} ORDER BY time_ns, event_id LIMIT 100000",
+	return s.read(ctx, s.selectSQL()+" WHERE kind = 'health' AND time_ns >= {since:Int64} ORDER BY time_ns, event_id LIMIT 100000",
 		Params{"since": strconv.FormatInt(sinceNS, 10)})
 }
 
@@ -368,7 +388,7 @@ func (s *Store) read(ctx context.Context, query string, p Params) ([]schema.Even
 	seen := map[string]bool{}
 	for rows.Next() {
 		var r row
-		if err := rows.Scan(r.pointers()...); err != nil {
+		if err := rows.Scan(r.pointers()[:s.columnCount()]...); err != nil {
 			return nil, fmt.Errorf("read events from ClickHouse: %w", err)
 		}
 		if seen[r.eventID] {
@@ -390,7 +410,7 @@ func (r RunRef) params(limit int) Params {
 
 // ReadRun returns every event of run, duplicates dropped, oldest first.
 func (s *Store) ReadRun(ctx context.Context, run RunRef, limit int) ([]schema.Event, error) {
-	return s.read(ctx, selectSQL+" WHERE host = {host:String} AND run_id = {run:String} ORDER BY time_ns, event_id LIMIT {limit:UInt64}", run.params(limit))
+	return s.read(ctx, s.selectSQL()+" WHERE host = {host:String} AND run_id = {run:String} ORDER BY time_ns, event_id LIMIT {limit:UInt64}", run.params(limit))
 }
 
 // RunHosts lists the hosts a run's events came from (one, unless a run id
@@ -477,7 +497,7 @@ var runHostsSQL = []string{
 // the next second in the legacy layout, millisecond in the current), as
 // Unix ns by event id.
 func (s *Store) ReadRunArrived(ctx context.Context, run RunRef, limit int) ([]schema.Event, map[string]int64, error) {
-	rows, err := s.Query(ctx, "SELECT "+strings.Join(columns, ", ")+", inserted_at FROM events WHERE host = {host:String} AND run_id = {run:String} ORDER BY time_ns, event_id LIMIT {limit:UInt64}", run.params(limit))
+	rows, err := s.Query(ctx, "SELECT "+strings.Join(columns[:s.columnCount()], ", ")+", inserted_at FROM events WHERE host = {host:String} AND run_id = {run:String} ORDER BY time_ns, event_id LIMIT {limit:UInt64}", run.params(limit))
 	resolution := time.Second
 	if s.layout == LayoutCurrent {
 		resolution = time.Millisecond
@@ -491,7 +511,7 @@ func (s *Store) ReadRunArrived(ctx context.Context, run RunRef, limit int) ([]sc
 	for rows.Next() {
 		var r row
 		var at time.Time
-		if err := rows.Scan(append(r.pointers(), &at)...); err != nil {
+		if err := rows.Scan(append(r.pointers()[:s.columnCount()], &at)...); err != nil {
 			return nil, nil, fmt.Errorf("read events from ClickHouse: %w", err)
 		}
 		ns := at.Add(resolution).UnixNano()
@@ -519,7 +539,7 @@ func (s *Store) RunsInsertedSince(ctx context.Context, sinceUnix int64, limit in
 // ReadDaemonHealth returns the health reports of host's daemon that
 // happened at or after sinceNS, oldest first, at most limit.
 func (s *Store) ReadDaemonHealth(ctx context.Context, host string, sinceNS int64, limit int) ([]schema.Event, error) {
-	return s.read(ctx, selectSQL+" WHERE kind = 'health' AND host = {host:String} AND component = 'daemon' AND time_ns >= {since:Int64} ORDER BY time_ns, event_id LIMIT {limit:UInt64}",
+	return s.read(ctx, s.selectSQL()+" WHERE kind = 'health' AND host = {host:String} AND component = 'daemon' AND time_ns >= {since:Int64} ORDER BY time_ns, event_id LIMIT {limit:UInt64}",
 		Params{"host": host, "since": strconv.FormatInt(sinceNS, 10), "limit": strconv.Itoa(max(limit, 0))})
 }
 

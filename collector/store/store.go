@@ -43,6 +43,7 @@ type Store struct {
 
 	version      serverVersion
 	layout       Layout
+	ncols        int  // the events columns the table has: columns, or all but its last (launcher_uid) before migration 0006
 	serverParams bool // the server takes query parameters ({name:Type})
 	distributed  bool // events is a Distributed table (a cluster)
 }

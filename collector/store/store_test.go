@@ -78,7 +78,7 @@ func TestInsertRoundTripAndDuplicatesCollapse(t *testing.T) {
 	ex := o.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, now.Add(3*time.Second))
 	ex.Launch = &schema.Launch{Phase: "exit", Mode: schema.ModeAudit, LandlockABI: 7, Degraded: true, DegradedReason: "net_tcp", ExitStatus: 1, ExitReason: "exited", DurationMS: 1234,
 		Layers:    []schema.Layer{{Name: schema.LayerLandlock, State: schema.LayerOn}, {Name: schema.LayerNetNS, State: schema.LayerOff, Reason: "scope_grants_network"}},
-		ServerUID: 1879048193, FileOwner: "1000:1000"}
+		ServerUID: 1879048193, FileOwner: "1000:1000", LauncherUID: func() *int { u := 65534; return &u }()}
 	evs = append(evs, d, f, h, ex)
 	for i := range evs {
 		if err := evs[i].Validate(); err != nil {
