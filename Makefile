@@ -75,7 +75,7 @@ test-go:
 # ran in test-go already, and so did the NATS cluster failover tests, whose
 # subject is the cluster (their inserts take the same path as every other
 # collector test here).
-CLICKHOUSE_SERVER_TESTS := ^(TestDeployClickHouseUsers|TestClickHouseCluster.*|TestNATSClusterNodeKilledMidStream|TestDeployNATSCluster)$$
+CLICKHOUSE_SERVER_TESTS := ^(TestDeployClickHouseUsers|TestClickHouseCluster.*|TestNATSClusterNodeKilledMidStream|TestDaemonBinaryIntoNATSClusterLeaderKilled|TestDeployNATSCluster)$$
 test-clickhouse-legacy:
 	MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_LEGACY_ADDR) \
 		MCPWARDEN_CLICKHOUSE_EXPECT_VERSION=18. \
