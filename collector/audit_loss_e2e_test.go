@@ -135,6 +135,19 @@ func TestKernelAuditLossIsAGap(t *testing.T) {
 	} else if orig.BacklogLimit != 0 && orig.BacklogLimit < daemon.DefaultAuditBacklogFloor && st.BacklogLimit != daemon.DefaultAuditBacklogFloor {
 		t.Errorf("the daemon left the kernel's audit backlog_limit at %d (was %d), want it raised to %d", st.BacklogLimit, orig.BacklogLimit, daemon.DefaultAuditBacklogFloor)
 	}
+	// Lowered while the daemon runs, the limit is raised again.
+	if err := audit.SetBacklogLimit(64); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st, err := audit.GetStatus(); err == nil && st.BacklogLimit == daemon.DefaultAuditBacklogFloor {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the kernel's audit backlog_limit, lowered to 64 while the daemon runs, was not raised again within 30 s")
+			break
+		}
+	}
 	background(t, "collecting", bin, "collect", "--nats", natsURL, "--clickhouse", dsn, "--migrate", "--crosscheck-window", "1s", "--batch-wait", "200ms")
 
 	run := func(socket string) *exec.Cmd {

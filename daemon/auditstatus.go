@@ -40,7 +40,7 @@ type auditWatch struct {
 	at      time.Time    // when it was read
 	flagged map[string]time.Time
 	readers string // the other readers last reported, to log changes only
-	low     bool   // backlog_limit below the floor was reported
+	low     bool   // backlog_limit below the floor could not be raised (reported)
 }
 
 // setUpAudit reads the kernel's audit status at start: it raises a
@@ -94,11 +94,19 @@ func (p *processor) checkAudit(now time.Time) {
 			p.auditLost(w.at, now, 0)
 		}
 	}
-	floor := p.d.cfg.AuditBacklogFloor
-	if low := floor > 0 && st.BacklogLimit != 0 && st.BacklogLimit < uint32(floor); low && !w.low {
-		p.d.log.Warn("the kernel's audit backlog_limit was lowered below the daemon's floor: bursts of records will be lost (and reported)", "backlog_limit", st.BacklogLimit, "floor", floor)
-		w.low = true
-	} else if !low {
+	// A limit lowered below the floor while the daemon runs is raised
+	// again: the floor holds for as long as the daemon watches.
+	if floor := p.d.cfg.AuditBacklogFloor; floor > 0 && st.BacklogLimit != 0 && st.BacklogLimit < uint32(floor) {
+		if err := audit.SetBacklogLimit(uint32(floor)); err != nil {
+			if !w.low {
+				p.d.log.Warn("the kernel's audit backlog_limit was lowered below the daemon's floor and cannot be raised again: bursts of records will be lost (and reported)", "backlog_limit", st.BacklogLimit, "floor", floor, "err", err)
+			}
+			w.low = true
+		} else {
+			p.d.log.Warn("the kernel's audit backlog_limit was lowered below the daemon's floor: raised again ('mcpwarden daemon --audit-backlog-floor 0' leaves it)", "from", st.BacklogLimit, "to", floor)
+			st.BacklogLimit, w.low = uint32(floor), false
+		}
+	} else {
 		w.low = false
 	}
 	w.last, w.ok, w.at = st, true, now
