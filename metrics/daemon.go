@@ -37,6 +37,7 @@ type daemonCollector struct {
 	ready, runsActive, runsRegistered, runsRestarted, refused *prometheus.Desc
 	kernelRecords, drops, truncated, decodeErrors, published  *prometheus.Desc
 	sinkRefusing, auditStream, landlockABI, hooks             *prometheus.Desc
+	auditReaders                                              *prometheus.Desc
 }
 
 // Daemon returns the collector of mcpwarden_daemon_* series (besides those
@@ -59,12 +60,13 @@ func Daemon(src DaemonSource) prometheus.Collector {
 		auditStream:    desc(sub, "audit_stream", "1 for the state of the Landlock audit stream: on, off, unavailable.", "state"),
 		landlockABI:    desc(sub, "landlock_abi", "The kernel's Landlock ABI version."),
 		hooks:          desc(sub, "hooks", "Kernel hooks by state: attached, or unavailable (did not load).", "state"),
+		auditReaders:   desc(sub, "audit_other_readers", "Other readers of the kernel's audit log last seen: a registered auditd and other multicast sockets (a stalled one makes the kernel lose records)."),
 	}
 }
 
 func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.ready, c.runsActive, c.runsRegistered, c.runsRestarted, c.refused,
-		c.kernelRecords, c.drops, c.truncated, c.decodeErrors, c.published, c.sinkRefusing, c.auditStream, c.landlockABI, c.hooks} {
+		c.kernelRecords, c.drops, c.truncated, c.decodeErrors, c.published, c.sinkRefusing, c.auditStream, c.landlockABI, c.hooks, c.auditReaders} {
 		ch <- d
 	}
 }
@@ -107,4 +109,5 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(c.landlockABI, float64(s.LandlockABI))
 	ch <- gauge(c.hooks, float64(s.Hooks), "attached")
 	ch <- gauge(c.hooks, float64(s.Unavailable), "unavailable")
+	ch <- gauge(c.auditReaders, float64(s.AuditOtherReaders))
 }

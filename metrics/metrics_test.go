@@ -55,7 +55,7 @@ func TestDaemonSeries(t *testing.T) {
 		Ready: true, RunsActive: 2, RunsRegistered: 5, RunsRestarted: 1,
 		RefusedSinkDown: 3, RefusedInvalid: 4, RefusedPeer: 6,
 		Probes:          probes.Counters{Events: 100, RingDrops: 7, InflightFull: 8, WatchFull: 9, Truncated: 10, QueueDrops: 11, DecodeErrors: 12},
-		AuditQueueDrops: 13, AuditLost: 14, KernelAuditLost: 16, Published: 90, PublishFailed: 15, SinkDown: true,
+		AuditQueueDrops: 13, AuditLost: 14, KernelAuditLost: 16, AuditOtherReaders: 1, Published: 90, PublishFailed: 15, SinkDown: true,
 		AuditStream: "on", LandlockABI: 7, Hooks: 5, Unavailable: 2,
 	}
 	want := `
@@ -89,15 +89,18 @@ mcpwarden_daemon_sink_refusing 1
 # TYPE mcpwarden_daemon_hooks gauge
 mcpwarden_daemon_hooks{state="attached"} 5
 mcpwarden_daemon_hooks{state="unavailable"} 2
+# HELP mcpwarden_daemon_audit_other_readers Other readers of the kernel's audit log last seen: a registered auditd and other multicast sockets (a stalled one makes the kernel lose records).
+# TYPE mcpwarden_daemon_audit_other_readers gauge
+mcpwarden_daemon_audit_other_readers 1
 `
 	c := Daemon(s)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"mcpwarden_daemon_drops_total", "mcpwarden_daemon_registrations_refused_total", "mcpwarden_daemon_audit_stream",
-		"mcpwarden_daemon_runs_active", "mcpwarden_daemon_sink_refusing", "mcpwarden_daemon_hooks"); err != nil {
+		"mcpwarden_daemon_runs_active", "mcpwarden_daemon_sink_refusing", "mcpwarden_daemon_hooks", "mcpwarden_daemon_audit_other_readers"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 26 {
-		t.Errorf("a ready daemon has %d series, want 26", n)
+	if n := testutil.CollectAndCount(c); n != 27 {
+		t.Errorf("a ready daemon has %d series, want 27", n)
 	}
 	lint(t, c)
 
