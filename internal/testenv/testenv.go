@@ -4,9 +4,13 @@
 package testenv
 
 import (
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -48,13 +52,74 @@ func RequireFile(t testing.TB, path, hint string) {
 	}
 }
 
-// FreePort returns a loopback TCP port that nothing listened on a moment ago.
+// FreePort returns a loopback TCP port that nothing listened on a moment
+// ago, never one it returned before in this process, and, where the host
+// leaves room, below the kernel's ephemeral range.
+//
+// A test takes several ports before its servers bind them. A port the
+// kernel picked for a listen on port 0 is one the kernel may pick again: a
+// NATS cluster test once got the same port for a node's client and monitor
+// listeners, and its node died with "address already in use". Below the
+// ephemeral range, no outgoing connection of any process is given the
+// port meanwhile either.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	if lo, hi := portPool(); hi > lo {
+		for range 200 {
+			p := lo + rand.IntN(hi-lo)
+			if !portsGiven[p] && portListens(p) {
+				portsGiven[p] = true
+				return p
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	for range 200 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portsGiven[p] {
+			portsGiven[p] = true
+			return p
+		}
+	}
+	tb.Fatal("testenv: no free loopback port found in 200 tries")
+	return 0
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// portListens reports whether a listener can be bound on 127.0.0.1:p.
+func portListens(p int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// portPool is [20000, the first ephemeral port) when that leaves at least
+// 2000 ports; otherwise empty.
+func portPool() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first-20000 < 2000 {
+		return 0, 0
+	}
+	return 20000, first
 }
