@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,16 +101,6 @@ func startImpostor(t *testing.T, bin string, port int) (stop func()) {
 	return stop
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestImpostorOnTheLoopbackPortIsRefused: the embedded server listens on a
 // loopback port above 1024 and speaks no TLS, so nothing but the port
 // tells a client it reached the daemon's server. While the daemon is down
@@ -143,7 +132,7 @@ func TestImpostorOnTheLoopbackPortIsRefused(t *testing.T) {
 	url := func(port int) string { return fmt.Sprintf("nats://127.0.0.1:%d", port) }
 
 	t.Run("first connection", func(t *testing.T) {
-		port := freePort(t)
+		port := testenv.FreePort(t)
 		startImpostor(t, bin, port)
 		for _, r := range []stream.Role{stream.RoleDaemon, stream.RoleCollector, stream.RoleReader} {
 			nc, err := stream.Connect(ClientOptions(url(port), creds.Dir, r, testHost, "test-"+string(r)))
@@ -166,7 +155,7 @@ func TestImpostorOnTheLoopbackPortIsRefused(t *testing.T) {
 	})
 
 	t.Run("reconnection", func(t *testing.T) {
-		port := freePort(t)
+		port := testenv.FreePort(t)
 		store := filepath.Join(root, "nats")
 		s, err := Start(Config{StoreDir: store, Port: port, Auth: creds, EventHost: testHost, ServerName: "real"})
 		if err != nil {
