@@ -222,6 +222,10 @@ func BenchmarkProcessRoundTrip(b *testing.B) {
 				}
 			}
 			lat := make([][]time.Duration, len(conns))
+			cpu0 := make([]time.Duration, len(conns))
+			for k, c := range conns {
+				cpu0[k] = cpuTime(b, c.cmd.Process.Pid)
+			}
 			b.ResetTimer()
 			for i := 0; i < n; i++ {
 				for k := range conns {
@@ -233,6 +237,7 @@ func BenchmarkProcessRoundTrip(b *testing.B) {
 			}
 			b.StopTimer()
 			reportLatencies(b, conns, lat)
+			reportCPU(b, conns, cpu0, n)
 		})
 	}
 }
@@ -259,6 +264,53 @@ func reportLatencies(b *testing.B, conns []*procConn, lat [][]time.Duration) {
 		b.ReportMetric(us(p["baseline-proxy"][1]-p["c-relay"][1]), "baseline-proxy-over-relay-p99-µs")
 	}
 	b.ReportMetric(float64(len(lat[0])), "calls-each")
+}
+
+// cpuTime is the processor time pid's threads have used (the sum of their
+// /proc/PID/task/TID/schedstat run times: nanoseconds, where /proc/PID/stat
+// counts clock ticks). Wall time swings with the machine's load by tens of
+// µs per call; processor time per call much less, so the two together
+// tell work from waiting.
+func cpuTime(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		raw, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		f := bytes.Fields(raw)
+		if len(f) == 0 {
+			b.Fatalf("%s/%s/schedstat: %q", dir, t.Name(), raw)
+		}
+		ns, err := strconv.ParseInt(string(f[0]), 10, 64)
+		if err != nil {
+			b.Fatalf("%s/%s/schedstat: %v", dir, t.Name(), err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum
+}
+
+// reportCPU reports the processor time per call of each configuration's
+// own process (the relay, or mcpwarden with all its threads: readers,
+// record writer, runtime; not the server it starts, except for direct,
+// where the process is the server), and the proxy's over the C relay's.
+func reportCPU(b *testing.B, conns []*procConn, cpu0 []time.Duration, n int) {
+	per := map[string]float64{}
+	for k, c := range conns {
+		per[c.name] = float64((cpuTime(b, c.cmd.Process.Pid) - cpu0[k]).Nanoseconds()) / 1000 / float64(n)
+		b.ReportMetric(per[c.name], c.name+"-cpu-µs/call")
+	}
+	b.ReportMetric(per["proxy"]-per["c-relay"], "proxy-cpu-over-relay-µs/call")
+	if _, ok := per["baseline-proxy"]; ok {
+		b.ReportMetric(per["baseline-proxy"]-per["c-relay"], "baseline-proxy-cpu-over-relay-µs/call")
+	}
 }
 
 // BenchmarkProcessFirstListAndShutdown starts each configuration afresh per
