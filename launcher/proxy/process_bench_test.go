@@ -266,6 +266,58 @@ func reportLatencies(b *testing.B, conns []*procConn, lat [][]time.Duration) {
 	b.ReportMetric(float64(len(lat[0])), "calls-each")
 }
 
+// BenchmarkProcessSpacedCalls: the same configurations, called the way a
+// model drives a client, one call at a time with idle time between them:
+// every call comes after the whole machine (as far as these process trees
+// go) idled for spacedIdle, so each configuration's calls are about
+// len(configurations) × spacedIdle apart. Back-to-back calls
+// (BenchmarkProcessRoundTrip) keep every thread warm and the Go runtime's
+// monitor busy anyway; spaced calls also pay what a process does to wake
+// up from idle and to go idle again (for a Go program: the monitor's
+// 20 µs polls after a wake, the processors it takes back from threads
+// blocked in read(2) after 10 ms, the record writer's batch per call).
+// Reports p50 and p99 of each, the proxy's over the C relay, and the
+// processor time per call of each configuration's own process.
+func BenchmarkProcessSpacedCalls(b *testing.B) {
+	bb := buildBenchBins(b)
+	var conns []*procConn
+	for _, cfg := range bb.configs() {
+		c := startProc(b, cfg[0].(string), cfg[1].([]string))
+		c.handshake(b)
+		conns = append(conns, c)
+	}
+	call := map[string]any{"name": "echo", "arguments": map[string]any{"text": "hello"}}
+	for i := 0; i < 50; i++ { // warm every path
+		for _, c := range conns {
+			c.roundTrip(b, "tools/call", call)
+		}
+	}
+	// -benchtime 3000x (the documented command) gives 200 calls each:
+	// about 4 s per configuration at 3 ms of idle before each call.
+	n := max(b.N/15, 100)
+	lat := make([][]time.Duration, len(conns))
+	cpu0 := make([]time.Duration, len(conns))
+	for k, c := range conns {
+		cpu0[k] = cpuTime(b, c.cmd.Process.Pid)
+	}
+	b.ResetTimer()
+	for i := 0; i < n; i++ {
+		for k := range conns {
+			c := conns[(i+k)%len(conns)]
+			time.Sleep(spacedIdle)
+			t0 := time.Now()
+			c.roundTrip(b, "tools/call", call)
+			lat[(i+k)%len(conns)] = append(lat[(i+k)%len(conns)], time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	reportLatencies(b, conns, lat)
+	reportCPU(b, conns, cpu0, n)
+}
+
+// spacedIdle is the idle time before each call of BenchmarkProcessSpacedCalls.
+const spacedIdle = 3 * time.Millisecond
+
 // cpuTime is the processor time pid's threads have used (the sum of their
 // /proc/PID/task/TID/schedstat run times: nanoseconds, where /proc/PID/stat
 // counts clock ticks). Wall time swings with the machine's load by tens of
