@@ -39,7 +39,7 @@ import (
 func PollableStdio(stdin, stdout, stderr *os.File) (in io.Reader, out io.Writer, restore func()) {
 	errSt, errOK := fstat(stderr)
 	var undo []int
-	var dups []*os.File
+	var dups []io.Closer
 	convert := func(f *os.File) io.ReadWriter {
 		st, ok := fstat(f)
 		if !ok {
@@ -98,7 +98,7 @@ func fstat(f *os.File) (unix.Stat_t, bool) {
 // blockingStdin returns a blockingFile on a descriptor of its own for a
 // stdin that is a blocking pipe or socket; convert (the poller's way) for
 // one that is non-blocking already; anything else as it is.
-func blockingStdin(f *os.File, dups *[]*os.File, convert func(*os.File) io.ReadWriter) io.Reader {
+func blockingStdin(f *os.File, dups *[]io.Closer, convert func(*os.File) io.ReadWriter) io.Reader {
 	st, ok := fstat(f)
 	if !ok {
 		return f
@@ -119,9 +119,12 @@ func blockingStdin(f *os.File, dups *[]*os.File, convert func(*os.File) io.ReadW
 	}
 	// A blocking descriptor: os.NewFile leaves it out of the poller, and
 	// its Read is a blocking read(2) through the runtime's system-call path.
+	// (Closed at restore as a blockingFile: that also ends a wait in the
+	// poller and puts back the blocking mode an idle wait took off.)
 	nf := os.NewFile(uintptr(dup), f.Name())
-	*dups = append(*dups, nf)
-	return &blockingFile{f: nf}
+	bf := &blockingFile{f: nf}
+	*dups = append(*dups, bf)
+	return bf
 }
 
 // sameFile reports whether a and b are the same pipe or socket.

@@ -404,3 +404,153 @@ func TestBlockingFileSurvivesANonBlockingDescriptor(t *testing.T) {
 		t.Fatalf("read %q, want the frame written", s)
 	}
 }
+
+// A reader whose messages come more than idleAfter apart waits for the
+// next one in the poller, on the open file made non-blocking (so that its
+// processor is free and the runtime's monitor can sleep while the proxy
+// idles), and goes back to blocking reads when messages come close
+// together again; restore and Close end an idle wait and put blocking
+// mode back. (Fails on the code before: the open file stayed blocking.)
+func TestBlockingFileWaitsInThePollerWhenIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// open returns the reader on r and a function that closes it the
+		// way the proxy does (Close, or PollableStdio's restore).
+		open func(t *testing.T, r *os.File) (io.Reader, func())
+	}{
+		{"server-stdout", func(t *testing.T, r *os.File) (io.Reader, func()) {
+			in := takeBlocking(r)
+			bf, ok := in.(*blockingFile)
+			if !ok {
+				t.Fatalf("not taken for blocking reads: %T", in)
+			}
+			return bf, func() { bf.Close() }
+		}},
+		{"client-stdin", func(t *testing.T, r *os.File) (io.Reader, func()) {
+			_, outW := pipe(t)
+			_, errW := pipe(t)
+			in, _, restore := PollableStdio(r, outW, errW)
+			if _, ok := in.(*blockingFile); !ok {
+				t.Fatalf("stdin not taken for blocking reads: %T", in)
+			}
+			return in, restore
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fds [2]int
+			if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+				t.Fatal(err)
+			}
+			r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+			defer w.Close()
+			// A descriptor of the same open file, to watch its mode.
+			probe, err := unix.FcntlInt(uintptr(fds[0]), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(probe)
+			nonblocking := func() bool {
+				fl, err := unix.FcntlInt(uintptr(probe), unix.F_GETFL, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fl&unix.O_NONBLOCK != 0
+			}
+			waitMode := func(want bool, what string) {
+				for deadline := time.Now().Add(5 * time.Second); nonblocking() != want; {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: the open file's non-blocking flag is %v, want %v", what, !want, want)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			in, closeIn := tc.open(t, r)
+			type result struct {
+				s   string
+				err error
+			}
+			got := make(chan result)
+			next := make(chan struct{})
+			go func() {
+				buf := make([]byte, 16)
+				for range next {
+					n, err := in.Read(buf)
+					got <- result{string(buf[:n]), err}
+				}
+			}()
+			defer close(next)
+			read := func(msg string) {
+				t.Helper()
+				if _, err := w.Write([]byte(msg)); err != nil {
+					t.Fatal(err)
+				}
+				if res := <-got; res.err != nil || res.s != msg {
+					t.Fatalf("read %q, %v; want %q", res.s, res.err, msg)
+				}
+			}
+			next <- struct{}{}
+			read("a\n")
+			next <- struct{}{}
+			time.Sleep(4 * idleAfter) // a gap: the wait after the next message is idle
+			read("b\n")
+			next <- struct{}{}
+			waitMode(true, "waiting after a gap")
+			read("c\n")
+			// Messages close together: the next wait is a blocking read
+			// again, on a blocking open file.
+			next <- struct{}{}
+			read("d\n")
+			next <- struct{}{}
+			waitMode(false, "waiting after messages close together")
+			read("e\n")
+			// Idle again, then closed during the wait: the read fails as on
+			// a closed file and the open file is blocking again.
+			next <- struct{}{}
+			time.Sleep(4 * idleAfter)
+			read("f\n")
+			next <- struct{}{}
+			waitMode(true, "waiting after a second gap")
+			closeIn()
+			if res := <-got; !errors.Is(res.err, os.ErrClosed) {
+				t.Fatalf("a read waiting at close: %q, %v; want os.ErrClosed", res.s, res.err)
+			}
+			if nonblocking() {
+				t.Fatal("the open file is left non-blocking after close")
+			}
+		})
+	}
+}
+
+// An idle wait ends at EOF like a blocking one.
+func TestBlockingFileIdleWaitSeesEOF(t *testing.T) {
+	r, w := pipe(t)
+	in := takeBlocking(r)
+	bf, ok := in.(*blockingFile)
+	if !ok {
+		t.Fatalf("not taken for blocking reads: %T", in)
+	}
+	defer bf.Close()
+	buf := make([]byte, 8)
+	for _, msg := range []string{"a", "b"} {
+		if _, err := w.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := bf.Read(buf); err != nil || string(buf[:n]) != msg {
+			t.Fatalf("read %q, %v", buf[:n], err)
+		}
+		time.Sleep(4 * idleAfter)
+	}
+	if !bf.idle {
+		t.Fatal("the reader did not turn idle after a gap")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := bf.Read(buf)
+		done <- err
+	}()
+	time.Sleep(4 * idleAfter)
+	w.Close()
+	if err := <-done; err != io.EOF {
+		t.Fatalf("an idle wait at the writer's close: %v, want EOF", err)
+	}
+}
