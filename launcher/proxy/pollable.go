@@ -15,7 +15,10 @@ import (
 //
 // stdin, when it is a pipe or a socket whose open file is blocking, is read
 // through a descriptor of its own with blocking read(2) (see blockingFile):
-// one system call per message. Its blocking mode is left alone. A stdin
+// one system call per message. Its blocking mode is left alone while
+// messages come close together; a reader idle between them waits in the
+// poller with the open file made non-blocking for the wait, and restore
+// puts blocking mode back (see blockingFile). A stdin
 // that is the same socket as stdout, or that is non-blocking already, is
 // read through Go's poller instead (rawFile).
 //
