@@ -142,13 +142,22 @@ func request(typ uint16, body []byte) ([]byte, error) {
 	binary.NativeEndian.PutUint16(msg[6:8], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
 	binary.NativeEndian.PutUint32(msg[8:12], 1)
 	copy(msg[nlmsgHdrLen:], body)
-	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	// Go's runtime signals its threads (preemption): a call cut short by
+	// one is retried, not taken for an answer.
+	err = unix.EINTR
+	for errors.Is(err, unix.EINTR) {
+		err = unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+	}
+	if err != nil {
 		return nil, fmt.Errorf("send audit request %d: %w", typ, err)
 	}
 	buf := make([]byte, 8192)
 	var status []byte
 	for range 4 {
 		n, _, err := unix.Recvfrom(fd, buf, 0)
+		for errors.Is(err, unix.EINTR) {
+			n, _, err = unix.Recvfrom(fd, buf, 0)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read audit answer: %w", err)
 		}

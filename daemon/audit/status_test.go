@@ -216,3 +216,32 @@ func TestStatusFromTheKernel(t *testing.T) {
 		t.Errorf("the stream's socket (inode %d) is not among the multicast readers %+v", ino, readers)
 	}
 }
+
+// TestStatusUnderSignals: Go's runtime preempts its threads with SIGURG, and
+// a socket read with a timeout (SO_RCVTIMEO) is not restarted after a signal
+// even with SA_RESTART (signal(7)): the read returns EINTR. A status read cut
+// short that way is retried, not an error (a daemon saw "read audit answer:
+// interrupted system call", and one at start would take the audit stream
+// for unavailable).
+func TestStatusUnderSignals(t *testing.T) {
+	testenv.RequireRoot(t)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = unix.Kill(unix.Getpid(), unix.SIGURG)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 2000 {
+		if _, err := GetStatus(); err != nil {
+			t.Fatalf("status read %d under signals: %v", i, err)
+		}
+	}
+}
