@@ -1,8 +1,6 @@
 package collector_test
 
 import (
-	"context"
-	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -12,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
-	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/internal/e2etest"
 	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
@@ -91,57 +89,17 @@ func TestDaemonGoneIsAGap(t *testing.T) {
 	}
 	_ = gone.Wait() // its records may not reach a daemon: the exit status is not the point
 
-	type runRow struct {
-		RunID    string `json:"run_id"`
-		Verdict  string `json:"verdict"`
-		Findings uint64 `json:"findings"`
-		FirstNS  int64  `json:"first_ns"`
-		Host     string `json:"host"`
+	rows := scopeRuns(t, bin, dsn, "daemon-gone", start, 2, func(rows []scopeRun) bool { return rows[1].Verdict != "CLEAN" })
+	// Oldest first: the clean run, then the run the daemon died under.
+	if rows[1].Verdict == "CLEAN" {
+		t.Errorf("the run whose daemon was killed reads CLEAN: %+v", rows[1])
 	}
-	var rows []runRow
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		out, err := exec.Command(bin, "query", "runs", "--clickhouse", dsn, "--scope", "daemon-gone", "--from", start.UTC().Format(time.RFC3339), "--json").Output()
-		rows = nil
-		if err == nil {
-			rows = parseRows[runRow](t, out)
-		}
-		if len(rows) == 2 && rows[0].Verdict != "CLEAN" && rows[1].Verdict != "" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(2 * time.Second)
-	}
-	if len(rows) != 2 {
-		t.Fatalf("query runs has %d runs of the scope, want 2: %+v", len(rows), rows)
-	}
-	// Latest first: the run the daemon died under, then the clean one.
-	if rows[0].FirstNS < rows[1].FirstNS {
-		rows[0], rows[1] = rows[1], rows[0]
-	}
-	if rows[0].Verdict == "CLEAN" {
-		t.Errorf("the run whose daemon was killed reads CLEAN: %+v", rows[0])
-	}
-	if rows[1].Verdict != "CLEAN" {
-		out, _ := exec.Command(bin, "query", "findings", "--clickhouse", dsn, "--run", rows[1].RunID, "--from", start.UTC().Format(time.RFC3339)).CombinedOutput()
-		t.Errorf("the run that ended while the daemon reported reads %s, want CLEAN:\n%s", rows[1].Verdict, out)
+	if rows[0].Verdict != "CLEAN" {
+		out, _ := exec.Command(bin, "query", "findings", "--clickhouse", dsn, "--run", rows[0].RunID, "--from", start.UTC().Format(time.RFC3339)).CombinedOutput()
+		t.Errorf("the run that ended while the daemon reported reads %s, want CLEAN:\n%s", rows[0].Verdict, out)
 	}
 	// The reason is in the stored finding (the queries group by type).
-	st, err := store.Open(context.Background(), dsn, false, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	evs, err := st.ReadRun(context.Background(), store.RunRef{Host: rows[0].Host, RunID: rows[0].RunID}, 100_000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reasons []string
-	for _, e := range evs {
-		if e.Finding != nil {
-			reasons = append(reasons, string(e.Finding.Type)+":"+e.Finding.Reason)
-		}
-	}
-	if !slices.Contains(reasons, "OBSERVATION_GAP:daemon_silent") {
+	if reasons := findingReasons(t, dsn, rows[1]); !slices.Contains(reasons, "OBSERVATION_GAP:"+crosscheck.ReasonDaemonSilent) {
 		t.Errorf("no OBSERVATION_GAP daemon_silent on the run whose daemon was killed: %v", reasons)
 	}
 }
