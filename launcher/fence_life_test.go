@@ -508,7 +508,8 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 	base := filepath.Join(root, "base")
 	// A secret the fence masks: the unprivileged launcher's minimal root
 	// (in a user namespace of its own) masks it too.
-	testenv.WriteFiles(t, map[string]string{filepath.Join(base, "allowed", "a.txt"): "inside", filepath.Join(base, "allowed", ".env"): "ENV-SECRET-42"})
+	testenv.WriteFiles(t, map[string]string{filepath.Join(base, "allowed", "a.txt"): "inside", filepath.Join(base, "allowed", ".env"): "ENV-SECRET-42",
+		filepath.Join(base, "allowed", "private", ".env"): "PRIVATE-SECRET-42"})
 	for _, f := range []string{b.Mcpwarden, b.Fence, b.ExecStage, b.Naive} {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -533,6 +534,12 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// A directory its owner may pass through but not list: the walk
+	// (as that owner) cannot see the .env in it, which the server can
+	// open by its name.
+	if err := os.Chmod(filepath.Join(base, "allowed", "private"), 0o311); err != nil {
+		t.Fatal(err)
+	}
 	run := func(extra ...string) (int, string, string) {
 		args := []string{"--reuid", strconv.Itoa(nobody), "--regid", strconv.Itoa(nobody), "--clear-groups", "--",
 			filepath.Join(bin, filepath.Base(b.Mcpwarden)), "run", fencetest.RelayFlag, "--scope", scope, "--base", base,
@@ -541,7 +548,9 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 		cmd := exec.Command(setpriv, args...)
 		cmd.Dir = root
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + root, "TMPDIR=" + root}
-		cmd.Stdin = strings.NewReader(`{"op":"ping"}` + "\n" + `{"op":"read","path":"` + filepath.Join(base, "allowed", ".env") + `"}` + "\n")
+		cmd.Stdin = strings.NewReader(`{"op":"ping"}` + "\n" + `{"op":"read","path":"` + filepath.Join(base, "allowed", ".env") + `"}` + "\n" +
+			`{"op":"read","path":"` + filepath.Join(base, "allowed", "private", ".env") + `"}` + "\n" +
+			`{"op":"read","path":"` + filepath.Join(base, "allowed", "a.txt") + `"}` + "\n")
 		var out, errb strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		_ = cmd.Run()
@@ -551,8 +560,8 @@ func TestLifeUnprivilegedLauncher(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "pong") {
 		t.Fatalf("default limits, unprivileged: exit %d, out %q, stderr %s", code, out, stderr)
 	}
-	if strings.Contains(out, "SECRET-42") || !strings.Contains(out, `"errno":"EACCES"`) {
-		t.Errorf("the scope's .env, unprivileged launcher: %s", out)
+	if strings.Contains(out, "SECRET-42") || strings.Count(out, `"errno":"EACCES"`) != 2 || !strings.Contains(out, `"data":"inside"`) {
+		t.Errorf("the scope's .env and the one in a directory the launcher cannot list, unprivileged launcher: %s\nstderr: %s", out, stderr)
 	}
 	if !strings.Contains(stderr, "mcpwarden: WARNING: the run's cgroup is off") {
 		t.Errorf("the missing cgroup was not announced: %s", stderr)

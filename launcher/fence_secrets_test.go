@@ -1,10 +1,13 @@
 package launcher_test
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
@@ -148,5 +151,77 @@ func TestFenceSecretsUnmask(t *testing.T) {
 	}
 	if code := s.Close(); code != 0 {
 		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+}
+
+// TestFenceSecretsAsTheProxyMatches: the walk masks what the proxy calls a
+// secret, however the scope is cut and the name spelled. The proxy matches
+// the absolute path, so a multi-component pattern may start above the
+// scope path (a scope at .config holds .config/gcloud; one at etc holds
+// etc/shadow), and it refuses "server.pem." and ".env " as the secret
+// they spell (trailing dots and spaces). A FIFO and a unix socket with a
+// secret's name are masked too, and the launch neither blocks on them nor
+// fails. Fails on the code before (the walk matched the path below the
+// scope path only, without trimming: the server read all four).
+func TestFenceSecretsAsTheProxyMatches(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceSecretsAsTheProxyMatches)
+}
+
+func testFenceSecretsAsTheProxyMatches(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	base := filepath.Join(t.TempDir(), "base")
+	cfg := filepath.Join(base, "home", ".config")
+	etc := filepath.Join(base, "etc")
+	secrets := map[string]string{
+		filepath.Join(cfg, "gcloud", "token"): "GCLOUD-SECRET-42",
+		filepath.Join(cfg, "server.pem."):     "DOT-SECRET-42",
+		filepath.Join(cfg, "app", ".env "):    "SPACE-SECRET-42",
+		filepath.Join(etc, "shadow"):          "SHADOW-SECRET-42",
+	}
+	testenv.WriteFiles(t, secrets)
+	testenv.WriteFiles(t, map[string]string{filepath.Join(cfg, "app", "settings.json"): "plain", filepath.Join(etc, "hosts"): "hosts"})
+	fifo := filepath.Join(cfg, ".env.fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(cfg, "agent.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"home/.config", "etc"}})
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: base, NoNamespaces: noNS, AuditLog: log})
+	if r := s.Do(map[string]any{"op": "read", "path": filepath.Join(cfg, "app", "settings.json")}); !r.OK || r.Data != "plain" {
+		t.Fatalf("a plain file of the scope: %+v (%s)", r, s.Stderr())
+	}
+	if noNS {
+		if code := s.Close(); code != 0 {
+			t.Errorf("exit %d: %s", code, s.Stderr())
+		}
+		ly := layerOf(launchLayers(t, log)[0], schema.LayerSecrets)
+		if ly.State != schema.LayerDegraded || ly.Reason != "unmasked=6,no_mount_namespace" {
+			t.Errorf("secrets layer %+v, want degraded unmasked=6,no_mount_namespace", ly)
+		}
+		return
+	}
+	var cases []fenceCase
+	for p := range secrets {
+		cases = append(cases, fenceCase{name: "read " + filepath.Base(p), req: map[string]any{"op": "read", "path": p}, errno: []string{"EACCES"}, exact: true})
+	}
+	cases = append(cases,
+		fenceCase{name: "the FIFO", req: map[string]any{"op": "read", "path": fifo}, errno: []string{"EACCES"}, exact: true},
+		// open(2) of a socket is ENXIO; of its mask, EACCES.
+		fenceCase{name: "the socket", req: map[string]any{"op": "read", "path": filepath.Join(cfg, "agent.key")}, errno: []string{"EACCES"}, exact: true},
+		fenceCase{name: "etc/hosts", req: map[string]any{"op": "read", "path": filepath.Join(etc, "hosts")}, wantOK: true, data: "hosts"},
+	)
+	runCases(t, s, cases)
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	ly := layerOf(launchLayers(t, log)[0], schema.LayerSecrets)
+	if ly.State != schema.LayerOn || ly.Reason != "masked=6" {
+		t.Errorf("secrets layer %+v, want on masked=6", ly)
 	}
 }

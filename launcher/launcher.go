@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
@@ -187,8 +188,11 @@ type Launcher struct {
 	// watcher is needed to end the run if the launcher is SIGKILLed.
 	pidNamespace bool
 	iso          *isolation
-	// secrets: the walk of the scope for secrets, once done (secretmask.go).
+	// secrets: the walk of the scope for secrets, once done (secretmask.go);
+	// each restart of the server walks again. Guarded by secretsMu.
 	secrets            *secretMasks
+	secretsMu          sync.Mutex
+	launchSecrets      *secretMasks // the launch's walk (set once, before any restart)
 	secretRE, unmaskRE *schema.Secrets
 }
 

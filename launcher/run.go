@@ -151,7 +151,10 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		return sp.err
 	}
 	h = sp.h
-	l.secrets, walkDone = <-walked, true
+	m := <-walked
+	walkDone = true
+	l.setSecrets(m)
+	l.launchSecrets = m
 	if w := secretWarning(l.secretsLayer()); w != "" {
 		fmt.Fprintln(cfg.Stderr, w)
 	}
@@ -307,9 +310,37 @@ func (l *Launcher) layers() []schema.Layer {
 	return append(out, l.secretsLayer())
 }
 
-// secretsLayer is the run's secrets layer (secretmask.go).
+// secretsLayer is the run's secrets layer (secretmask.go), of its last walk.
 func (l *Launcher) secretsLayer() schema.Layer {
+	l.secretsMu.Lock()
+	defer l.secretsMu.Unlock()
 	return secretsLayer(l.cfg.Mode, l.secrets, l.iso.flags != 0)
+}
+
+func (l *Launcher) setSecrets(m *secretMasks) {
+	l.secretsMu.Lock()
+	defer l.secretsMu.Unlock()
+	l.secrets = m
+}
+
+// rewalkSecrets walks the scope for secrets again, for a restart of the
+// server: its new root masks what matches now (a .env the user created
+// since launch, a file renamed to a secret's name), with the launch's
+// bounds, and everything the launch masked. A layer that becomes
+// degraded warns again.
+func (l *Launcher) rewalkSecrets() {
+	if l.cfg.Mode != schema.ModeEnforce {
+		return
+	}
+	before := l.secretsLayer()
+	m := secretWalk(l.cfg.Scope, l.secretRE, l.unmaskRE, l.cfg.SecretWalkLimit)
+	m.keepMasks(l.launchSecrets)
+	l.setSecrets(m)
+	if after := l.secretsLayer(); after != before {
+		if w := secretWarning(after); w != "" {
+			fmt.Fprintln(l.cfg.Stderr, w)
+		}
+	}
 }
 
 // landlockLayer: on at the fence's full ABI; degraded with --best-effort
@@ -393,9 +424,11 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string, tmp string) *sandbox.
 		s.Limits = sandbox.Limits{FileSizeBytes: uint64(mb) << 20, TmpSizeBytes: uint64(mb) << 20}
 	}
 	s.NS = l.iso.namespaces(rs, l.profile, tmp, l.cfg.Dir, int64(s.Limits.TmpSizeBytes))
+	l.secretsMu.Lock()
 	if s.NS != nil && l.secrets != nil {
 		s.NS.Root.Mounts = append(s.NS.Root.Mounts, l.secrets.masks...)
 	}
+	l.secretsMu.Unlock()
 	s.Identity = l.iso.identity
 	// The filter leaves to the namespaces what they already close. With
 	// the minimal root, every mount but the write scope's and TMPDIR's is
@@ -533,6 +566,8 @@ func (s *server) Restart(ctx context.Context, paths []schema.CanonicalPath) erro
 	old := s.cur
 	s.restarting = true
 	s.mu.Unlock()
+	// The new root masks the secrets as they are now, not at launch.
+	s.l.rewalkSecrets()
 	// The old, wider tree is gone, all of it, before the narrower one starts.
 	if err := s.stop(old); err != nil {
 		s.mu.Lock()

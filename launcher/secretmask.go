@@ -25,13 +25,39 @@ const (
 // minimal root, and counts for the secrets layer (never a name).
 type secretMasks struct {
 	masks []sandbox.Mount
-	files int    // files matching a pattern
-	dirs  int    // directories matching a pattern
-	links int    // other hard links, inside the scope, to a file of a secret
-	bound string // the bound the walk hit ("entries", "depth", "masks"); "": it saw everything
+	files int // files matching a pattern
+	dirs  int // directories matching a pattern
+	links int // other hard links, inside the scope, to a file of a secret
+	kept  int // masks of an earlier walk this one did not find (keepMasks)
+	// unlisted: directories the walk may pass through but not list (an
+	// unprivileged launcher, mode 0311): the server could open a .env in
+	// one by its name, and the walk cannot tell what is there; masked whole.
+	unlisted int
+	bound    string // the bound the walk hit ("entries", "depth", "masks"); "": it saw everything
 }
 
-func (s *secretMasks) count() int { return s.files + s.dirs + s.links }
+func (s *secretMasks) count() int { return s.files + s.dirs + s.links + s.kept + s.unlisted }
+
+// keepMasks adds to s (a walk for a restart) the masks of the launch's
+// walk it did not find again: what the launch masked stays masked, even
+// when this walk stopped at a bound before reaching it (a server with a
+// write scope can fill the scope with entries before it is restarted).
+// An entry gone since is skipped when the root is made.
+func (s *secretMasks) keepMasks(launch *secretMasks) {
+	if launch == nil {
+		return
+	}
+	have := make(map[string]bool, len(s.masks))
+	for _, m := range s.masks {
+		have[m.Path] = true
+	}
+	for _, m := range launch.masks {
+		if !have[m.Path] {
+			s.masks = append(s.masks, m)
+			s.kept++
+		}
+	}
+}
 
 // secretWalk finds, below every path the scope grants, the entries that
 // match a secret pattern (the path relative to the scope path is matched:
@@ -110,8 +136,15 @@ type walker struct {
 	cand                    map[uint64]struct{}
 	secretPaths, otherPaths []string
 	seen                    map[string]bool // the scope's directories (one inside another is walked once)
-	comps                   []string        // the lowercased components below the scope path
-	buf                     [32 << 10]byte
+	// comps holds the lowercased components of the entry's absolute path:
+	// base of them are the scope path's own (a multi-component pattern may
+	// start above the scope path, as the proxy matches the absolute path;
+	// only a run ending at an entry below it is matched). tcomps are the
+	// same with trailing dots and spaces dropped, as the proxy also treats
+	// ".env." and ".ssh " as the secret they spell.
+	comps, tcomps []string
+	base          int
+	buf           [32 << 10]byte
 }
 
 func (w *walker) walk(scope *schema.CanonicalScope) {
@@ -121,10 +154,25 @@ func (w *walker) walk(scope *schema.CanonicalScope) {
 		}
 		fd, err := unix.Open(p.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			continue // gone or unreadable: the launch fails or the server cannot read it either
+			// Gone, or closed to the launcher's uid: the launch fails or
+			// the server cannot reach it either, unless it may still pass
+			// through it.
+			if w.unlistable(unix.AT_FDCWD, p.Path, err) && !w.maskUnlisted(p.Path) {
+				return
+			}
+			continue
 		}
-		w.comps = w.comps[:0]
-		w.dir(fd, p.Path, 0, false)
+		w.comps, w.tcomps, w.base = w.comps[:0], w.tcomps[:0], 0
+		trimmed := 0
+		for _, c := range strings.Split(strings.Trim(p.Path, "/"), "/") {
+			lc, tc := lowerTrim(c)
+			w.comps, w.tcomps = append(w.comps, lc), append(w.tcomps, tc)
+			if tc != lc {
+				trimmed++
+			}
+		}
+		w.base = len(w.comps)
+		w.dir(fd, p.Path, 0, false, trimmed)
 		unix.Close(fd)
 		if w.out.bound != "" {
 			return
@@ -147,10 +195,22 @@ func reliableDIno(fd int) bool {
 	return false
 }
 
+// lowerTrim is a name as the patterns are matched: lowercased, and also
+// without its trailing dots and spaces (the name itself when only those).
+func lowerTrim(name string) (lower, trimmed string) {
+	lower = strings.ToLower(name)
+	trimmed = strings.TrimRight(lower, ". ")
+	if trimmed == "" {
+		trimmed = lower
+	}
+	return lower, trimmed
+}
+
 // dir walks the directory open as fd, at path abs, depth levels below its
 // scope path (w.comps holds their names); under says it lies inside a
-// secret already masked.
-func (w *walker) dir(fd int, abs string, depth int, under bool) {
+// secret already masked; trimmed counts the components of abs that
+// trailing dots or spaces change.
+func (w *walker) dir(fd int, abs string, depth int, under bool, trimmed int) {
 	if depth >= secretWalkDepth {
 		w.out.bound = "depth"
 		return
@@ -158,8 +218,9 @@ func (w *walker) dir(fd int, abs string, depth int, under bool) {
 	second := w.cand != nil
 	reliable := reliableDIno(fd)
 	type sub struct {
-		name   string
-		secret bool
+		name    string
+		secret  bool
+		trimmed int
 	}
 	var subs []sub
 	buf := w.buf[:]
@@ -191,10 +252,15 @@ func (w *walker) dir(fd int, abs string, depth int, under bool) {
 				typ = dtOf(st.Mode)
 				ino = st.Ino
 			}
-			secret := false
+			secret, tr := false, trimmed
 			if !under && typ != unix.DT_LNK {
-				w.comps = append(w.comps[:depth], strings.ToLower(name))
-				secret = w.secrets.MatchLast(w.comps) && !w.unmask.MatchLast(w.comps)
+				lc, tc := lowerTrim(name)
+				if tc != lc {
+					tr++
+				}
+				n := w.base + depth
+				w.comps, w.tcomps = append(w.comps[:n], lc), append(w.tcomps[:n], tc)
+				secret = w.secret(w.comps) || (tr > 0 && w.secret(w.tcomps))
 			}
 			switch typ {
 			case unix.DT_DIR:
@@ -207,7 +273,7 @@ func (w *walker) dir(fd int, abs string, depth int, under bool) {
 					}
 					w.out.dirs++
 				}
-				subs = append(subs, sub{name, secret})
+				subs = append(subs, sub{name, secret, tr})
 			case unix.DT_LNK:
 				// Not followed: a target inside the scope is checked where it is.
 			default:
@@ -242,15 +308,45 @@ func (w *walker) dir(fd int, abs string, depth int, under bool) {
 	for _, s := range subs {
 		cfd, err := unix.Openat(fd, s.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			continue // unreadable here: not readable by the server either
+			// Closed to the launcher's uid: closed to the server too,
+			// unless it may still pass through it.
+			if !second && !under && !s.secret && w.unlistable(fd, s.name, err) && !w.maskUnlisted(abs+"/"+s.name) {
+				return
+			}
+			continue
 		}
-		w.comps = append(w.comps[:depth], strings.ToLower(s.name))
-		w.dir(cfd, abs+"/"+s.name, depth+1, under || s.secret)
+		lc, tc := lowerTrim(s.name)
+		n := w.base + depth
+		w.comps, w.tcomps = append(w.comps[:n], lc), append(w.tcomps[:n], tc)
+		w.dir(cfd, abs+"/"+s.name, depth+1, under || s.secret, s.trimmed)
 		unix.Close(cfd)
 		if w.out.bound != "" {
 			return
 		}
 	}
+}
+
+// unlistable: opening the directory name (at dirfd) for listing failed
+// with err, and yet the launcher's uid (the server's, unprivileged) may
+// search it: the server could open an entry in it by its name.
+func (w *walker) unlistable(dirfd int, name string, err error) bool {
+	return w.cand == nil && err == unix.EACCES && unix.Faccessat(dirfd, name, unix.X_OK, unix.AT_EACCESS) == nil
+}
+
+// maskUnlisted masks a directory the walk could not list; false when the
+// bound on masks is hit.
+func (w *walker) maskUnlisted(abs string) bool {
+	if !w.mask(abs, true) {
+		return false
+	}
+	w.out.unlisted++
+	return true
+}
+
+// secret: comps (the entry's, lowercased, from /) end with a secret that
+// no unmask pattern names.
+func (w *walker) secret(comps []string) bool {
+	return w.secrets.MatchLast(comps) && !w.unmask.MatchLast(comps)
 }
 
 // mask adds the mask of abs; false when the bound on masks is hit.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -38,6 +39,7 @@ func TestSecretWalk(t *testing.T) {
 		files  []string
 		links  map[string]string // existing -> new hard link
 		unmask []string
+		scope  string // the scope path, relative ("": the root)
 		limit  int
 		want   []string // masked, relative; "/" suffix: a directory
 		bound  string
@@ -53,6 +55,15 @@ func TestSecretWalk(t *testing.T) {
 		{name: "hard link to a file inside a secret directory", files: []string{".ssh/k"}, links: map[string]string{".ssh/k": "d/notes.md"}, want: []string{".ssh/", "d/notes.md"}},
 		{name: "hard links between harmless files stay", files: []string{"a.txt"}, links: map[string]string{"a.txt": "b.txt"}},
 		{name: "unmask", files: []string{".git/HEAD", ".env"}, unmask: []string{".git"}, want: []string{".env"}},
+		// The proxy matches the absolute path: a multi-component pattern
+		// may start above the scope path (the scope is .config, or /etc).
+		{name: "a multi-component pattern across the scope path", files: []string{".config/gcloud/token", ".config/ok"}, scope: ".config", want: []string{".config/gcloud/"}},
+		{name: "etc/shadow with the scope at etc", files: []string{"etc/shadow", "etc/hosts"}, scope: "etc", want: []string{"etc/shadow"}},
+		{name: "the scope path's own components are not matched alone", files: []string{"credentials/x.txt", "credentials/.env"}, scope: "credentials", want: []string{"credentials/.env"}},
+		// The proxy refuses ".env." and ".ssh " as the secret they spell.
+		{name: "trailing dots and spaces", files: []string{".env.", "id_rsa ", ".ssh. /k", "a.txt.", ".config./gcloud /t", "..."},
+			want: []string{".config./gcloud /", ".env.", ".ssh. /", "id_rsa "}},
+		{name: "unmask covers the trimmed spelling", files: []string{".git./HEAD"}, unmask: []string{".git"}},
 		{name: "entry bound", files: []string{"a", "b", "c", "d/.env", "e"}, limit: 3, bound: "entries"},
 	}
 	for _, tt := range tests {
@@ -70,7 +81,7 @@ func TestSecretWalk(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			scope := &schema.CanonicalScope{AllowedPaths: []schema.CanonicalPath{{Path: root, Kind: schema.KindDir}}}
+			scope := &schema.CanonicalScope{AllowedPaths: []schema.CanonicalPath{{Path: filepath.Join(root, tt.scope), Kind: schema.KindDir}}}
 			m := secretWalk(scope, schema.DefaultSecrets, unmask, tt.limit)
 			var got []string
 			for _, mk := range m.masks {
@@ -114,6 +125,26 @@ func TestSecretWalkScopeItself(t *testing.T) {
 	m := secretWalk(scope, schema.DefaultSecrets, noUnmask, 0)
 	if len(m.masks) != 0 || m.bound != "depth" {
 		t.Errorf("masks %+v bound %q, want none and depth", m.masks, m.bound)
+	}
+}
+
+// TestSecretKeepMasks: a restart's walk keeps every mask of the launch's
+// it did not find again (it stopped at a bound the server filled, or the
+// entry is gone: then the root skips it), once each, and counts them.
+func TestSecretKeepMasks(t *testing.T) {
+	launch := &secretMasks{files: 2, masks: []sandbox.Mount{{Path: "/s/.env", Mask: true}, {Path: "/s/k.pem", Mask: true}}}
+	now := &secretMasks{files: 1, bound: "entries", masks: []sandbox.Mount{{Path: "/s/.env", Mask: true}}}
+	now.keepMasks(launch)
+	var got []string
+	for _, m := range now.masks {
+		got = append(got, m.Path)
+	}
+	if strings.Join(got, " ") != "/s/.env /s/k.pem" || now.count() != 2 || now.kept != 1 {
+		t.Errorf("masks %v count %d kept %d, want /s/.env /s/k.pem, 2, 1", got, now.count(), now.kept)
+	}
+	now.keepMasks(nil)
+	if len(now.masks) != 2 {
+		t.Errorf("keepMasks(nil) changed the masks: %v", now.masks)
 	}
 }
 

@@ -27,6 +27,45 @@ type Client struct {
 	timeout time.Duration
 	mu      sync.Mutex
 	nextID  int
+	// roots, when set (SetRoots before Initialize): the client declares
+	// the roots capability and answers roots/list with these file URIs.
+	roots []string
+}
+
+// SetRoots sets the client's roots (absolute paths). Before Initialize it
+// makes the client declare the roots capability; after it, the client
+// sends notifications/roots/list_changed. The server's roots/list requests
+// are answered while a Call waits.
+func (c *Client) SetRoots(paths []string) error {
+	c.mu.Lock()
+	first := c.roots == nil
+	c.roots = []string{}
+	for _, p := range paths {
+		c.roots = append(c.roots, "file://"+p)
+	}
+	initialized := c.nextID > 0
+	c.mu.Unlock()
+	if first || !initialized {
+		return nil
+	}
+	return c.Notify("notifications/roots/list_changed")
+}
+
+// answer answers a request of the server: roots/list when the client has
+// roots, an error otherwise.
+func (c *Client) answer(id any, method string) {
+	c.mu.Lock()
+	roots := c.roots
+	c.mu.Unlock()
+	if method == "roots/list" && roots != nil {
+		list := []map[string]any{}
+		for _, r := range roots {
+			list = append(list, map[string]any{"uri": r})
+		}
+		_ = c.send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"roots": list}})
+		return
+	}
+	_ = c.send(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": -32601, "message": "not supported by the test client"}})
 }
 
 // Start runs cmd (its Stdin and Stdout must be unset) and returns a client
@@ -66,8 +105,9 @@ type Response struct {
 }
 
 // Call sends a request and waits for its answer, skipping notifications and
-// requests from the server (they are answered with an error, as a client
-// without those capabilities does).
+// answering requests from the server (roots/list with the client's roots,
+// when set; anything else with an error, as a client without those
+// capabilities does).
 func (c *Client) Call(method string, params any) (*Response, error) {
 	c.mu.Lock()
 	c.nextID++
@@ -92,7 +132,7 @@ func (c *Client) Call(method string, params any) (*Response, error) {
 			}
 			if msg.Method != "" {
 				if msg.ID != nil {
-					_ = c.send(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "error": map[string]any{"code": -32601, "message": "not supported by the test client"}})
+					c.answer(msg.ID, msg.Method)
 				}
 				continue
 			}
@@ -128,7 +168,13 @@ func (c *Client) send(msg any) error {
 
 // Initialize runs the handshake and returns the server's name.
 func (c *Client) Initialize() (string, error) {
-	r, err := c.Call("initialize", map[string]any{"protocolVersion": ProtocolVersion, "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "mcpwarden-test", "version": "1"}})
+	caps := map[string]any{}
+	c.mu.Lock()
+	if c.roots != nil {
+		caps["roots"] = map[string]any{"listChanged": true}
+	}
+	c.mu.Unlock()
+	r, err := c.Call("initialize", map[string]any{"protocolVersion": ProtocolVersion, "capabilities": caps, "clientInfo": map[string]any{"name": "mcpwarden-test", "version": "1"}})
 	if err != nil {
 		return "", err
 	}
