@@ -113,8 +113,23 @@ func testFenceSecretsMasked(t *testing.T, noNS bool) {
 		fenceCase{name: "list below it", req: map[string]any{"op": "readdir", "path": in(".ssh/inner")}, errno: masked, exact: true},
 		fenceCase{name: "the workspace still lists", req: map[string]any{"op": "readdir", "path": w.allowed}, wantOK: true},
 		fenceCase{name: "a new file still works", req: map[string]any{"op": "write", "path": in("new.txt"), "data": "n"}, wantOK: true},
+		// Around the mask: unmount it, clone its directory without the
+		// mounts below (open_tree without AT_RECURSIVE), ".." from a
+		// directory below, an O_PATH descriptor re-opened through
+		// /proc/self/fd, a reflink of it.
+		fenceCase{name: "umount2 the mask", req: map[string]any{"op": "umount_path", "path": in(".env")}, errno: []string{"EPERM"}, exact: true},
+		fenceCase{name: "open_tree its directory", req: map[string]any{"op": "open_tree_path", "path": in(".env")}, errno: []string{"EPERM"}, exact: true},
+		fenceCase{name: "dot-dot from below", req: map[string]any{"op": "dotdot_read", "path": in("src"), "name": ".env"}, errno: masked, exact: true},
+		fenceCase{name: "O_PATH then /proc/self/fd", req: map[string]any{"op": "procfd_reopen", "path": in(".env")}, errno: masked, exact: true},
+		fenceCase{name: "O_PATH then /proc/self/fd, inside .ssh", req: map[string]any{"op": "procfd_reopen", "path": in(".ssh/config")}, errno: masked, exact: true},
+		fenceCase{name: "FICLONE it", req: map[string]any{"op": "ficlone", "path": in(".env"), "to": in("clone.txt")}, errno: masked, exact: true},
 	)
 	runCases(t, s, cases)
+	// The server holds no capability (uid 0 of its own user namespace or
+	// not): nothing lets it pass a mode-000 mask or touch a mount.
+	if r := s.Do(map[string]any{"op": "read", "path": "/proc/self/status"}); !r.OK || !strings.Contains(r.Data, "CapEff:\t0000000000000000") || !strings.Contains(r.Data, "CapPrm:\t0000000000000000") {
+		t.Errorf("the server's capabilities: %+v", r)
+	}
 	if r := s.Do(map[string]any{"op": "readdir", "path": w.allowed}); !r.OK || !strings.Contains(r.Data, ".env") || strings.Contains(r.Data, "mcpwarden") {
 		t.Errorf("the workspace's listing: %+v", r)
 	}

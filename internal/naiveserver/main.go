@@ -82,7 +82,7 @@ type op func(Request) (string, error)
 
 // attackOps are the ops of the hostile-server tests, one map per attack
 // class, each in its own file (ops_*.go), so that classes grow apart.
-var attackOps = mergeOps(netOps, procOps, metaOps, execOps, lifeOps, nsOps, fileOps, fileMetaOps, pidfdOps, abstractOps, signalOps, surfaceOps, fsIoctlOps, modeOps, uringOps)
+var attackOps = mergeOps(netOps, procOps, metaOps, execOps, lifeOps, nsOps, fileOps, fileMetaOps, pidfdOps, abstractOps, signalOps, surfaceOps, fsIoctlOps, modeOps, uringOps, maskOps)
 
 func mergeOps(sets ...map[string]op) map[string]op {
 	all := map[string]op{}
