@@ -1,6 +1,8 @@
 package launcher_test
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -238,5 +241,54 @@ func testFenceSecretsAsTheProxyMatches(t *testing.T, noNS bool) {
 	ly := layerOf(launchLayers(t, log)[0], schema.LayerSecrets)
 	if ly.State != schema.LayerOn || ly.Reason != "masked=6" {
 		t.Errorf("secrets layer %+v, want on masked=6", ly)
+	}
+}
+
+// TestFenceSecretsRestartKeepsLaunchMasks: a server with a write scope
+// fills the scope past the walk's entry bound, then is restarted: the
+// restart's walk stops before it reaches the .env the launch masked, and
+// the new root must still mask it (the launch's masks are kept); the run
+// warns that the walk stopped at a bound. Fails when a restart's walk
+// replaces the launch's masks instead of adding to them.
+func TestFenceSecretsRestartKeepsLaunchMasks(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	base := filepath.Join(t.TempDir(), "base")
+	ws := filepath.Join(base, "allowed")
+	env := filepath.Join(ws, "z", ".env")
+	testenv.WriteFiles(t, map[string]string{env: "ENV-SECRET-42", filepath.Join(ws, "plain.txt"): "plain"})
+	scope := canonicalScope(t, base, map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	cfg, _, _ := inProcessConfig(t, scope, []string{b.Naive})
+	cfg.SecretWalkLimit = 10
+	stderr := &testenv.LockedBuffer{}
+	cfg.Stderr = stderr
+	cfg.Mediator = &scripted{t: t, steps: func(ask func(map[string]any) fencetest.Response, up launcher.Upstream) {
+		if r := ask(map[string]any{"op": "read", "path": env}); r.OK || r.Errno != "EACCES" {
+			t.Fatalf("at launch: %+v, want the .env masked (EACCES)", r)
+		}
+		for i := 0; i < 20; i++ {
+			if r := ask(map[string]any{"op": "write", "path": filepath.Join(ws, fmt.Sprintf("f%02d", i)), "data": "x"}); !r.OK {
+				t.Fatalf("write in the scope: %+v", r)
+			}
+		}
+		if err := up.Restart(context.Background(), []schema.CanonicalPath{{Path: ws, Kind: schema.KindDir}}); err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+		if r := ask(map[string]any{"op": "read", "path": env}); r.OK || r.Errno != "EACCES" {
+			t.Errorf("after the restart whose walk stopped at its bound: %+v: ESCAPE, want the launch's mask kept (EACCES)", r)
+		}
+		if r := ask(map[string]any{"op": "read", "path": filepath.Join(ws, "plain.txt")}); !r.OK || r.Data != "plain" {
+			t.Errorf("a plain file after the restart: %+v", r)
+		}
+	}}
+	l, err := launcher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background()); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "stopped at a bound (walk_bound_entries") {
+		t.Errorf("no warning that the restart's walk stopped at its bound: %s", stderr.String())
 	}
 }
