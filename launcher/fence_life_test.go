@@ -708,3 +708,64 @@ func inProcessGroup(pgid int) []int {
 	}
 	return out
 }
+
+// TestLifeOrphansReapedDuringTheRun: without a pid namespace and without
+// a cgroup, each process a fork hopper leaves behind is re-parented to the
+// launcher (the run's child subreaper) and, once it exits, stays there as
+// a zombie until the run ends: one pid per hop, with nothing to bound them
+// (uid 0 is exempt from RLIMIT_NPROC). A clean-clone CI run of
+// TestLifeForkHopperEndsWithTheRun took every pid of this host so (32,300
+// zombies). The launcher must reap them while the run lives. Fails on the
+// code before (every hop stays a zombie child of the launcher).
+func TestLifeOrphansReapedDuringTheRun(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: true, ExtraArgs: []string{"--cgroup=false"}})
+	server := pidOf(t, fencetest.Response{OK: true, Data: strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)[0]})
+	const hops = 2000
+	if r := s.Do(map[string]any{"op": "forkhop", "n": hops}); !r.OK {
+		t.Fatalf("forkhop: %+v", r)
+	}
+	// The hopper ends after its hops; its processes, alive or zombies, are
+	// the launcher's children in the server's session until reaped.
+	orphans := func() (live, zombies int) {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.Cmd.Process.Pid))
+		for _, task := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", s.Cmd.Process.Pid, task.Name()))
+			for _, c := range strings.Fields(string(b)) {
+				st, err := os.ReadFile("/proc/" + c + "/stat")
+				i := strings.LastIndexByte(string(st), ')')
+				if err != nil || i < 0 || c == strconv.Itoa(server) {
+					continue
+				}
+				f := strings.Fields(string(st[i+1:]))
+				if len(f) < 4 || f[3] != strconv.Itoa(server) {
+					continue
+				}
+				if f[0] == "Z" {
+					zombies++
+				} else {
+					live++
+				}
+			}
+		}
+		return live, zombies
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	live, zombies := orphans()
+	for (live > 0 || zombies > 0) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		live, zombies = orphans()
+	}
+	if zombies > 0 || live > 0 {
+		t.Errorf("while the run lives, %d zombies (and %d live processes) of the server's orphans are the launcher's children, want them reaped", zombies, live)
+	}
+	if r := s.Do(map[string]any{"op": "ping"}); !r.OK {
+		t.Errorf("the server after the hops: %+v", r)
+	}
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+}

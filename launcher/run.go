@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -211,7 +212,12 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		return err
 	}
 	srv.cur = p
+	stopReaping := make(chan struct{})
+	reaped := make(chan struct{})
+	go func() { defer close(reaped); srv.reapOrphans(stopReaping) }()
 	code, reason, auditErr := srv.supervise(ctx)
+	close(stopReaping)
+	<-reaped
 	l.reportLimitHits(lf.stats())
 	// Nothing of the run is left (supervise killed its cgroup): the temp
 	// dir, the cgroup and the watcher go while the exit record is written
@@ -1166,6 +1172,38 @@ func killSession(sid int) {
 	}
 }
 
+// reapOrphans reaps, while the run lives, the server's orphans that
+// exited: the launcher is their subreaper (see Run), and without a pid
+// namespace of the run each one stays the launcher's zombie until the run
+// ends, one per fork-and-exit. Without a cgroup nothing bounds them (uid 0
+// is exempt from RLIMIT_NPROC), and a server that forks and exits over and
+// over would take every pid of the host. On each SIGCHLD, the launcher's
+// zombie children in the current server's session are reaped; the session
+// leader (the helper, reaped by its exec.Cmd) never is here.
+func (s *server) reapOrphans(stop <-chan struct{}) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGCHLD)
+	defer signal.Stop(ch)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ch:
+		}
+		s.mu.Lock()
+		leader := s.cur.cmd.Process.Pid
+		s.mu.Unlock()
+		for _, child := range childrenOf("self") {
+			if child == leader {
+				continue
+			}
+			if sid, zombie, ok := sessionStateOf(child); ok && zombie && sid == leader {
+				_, _ = syscall.Wait4(child, nil, syscall.WNOHANG, nil)
+			}
+		}
+	}
+}
+
 // childrenOf lists the children of a process (all its threads').
 func childrenOf(pid string) []int {
 	tasks, err := os.ReadDir("/proc/" + pid + "/task")
@@ -1198,25 +1236,32 @@ func descendants(pid int) []int {
 
 // sessionOf reads the session id from /proc/PID/stat.
 func sessionOf(pid int) (int, bool) {
+	sid, _, ok := sessionStateOf(pid)
+	return sid, ok
+}
+
+// sessionStateOf reads the session id and whether the process is a zombie
+// from /proc/PID/stat.
+func sessionStateOf(pid int) (int, bool, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, false
+		return 0, false, false
 	}
 	// The command name (field 2) may contain spaces and parentheses; the
 	// fields after its last ')' are: state ppid pgrp session ...
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, false
+		return 0, false, false
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 4 {
-		return 0, false
+		return 0, false, false
 	}
 	// A "Z" leader may be a process whose main thread exited while its
 	// other threads run on: it is a victim like any other (a SIGKILL to a
-	// real zombie does nothing).
+	// real zombie does nothing), and a wait for it returns nothing yet.
 	sid, err := strconv.Atoi(f[3])
-	return sid, err == nil
+	return sid, f[0] == "Z", err == nil
 }
 
 // eofReader closes eof when r reports io.EOF (the client went away).
