@@ -125,19 +125,22 @@ func (s *Secrets) Match(p string) bool {
 	}
 	for _, pat := range s.patterns {
 		for i := 0; i+len(pat) <= len(comps); i++ {
-			ok := true
-			for j, m := range pat {
-				if !m.match(comps[i+j]) {
-					ok = false
-					break
-				}
-			}
-			if ok {
+			if matchRun(pat, comps[i:]) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// matchRun reports whether pat matches the first len(pat) of comps.
+func matchRun(pat []matcher, comps []string) bool {
+	for j, m := range pat {
+		if !m.match(comps[j]) {
+			return false
+		}
+	}
+	return true
 }
 
 // MatchLast reports whether some pattern matches a run of comps that ends
@@ -154,18 +157,7 @@ func (s *Secrets) MatchLast(comps []string) bool {
 		return true
 	}
 	for _, pat := range s.patterns {
-		i := n - len(pat)
-		if i < 0 {
-			continue
-		}
-		ok := true
-		for j, m := range pat {
-			if !m.match(comps[i+j]) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if i := n - len(pat); i >= 0 && matchRun(pat, comps[i:]) {
 			return true
 		}
 	}
