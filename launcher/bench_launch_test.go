@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,35 +117,22 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 		cmd.Dir = base
 		return cmd
 	}
-	times := map[string][]time.Duration{}
-	i := 0
-	for b.Loop() {
-		for k := range kinds {
-			kind := kinds[(i+k)%len(kinds)]
-			times[kind] = append(times[kind], firstInitialize(b, command(kind)))
-		}
-		i++
-	}
-	median := func(d []time.Duration) float64 {
-		s := slices.Clone(d)
-		slices.Sort(s)
-		return float64(s[len(s)/2].Microseconds()) / 1000
-	}
-	direct := median(times["direct"])
+	times := alternateLaunches(b, kinds, command)
+	direct := medianMs(times["direct"])
 	b.ReportMetric(direct, "direct-ms")
-	b.ReportMetric(median(times["mcpwarden"]), "mcpwarden-ms")
-	b.ReportMetric(median(times["mcpwarden"])-direct, "mcpwarden-added-ms")
-	summary := fmt.Sprintf("medians over %d alternating launches: direct %.2f ms, mcpwarden %.2f ms (+%.2f)", len(times["direct"]), direct, median(times["mcpwarden"]), median(times["mcpwarden"])-direct)
+	b.ReportMetric(medianMs(times["mcpwarden"]), "mcpwarden-ms")
+	b.ReportMetric(medianMs(times["mcpwarden"])-direct, "mcpwarden-added-ms")
+	summary := fmt.Sprintf("medians over %d alternating launches: direct %.2f ms, mcpwarden %.2f ms (+%.2f)", len(times["direct"]), direct, medianMs(times["mcpwarden"]), medianMs(times["mcpwarden"])-direct)
 	if landrun != "" {
-		b.ReportMetric(median(times["landrun"]), "landrun-ms")
-		b.ReportMetric(median(times["landrun"])-direct, "landrun-added-ms")
-		b.ReportMetric(median(times["mcpwarden"])-median(times["landrun"]), "over-landrun-ms")
+		b.ReportMetric(medianMs(times["landrun"]), "landrun-ms")
+		b.ReportMetric(medianMs(times["landrun"])-direct, "landrun-added-ms")
+		b.ReportMetric(medianMs(times["mcpwarden"])-medianMs(times["landrun"]), "over-landrun-ms")
 		summary += fmt.Sprintf(", landrun %.2f ms (+%.2f); mcpwarden adds %.2f ms more than landrun (target: at most 1)",
-			median(times["landrun"]), median(times["landrun"])-direct, median(times["mcpwarden"])-median(times["landrun"]))
+			medianMs(times["landrun"]), medianMs(times["landrun"])-direct, medianMs(times["mcpwarden"])-medianMs(times["landrun"]))
 	}
 	if old != "" {
-		b.ReportMetric(median(times["mcpwarden-old"])-direct, "old-added-ms")
-		summary += fmt.Sprintf("; %s adds %.2f ms", old, median(times["mcpwarden-old"])-direct)
+		b.ReportMetric(medianMs(times["mcpwarden-old"])-direct, "old-added-ms")
+		summary += fmt.Sprintf("; %s adds %.2f ms", old, medianMs(times["mcpwarden-old"])-direct)
 	}
 	b.Log(summary)
 }
@@ -204,6 +190,18 @@ func BenchmarkLaunchSecretWalk(b *testing.B) {
 		cmd.Dir = base
 		return cmd
 	}
+	times := alternateLaunches(b, kinds, command)
+	for _, k := range kinds {
+		b.ReportMetric(medianMs(times[k]), k+"-ms")
+	}
+	b.ReportMetric(medianMs(times["new-small"])-medianMs(times["old-small"]), "small-added-ms")
+	b.ReportMetric(medianMs(times["new-50k"])-medianMs(times["old-50k"]), "50k-added-ms")
+}
+
+// alternateLaunches times the first initialize answer of each kind's
+// command once per benchmark iteration, starting each round with the next
+// kind, so that the kinds take turns at every position.
+func alternateLaunches(b *testing.B, kinds []string, command func(kind string) *exec.Cmd) map[string][]time.Duration {
 	times := map[string][]time.Duration{}
 	i := 0
 	for b.Loop() {
@@ -213,14 +211,10 @@ func BenchmarkLaunchSecretWalk(b *testing.B) {
 		}
 		i++
 	}
-	median := func(d []time.Duration) float64 {
-		s := slices.Clone(d)
-		slices.Sort(s)
-		return float64(s[len(s)/2].Microseconds()) / 1000
-	}
-	for _, k := range kinds {
-		b.ReportMetric(median(times[k]), k+"-ms")
-	}
-	b.ReportMetric(median(times["new-small"])-median(times["old-small"]), "small-added-ms")
-	b.ReportMetric(median(times["new-50k"])-median(times["old-50k"]), "50k-added-ms")
+	return times
+}
+
+// medianMs is the median of d in milliseconds.
+func medianMs(d []time.Duration) float64 {
+	return float64(median(d).Microseconds()) / 1000
 }
