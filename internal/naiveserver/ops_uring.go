@@ -16,35 +16,17 @@ var uringOps = map[string]op{
 	// socket(AF_VSOCK)) connected with IORING_OP_CONNECT to context N
 	// (2: the hypervisor's host), port Flags.
 	"uring_vsock_connect": func(r Request) (string, error) {
-		res, err := uringOne(func(sqe []byte) {
-			sqe[0] = 45 // IORING_OP_SOCKET
-			binary.LittleEndian.PutUint32(sqe[4:], unix.AF_VSOCK)
-			binary.LittleEndian.PutUint64(sqe[8:], unix.SOCK_STREAM)
-		})
+		s, err := uringSocket(unix.AF_VSOCK)
 		if err != nil {
 			return "", err
 		}
-		if res < 0 {
-			return "", unix.Errno(-res)
-		}
-		s := int(res)
 		defer unix.Close(s)
 		var sa [16]byte // struct sockaddr_vm
 		binary.LittleEndian.PutUint16(sa[0:], unix.AF_VSOCK)
 		binary.LittleEndian.PutUint32(sa[4:], uint32(r.Flags))
 		binary.LittleEndian.PutUint32(sa[8:], uint32(r.N))
-		res, err = uringOne(func(sqe []byte) {
-			sqe[0] = 16 // IORING_OP_CONNECT
-			binary.LittleEndian.PutUint32(sqe[4:], uint32(s))
-			binary.LittleEndian.PutUint64(sqe[8:], uint64(len(sa)))
-			binary.LittleEndian.PutUint64(sqe[16:], uint64(uintptr(unsafe.Pointer(&sa[0]))))
-		})
-		runtime.KeepAlive(&sa)
-		if err != nil {
+		if err := uringConnect(s, sa[:]); err != nil {
 			return "", err
-		}
-		if res < 0 {
-			return "", unix.Errno(-res)
 		}
 		return "connected", nil
 	},
@@ -68,18 +50,8 @@ var uringOps = map[string]op{
 		binary.LittleEndian.PutUint16(sa[0:], unix.AF_INET)
 		binary.BigEndian.PutUint16(sa[2:], uint16(ta.Port))
 		copy(sa[4:8], ta.IP.To4())
-		res, err := uringOne(func(sqe []byte) {
-			sqe[0] = 16 // IORING_OP_CONNECT
-			binary.LittleEndian.PutUint32(sqe[4:], uint32(s))
-			binary.LittleEndian.PutUint64(sqe[8:], uint64(len(sa))) // addr2: the address's length
-			binary.LittleEndian.PutUint64(sqe[16:], uint64(uintptr(unsafe.Pointer(&sa[0]))))
-		})
-		runtime.KeepAlive(&sa)
-		if err != nil {
+		if err := uringConnect(s, sa[:]); err != nil {
 			return "", err
-		}
-		if res < 0 {
-			return "", unix.Errno(-res)
 		}
 		return "", nil
 	},
@@ -90,35 +62,16 @@ var uringOps = map[string]op{
 // socket(AF_UNIX)), IORING_OP_CONNECT connects it; then it writes data
 // with write(2) and returns what it reads back.
 func uringUnixConnect(path, data string) (string, error) {
-	res, err := uringOne(func(sqe []byte) {
-		sqe[0] = 45                                              // IORING_OP_SOCKET
-		binary.LittleEndian.PutUint32(sqe[4:], unix.AF_UNIX)     // domain
-		binary.LittleEndian.PutUint64(sqe[8:], unix.SOCK_STREAM) // type (off)
-		binary.LittleEndian.PutUint32(sqe[24:], 0)               // protocol (len)
-	})
+	s, err := uringSocket(unix.AF_UNIX)
 	if err != nil {
 		return "", err
 	}
-	if res < 0 {
-		return "", unix.Errno(-res)
-	}
-	s := int(res)
 	defer unix.Close(s)
 	var sa [110]byte // struct sockaddr_un
 	binary.LittleEndian.PutUint16(sa[0:], unix.AF_UNIX)
 	copy(sa[2:], path)
-	res, err = uringOne(func(sqe []byte) {
-		sqe[0] = 16 // IORING_OP_CONNECT
-		binary.LittleEndian.PutUint32(sqe[4:], uint32(s))
-		binary.LittleEndian.PutUint64(sqe[8:], uint64(2+len(path)+1))
-		binary.LittleEndian.PutUint64(sqe[16:], uint64(uintptr(unsafe.Pointer(&sa[0]))))
-	})
-	runtime.KeepAlive(&sa)
-	if err != nil {
+	if err := uringConnect(s, sa[:min(2+len(path)+1, len(sa))]); err != nil {
 		return "", err
-	}
-	if res < 0 {
-		return "", unix.Errno(-res)
 	}
 	if _, err := unix.Write(s, []byte(data)); err != nil {
 		return "", err
@@ -129,6 +82,42 @@ func uringUnixConnect(path, data string) (string, error) {
 		return "", err
 	}
 	return string(buf[:n]), nil
+}
+
+// uringSocket makes a stream socket of domain with IORING_OP_SOCKET (the
+// filter refuses socket() for AF_UNIX and AF_VSOCK).
+func uringSocket(domain int) (int, error) {
+	res, err := uringOne(func(sqe []byte) {
+		sqe[0] = 45                                              // IORING_OP_SOCKET
+		binary.LittleEndian.PutUint32(sqe[4:], uint32(domain))   // domain
+		binary.LittleEndian.PutUint64(sqe[8:], unix.SOCK_STREAM) // type (off); protocol 0 (len)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if res < 0 {
+		return 0, unix.Errno(-res)
+	}
+	return int(res), nil
+}
+
+// uringConnect connects s to the address sa (its bytes are its length)
+// with IORING_OP_CONNECT.
+func uringConnect(s int, sa []byte) error {
+	res, err := uringOne(func(sqe []byte) {
+		sqe[0] = 16 // IORING_OP_CONNECT
+		binary.LittleEndian.PutUint32(sqe[4:], uint32(s))
+		binary.LittleEndian.PutUint64(sqe[8:], uint64(len(sa))) // addr2: the address's length
+		binary.LittleEndian.PutUint64(sqe[16:], uint64(uintptr(unsafe.Pointer(&sa[0]))))
+	})
+	runtime.KeepAlive(sa)
+	if err != nil {
+		return err
+	}
+	if res < 0 {
+		return unix.Errno(-res)
+	}
+	return nil
 }
 
 // uringOne sets up a ring of one entry, lets fill write the submission
