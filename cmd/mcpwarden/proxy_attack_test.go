@@ -33,20 +33,7 @@ func TestRunDotDotAfterASymlink(t *testing.T) {
 	spelled := tr.WS + "/refs/../config"
 	call := func(argv ...string) (string, string, error) {
 		t.Helper()
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Dir = tr.Base
-		stderr := &testenv.LockedBuffer{}
-		cmd.Stderr = stderr
-		c, err := mcptest.Start(cmd, 60*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(20 * time.Second)
-		if _, err := c.Initialize(); err != nil {
-			t.Fatalf("initialize: %v\n%s", err, stderr.String())
-		}
-		text, err := c.CallTool("read_text_file", map[string]any{"path": spelled})
-		return text, stderr.String(), err
+		return callToolOnce(t, tr.Base, argv, "read_text_file", map[string]any{"path": spelled})
 	}
 	// The premise: the server itself reads the secret through the name.
 	if text, _, err := call(server); err != nil || text != "TOKEN-IN-GIT-CONFIG" {
@@ -76,20 +63,7 @@ func TestRunSearchPatternReachingSecret(t *testing.T) {
 	})
 	search := func(pattern string, argv ...string) (string, string, error) {
 		t.Helper()
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Dir = tr.Base
-		stderr := &testenv.LockedBuffer{}
-		cmd.Stderr = stderr
-		c, err := mcptest.Start(cmd, 60*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(20 * time.Second)
-		if _, err := c.Initialize(); err != nil {
-			t.Fatalf("initialize: %v\n%s", err, stderr.String())
-		}
-		text, err := c.CallTool("search_files", map[string]any{"path": tr.WS, "pattern": pattern})
-		return text, stderr.String(), err
+		return callToolOnce(t, tr.Base, argv, "search_files", map[string]any{"path": tr.WS, "pattern": pattern})
 	}
 	// The premise: the server lists the key.
 	if text, _, err := search("**/*.pem", node, fsServer, tr.WS); err != nil || !strings.Contains(text, "server.pem") {
@@ -103,4 +77,25 @@ func TestRunSearchPatternReachingSecret(t *testing.T) {
 	if text, stderr, err := search("**/*.md", run...); err != nil || !strings.Contains(text, "a.md") {
 		t.Fatalf("wrapped **/*.md: %q %v\n%s", text, err, stderr)
 	}
+}
+
+// callToolOnce starts argv in dir as an MCP server, initializes it, calls
+// tool with args once and returns the text, the server's stderr and the
+// call's error.
+func callToolOnce(t *testing.T, dir string, argv []string, tool string, args map[string]any) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	stderr := &testenv.LockedBuffer{}
+	cmd.Stderr = stderr
+	c, err := mcptest.Start(cmd, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(20 * time.Second)
+	if _, err := c.Initialize(); err != nil {
+		t.Fatalf("initialize: %v\n%s", err, stderr.String())
+	}
+	text, err := c.CallTool(tool, args)
+	return text, stderr.String(), err
 }
