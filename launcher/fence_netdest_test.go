@@ -44,6 +44,10 @@ func newLinkLocalNet(t *testing.T) *linkLocalNet {
 	ip("-n", n.name, "addr", "add", "fd00:ec2::254/128", "dev", "lo", "nodad")
 	ip("-n", n.name, "addr", "add", "100.100.100.200/32", "dev", "lo")
 	ip("-n", n.name, "addr", "add", "168.63.129.16/32", "dev", "lo")
+	ip("-n", n.name, "addr", "add", "192.0.0.192/32", "dev", "lo")
+	for _, a := range moreMetadata6 {
+		ip("-n", n.name, "addr", "add", a+"/128", "dev", "lo", "nodad")
+	}
 	ip("-n", n.name, "link", "set", "lo", "up")
 	// The listener is made on a thread that enters the namespace and is
 	// never given back (it ends with its goroutine).
@@ -77,6 +81,12 @@ func newLinkLocalNet(t *testing.T) *linkLocalNet {
 	return n
 }
 
+// moreMetadata6 are IPv6 metadata and credential addresses outside
+// fe80::/10 that the test network also listens on: AWS's EKS Pod Identity
+// agent, Google Cloud's, Oracle Cloud's, Scaleway's and Akamai/Linode's
+// metadata services, and the NAT64 form of 169.254.99.1.
+var moreMetadata6 = []string{"fd00:ec2::23", "fd20:ce::254", "fd00:c1::a9fe:a9fe", "fd00:42::42", "fd00:a9fe:a9fe::1", "64:ff9b::169.254.99.1"}
+
 // TestFenceNetworkGrantLinkLocal: a scope granting a TCP port does not
 // reach link-local destinations (the cloud metadata service's addresses
 // among them) on that port: the run's cgroup refuses them with EPERM,
@@ -99,7 +109,7 @@ func testFenceNetworkGrantLinkLocal(t *testing.T, noNS bool) {
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, AuditLog: log, NoNamespaces: noNS,
 		Wrapper: []string{"nsenter", "--net=" + filepath.Join("/run/netns", n.name)}})
 	eperm := []string{"EPERM"}
-	runCases(t, s, []fenceCase{
+	cases := []fenceCase{
 		{name: "loopback on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("127.0.0.1:%d", p)}, wantOK: true},
 		{name: "v6 loopback on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("[::1]:%d", p)}, wantOK: true},
 		{name: "169.254/16 on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("169.254.99.1:%d", p)}, errno: eperm, exact: true},
@@ -110,7 +120,14 @@ func testFenceNetworkGrantLinkLocal(t *testing.T, noNS bool) {
 		{name: "Azure's WireServer on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("168.63.129.16:%d", p)}, errno: eperm, exact: true},
 		{name: "UDP to 169.254/16", req: map[string]any{"op": "udp", "addr": fmt.Sprintf("169.254.99.1:%d", p)}, errno: eperm, exact: true},
 		{name: "UDP to fd00:ec2::254", req: map[string]any{"op": "udp", "addr": fmt.Sprintf("[fd00:ec2::254]:%d", p)}, errno: eperm, exact: true},
-	})
+		{name: "Oracle Cloud Classic's metadata address on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("192.0.0.192:%d", p)}, errno: eperm, exact: true},
+	}
+	for _, a := range moreMetadata6 {
+		cases = append(cases,
+			fenceCase{name: a + " on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("[%s]:%d", a, p)}, errno: eperm, exact: true},
+			fenceCase{name: "UDP to " + a, req: map[string]any{"op": "udp", "addr": fmt.Sprintf("[%s]:%d", a, p)}, errno: eperm, exact: true})
+	}
+	runCases(t, s, cases)
 	s.Close()
 	for _, rec := range launchLayers(t, log) {
 		if ly := layerOf(rec, schema.LayerNetNS); ly.State != schema.LayerDegraded || ly.Reason != "scope_grants_network,link_local_denied" {

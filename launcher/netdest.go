@@ -10,9 +10,10 @@ import (
 // The link-local destination filter (docs/launcher.md, "The destination
 // filter"): a run whose scope grants network has the host's network, and
 // Landlock checks only the port of a connect. The run's cgroup2 group then
-// carries BPF programs that refuse 169.254.0.0/16, fe80::/10 and
-// fd00:ec2::254 (the cloud metadata service), so a port grant does not
-// reach the instance's credentials. It is reported in the netns layer:
+// carries BPF programs that refuse 169.254.0.0/16, fe80::/10,
+// fd00:ec2::/32 and the other clouds' metadata addresses (the list is in
+// launcher/cgroup/netdest.go), so a port grant does not reach the
+// instance's credentials. It is reported in the netns layer:
 // degraded (the host's network, less link-local) when in force, off with
 // the reason when it could not be put in place.
 

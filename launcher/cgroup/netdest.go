@@ -12,11 +12,13 @@ import (
 // The link-local destination filter: four cgroup/sock_addr BPF programs
 // (connect4, connect6, sendmsg4, sendmsg6) attached to the run's cgroup2
 // group, which refuse (EPERM) a connect() or an unconnected UDP sendmsg()
-// to 169.254.0.0/16, fe80::/10, fd00:ec2::254 (the cloud instance metadata
-// service's addresses), 100.100.100.200 (Alibaba Cloud's), 168.63.129.16
-// but its port 53 (Azure's WireServer, also its DNS resolver) and their
-// IPv4-mapped forms (::ffff:169.254.0.0/112, ::ffff:100.100.100.200,
-// ::ffff:168.63.129.16).
+// to 169.254.0.0/16, fe80::/10, fd00:ec2::/32 (the cloud instance metadata
+// service's addresses, AWS's IPv6 service block), the IPv6 metadata
+// addresses of Google Cloud, Oracle Cloud, Scaleway and Akamai/Linode,
+// 100.100.100.200 (Alibaba Cloud's), 192.0.0.192 (Oracle Cloud Classic's),
+// 168.63.129.16 but its port 53 (Azure's WireServer, also its DNS
+// resolver), and the IPv4-mapped (::ffff:a.b.c.d) and NAT64
+// (64:ff9b::a.b.c.d) forms of those IPv4 addresses.
 // Everything else is left to Landlock's port rules. A run with a network
 // grant has the host's network; this takes the link-local part of it away.
 //
@@ -138,7 +140,7 @@ func be16(p uint16) int32 {
 
 // denyV4 jumps to deny when wreg, an IPv4 address read the host's way,
 // is refused: 169.254.0.0/16, 100.100.100.200 (Alibaba Cloud's metadata
-// service), or 168.63.129.16 (Azure's WireServer: the VM agent's goal
+// service), 192.0.0.192 (Oracle Cloud Classic's), or 168.63.129.16 (Azure's WireServer: the VM agent's goal
 // state, extension settings and certificates on ports 80 and 32526) on
 // any port but 53 (it is also Azure's DNS resolver, which a host's
 // resolv.conf may name). It uses r4 and r5.
@@ -147,6 +149,7 @@ func (a *asm) denyV4(reg uint8) {
 	a.and32(4, be32(0xff, 0xff, 0, 0))
 	a.jmp32(bpfJEQ, 4, be32(169, 254, 0, 0), "deny")
 	a.jmp32(bpfJEQ, reg, be32(100, 100, 100, 200), "deny")
+	a.jmp32(bpfJEQ, reg, be32(192, 0, 0, 192), "deny")
 	a.jmp32(bpfJNE, reg, be32(168, 63, 129, 16), "allow")
 	a.load32(5, offUserPort)
 	a.jmp32(bpfJNE, 5, be16(53), "deny")
@@ -161,32 +164,63 @@ func inet4Prog() []insn {
 	return a.verdicts()
 }
 
-// inet6Prog refuses fe80::/10, fd00:ec2::254 and the IPv4-mapped forms
-// (::ffff:a.b.c.d) of what denyV4 refuses.
+// metadata6 are the cloud metadata services' IPv6 addresses outside
+// fe80::/10 and fd00:ec2::/32 (refused whole), each as the four words of
+// user_ip6: Google Cloud's (fd20:ce::254), Oracle Cloud's
+// (fd00:c1::a9fe:a9fe), Scaleway's (fd00:42::42) and Akamai/Linode's
+// (fd00:a9fe:a9fe::1). Their IPv4 addresses are in 169.254.0.0/16.
+var metadata6 = [][4]int32{
+	{be32(0xfd, 0x20, 0x00, 0xce), 0, 0, be32(0, 0, 0x02, 0x54)},
+	{be32(0xfd, 0x00, 0x00, 0xc1), 0, 0, be32(0xa9, 0xfe, 0xa9, 0xfe)},
+	{be32(0xfd, 0x00, 0x00, 0x42), 0, 0, be32(0, 0, 0x00, 0x42)},
+	{be32(0xfd, 0x00, 0xa9, 0xfe), be32(0xa9, 0xfe, 0, 0), 0, be32(0, 0, 0, 0x01)},
+}
+
+// v4in6 are the first three words of the IPv6 forms that carry an IPv4
+// address in the last: IPv4-mapped (::ffff:a.b.c.d, what a dual-stack
+// socket connects to) and the NAT64 well-known prefix (64:ff9b::a.b.c.d,
+// which a NAT64 gateway turns into the IPv4 address).
+var v4in6 = [][3]int32{
+	{0, 0, be32(0, 0, 0xff, 0xff)},
+	{be32(0, 0x64, 0xff, 0x9b), 0, 0},
+}
+
+// inet6Prog refuses fe80::/10, fd00:ec2::/32 (AWS's IPv6 service block:
+// the metadata service at ::254, the EKS Pod Identity agent's credentials
+// at ::23, its resolver and time server), the other clouds' metadata
+// addresses (metadata6), and the IPv4-mapped and NAT64 forms (v4in6) of
+// what denyV4 refuses.
 func inet6Prog() []insn {
 	a := newAsm()
 	a.load32(2, offUserIP6)
 	a.mov(3, 2)
 	a.and32(3, be32(0xff, 0xc0, 0, 0))
 	a.jmp32(bpfJEQ, 3, be32(0xfe, 0x80, 0, 0), "deny")
-	// fd00:ec2::254
-	a.jmp32(bpfJNE, 2, be32(0xfd, 0x00, 0x0e, 0xc2), "mapped")
-	a.load32(3, offUserIP6+4)
-	a.jmp32(bpfJNE, 3, 0, "allow")
-	a.load32(3, offUserIP6+8)
-	a.jmp32(bpfJNE, 3, 0, "allow")
-	a.load32(3, offUserIP6+12)
-	a.jmp32(bpfJEQ, 3, be32(0, 0, 0x02, 0x54), "deny")
-	a.jump("allow")
-	// ::ffff:a.b.c.d
-	a.label("mapped")
-	a.jmp32(bpfJNE, 2, 0, "allow")
-	a.load32(3, offUserIP6+4)
-	a.jmp32(bpfJNE, 3, 0, "allow")
-	a.load32(3, offUserIP6+8)
-	a.jmp32(bpfJNE, 3, be32(0, 0, 0xff, 0xff), "allow")
-	a.load32(3, offUserIP6+12)
-	a.denyV4(3)
+	a.jmp32(bpfJEQ, 2, be32(0xfd, 0x00, 0x0e, 0xc2), "deny")
+	for i, w := range metadata6 {
+		next := fmt.Sprintf("metadata6-%d", i)
+		a.jmp32(bpfJNE, 2, w[0], next)
+		for k := 1; k < 4; k++ {
+			a.load32(3, offUserIP6+int16(4*k))
+			if k < 3 {
+				a.jmp32(bpfJNE, 3, w[k], next)
+			}
+		}
+		a.jmp32(bpfJEQ, 3, w[3], "deny")
+		a.label(next)
+	}
+	for i, w := range v4in6 {
+		next := fmt.Sprintf("v4in6-%d", i)
+		a.jmp32(bpfJNE, 2, w[0], next)
+		a.load32(3, offUserIP6+4)
+		a.jmp32(bpfJNE, 3, w[1], next)
+		a.load32(3, offUserIP6+8)
+		a.jmp32(bpfJNE, 3, w[2], next)
+		a.load32(3, offUserIP6+12)
+		a.denyV4(3)
+		a.jump("allow")
+		a.label(next)
+	}
 	a.jump("allow")
 	return a.verdicts()
 }

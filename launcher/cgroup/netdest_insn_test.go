@@ -17,8 +17,34 @@ func TestNetDestInstructions(t *testing.T) {
 	ja := func(off int16) insn { return insn{Op: 0x05, Off: off} }
 	mov := func(dst, src uint8) insn { return insn{Op: 0xbf, Regs: dst | src<<4} }
 	ret := func(v int32) []insn { return []insn{{Op: 0xb7, Imm: v}, {Op: 0x95}} }
-	verdicts := append(ret(1), ret(0)...)
 	port := func(p uint16) int32 { return int32(binary.NativeEndian.Uint16([]byte{byte(p >> 8), byte(p)})) }
+	verdicts := append(ret(1), ret(0)...)
+	concat := func(parts ...[]insn) []insn {
+		var out []insn
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	// exact: the words of one address; the next check is 7 instructions
+	// on, deny is toDeny past the last.
+	exact := func(w0, w1, w2, w3 int32, toDeny int16) []insn {
+		return []insn{jne(2, w0, 6), ld(3, 12), jne(3, w1, 4), ld(3, 16), jne(3, w2, 2), ld(3, 20), jeq(3, w3, toDeny)}
+	}
+	// v4in6: the first three words of an IPv4-carrying form, then
+	// inet4's checks on the last; toDeny from its first IPv4 check.
+	v4in6 := func(w0, w1, w2 int32, toDeny, toAllow int16) []insn {
+		return []insn{
+			jne(2, w0, 14), ld(3, 12), jne(3, w1, 12), ld(3, 16), jne(3, w2, 10), ld(3, 20),
+			mov(4, 3), and(4, le(0xff, 0xff, 0, 0)), jeq(4, le(169, 254, 0, 0), toDeny), // 169.254/16: deny
+			jeq(3, le(100, 100, 100, 200), toDeny-1), // Alibaba Cloud's metadata: deny
+			jeq(3, le(192, 0, 0, 192), toDeny-2),     // Oracle Cloud Classic's: deny
+			jne(3, le(168, 63, 129, 16), toAllow+3),  // not Azure's WireServer: allow
+			ld(5, 24),
+			jne(5, port(53), toAllow+3), // the WireServer but its DNS: deny
+			ja(toAllow),                 // its DNS: allow
+		}
+	}
 	tests := []struct {
 		name string
 		got  []insn
@@ -28,34 +54,31 @@ func TestNetDestInstructions(t *testing.T) {
 			ld(2, 4),                          // w2 = user_ip4
 			mov(4, 2),                         // r4 = r2
 			and(4, le(0xff, 0xff, 0, 0)),      // /16
-			jeq(4, le(169, 254, 0, 0), 7),     // 169.254/16: deny
-			jeq(2, le(100, 100, 100, 200), 6), // Alibaba Cloud's metadata: deny
+			jeq(4, le(169, 254, 0, 0), 8),     // 169.254/16: deny
+			jeq(2, le(100, 100, 100, 200), 7), // Alibaba Cloud's metadata: deny
+			jeq(2, le(192, 0, 0, 192), 6),     // Oracle Cloud Classic's metadata: deny
 			jne(2, le(168, 63, 129, 16), 3),   // not Azure's WireServer: allow
 			ld(5, 24),                         // w5 = user_port
 			jne(5, port(53), 3),               // the WireServer but its DNS: deny
 			ja(0),                             // allow
 		}, verdicts...)},
-		{"inet6", inet6Prog(), append([]insn{
-			ld(2, 8),                              // w2 = user_ip6[0]
-			mov(3, 2),                             // r3 = r2
-			and(3, le(0xff, 0xc0, 0, 0)),          // /10
-			jeq(3, le(0xfe, 0x80, 0, 0), 24),      // fe80::/10: deny
-			jne(2, le(0xfd, 0x00, 0x0e, 0xc2), 7), // not fd00:ec2:: → mapped
-			ld(3, 12), jne(3, 0, 19),
-			ld(3, 16), jne(3, 0, 17),
-			ld(3, 20), jeq(3, le(0, 0, 2, 0x54), 17), // fd00:ec2::254: deny
-			ja(14),
-			jne(2, 0, 13), // mapped: ::ffff:a.b.c.d
-			ld(3, 12), jne(3, 0, 11),
-			ld(3, 16), jne(3, le(0, 0, 0xff, 0xff), 9),
-			ld(3, 20),
-			mov(4, 3), and(4, le(0xff, 0xff, 0, 0)), jeq(4, le(169, 254, 0, 0), 7), // 169.254/16: deny
-			jeq(3, le(100, 100, 100, 200), 6), // Alibaba Cloud's metadata: deny
-			jne(3, le(168, 63, 129, 16), 3),   // not Azure's WireServer: allow
-			ld(5, 24),
-			jne(5, port(53), 3), // the WireServer but its DNS: deny
-			ja(0),
-		}, verdicts...)},
+		{"inet6", inet6Prog(), concat([]insn{
+			ld(2, 8),                               // w2 = user_ip6[0]
+			mov(3, 2),                              // r3 = r2
+			and(3, le(0xff, 0xc0, 0, 0)),           // /10
+			jeq(3, le(0xfe, 0x80, 0, 0), 62),       // fe80::/10: deny
+			jeq(2, le(0xfd, 0x00, 0x0e, 0xc2), 61), // fd00:ec2::/32: deny
+		},
+			// fd20:ce::254, fd00:c1::a9fe:a9fe, fd00:42::42, fd00:a9fe:a9fe::1
+			exact(le(0xfd, 0x20, 0x00, 0xce), 0, 0, le(0, 0, 2, 0x54), 54),
+			exact(le(0xfd, 0x00, 0x00, 0xc1), 0, 0, le(0xa9, 0xfe, 0xa9, 0xfe), 47),
+			exact(le(0xfd, 0x00, 0x00, 0x42), 0, 0, le(0, 0, 0, 0x42), 40),
+			exact(le(0xfd, 0x00, 0xa9, 0xfe), le(0xa9, 0xfe, 0, 0), 0, le(0, 0, 0, 1), 33),
+			// ::ffff:a.b.c.d, then 64:ff9b::a.b.c.d: what inet4 refuses
+			v4in6(0, 0, le(0, 0, 0xff, 0xff), 24, 16),
+			v4in6(le(0, 0x64, 0xff, 0x9b), 0, 0, 9, 1),
+			[]insn{ja(0)},
+			verdicts)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -103,6 +103,24 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"udpto:168.63.129.16:53", "!EPERM"}, // Azure's DNS resolver stays
 		{"udpto:[::ffff:168.63.129.16]:53", "!EPERM"},
 		{"udpto:168.63.129.17:80", "!EPERM"},
+		// AWS's IPv6 service block (the EKS Pod Identity agent's
+		// credentials at ::23, the resolver at ::253), the other clouds'
+		// IPv6 metadata addresses, Oracle Cloud Classic's, and the NAT64
+		// forms of the refused IPv4 addresses.
+		{"tcp:[fd00:ec2::23]:80", "EPERM"},
+		{"udpto:[fd00:ec2::253]:53", "EPERM"},
+		{"tcp:[fd00:ec2:1::1]:80", "EPERM"},
+		{"tcp:[fd20:ce::254]:80", "EPERM"},
+		{"udpto:[fd20:ce::254]:53", "EPERM"},
+		{"tcp:[fd00:c1::a9fe:a9fe]:80", "EPERM"},
+		{"tcp:[fd00:42::42]:80", "EPERM"},
+		{"tcp:[fd00:a9fe:a9fe::1]:80", "EPERM"},
+		{"tcp:192.0.0.192:80", "EPERM"},
+		{"tcp:[::ffff:192.0.0.192]:80", "EPERM"},
+		{"tcp:[64:ff9b::169.254.169.254]:80", "EPERM"},
+		{"udpto:[64:ff9b::100.100.100.200]:53", "EPERM"},
+		{"tcp:[64:ff9b::168.63.129.16]:80", "EPERM"},
+		{"udpto:[64:ff9b::168.63.129.16]:53", "!EPERM"},
 		{fmt.Sprintf("tcp:127.0.0.1:%d", lo), "ok"},
 		{fmt.Sprintf("tcp:[::ffff:127.0.0.1]:%d", lo), "ok"},
 		{"udpto:127.0.0.1:9", "ok"},
@@ -110,13 +128,23 @@ func TestDenyLinkLocal(t *testing.T) {
 		// (sent, or refused by routing, never EPERM).
 		{"udpto:169.255.0.1:9", "!EPERM"},
 		{"udpto:169.253.255.1:9", "!EPERM"},
-		{"udpto:[fd00:ec2::253]:9", "!EPERM"},
 		{"udpto:[fd00:ec3::254]:9", "!EPERM"},
 		{"udpto:[fec0::1]:9", "!EPERM"},
 		{"udpto:[::ffff:169.255.0.1]:9", "!EPERM"},
 		{"udpto:100.100.100.201:9", "!EPERM"},
 		{"udpto:100.100.101.200:9", "!EPERM"},
 		{"udpto:[::ffff:100.100.100.199]:9", "!EPERM"},
+		{"udpto:[fd00:ec3::23]:9", "!EPERM"},
+		{"udpto:[fd20:ce::253]:9", "!EPERM"},
+		{"udpto:[fd20:ce:0:1::254]:9", "!EPERM"},
+		{"udpto:[fd00:c1::a9fe:a9ff]:9", "!EPERM"},
+		{"udpto:[fd00:c1:0:1::a9fe:a9fe]:9", "!EPERM"},
+		{"udpto:[fd00:42::43]:9", "!EPERM"},
+		{"udpto:[fd00:a9fe:a9fe::2]:9", "!EPERM"},
+		{"udpto:[fd00:a9fe:a9ff::1]:9", "!EPERM"},
+		{"udpto:192.0.0.193:9", "!EPERM"},
+		{"udpto:[64:ff9b::8.8.8.8]:9", "!EPERM"},
+		{"udpto:[64:ff9b:1::169.254.169.254]:9", "!EPERM"}, // a network-specific NAT64 prefix (Known limits)
 		{"udpto:[::1]:9", "ok"},
 	}
 	var args []string
