@@ -101,6 +101,68 @@ func (s *session) rootsInputResponses(raw json.RawMessage) json.RawMessage {
 	return mustJSON(resp)
 }
 
+// decideTaskUpdate: a tasks/update (2026-07-28 tasks) carries the
+// client's answers to a task's input requests. A roots answer among them
+// narrows the proxy's own checks and the fence (a restart under the
+// narrower fence, as a roots/list answer does), besides what the server
+// sees (rootsInputResponses). Unlike an input round's, nothing tells an
+// answer's age here (no requestState), so it only ever narrows the scope
+// in effect, never widens it back: a late answer to an older task cannot
+// restore what a newer answer took away. An empty answer narrows nothing
+// while no answer of the client ever named a root (as in either era); a
+// malformed one, or answers naming different roots, means no roots.
+func (s *session) decideTaskUpdate(rq *request) (admission, *policy.Denial) {
+	raw, ok := rq.raw.Param("inputResponses")
+	if !ok {
+		return admission{}, nil
+	}
+	var answers map[string]json.RawMessage
+	if strictjson.Unmarshal(raw, &answers) != nil {
+		return admission{}, nil
+	}
+	found, valid := false, true
+	var client []string
+	for _, v := range answers {
+		var members map[string]json.RawMessage
+		if strictjson.Unmarshal(v, &members) != nil {
+			continue
+		}
+		isRoots := false
+		for name := range members {
+			isRoots = isRoots || strings.EqualFold(name, "roots")
+		}
+		if !isRoots {
+			continue
+		}
+		c, err := roots.ParseResult(v)
+		if err != nil || (found && !sameSet(client, c)) {
+			found, valid, client = true, false, nil
+			break
+		}
+		found, client = true, c
+	}
+	if !found {
+		return admission{}, nil
+	}
+	s.scope.mu.Lock()
+	if valid && len(client) > 0 {
+		s.scope.clientNamedRoots = true
+	}
+	if valid && len(client) == 0 && !s.scope.clientNamedRoots {
+		s.scope.mu.Unlock()
+		return admission{}, nil
+	}
+	narrowed := roots.Intersect(s.scope.effective, client)
+	if roots.Equal(narrowed, s.scope.effective) {
+		s.scope.mu.Unlock()
+		return admission{}, nil
+	}
+	s.scope.effective = narrowed
+	s.log.Info("a tasks/update roots answer narrowed the scope")
+	s.publishEffective() // unlocks scope.mu
+	return admission{}, nil
+}
+
 // onCallAnswered relays the server's answer to a client request.
 func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 	if rq.rule.capped && size > s.cfg.MaxResponseBytes {

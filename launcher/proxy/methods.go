@@ -112,10 +112,11 @@ func newMethods() *methods {
 			// the server's input requests while it waits for input (a
 			// sampling's includeContext narrowed); tasks/update carries the
 			// client's answers (roots answers rewritten, as in input
-			// rounds); tasks/cancel passes. 2026-07-28 has no tasks/list
+			// rounds, and narrowing the proxy's checks and the fence:
+			// decideTaskUpdate); tasks/cancel passes. 2026-07-28 has no tasks/list
 			// and no tasks/result.
 			"tasks/get":    {eras: inBoth, decide: noCheck, answer: (*session).taskAnswer, results: true, capped: true},
-			"tasks/update": {eras: inModern, decide: noCheck, own: []string{"taskId"}},
+			"tasks/update": {eras: inModern, decide: (*session).decideTaskUpdate, own: []string{"taskId"}},
 			"tasks/list":   {eras: inLegacy, decide: noCheck},
 			"tasks/cancel": {eras: inBoth, decide: noCheck},
 			"tasks/result": {eras: inLegacy, decide: noCheck, results: true, capped: true},

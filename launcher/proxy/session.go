@@ -331,6 +331,13 @@ func (s *session) narrowToClientRoots(valid bool, client []string) {
 	} else {
 		s.scope.effective = roots.Intersect(s.cfg.Scope.AllowedPaths, client)
 	}
+	s.publishEffective()
+}
+
+// publishEffective makes s.scope.effective the scope in effect: the
+// proxy's checks, and a restart of the server when its fence differs.
+// Called with scope.mu held; returns with it released.
+func (s *session) publishEffective() {
 	s.scope.paths = roots.Paths(s.scope.effective)
 	s.scope.gen++
 	s.scope.publishLocked()
