@@ -45,6 +45,7 @@ type Policy struct {
 	allowed          map[string]bool
 	prompts          map[string]bool
 	pathArgs         map[string][]pointer // tool_path_args, parsed
+	globs            *globIndex           // the scope's secrets, kept for globs (globindex.go)
 }
 
 // New builds a Policy.
@@ -66,7 +67,7 @@ func New(c Config) (*Policy, error) {
 		}
 		workDir = filepath.Clean(workDir)
 	}
-	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, baseRel: BaseRelative(c.Scope.Base), allowed: map[string]bool{}, prompts: map[string]bool{}, pathArgs: map[string][]pointer{}}
+	p := &Policy{scope: c.Scope, secrets: sec, home: c.Home, baseRel: BaseRelative(c.Scope.Base), allowed: map[string]bool{}, prompts: map[string]bool{}, pathArgs: map[string][]pointer{}, globs: &globIndex{}}
 	if workDir != "" && workDir != c.Scope.Base {
 		p.workRel = BaseRelative(workDir)
 	}

@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"errors"
-	"io/fs"
 	"path"
 	"path/filepath"
 	"strings"
@@ -87,7 +85,7 @@ type scopeSecret struct {
 }
 
 // scopeSecrets lists the secrets under the effective directories, once
-// per checker.
+// per checker (from the kept listing when nothing changed: globindex.go).
 func (c *argChecker) scopeSecrets() ([]scopeSecret, *Denial) {
 	if c.secretsListed {
 		if c.secrets == nil && c.secretsBound {
@@ -96,15 +94,12 @@ func (c *argChecker) scopeSecrets() ([]scopeSecret, *Denial) {
 		return c.secrets, nil
 	}
 	c.secretsListed = true
-	walked := 0
-	for _, dir := range c.eff {
-		found, d := c.p.secretsUnder(dir, &walked)
-		if d != nil {
-			c.secrets, c.secretsBound = nil, true
-			return nil, d
-		}
-		c.secrets = append(c.secrets, found...)
+	found, d := c.p.secretsOf(c.eff)
+	if d != nil {
+		c.secrets, c.secretsBound = nil, true
+		return nil, d
 	}
+	c.secrets = found
 	return c.secrets, nil
 }
 
@@ -191,9 +186,8 @@ func (c *argChecker) rootedGlobs() *Denial {
 	}
 	var secrets []scopeSecret
 	if root != "" {
-		walked := 0
 		var d *Denial
-		if secrets, d = c.p.secretsUnder(root, &walked); d != nil {
+		if secrets, d = c.secretsBelow(root); d != nil {
 			return d
 		}
 	}
@@ -224,26 +218,22 @@ func (c *argChecker) rootedGlobs() *Denial {
 	return nil
 }
 
-// secretsUnder lists the secrets under dir (no symlinks followed),
-// relative to dir; walked counts the entries against maxGlobWalk.
-func (p *Policy) secretsUnder(dir string, walked *int) ([]scopeSecret, *Denial) {
+// secretsBelow lists the secrets under root (inside the effective
+// scope), relative to root: from the scope's listing, or, when the scope
+// is too large to list, from a bounded walk of root alone.
+func (c *argChecker) secretsBelow(root string) ([]scopeSecret, *Denial) {
+	all, d := c.scopeSecrets()
+	if d != nil {
+		walked := 0
+		found, _, d := c.p.walkSecrets(root, &walked)
+		return found, d
+	}
 	var out []scopeSecret
-	errBound := errors.New("bound")
-	err := filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // unreadable: the server cannot read it either
+	for _, s := range all {
+		if s.abs != root && schema.IsWithin(root, s.abs) {
+			rel, _ := filepath.Rel(root, s.abs)
+			out = append(out, scopeSecret{abs: s.abs, rel: strings.Split(rel, "/")})
 		}
-		if *walked++; *walked > maxGlobWalk {
-			return errBound
-		}
-		if path != dir && p.secrets.Match(path) {
-			rel, _ := filepath.Rel(dir, path)
-			out = append(out, scopeSecret{abs: path, rel: strings.Split(rel, "/")})
-		}
-		return nil
-	})
-	if errors.Is(err, errBound) {
-		return nil, deny(schema.ErrMalformedRequest, "the directory holds more than %d entries, too many to check a glob against its secrets: name the files, or search a narrower directory", maxGlobWalk)
 	}
 	return out, nil
 }

@@ -1,0 +1,153 @@
+package policy
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// TestGlobIndexKeptAndRefreshed: the secrets under the scope, listed for
+// a glob's check, are kept while no directory under the scope changed
+// (a text argument such as "**bold**" no longer walks the scope on every
+// call), and listed again after any change: a secret created in an
+// existing directory, in a new directory, or moved in with its directory
+// from outside the scope is matched at the next call. Before: one walk
+// per call (no kept listing).
+func TestGlobIndexKeptAndRefreshed(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope, outside := filepath.Join(base, "scope"), filepath.Join(base, "outside")
+	for _, d := range []string{"a/b/c", "docs"} {
+		if err := os.MkdirAll(filepath.Join(scope, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(scope, "docs", "notes.md"), []byte("n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schema.Canonicalize(&schema.Scope{
+		ScopeID: "t", AllowedPaths: []string{"."}, AccessMode: schema.AccessRead,
+		ToolAllowlist: []string{"other"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 5,
+	}, scope, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Scope: sc, Home: outside})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := []string{scope}
+	check := func(q string) schema.ErrorCode {
+		t.Helper()
+		b, _ := json.Marshal(map[string]any{"text": q})
+		if _, d := p.CheckArguments("other", b, eff); d != nil {
+			return d.Code
+		}
+		return ""
+	}
+	walks := func() int {
+		p.globs.mu.Lock()
+		defer p.globs.mu.Unlock()
+		return p.globs.walks
+	}
+	// Wait for the exact condition the kept listing needs: every directory
+	// changed longer than racyWindow ago (a listing of a directory that
+	// just changed is not kept: its stamp could miss a change in the same
+	// clock tick).
+	for {
+		old := true
+		_ = filepath.WalkDir(scope, func(path string, de os.DirEntry, err error) error {
+			if s, ok := stampOf(path); err == nil && de.IsDir() && (!ok || time.Since(time.Unix(0, s.ctime)) <= racyWindow+100*time.Millisecond) {
+				old = false
+			}
+			return nil
+		})
+		if old {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := check("**bold**"); got != "" {
+		t.Fatalf("**bold** = %q", got)
+	}
+	n := walks()
+	for i := 0; i < 20; i++ {
+		if got := check("**bold**"); got != "" {
+			t.Fatalf("**bold** = %q", got)
+		}
+	}
+	if walks() != n {
+		t.Fatalf("%d walks of an unchanged scope for 20 more calls, want none", walks()-n)
+	}
+	// A secret created in an existing directory.
+	if err := os.WriteFile(filepath.Join(scope, "a", "b", "c", ".env"), []byte("K=V"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := check("**/.e*"); got != schema.ErrSecretPath {
+		t.Fatalf("**/.e* after .env was created = %q", got)
+	}
+	// A secret in a new directory.
+	if err := os.MkdirAll(filepath.Join(scope, "docs", "new", "deep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(scope, "docs", "new", "deep", "id_rsa"), []byte("KEY"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := check("**/id_*"); got != schema.ErrSecretPath {
+		t.Fatalf("**/id_* after id_rsa was created = %q", got)
+	}
+	// A directory holding a secret moved in from outside the scope.
+	if err := os.MkdirAll(filepath.Join(outside, "keys"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "keys", "server.pem"), []byte("KEY"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(outside, "keys"), filepath.Join(scope, "a", "k")); err != nil {
+		t.Fatal(err)
+	}
+	if got := check("a/*/server.p?m"); got != schema.ErrSecretPath {
+		t.Fatalf("a/*/server.p?m after keys/ was moved in = %q", got)
+	}
+	// Removed again: the glob passes.
+	if err := os.RemoveAll(filepath.Join(scope, "a", "k")); err != nil {
+		t.Fatal(err)
+	}
+	if got := check("a/*/server.p?m"); got != "" {
+		t.Fatalf("a/*/server.p?m after keys/ was removed = %q", got)
+	}
+}
+
+// TestGlobIndexStampChanges: a kept listing is fresh only while every
+// directory keeps its stamp: an entry created or removed in it, or the
+// directory replaced, makes it stale.
+func TestGlobIndexStampChanges(t *testing.T) {
+	dir := t.TempDir()
+	x := &globIndex{}
+	s, ok := stampOf(dir)
+	if !ok {
+		t.Fatal("no stamp")
+	}
+	x.dirs = []dirStamp{s}
+	if !x.fresh() {
+		t.Fatal("an unchanged directory is stale")
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if x.fresh() {
+		t.Fatal("a removed directory is fresh")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if x.fresh() {
+		t.Fatal("a directory replaced by another is fresh")
+	}
+}
