@@ -208,7 +208,8 @@ type fixtureOpts struct {
 	scope          func(*schema.Scope)
 	config         func(*Config)
 	upstream       func(t testing.TB) *procUpstream
-	base           func(base string) // called with the base before the upstream starts
+	base           func(base string)         // called with the base before the upstream starts
+	clientReader   func(io.Reader) io.Reader // wraps what the test client reads from the proxy
 }
 
 // fsServer returns the path of the pinned filesystem server.
@@ -294,7 +295,11 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 		}
 		f.errc <- err
 	}()
-	f.client = newTestClient(t, cw, pr)
+	var fromProxy io.Reader = pr
+	if o.clientReader != nil {
+		fromProxy = o.clientReader(pr)
+	}
+	f.client = newTestClient(t, cw, fromProxy)
 	t.Cleanup(func() {
 		cw.Close()
 		defer pw.Close()

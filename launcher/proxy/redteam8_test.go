@@ -2,12 +2,19 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/schema"
+	"golang.org/x/sys/unix"
 )
 
 // The eighth attack round (docs/proxy.md): what round seven left open.
@@ -90,4 +97,183 @@ func TestModernTaskRootsNarrow(t *testing.T) {
 	f.sink.waitDecision(t, func(d schema.Decision) bool {
 		return d.Method == "resources/read" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrPathOutsideScope)
 	})
+}
+
+const floodEnv = "MCPWARDEN_PROXY_TEST_FLOOD_SERVER"
+
+// floodFrames progress notifications of floodNote bytes each (about 320
+// MB in all): far more than any pipe, reader or writer buffer holds.
+const (
+	floodFrames = 40000
+	floodNote   = 8192
+)
+
+// floodServer is a legacy server whose tool "flood" answers its call
+// with floodFrames progress notifications, written one by one with
+// blocking writes; a watcher reports once, in logPath+".flood", either
+// "FULL <n>" — its stdout pipe holds nearly its capacity and no frame was
+// written for 200 looks 5 ms apart (nobody drains it), n frames written
+// whole — or "ALL" once every frame was taken.
+func floodServer(logPath string) {
+	var written atomic.Int64
+	var once sync.Once
+	mark := func(s string) {
+		once.Do(func() {
+			f, _ := os.OpenFile(logPath+".flood", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+			fmt.Fprintln(f, s)
+			f.Close()
+		})
+	}
+	serveScript(logPath, "", func(line string, send func(string)) {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Meta struct {
+					ProgressToken json.RawMessage `json:"progressToken"`
+				} `json:"_meta"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal([]byte(line), &m)
+		if len(m.ID) == 0 {
+			return
+		}
+		switch m.Method {
+		case "initialize":
+			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"flood","version":"1"}}}`)
+		case "tools/call":
+			note := strings.Repeat("x", floodNote)
+			frame := func(i int) []byte {
+				return []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + string(m.Params.Meta.ProgressToken) + `,"progress":` + strconv.Itoa(i) + `,"message":"` + note + `"}}` + "\n")
+			}
+			capacity, err := unix.FcntlInt(1, unix.F_GETPIPE_SZ, 0)
+			if err != nil {
+				mark("ERROR " + err.Error())
+				return
+			}
+			full := capacity - 2*len(frame(floodFrames))
+			done := make(chan struct{})
+			go func() {
+				// Stuck: the pipe nearly full and no frame written for
+				// 200 looks in a row (a proxy that reads slower than this
+				// server writes fills the pipe too, but the count moves).
+				last, still := int64(-1), 0
+				for {
+					select {
+					case <-done:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					n, err := unix.IoctlGetInt(1, unix.TIOCINQ)
+					w := written.Load()
+					if err != nil || n < full || w != last {
+						last, still = w, 0
+						continue
+					}
+					if still++; still >= 200 {
+						mark("FULL " + strconv.FormatInt(w, 10))
+						return
+					}
+				}
+			}()
+			for i := 0; i < floodFrames; i++ {
+				if _, err := os.Stdout.Write(frame(i)); err != nil {
+					return
+				}
+				written.Add(1)
+			}
+			close(done)
+			mark("ALL")
+			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"done"}]}}`)
+		default:
+			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32601,"message":"Method not found"}}`)
+		}
+	})
+}
+
+// gatedReader passes reads through until paused; a paused read waits
+// until it is released.
+type gatedReader struct {
+	r      io.Reader
+	mu     sync.Mutex
+	paused bool
+	open   chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	g.mu.Lock()
+	paused, open := g.paused, g.open
+	g.mu.Unlock()
+	if paused {
+		<-open
+	}
+	return g.r.Read(p)
+}
+
+func (g *gatedReader) pause() {
+	g.mu.Lock()
+	g.paused, g.open = true, make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gatedReader) release() {
+	g.mu.Lock()
+	if g.paused {
+		g.paused = false
+		close(g.open)
+	}
+	g.mu.Unlock()
+}
+
+// TestClientThatNeverReads: a client that stops reading while its call
+// makes the server write without end. The proxy has no queue towards the
+// client: its write waits, its reading of the server waits behind it, and
+// the server's stdout pipe fills and stays full — the server blocks after
+// a bounded number of frames, never absorbed by the proxy's memory
+// (which an unbounded queue would do: all ~320 MB taken, "ALL"). The harness does not drop anything
+// here: the client's reads are paused, not its buffer bounded. Guard
+// (held before: blocking writes by design).
+func TestClientThatNeverReads(t *testing.T) {
+	logPath := t.TempDir() + "/flood.log"
+	gate := &gatedReader{}
+	f := newFixture(t, fixtureOpts{
+		scope: func(s *schema.Scope) {
+			s.ToolAllowlist = []string{"flood"}
+			s.ToolClasses = map[string]string{"flood": "read"}
+		},
+		config:       func(c *Config) { c.MaxResponseBytes = 1 << 20 },
+		upstream:     func(t testing.TB) *procUpstream { return startScripted(t, floodEnv+"="+logPath) },
+		clientReader: func(r io.Reader) io.Reader { gate.r = r; return gate },
+	})
+	t.Cleanup(gate.release) // runs before the fixture's cleanup: the client drains, the proxy and server end
+	c := f.client
+	c.initLegacy(false)
+	gate.pause()
+	c.start("tools/call", map[string]any{"name": "flood", "arguments": map[string]any{}, "_meta": map[string]any{"progressToken": "p1"}})
+	// Wait for the exact outcome: the server reports either that a write
+	// could not complete, or that every frame was taken.
+	var got string
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		b, _ := os.ReadFile(logPath + ".flood")
+		if got = strings.TrimSpace(string(b)); got != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server reported nothing: no flood began (the call never reached it?)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(got, "FULL "))
+	if !strings.HasPrefix(got, "FULL ") || err != nil {
+		t.Fatalf("the server's pipe never filled behind a client that does not read: %q", got)
+	}
+	// What the proxy holds is what it read and could not write: at most
+	// its reader's and writer's buffers and one frame, besides the pipe
+	// (the kernel's). 128 frames is 1 MiB; an unbounded queue takes all
+	// 40000 (~320 MB) and the pipe never stays full.
+	if n > 128 {
+		t.Fatalf("the server wrote %d frames (%d KiB) before its pipe filled: the proxy holds more than its buffers", n, n*floodNote/1024)
+	}
+	t.Logf("the server's pipe filled after %d frames of %d bytes", n, floodNote)
 }

@@ -23,6 +23,7 @@ var scriptedServers = []struct {
 	{sixthEnv, sixthServer},
 	{seventhEnv, seventhServer},
 	{modernTasksEnv, modernTasksServer},
+	{floodEnv, floodServer},
 }
 
 func TestMain(m *testing.M) {
