@@ -292,3 +292,58 @@ func TestFenceSecretsRestartKeepsLaunchMasks(t *testing.T) {
 		t.Errorf("no warning that the restart's walk stopped at its bound: %s", stderr.String())
 	}
 }
+
+// TestFenceSecretsCommonCredentialFiles: credential files the built-in
+// patterns did not name before session 8 — direnv's .envrc and wrangler's
+// .dev.vars in a project, a Terraform state backup, the GitHub CLI's token
+// (.config/gh/hosts.yml), Vault's token, Terraform's CLI credentials,
+// s3cmd's, boto's and Docker's legacy keys, a PuTTY private key, MySQL's
+// client password — in a scope at a home directory. With the namespaces
+// each is masked (EACCES); without them they are counted as unmasked. On
+// main before the patterns, the server read every one of them.
+func TestFenceSecretsCommonCredentialFiles(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceSecretsCommonCredentialFiles)
+}
+
+func testFenceSecretsCommonCredentialFiles(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	base := filepath.Join(t.TempDir(), "base")
+	home := filepath.Join(base, "home")
+	secrets := map[string]string{
+		filepath.Join(home, "proj", ".envrc"):                   "export API_KEY=ENVRC-SECRET-42",
+		filepath.Join(home, "proj", ".dev.vars"):                "TOKEN=DEVVARS-SECRET-42",
+		filepath.Join(home, "proj", "terraform.tfstate.backup"): "TFSTATE-SECRET-42",
+		filepath.Join(home, ".config", "gh", "hosts.yml"):       "oauth_token: GH-SECRET-42",
+		filepath.Join(home, ".vault-token"):                     "VAULT-SECRET-42",
+		filepath.Join(home, ".terraformrc"):                     "credentials { token = TFRC-SECRET-42 }",
+		filepath.Join(home, ".s3cfg"):                           "secret_key = S3CFG-SECRET-42",
+		filepath.Join(home, ".boto"):                            "aws_secret_access_key = BOTO-SECRET-42",
+		filepath.Join(home, ".dockercfg"):                       "DOCKERCFG-SECRET-42",
+		filepath.Join(home, "keys", "deploy.ppk"):               "PUTTY-SECRET-42",
+		filepath.Join(home, ".my.cnf"):                          "password=MYCNF-SECRET-42",
+	}
+	testenv.WriteFiles(t, secrets)
+	plain := filepath.Join(home, "proj", "README.md")
+	testenv.WriteFiles(t, map[string]string{plain: "plain"})
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"home"}})
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: base, NoNamespaces: noNS, AuditLog: log})
+	cases := []fenceCase{{name: "a plain file of the scope", req: map[string]any{"op": "read", "path": plain}, wantOK: true, data: "plain"}}
+	if !noNS {
+		for p := range secrets {
+			cases = append(cases, fenceCase{name: "read " + strings.TrimPrefix(p, home), req: map[string]any{"op": "read", "path": p}, errno: []string{"EACCES"}, exact: true})
+		}
+	}
+	runCases(t, s, cases)
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	want := schema.Layer{State: schema.LayerOn, Reason: fmt.Sprintf("masked=%d", len(secrets))}
+	if noNS {
+		want = schema.Layer{State: schema.LayerDegraded, Reason: fmt.Sprintf("unmasked=%d,no_mount_namespace", len(secrets))}
+	}
+	if ly := layerOf(launchLayers(t, log)[0], schema.LayerSecrets); ly.State != want.State || ly.Reason != want.Reason {
+		t.Errorf("secrets layer %+v, want %s %s", ly, want.State, want.Reason)
+	}
+}

@@ -20,6 +20,12 @@ var DefaultSecretPatterns = []string{
 	".netrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".htpasswd",
 	"credentials", "credentials.json", "credentials.*", "*.tfstate", "secrets.*",
 	"etc/shadow", "etc/gshadow", "etc/ssl/private",
+	// Since session 8: direnv's and wrangler's per-project secrets, state
+	// backups (the state's secrets), the GitHub CLI's token, Vault's,
+	// Terraform's CLI credentials, s3cmd's, boto's and Docker's legacy
+	// keys, PuTTY private keys, MySQL's client password.
+	".envrc", ".dev.vars", "*.tfstate.backup", ".config/gh", ".vault-token", ".terraformrc", ".s3cfg", ".boto",
+	".dockercfg", "*.ppk", ".my.cnf",
 }
 
 // DefaultSecrets is DefaultSecretPatterns compiled.

@@ -16,6 +16,10 @@ func TestSecretsCompiled(t *testing.T) {
 		"/w/environment.txt": false, "/w/gitignore": false, "/w/src/main.go": false, "/w/credentials": true, "/w/a.tfstate": true,
 		"/w/my.envy": false, "/etc/shadow": true, "/srv/etc/shadow": true, "/etc/ssl/private/k": true,
 		"/etc/ssl/certs/ca.crt": false, "/home/u/.ssh/authorized_keys": true, "/w/backup.gpg": true,
+		"/w/.envrc": true, "/w/.dev.vars": true, "/w/terraform.tfstate.backup": true, "/h/.config/gh/hosts.yml": true,
+		"/h/.vault-token": true, "/h/.terraformrc": true, "/h/.s3cfg": true, "/h/.boto": true, "/h/.dockercfg": true,
+		"/w/deploy.PPK": true, "/h/.my.cnf": true, "/h/.config/ghostty/config": false, "/w/envrc.md": false,
+		"/w/.dev.vars.example": false, "/w/my.cnf": false,
 	} {
 		if got := s.Match(p); got != want {
 			t.Errorf("Match(%q) = %v, want %v", p, got, want)
