@@ -81,6 +81,11 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	// goroutine makes the run's private temp dir, resolves the server's
 	// runtime profile and derives its ruleset, none of which depends on
 	// it. It execs nothing before launch sends it the go-ahead.
+	// What the namespaces are as planned: spawn changes l.iso only when the
+	// kernel refuses them (iso.degrade, which turns them all off), never
+	// this copy, which the plan is encoded from while the helper's clone
+	// finishes (below).
+	planned := *l.iso
 	spawned := make(chan spawnResult, 1)
 	go func() {
 		h, err := srv.spawn()
@@ -140,6 +145,21 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		l.cgroupFiles = runtimeprofile.LimitFilesIn(dirs)
 		rs.AddRuntimeFiles(l.cgroupFiles, "the CPU and memory limits of the run's own cgroup")
 	}
+	m := <-walked
+	walkDone = true
+	l.setSecrets(m)
+	l.launchSecrets = m
+	// The run's init gets the binary plan, which does not depend on the
+	// helper process: it is encoded while the helper's clone into the
+	// namespaces and its exec finish (which the init then waits for
+	// instead of the encoding), from the namespaces as planned, and used
+	// only when the clone made them as planned (sendSpec).
+	var plan []byte
+	if planned.cInit() {
+		if b, err := sandbox.EncodePlan(l.specWith(&planned, rs, srv.env(), tmp)); err == nil {
+			plan = b
+		}
+	}
 	sp := <-spawned
 	spawnDone = true
 	if sp.err != nil {
@@ -152,10 +172,6 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		return sp.err
 	}
 	h = sp.h
-	m := <-walked
-	walkDone = true
-	l.setSecrets(m)
-	l.launchSecrets = m
 	if w := secretWarning(l.secretsLayer()); w != "" {
 		fmt.Fprintln(cfg.Stderr, w)
 	}
@@ -178,7 +194,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			<-watching
 		}
 	}()
-	if err := srv.sendSpec(h, rs); err != nil {
+	if err := srv.sendSpec(h, rs, plan); err != nil {
 		if <-recorded == nil {
 			_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitStartFailed))
 		}
@@ -409,6 +425,11 @@ func SeccompLayer(mode schema.RunMode, o seccomp.Options) schema.Layer {
 // spec turns a ruleset into what the helper applies; tmp is the run's
 // private temp dir (the staging directory of its new root).
 func (l *Launcher) spec(rs *ruleset.Ruleset, env []string, tmp string) *sandbox.Spec {
+	return l.specWith(l.iso, rs, env, tmp)
+}
+
+// specWith is spec for the namespaces iso.
+func (l *Launcher) specWith(iso *isolation, rs *ruleset.Ruleset, env []string, tmp string) *sandbox.Spec {
 	argv := l.cfg.Command
 	if l.profile.Argv != nil {
 		argv = l.profile.Argv // npx/uvx: the installed package they would run
@@ -429,13 +450,13 @@ func (l *Launcher) spec(rs *ruleset.Ruleset, env []string, tmp string) *sandbox.
 	if mb := l.limits.MaxFileSizeMB; mb > 0 {
 		s.Limits = sandbox.Limits{FileSizeBytes: uint64(mb) << 20, TmpSizeBytes: uint64(mb) << 20}
 	}
-	s.NS = l.iso.namespaces(rs, l.profile, tmp, l.cfg.Dir, int64(s.Limits.TmpSizeBytes))
+	s.NS = iso.namespaces(rs, l.profile, tmp, l.cfg.Dir, int64(s.Limits.TmpSizeBytes))
 	l.secretsMu.Lock()
 	if s.NS != nil && l.secrets != nil {
 		s.NS.Root.Mounts = append(s.NS.Root.Mounts, l.secrets.masks...)
 	}
 	l.secretsMu.Unlock()
-	s.Identity = l.iso.identity
+	s.Identity = iso.identity
 	// The filter leaves to the namespaces what they already close. With
 	// the minimal root, every mount but the write scope's and TMPDIR's is
 	// read-only, so metadata changes through a descriptor reach nothing
@@ -868,12 +889,17 @@ func (s *server) pinProc(h *pending, rs *ruleset.Ruleset) {
 	}
 }
 
-// sendSpec sends the helper its spec for rs.
-func (s *server) sendSpec(h *pending, rs *ruleset.Ruleset) error {
+// sendSpec sends the helper its spec for rs. plan, when not nil, is the
+// binary plan for rs encoded ahead from the namespaces as planned: it is
+// sent when the helper is the run's init (the namespaces were made as
+// planned: spawn only ever turns them all off).
+func (s *server) sendSpec(h *pending, rs *ruleset.Ruleset, plan []byte) error {
 	s.pinProc(h, rs)
 	var spec []byte
 	var err error
-	if s.l.iso.cInit() {
+	if s.l.iso.cInit() && plan != nil {
+		spec = plan
+	} else if s.l.iso.cInit() {
 		spec, err = sandbox.EncodePlan(s.l.spec(rs, s.env(), s.tmp))
 	} else {
 		spec, err = json.Marshal(s.l.spec(rs, s.env(), s.tmp))
@@ -984,7 +1010,7 @@ func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := s.sendSpec(h, rs); err != nil {
+	if err := s.sendSpec(h, rs, nil); err != nil {
 		return nil, err
 	}
 	return s.launch(ctx, h, rs)
