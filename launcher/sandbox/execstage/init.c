@@ -20,11 +20,11 @@
  *   4. the /proc pins and the ruleset's rules (each path opened with
  *      RESOLVE_NO_SYMLINKS: a symlink swapped in refuses the run);
  *   5. its own privileges given up (one system call each), then the stage
- *      told the run is set up, and "ready" to the launcher;
+ *      told the run is set up;
  *   6. the stage reads the launcher's go-ahead itself (fd 3), applies the
- *      fence (stage.c) and execs the server; this process reports
- *      "started" (the stage's status pipe closed on exec) or the stage's
- *      failure, then reaps every process of the run, forwards signals to
+ *      fence (stage.c) and execs the server; this process reports "ready"
+ *      and "started" in one write (the stage's status pipe closed on
+ *      exec), or "ready" and the stage's failure, then reaps every process of the run, forwards signals to
  *      the server, and exits with its status, which ends every other
  *      process of the run with it.
  *
@@ -764,12 +764,15 @@ int init_main(int argc, char **argv)
 		goto failed;
 	}
 	close(prepared_w);
-	status("ready", 0, NULL, NULL);
 	/* 6. EOF: the stage exec'd the server; a line: it could not, or the
-	 * launcher refused the run. */
+	 * launcher refused the run. The init's "ready" goes to the launcher
+	 * only then, with what followed it (one wake-up of the launcher, not
+	 * two, while the stage and the server's start need the cores): the
+	 * launcher does not wait for it before its go-ahead. */
 	char line[8192];
 	ssize_t n = stage_line(status_r, line, sizeof(line));
 	if (n > 0) {
+		status("ready", 0, NULL, NULL);
 		kill(stage, SIGKILL);
 		reap(stage);
 		if (strcmp(line, "{\"stage\":\"refused\"}") == 0)
@@ -779,8 +782,8 @@ int init_main(int argc, char **argv)
 		return 127;
 	}
 	close(status_r);
-	char msg[64];
-	snprintf(msg, sizeof(msg), "{\"stage\":\"started\",\"pid\":%d}\n", (int)stage);
+	char msg[96];
+	snprintf(msg, sizeof(msg), "{\"stage\":\"ready\"}\n{\"stage\":\"started\",\"pid\":%d}\n", (int)stage);
 	writeall(HO_STATUS_FD, msg, strlen(msg));
 	/* The init keeps no end of the server's stdio nor of the launcher's
 	 * plan pipe: the server's EOF on stdout is the launcher's sign that it
