@@ -93,7 +93,7 @@ static int rootfail(const char *path, const char *what)
 	return fail("root", errno, path, what);
 }
 
-/* mkdir_p makes the directory at and its parents (mode 0755). */
+/* mkdir_p makes the directory at (mode) and its parents (mode 0755). */
 static int mkdir_p(const char *at, mode_t mode)
 {
 	char p[2 * HO_MAX_PATH + 2];
@@ -102,6 +102,12 @@ static int mkdir_p(const char *at, mode_t mode)
 		errno = ENAMETOOLONG;
 		return -1;
 	}
+	/* Its parent is usually there already (the mounts go parents first):
+	 * one mkdir then, not one per component from the top. */
+	if (mkdir(at, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -1;
 	memcpy(p, at, n + 1);
 	for (size_t i = 1; i <= n; i++) {
 		if (p[i] != '/' && p[i] != 0)
