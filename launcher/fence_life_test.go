@@ -769,3 +769,38 @@ func TestLifeOrphansReapedDuringTheRun(t *testing.T) {
 		t.Errorf("exit %d: %s", code, s.Stderr())
 	}
 }
+
+// TestLifeChildHoldingStdoutAfterTheServerExits: the server starts a child
+// that holds its stdout and stderr (the pipes to the launcher), then exits.
+// The run ends when the server exits, not when the pipes close, and the
+// child is gone: by default, without namespaces, and without namespaces
+// or cgroup (the launcher's session kill). It held before session 8; a
+// guard.
+func TestLifeChildHoldingStdoutAfterTheServerExits(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"default", nil},
+		{"no-namespaces", []string{"--no-namespaces"}},
+		{"no-namespaces-no-cgroup", []string{"--no-namespaces", "--cgroup=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fencetest.RequireFence(t)
+			b := fencetest.Build(t)
+			w := newWorkspace(t)
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+			s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: tc.extra})
+			child := s.HostPID(pidOf(t, s.Do(map[string]any{"op": "spawn_stdio"})))
+			if err := s.Send([]byte(`{"op":"exit"}` + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			// Stdin stays open: only the server's exit may end the run.
+			s.Wait()
+			if st := s.Cmd.ProcessState; st == nil || !st.Exited() {
+				t.Fatalf("mcpwarden did not end the run when the server exited (%v): it waited for the pipes its child holds; stderr: %s", st, s.Stderr())
+			}
+			waitGone(t, "the child holding the server's stdout", child)
+		})
+	}
+}

@@ -109,6 +109,11 @@ func testFenceSocketFamilies(t *testing.T, noNS bool) {
 		nlUevent    = 15
 		nlGeneric   = 16
 		nlNetfilter = 12
+		ipprotoSMC  = 256
+		afSMC       = 43
+		afRDS       = 21
+		afQIPCRTR   = 42
+		afBluetooth = 31
 	)
 	runCases(t, s, []fenceCase{
 		{name: "TCP (Landlock decides its connect and bind)", req: sock(unix.AF_INET, unix.SOCK_STREAM, 0), wantOK: true},
@@ -139,6 +144,18 @@ func testFenceSocketFamilies(t *testing.T, noNS bool) {
 		{name: "CAN", req: sock(afCAN, unix.SOCK_RAW, 1), errno: eacces, exact: true},
 		{name: "unix stream (a pathname socket of the host)", req: sock(unix.AF_UNIX, unix.SOCK_STREAM, 0), errno: []string{"EPERM"}, exact: true},
 		{name: "unix datagram", req: sock(unix.AF_UNIX, unix.SOCK_DGRAM, 0), errno: []string{"EPERM"}, exact: true},
+		// Session 8 guards: SMC (IPPROTO_SMC over AF_INET since Linux
+		// 6.11, or AF_SMC: a TCP connection Landlock's TCP rules do not
+		// see), RDS, Qualcomm IPC, Bluetooth; TCP with the type's flags
+		// still made.
+		{name: "TCP, SOCK_NONBLOCK|SOCK_CLOEXEC", req: sock(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP), wantOK: true},
+		{name: "IPPROTO_SMC", req: sock(unix.AF_INET, unix.SOCK_STREAM, ipprotoSMC), errno: eacces, exact: true},
+		{name: "IPPROTO_SMC over IPv6", req: sock(unix.AF_INET6, unix.SOCK_STREAM, ipprotoSMC), errno: eacces, exact: true},
+		{name: "TCP with junk above the protocol's low 16 bits", req: sock(unix.AF_INET, unix.SOCK_STREAM, 0x10000|unix.IPPROTO_TCP), errno: eacces, exact: true},
+		{name: "AF_SMC", req: sock(afSMC, unix.SOCK_STREAM, 0), errno: eacces, exact: true},
+		{name: "RDS", req: sock(afRDS, unix.SOCK_SEQPACKET, 0), errno: eacces, exact: true},
+		{name: "QIPCRTR", req: sock(afQIPCRTR, unix.SOCK_DGRAM, 0), errno: eacces, exact: true},
+		{name: "Bluetooth", req: sock(afBluetooth, unix.SOCK_STREAM, 0), errno: eacces, exact: true},
 	})
 }
 

@@ -17,6 +17,26 @@ import (
 
 // lifeOps: lifetime and bounds: processes that outlive the run, process/memory/file-size limits, stderr, ...
 var lifeOps = map[string]op{
+	// A child (this binary, sleeping) that holds the server's stdout and
+	// stderr: the pipes to the launcher stay open after the server exits.
+	// Returns the child's pid.
+	"spawn_stdio": func(r Request) (string, error) {
+		self, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		c := exec.Command(self, "sleep")
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		if err := c.Start(); err != nil {
+			return "", unwrapExec(err)
+		}
+		return strconv.Itoa(c.Process.Pid), nil
+	},
+	// The server exits at once (status N), answering nothing.
+	"exit": func(r Request) (string, error) {
+		os.Exit(r.N)
+		return "", nil
+	},
 	// A child whose main thread exits while its other threads run on:
 	// /proc/PID/stat says "Z", yet the process lives.
 	"leaderexit": func(r Request) (string, error) {
