@@ -61,6 +61,15 @@ func testFenceReadScopeAndHostView(t *testing.T, noNS bool) {
 		{name: "F_NOTIFY on a directory outside the scope", req: map[string]any{"op": "fcntl", "path": w.outside, "n": 1026, "flags": 4}, errno: denied},
 		{name: "/proc/pressure", req: map[string]any{"op": "read", "path": "/proc/pressure/cpu"}, errno: denied},
 		{name: "the cgroup tree", req: map[string]any{"op": "readdir", "path": "/sys/fs/cgroup"}, errno: denied},
+		// Session 8 guards: what lists other processes' objects.
+		{name: "/proc/sysvipc/shm (the host's SysV segments)", req: map[string]any{"op": "read", "path": "/proc/sysvipc/shm"}, errno: denied},
+		{name: "/proc/sysvipc/msg", req: map[string]any{"op": "read", "path": "/proc/sysvipc/msg"}, errno: denied},
+		{name: "/proc/locks (every lock, its pid and inode)", req: map[string]any{"op": "read", "path": "/proc/locks"}, errno: denied},
+		{name: "/proc/keys", req: map[string]any{"op": "read", "path": "/proc/keys"}, errno: denied},
+		{name: "/proc/key-users", req: map[string]any{"op": "read", "path": "/proc/key-users"}, errno: denied},
+		{name: "the BPF file system", req: map[string]any{"op": "readdir", "path": "/sys/fs/bpf"}, errno: denied},
+		{name: "/dev/shm", req: map[string]any{"op": "readdir", "path": "/dev/shm"}, errno: denied},
+		{name: "/run (the host's service sockets)", req: map[string]any{"op": "readdir", "path": "/run"}, errno: denied},
 	}
 	if other != "" {
 		if err := os.Mkdir(other, 0o755); err != nil {
