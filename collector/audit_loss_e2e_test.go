@@ -120,6 +120,9 @@ func restoreAuditSettings(t *testing.T) audit.Status {
 // during the loss read CLEAN.
 func TestKernelAuditLossIsAGap(t *testing.T) {
 	testenv.RequireRoot(t)
+	// The flood makes the kernel lose records for every reader on the host,
+	// and the test lowers backlog_limit: no daemon test may run meanwhile.
+	testenv.AuditDisturber(t)
 	orig := restoreAuditSettings(t)
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)

@@ -29,6 +29,8 @@ import (
 // limits, /proc/meminfo) are classified as runtime, not denied.
 func TestCleanRunsAreClean(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	fsServer := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
 	testenv.RequireFile(t, fsServer, "run scripts/test-env.sh install-npm")
 	node := testenv.RequireCommand(t, "node")
@@ -230,6 +232,8 @@ func parseRows[T any](t *testing.T, out []byte) []T {
 // lost.
 func TestWrapProbeRunsAreClean(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	fsServer := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
 	testenv.RequireFile(t, fsServer, "run scripts/test-env.sh install-npm")
 	node := testenv.RequireCommand(t, "node")

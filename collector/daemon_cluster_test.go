@@ -32,6 +32,8 @@ import (
 // is judged. The other cluster tests drive the publisher in process.
 func TestDaemonBinaryIntoNATSClusterLeaderKilled(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	host := schema.LocalOrigin().Host
 	cl := natstest.StartCluster(t, natstest.ClusterConfig{Hosts: []string{host}})
 	dsn := chtest.Database(t)

@@ -27,6 +27,8 @@ import (
 // silence as a gap, so the test does not wait the default 3 minutes.
 func TestDaemonGoneIsAGap(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)
 	tr := testenv.NewTree(t, `{"scope_id":"daemon-gone","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file"],"tool_classes":{"read_text_file":"read"},"approval":"none","expires_after_minutes":30}`)

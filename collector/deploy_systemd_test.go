@@ -39,6 +39,8 @@ import (
 // (deploy/systemd_test.go).
 func TestSystemdSingleHost(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	dsn := chtest.Database(t)
 	m := systemdtest.Start(t)
 	read := func(name string) string {

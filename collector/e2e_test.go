@@ -56,6 +56,8 @@ func background(t *testing.T, ready string, name string, args ...string) *testen
 // workspace read with no tool call in flight: the proxy is off) there.
 func TestEndToEndFindingsInClickHouse(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)
 	tr := testenv.NewTree(t, testenv.ReadScope("e2e-pipeline"))

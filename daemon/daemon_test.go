@@ -312,6 +312,8 @@ func startDaemon(t *testing.T) *harness { return startDaemonWith(t, &memSink{}) 
 func startDaemonWith(t *testing.T, sink *memSink, tune ...func(*Config)) *harness {
 	t.Helper()
 	testenv.RequireRoot(t)
+	// The daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	key := make([]byte, schema.PathKeySize)
 	_, _ = rand.Read(key)
 	hasher, _ := schema.NewPathHasher(key)

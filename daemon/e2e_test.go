@@ -31,6 +31,8 @@ type stack struct {
 func newStack(t testing.TB) *stack {
 	t.Helper()
 	testenv.RequireRoot(t)
+	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	dir := t.TempDir()
 	root, _ := filepath.EvalSymlinks(dir)
 	st := &stack{bin: testenv.Mcpwarden(t), root: root, state: filepath.Join(root, "state"),

@@ -29,6 +29,8 @@ import (
 //     paths and what would grant them.
 func TestSingleHostEndToEnd(t *testing.T) {
 	testenv.RequireRoot(t)
+	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
+	testenv.AuditUser(t)
 	bin := testenv.Mcpwarden(t)
 	dir, _ := filepath.EvalSymlinks(t.TempDir())
 	naive := filepath.Join(dir, "naiveserver")

@@ -179,6 +179,9 @@ func FuzzParseNetlinkTable(f *testing.F) {
 // socket among the readers.
 func TestStatusFromTheKernel(t *testing.T) {
 	testenv.RequireRoot(t)
+	// It sets the host's backlog_limit: a daemon of another package
+	// raising it meanwhile would fail the check below (and see the change).
+	testenv.AuditDisturber(t)
 	st, err := GetStatus()
 	if err != nil {
 		t.Fatal(err)
