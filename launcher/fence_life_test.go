@@ -648,26 +648,28 @@ func TestLifeForkHopperEndsWithTheRun(t *testing.T) {
 			if r := s.Do(map[string]any{"op": "forkhop", "n": 50_000_000}); !r.OK {
 				t.Fatalf("forkhop: %+v", r)
 			}
-			// The hopper is there, under some pid or other, before the end.
-			hopping := func() bool {
-				for _, p := range inProcessGroup(group) {
-					if p != server && p != group {
-						return true
-					}
+			// The hopper is there, under some pid or other, in the run's
+			// process group, before the end. Each generation says so in a
+			// page it shares with the server: a scan of /proc lists pids
+			// first and reads each one after, and on a busy machine minutes
+			// of scans missed a process that lives for one fork (seen at
+			// load 25-37: "no hopping process in the run's process group").
+			const hopsSeen = 1000
+			var gen, pgid, serverGroup int
+			for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+				r := s.Do(map[string]any{"op": "forkhopstat"})
+				if _, err := fmt.Sscanf(r.Data, "%d %d %d", &gen, &pgid, &serverGroup); !r.OK || err != nil {
+					t.Fatalf("forkhopstat: %+v %v", r, err)
 				}
-				return false
-			}
-			// A scan of /proc lists pids first and reads each one after: a
-			// hopper seen in the listing may be gone by its read, and its
-			// child born after the listing. On a busy machine many scans in
-			// a row miss it (seen at load 25-37), so the wait is bounded by
-			// time, not by a count of scans.
-			seenAt := time.Now().Add(60 * time.Second)
-			for !hopping() {
-				if time.Now().After(seenAt) {
-					t.Fatal("no hopping process in the run's process group within 60 s")
+				if pgid != 0 && pgid != serverGroup {
+					t.Fatalf("the hopper's generation %d is in process group %d, not the server's %d", gen, pgid, serverGroup)
 				}
-				time.Sleep(5 * time.Millisecond)
+				if gen >= hopsSeen {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the hopper made %d generations in 3 minutes, want %d", gen, hopsSeen)
+				}
 			}
 			if code := s.Close(); code != 0 {
 				t.Fatalf("exit %d: %s", code, s.Stderr())

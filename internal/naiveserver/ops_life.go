@@ -67,6 +67,13 @@ var lifeOps = map[string]op{
 		pid, err := rawproc.ForkHop(r.N)
 		return strconv.Itoa(pid), err
 	},
+	// The latest hopper of forkhop: "GENERATION PGID SERVER_PGID" (its
+	// process group and the server's, both as seen in the server's pid
+	// namespace; "0 0 G": none yet).
+	"forkhopstat": func(r Request) (string, error) {
+		gen, pgid := rawproc.Hops()
+		return fmt.Sprintf("%d %d %d", gen, pgid, syscall.Getpgrp()), nil
+	},
 	"forkbomb": func(r Request) (string, error) {
 		made := 0
 		for ; made < r.N; made++ {

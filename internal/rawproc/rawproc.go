@@ -9,7 +9,10 @@ package rawproc
 
 import (
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"unsafe"
 )
 
 // ForkPause forks the calling process. The child sleeps until it is killed
@@ -61,17 +64,44 @@ func ExitMainThread() {
 // and exits, and so on, n times, each generation a new pid, then ends
 // (a process of the run that is never the same one for long: a kill list
 // made from pids is always stale). The parent gets the first child's pid.
+// Each generation writes its number and process group where Hops reads
+// them: a scan of /proc rarely catches a process that lives for one fork.
 func ForkHop(n int) (int, error) {
-	pid, errno := forkHop(uintptr(n))
+	hopPageOnce.Do(func() {
+		var b []byte
+		b, hopPageErr = syscall.Mmap(-1, 0, syscall.Getpagesize(), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANONYMOUS)
+		if hopPageErr == nil {
+			hopPage = (*[2]uint64)(unsafe.Pointer(&b[0]))
+		}
+	})
+	if hopPageErr != nil {
+		return 0, hopPageErr
+	}
+	pid, errno := forkHop(uintptr(n), hopPage)
 	if errno != 0 {
 		return 0, errno
 	}
 	return pid, nil
 }
 
+// Hops returns the generation of the latest hopper of ForkHop (0: none
+// forked yet) and its process group, as it wrote them.
+func Hops() (generation uint64, pgid int) {
+	if hopPage == nil {
+		return 0, 0
+	}
+	return atomic.LoadUint64(&hopPage[0]), int(atomic.LoadUint64(&hopPage[1]))
+}
+
+var (
+	hopPageOnce sync.Once
+	hopPage     *[2]uint64 // shared (MAP_SHARED) with every hopper
+	hopPageErr  error
+)
+
 //go:nosplit
 //go:norace
-func forkHop(n uintptr) (int, syscall.Errno) {
+func forkHop(n uintptr, page *[2]uint64) (int, syscall.Errno) {
 	pid, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
 	if e != 0 {
 		return 0, e
@@ -84,6 +114,10 @@ func forkHop(n uintptr) (int, syscall.Errno) {
 		if p != 0 {
 			syscall.RawSyscall6(syscall.SYS_EXIT_GROUP, 0, 0, 0, 0, 0, 0)
 		}
+		// The new generation (plain stores: no runtime in this child).
+		pg, _, _ := syscall.RawSyscall6(syscall.SYS_GETPGID, 0, 0, 0, 0, 0, 0)
+		page[1] = uint64(pg)
+		page[0] = uint64(i + 1)
 	}
 	syscall.RawSyscall6(syscall.SYS_EXIT_GROUP, 0, 0, 0, 0, 0, 0)
 	return 0, 0
