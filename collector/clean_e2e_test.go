@@ -63,7 +63,7 @@ func TestCleanRunsAreClean(t *testing.T) {
 		cmd.Dir = base
 		stderr := &testenv.LockedBuffer{}
 		cmd.Stderr = stderr
-		c, err := mcptest.Start(cmd, 30*time.Second)
+		c, err := mcptest.Start(cmd, 3*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -268,7 +268,7 @@ func TestCollectorsShareTheConsumerAndSurviveARestart(t *testing.T) {
 	publishAll(t, e.pub, evs[30_000:], 500)
 	c := e.collector(t, nil)
 	stopC := start(t, c)
-	waitDistinct(t, st, uint64(len(evs)), 60*time.Second)
+	waitDistinct(t, st, uint64(len(evs)), 2*time.Minute)
 	stopB()
 	stopC()
 	assertNoDuplicatesInQueries(t, st, uint64(len(evs)))
@@ -367,7 +367,7 @@ func TestStopLetsTheInsertUnderWayFinish(t *testing.T) {
 	evs := eventgen.New("host-s").Mixed(200)
 	slow.delay.Store(int64(time.Second))
 	publishAll(t, e.pub, evs, len(evs))
-	waitDistinct(t, st, uint64(len(evs)), 30*time.Second)
+	waitDistinct(t, st, uint64(len(evs)), 2*time.Minute)
 	stopA() // while the insert's answer is held back
 	slow.delay.Store(0)
 	if s := a.Stats(); s.InsertFailures != 0 || s.Events != uint64(len(evs)) {
@@ -494,7 +494,7 @@ func TestEventsOutsideTheirSubjectAreRejected(t *testing.T) {
 	c := e.collector(t, func(cfg *Config) { cfg.AckWait = 2 * time.Minute })
 	stop := start(t, c)
 	st := openStore(t, e.dsn)
-	waitDistinct(t, st, uint64(len(fileOps)), 30*time.Second)
+	waitDistinct(t, st, uint64(len(fileOps)), 2*time.Minute)
 	// Read once the rows are visible: any later delivery (one taken during
 	// the stop and handed back) would count the forged events again.
 	rejected := c.Stats().Rejected

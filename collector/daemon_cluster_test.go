@@ -75,7 +75,7 @@ func TestDaemonBinaryIntoNATSClusterLeaderKilled(t *testing.T) {
 			t.Logf("daemon log:\n%s", dlog.String())
 		}
 	})
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(dlog.String(), "daemon started"); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(dlog.String(), "daemon started"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the daemon did not start:\n%s", dlog.String())
 		}

@@ -54,7 +54,7 @@ func TestDaemonGoneIsAGap(t *testing.T) {
 			t.Logf("daemon log:\n%s", daemonLog.String())
 		}
 	})
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(daemonLog.String(), "daemon started"); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(daemonLog.String(), "daemon started"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the daemon did not start:\n%s", daemonLog.String())
 		}

@@ -136,7 +136,7 @@ func checkDeployNATS(t *testing.T, bin string) {
 	if err := pub.Publish(context.Background(), evs); err != nil {
 		t.Fatal(err)
 	}
-	waitDistinct(t, openStore(t, dsn), uint64(len(evs)), 30*time.Second)
+	waitDistinct(t, openStore(t, dsn), uint64(len(evs)), 2*time.Minute)
 	// web-2 publishes too, so there is something of web-2's to try to read.
 	web2NC, _ := natstest.Connect(t, conn("host-web-2", pw["HOST_WEB_2_PASSWORD"], stream.RoleDaemon, "web-2"))
 	web2, _ := jetstream.New(web2NC)

@@ -86,7 +86,7 @@ func TestSystemdSingleHost(t *testing.T) {
 	m.StartUnit(t, "mcpwarden-daemon.service")
 	socket := filepath.Join(m.RuntimeDir, "mcpwarden", "daemon.sock")
 	state := filepath.Join(m.StateDir, "mcpwarden")
-	waitFor(t, 60*time.Second, func() bool { return strings.Contains(logOf(dlog), "daemon started") }, func() string {
+	waitFor(t, 3*time.Minute, func() bool { return strings.Contains(logOf(dlog), "daemon started") }, func() string {
 		return fmt.Sprintf("the daemon unit did not start: %v\n%s", m.Show(t, "mcpwarden-daemon.service", "ActiveState", "Result", "ExecMainStatus"), logOf(dlog))
 	})
 	if st, err := os.Stat(filepath.Dir(socket)); err != nil || st.Mode().Perm() != 0o700 {
@@ -137,7 +137,7 @@ func TestSystemdSingleHost(t *testing.T) {
 	}
 	var runID string
 	var allowed, blocked, denial, attempt bool
-	waitFor(t, 60*time.Second, func() bool {
+	waitFor(t, 3*time.Minute, func() bool {
 		out, err := exec.Command(testenv.Mcpwarden(t), "events", "--json", "--nats", nats, "--state-dir", state).Output()
 		if err != nil {
 			return false
@@ -185,7 +185,7 @@ func TestSystemdSingleHost(t *testing.T) {
 	m.Install(t, "mcpwarden-collector.service", collectorUnit)
 	clog := logs("mcpwarden-collector.service")
 	m.StartUnit(t, "mcpwarden-collector.service")
-	waitFor(t, 60*time.Second, func() bool { return strings.Contains(logOf(clog), "collecting") }, func() string {
+	waitFor(t, 3*time.Minute, func() bool { return strings.Contains(logOf(clog), "collecting") }, func() string {
 		return fmt.Sprintf("the collector unit did not start: %v\n%s", m.Show(t, "mcpwarden-collector.service", "ActiveState", "Result", "ExecMainStatus"), logOf(clog))
 	})
 	cstatus := procStatus(t, m.MainPID(t, "mcpwarden-collector.service"))
@@ -201,7 +201,7 @@ func TestSystemdSingleHost(t *testing.T) {
 		t.Error("the ClickHouse DSN is on the collector's command line")
 	}
 	// The run is in ClickHouse, as `mcpwarden query runs` tells it.
-	waitFor(t, 90*time.Second, func() bool {
+	waitFor(t, 3*time.Minute, func() bool {
 		out, err := exec.Command(testenv.Mcpwarden(t), "query", "runs", "--clickhouse", dsn, "--since", "1h", "--json").Output()
 		return err == nil && strings.Contains(string(out), runID)
 	}, func() string { return "run " + runID + " is not in ClickHouse; collector log:\n" + logOf(clog) })
@@ -210,7 +210,7 @@ func TestSystemdSingleHost(t *testing.T) {
 	p := promtest.Start(t,
 		promtest.Target{Job: "mcpwarden-daemon", Addrs: []string{"127.0.0.1:" + daemonMetrics}},
 		promtest.Target{Job: "mcpwarden-collector", Addrs: []string{"127.0.0.1:" + collectorMetrics}})
-	const wait = 60 * time.Second
+	const wait = 3 * time.Minute
 	p.WaitFor(t, `count(up == 1) == 2`, promtest.Any, wait)
 	for _, expr := range []string{
 		`mcpwarden_daemon_ready == 1`,

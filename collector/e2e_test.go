@@ -37,7 +37,7 @@ func background(t *testing.T, ready string, name string, args ...string) *testen
 			t.Logf("%s %s log:\n%s", filepath.Base(name), args[0], logBuf.String())
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for !strings.Contains(logBuf.String(), ready) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s %s did not get ready:\n%s", name, args[0], logBuf.String())
@@ -108,7 +108,7 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 		{schema.FindingBlockedAttempt, "outside", secretHash}:       false,
 		{schema.FindingUnattributedAccess, "workspace", insideHash}: false,
 	}
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		rows, err := st.Conn().Query(context.Background(),
 			"SELECT DISTINCT finding_type, path_class, path_hash FROM events FINAL WHERE kind = 'finding' AND scope_id = 'e2e-pipeline'")

@@ -258,7 +258,7 @@ func (s *memSink) snapshot() []schema.Event {
 // waitFor polls the sink until match returns true for some event.
 func (s *memSink) waitFor(t *testing.T, what string, match func(*schema.Event) bool) *schema.Event {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		for _, e := range s.snapshot() {
 			if match(&e) {
@@ -266,7 +266,7 @@ func (s *memSink) waitFor(t *testing.T, what string, match func(*schema.Event) b
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s event within 30 s; got:\n%s", what, dump(s.snapshot()))
+			t.Fatalf("no %s event within 2 minutes; got:\n%s", what, dump(s.snapshot()))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -369,8 +369,8 @@ func startDaemonWith(t *testing.T, sink *memSink, tune ...func(*Config)) *harnes
 			t.Fatalf("daemon did not start: %v", err)
 		}
 		t.Skipf("skipping: daemon did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("daemon not ready within 30 s")
+	case <-time.After(3 * time.Minute):
+		t.Fatal("daemon not ready within 3 minutes")
 	}
 	return h
 }

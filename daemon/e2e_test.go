@@ -84,7 +84,7 @@ func (st *stack) daemon(t testing.TB) (stop func(sig os.Signal) error) {
 		return werr
 	}
 	t.Cleanup(func() { _ = stop(os.Kill) })
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for !strings.Contains(st.dlog.String(), "daemon started") {
 		select {
 		case <-exited:
@@ -166,7 +166,7 @@ func TestRunWithDaemonEndToEnd(t *testing.T) {
 		}
 		return false
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for allowed == nil || blocked == nil || denial == nil || !hasAttempt() {
 		if time.Now().After(deadline) {
 			t.Fatalf("events missing: allowed=%v blocked=%v denial=%v blocked-attempt finding=%v (findings %d)", allowed != nil, blocked != nil, denial != nil, hasAttempt(), len(findings))
@@ -275,7 +275,7 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 	// runOf waits until pred has matched an event of one run and returns
 	// that run's events.
 	runOf := func(t *testing.T, what string, pred func(*schema.Event) bool) []schema.Event {
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(3 * time.Minute)
 		for {
 			evs := st.events(t)
 			for _, e := range evs {
@@ -302,7 +302,7 @@ func TestFilesystemServerUnderDaemon(t *testing.T) {
 		}
 		var evs []schema.Event
 		var allowed, blocked, denial bool
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(3 * time.Minute)
 		for !(allowed && blocked && denial) {
 			if time.Now().After(deadline) {
 				t.Fatalf("events missing: allowed=%v blocked=%v denial=%v", allowed, blocked, denial)
@@ -437,7 +437,7 @@ func TestNamespacedRunIsObserved(t *testing.T) {
 	var allowed, missing, blocked, denial *schema.Event
 	var procReads []*schema.Event
 	attempt := false
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		all := st.events(t)
 		for _, e := range all {
 			if e.FileOp != nil && e.FileOp.PathHash == insideHash {

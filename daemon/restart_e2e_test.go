@@ -105,7 +105,7 @@ func TestDaemonRestartAdoptsRuns(t *testing.T) {
 	readAll("before")
 	// A SIGKILL loses what the daemon had read and not yet published (the
 	// unclean restart's finding says so): the kill comes once they are in.
-	for deadline := time.Now().Add(30 * time.Second); seen()["before"] < reads; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); seen()["before"] < reads; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("reads before the kill not published: %v\ndaemon log:\n%s\nrun log:\n%s", seen(), st.dlog.String(), run.Log.String())
 		}
@@ -129,7 +129,7 @@ func TestDaemonRestartAdoptsRuns(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, run.Log.String())
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		seen := map[string]int{}
 		var runID string
@@ -194,7 +194,7 @@ func TestDaemonStoppedMidRunIsAGap(t *testing.T) {
 	if err := run.Wait(); err != nil {
 		t.Fatalf("run: %v\n%s", err, run.Log.String())
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		seen := map[string]int{}
 		var runID string

@@ -61,7 +61,7 @@ func TestSingleHostEndToEnd(t *testing.T) {
 			t.Logf("daemon log:\n%s", dlog.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for !strings.Contains(dlog.String(), "daemon started") {
 		if time.Now().After(deadline) {
 			t.Fatalf("daemon did not start:\n%s", dlog.String())
@@ -95,7 +95,7 @@ func TestSingleHostEndToEnd(t *testing.T) {
 	// Wait for the final findings of both runs; each came provisional first.
 	var runs []string
 	var evs []schema.Event
-	deadline = time.Now().Add(60 * time.Second)
+	deadline = time.Now().Add(3 * time.Minute)
 	for {
 		evs = events(t)
 		runs = runs[:0]

@@ -91,7 +91,7 @@ func TestZeroConfigDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer daemon.Process.Kill()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(dlog.String(), "daemon started"); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(dlog.String(), "daemon started"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("daemon did not start:\n%s", dlog.String())
 		}

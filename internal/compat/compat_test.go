@@ -382,7 +382,7 @@ func runServer(t *testing.T, bin string, e *env, s server) result {
 	}
 	stderr := &testenv.LockedBuffer{}
 	cmd.Stderr = stderr
-	c, err := mcptest.Start(cmd, 30*time.Second)
+	c, err := mcptest.Start(cmd, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
