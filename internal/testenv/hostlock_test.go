@@ -16,6 +16,15 @@ import (
 
 // TestMain lets the test binary act as a lock holder of TestHostLockAcrossProcesses.
 func TestMain(m *testing.M) {
+	if os.Getenv("TESTENV_PORTS") != "" {
+		// Take ports and hold them until stdin closes.
+		for range 300 {
+			fmt.Println(FreePort(&testing.T{}))
+		}
+		fmt.Println("done")
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
 	if name, how := os.Getenv("TESTENV_LOCK_NAME"), os.Getenv("TESTENV_LOCK_HOW"); name != "" {
 		mode := unix.LOCK_SH
 		if how == "ex" {
@@ -141,5 +150,46 @@ func TestAuditUserNested(t *testing.T) {
 	t.Run("inner", func(t *testing.T) { AuditUser(t) })
 	if auditUsers.n != 1 {
 		t.Fatalf("%d users after the inner one ended, want 1", auditUsers.n)
+	}
+}
+
+// TestFreePortAcrossProcesses: a port FreePort gave another live test
+// process is never given here (each process remembered only its own: two
+// packages could be handed one port and the later bind failed).
+func TestFreePortAcrossProcesses(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TESTENV_PORTS=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	theirs := map[int]bool{}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && sc.Text() != "done" {
+		var p int
+		if _, err := fmt.Sscan(sc.Text(), &p); err != nil {
+			t.Fatalf("the other process: %q", sc.Text())
+		}
+		theirs[p] = true
+	}
+	if len(theirs) != 300 {
+		t.Fatalf("the other process took %d ports, want 300", len(theirs))
+	}
+	lo, hi := portPool()
+	if hi-lo > 0 && hi-lo < 3000 {
+		t.Skipf("port pool [%d, %d) too small for the test", lo, hi)
+	}
+	for range 1000 {
+		if p := FreePort(t); theirs[p] {
+			t.Fatalf("FreePort gave %d, which another live test process holds", p)
+		}
 	}
 }

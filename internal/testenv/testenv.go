@@ -8,10 +8,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // InCI reports whether the tests run under CI (CI=true).
@@ -53,8 +56,10 @@ func RequireFile(t testing.TB, path, hint string) {
 }
 
 // FreePort returns a loopback TCP port that nothing listened on a moment
-// ago, never one it returned before in this process, and, where the host
-// leaves room, below the kernel's ephemeral range.
+// ago, never one it returned before in this process nor one another live
+// test process holds (a flock on HostLockDir()/ports/PORT, kept until the
+// process exits), and, where the host leaves room, below the kernel's
+// ephemeral range.
 //
 // A test takes several ports before its servers bind them. A port the
 // kernel picked for a listen on port 0 is one the kernel may pick again: a
@@ -69,7 +74,7 @@ func FreePort(tb testing.TB) int {
 	if lo, hi := portPool(); hi > lo {
 		for range 200 {
 			p := lo + rand.IntN(hi-lo)
-			if !portsGiven[p] && portListens(p) {
+			if !portsGiven[p] && claimPort(p) && portListens(p) {
 				portsGiven[p] = true
 				return p
 			}
@@ -82,7 +87,7 @@ func FreePort(tb testing.TB) int {
 		}
 		p := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if !portsGiven[p] {
+		if !portsGiven[p] && claimPort(p) {
 			portsGiven[p] = true
 			return p
 		}
@@ -94,7 +99,31 @@ func FreePort(tb testing.TB) int {
 var (
 	portsMu    sync.Mutex
 	portsGiven = map[int]bool{}
+	portLocks  []*os.File // held until the process exits
 )
+
+// claimPort takes port p for this process against the other test
+// processes of the host (go test runs packages side by side, each with its
+// own portsGiven): an exclusive flock on a file named after it, held until
+// the process exits. A port another process holds is not claimed. Where
+// the lock directory cannot be used, every port is claimable (the listen
+// check still applies).
+func claimPort(p int) bool {
+	dir := filepath.Join(HostLockDir(), "ports")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return true
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	portLocks = append(portLocks, f)
+	return true
+}
 
 // portListens reports whether a listener can be bound on 127.0.0.1:p.
 func portListens(p int) bool {
