@@ -91,7 +91,11 @@ func TestDaemonGoneIsAGap(t *testing.T) {
 	}
 	_ = gone.Wait() // its records may not reach a daemon: the exit status is not the point
 
-	rows := scopeRuns(t, bin, dsn, "daemon-gone", start, 2, func(rows []scopeRun) bool { return rows[1].Verdict != "CLEAN" })
+	// Waits for the finding asserted below, not for any verdict but CLEAN:
+	// another finding on the run could be stored before it.
+	rows := scopeRuns(t, bin, dsn, "daemon-gone", start, 2, func(rows []scopeRun) bool {
+		return rows[1].Verdict != "CLEAN" && slices.Contains(findingReasons(t, dsn, rows[1]), "OBSERVATION_GAP:"+crosscheck.ReasonDaemonSilent)
+	})
 	// Oldest first: the clean run, then the run the daemon died under.
 	if rows[1].Verdict == "CLEAN" {
 		t.Errorf("the run whose daemon was killed reads CLEAN: %+v", rows[1])

@@ -39,7 +39,11 @@ func TestHostWithoutADaemonIsAGap(t *testing.T) {
 		t.Fatalf("naive: %q", a)
 	}
 	// Judged while it is still live.
-	rows := scopeRuns(t, bin, dsn, "no-daemon", from, 1, func(rows []scopeRun) bool { return rows[0].Verdict != "CLEAN" })
+	// Waits for the finding asserted below, not for any verdict but CLEAN:
+	// another finding on the run could be stored before it.
+	rows := scopeRuns(t, bin, dsn, "no-daemon", from, 1, func(rows []scopeRun) bool {
+		return rows[0].Verdict != "CLEAN" && slices.Contains(findingReasons(t, dsn, rows[0]), "OBSERVATION_GAP:"+crosscheck.ReasonNoDaemon)
+	})
 	if rows[0].Verdict == "CLEAN" {
 		t.Errorf("a live run on a host without a daemon reads CLEAN: %+v", rows[0])
 	}
