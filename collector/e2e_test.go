@@ -134,7 +134,7 @@ func TestEndToEndFindingsInClickHouse(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("findings in ClickHouse after 90 s: %v", want)
+			t.Fatalf("findings in ClickHouse after 3 minutes: %v", want)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
