@@ -260,7 +260,7 @@ func TestCollectorsShareTheConsumerAndSurviveARestart(t *testing.T) {
 	stopB := start(t, b)
 	publishAll(t, e.pub, evs[:30_000], 500)
 	st := openStore(t, e.dsn)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for a.Stats().Events == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -290,7 +290,7 @@ func TestClickHouseKilledMidBatch(t *testing.T) {
 	stop := start(t, c)
 	st := openStore(t, dsn)
 	publishAll(t, e.pub, evs[:20_000], 500)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for c.Stats().Inserts < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -308,7 +308,7 @@ func TestClickHouseKilledMidBatch(t *testing.T) {
 	}()
 	srv.Kill()
 	failuresBefore := c.Stats().InsertFailures
-	deadline = time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(2 * time.Minute)
 	for c.Stats().InsertFailures == failuresBefore && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -452,12 +452,12 @@ func jetStreamClient(t *testing.T, url string) jetstream.JetStream {
 func waitConsumer(t *testing.T, e *env) {
 	t.Helper()
 	js := jetStreamClient(t, e.nats.ClientURL())
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if _, err := js.Consumer(context.Background(), stream.Name, DefaultDurable); err == nil {
 			return
 		} else if time.Now().After(deadline) {
-			t.Fatalf("no consumer %s after 30 s: %v", DefaultDurable, err)
+			t.Fatalf("no consumer %s after 2 minutes: %v", DefaultDurable, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -112,7 +112,7 @@ func TestSingleHostEndToEnd(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no final BLOCKED_ATTEMPT and ESCAPE after 60 s (runs %v)", runs)
+			t.Fatalf("no final BLOCKED_ATTEMPT and ESCAPE after 3 minutes (runs %v)", runs)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
