@@ -42,7 +42,7 @@ func pidOf(t *testing.T, r fencetest.Response) int {
 // of pids runs; it fails naming those still alive.
 func waitGone(t *testing.T, what string, pids ...int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var alive []int
 		for _, p := range pids {
@@ -76,7 +76,7 @@ func mainThreadExited(pid int) bool {
 
 func waitMainThreadExited(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !mainThreadExited(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d never became a live process with an exited main thread", pid)
@@ -674,7 +674,7 @@ func TestLifeForkHopperEndsWithTheRun(t *testing.T) {
 			if code := s.Close(); code != 0 {
 				t.Fatalf("exit %d: %s", code, s.Stderr())
 			}
-			deadline := time.Now().Add(15 * time.Second)
+			deadline := time.Now().Add(2 * time.Minute)
 			for {
 				left := inProcessGroup(group)
 				if len(left) == 0 {

@@ -439,7 +439,7 @@ func testNoProcessOutlivesTheRun(t *testing.T, noNS bool) {
 	if code := s.Close(); code != 0 {
 		t.Fatalf("exit %d: %s", code, s.Stderr())
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var left []int
 		if pidNS != "" {

@@ -134,7 +134,7 @@ func TestCopyShowsAPartialLineWhenIdle(t *testing.T) {
 	if _, err := w.WriteString("loading..."); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(out.String(), "loading...\n") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the partial line was never shown: %q", out.String())
@@ -362,7 +362,7 @@ func TestCopyDropsAFlood(t *testing.T) {
 
 func waitFor(t *testing.T, out *testenv.LockedBuffer, s string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(out.String(), s) {
 		if time.Now().After(deadline) {
 			t.Fatalf("never saw %q", s)

@@ -157,7 +157,7 @@ func TestSpoolReplaysAfterNATSRestart(t *testing.T) {
 	}
 	publish(500)
 	srv.Shutdown()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for nc.IsConnected() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -292,7 +292,7 @@ func TestAdoptsOrphanedSpools(t *testing.T) {
 	if len(ids) != len(evs) {
 		t.Fatalf("%d of %d orphaned events delivered", len(ids), len(evs))
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if _, err := os.Stat(orphan); os.IsNotExist(err) {
 			break
