@@ -167,7 +167,14 @@ func TestKernelAuditLossIsAGap(t *testing.T) {
 	}
 	// Past the clean run's end by more than any loss window reaches back:
 	// the kernel's lost counter a second, the daemon's own socket
-	// overflowing in the flood (events_dropped) ten seconds.
+	// overflowing in the flood (events_dropped) ten seconds. Counted from
+	// when the daemon saw the run end (its window is on its own clock), not
+	// from the run's exit: on a loaded machine the daemon sees it later.
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(dlog.String(), `msg="run ended"`); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not see the clean run end within 2 minutes:\n%s", dlog.String())
+		}
+	}
 	time.Sleep(11 * time.Second)
 
 	// A run that does nothing wrong, live while the kernel loses records.

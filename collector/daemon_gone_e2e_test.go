@@ -74,8 +74,27 @@ func TestDaemonGoneIsAGap(t *testing.T) {
 			t.Fatalf("naive: %q (%s)", a, log)
 		}
 	}
-	// Reports go on past the clean run's end.
-	time.Sleep(3 * time.Second)
+	// Reports go on past the clean run's end: the silence after the kill
+	// must begin after it. Waited for in ClickHouse, not slept: a daemon
+	// slowed by a loaded machine may not report for a few seconds.
+	cleanEnd := time.Now()
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		out, err := exec.Command(bin, "query", "health", "--clickhouse", dsn, "--from", start.UTC().Format(time.RFC3339), "--json").Output()
+		var last int64
+		if err == nil {
+			for _, h := range parseRows[struct {
+				LastReportNS int64 `json:"last_report_ns"`
+			}](t, out) {
+				last = max(last, h.LastReportNS)
+			}
+		}
+		if last > cleanEnd.Add(time.Second).UnixNano() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no daemon health report stored a second after the clean run ended (latest %s, err %v):\n%s", time.Unix(0, last).UTC().Format(time.RFC3339Nano), err, out)
+		}
+	}
 	// The run the daemon dies under.
 	gone := testenv.StartNaive(t, run())
 	if a := gone.Do(`{"op":"ping"}`); !strings.Contains(a, `"ok":true`) {
