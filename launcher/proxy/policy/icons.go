@@ -72,10 +72,7 @@ func (c *argChecker) iconFile(s string) *Denial {
 }
 
 // iconData checks a data: URI's document for file references: an SVG
-// (or any text) may load one ("<image href='file:///…'>"). Character
-// references are decoded first (&#102;ile: is file:); a CSS escape
-// (\66 ile:) cannot be told from text and is refused in a document that
-// also says "ile:".
+// (or any text) may load one ("<image href='file:///…'>"): documentFiles.
 func (c *argChecker) iconData(rest string) *Denial {
 	comma := strings.IndexByte(rest, ',')
 	if comma < 0 {
@@ -99,10 +96,23 @@ func (c *argChecker) iconData(rest string) *Denial {
 	if len(doc) > MaxIconDocument {
 		return deny(schema.ErrPathOutsideScope, "an icon's data: document is too large to check for file references")
 	}
+	return c.documentFiles(doc, "an icon's data: document")
+}
+
+// documentFiles checks a document a client renders (an SVG, an MCP App's
+// HTML) for file references: each "file:" URL in it, character
+// references decoded first (&#102;ile: is file:), tabs and line breaks
+// removed (a URL parser removes them), is held to the path rules. A CSS
+// escape (\66 ile:) cannot be told from text and is refused in a
+// document that also says "ile:".
+func (c *argChecker) documentFiles(doc []byte, what string) *Denial {
 	text := strings.NewReplacer("\t", "", "\n", "", "\r", "").Replace(html.UnescapeString(string(doc)))
-	lower := strings.ToLower(text)
+	// ASCII case only, byte for byte: the indexes found in lower are used
+	// in text (strings.ToLower changes lengths: "Ⱥ" is 2 bytes, "ⱥ" 3,
+	// so a document of them before "file:" made the slice below panic).
+	lower := asciiLower(text)
 	if strings.Contains(lower, "ile:") && strings.ContainsRune(lower, '\\') {
-		return deny(schema.ErrPathOutsideScope, "an icon's data: document holds escapes that may spell a file reference")
+		return deny(schema.ErrPathOutsideScope, "%s holds escapes that may spell a file reference", what)
 	}
 	for i := 0; ; {
 		j := strings.Index(lower[i:], "file:")
@@ -122,6 +132,18 @@ func (c *argChecker) iconData(rest string) *Denial {
 			return nil
 		}
 	}
+}
+
+// asciiLower lowers the ASCII letters of s and nothing else (the same
+// length, byte for byte).
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // MaxIconDocument bounds the data: document of one icon that is checked

@@ -136,7 +136,7 @@ func FuzzFilterIcons(f *testing.F) {
 func FuzzCheckIconSrc(f *testing.F) {
 	p, base := fixture(f)
 	eff := []string{filepath.Join(base, "allowed")}
-	for _, s := range []string{"file:///etc/passwd", "data:,x", "data:;base64,ZmlsZTov", "//h/x", "a/b", "https://x", "\x00", "data:image/svg+xml,&#102;ile:/x"} {
+	for _, s := range []string{"file:///etc/passwd", "data:,x", "data:;base64,ZmlsZTov", "//h/x", "a/b", "https://x", "\x00", "data:image/svg+xml,&#102;ile:/x", "data:image/svg+xml,ȺȺȺȺȺȺȺȺȺȺfile:", "data:,\u212a\u212afile:///etc/passwd"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
@@ -193,4 +193,33 @@ func FuzzHasFileURI(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+// TestIconDocumentCaseFolding: an SVG data: icon whose document holds
+// characters that change length when lowered ("Ⱥ" is 2 bytes, "ⱥ" 3; the
+// Kelvin sign "K" is 3 bytes, "k" 1) before a file reference. Before: the
+// indexes of the lowered document were used in the document itself, and
+// ten "Ⱥ" before "file:" made the proxy panic (one tools/list answer of
+// a server ended the run); a reference after them was checked at the
+// wrong place.
+func TestIconDocumentCaseFolding(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	for _, src := range []string{
+		"data:image/svg+xml," + strings.Repeat("Ⱥ", 10) + "file:",
+		"data:image/svg+xml," + strings.Repeat("Ⱥ", 10) + "<image href='file:///etc/passwd'/>",
+		"data:image/svg+xml," + strings.Repeat("\u212a", 10) + "<image href='file:///etc/passwd'/>",
+		"data:image/svg+xml," + strings.Repeat("Ⱥ", 3) + "<image href='FILE:///etc/passwd'/>",
+	} {
+		if _, d := p.CheckIconSrc(src, eff); d == nil {
+			t.Errorf("%q passed", src)
+		}
+	}
+	raw := json.RawMessage(`{"tools":[{"name":"t","icons":[{"src":"data:image/svg+xml,` + strings.Repeat("Ⱥ", 10) + `file:"}]}]}`)
+	if out, drop := p.FilterIcons(raw, eff); drop.Dropped != 1 || strings.Contains(string(out), "data:") {
+		t.Fatalf("FilterIcons = %s, %+v", out, drop)
+	}
+	if _, d := p.CheckIconSrc("data:image/svg+xml,"+strings.Repeat("Ⱥ", 10)+"<svg/>", eff); d != nil {
+		t.Fatalf("a document with no file reference: %v", d)
+	}
 }
