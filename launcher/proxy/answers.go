@@ -184,6 +184,18 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 			return
 		}
 	}
+	if m.Error == nil && rq.method == "resources/read" {
+		if uri, _ := jsonrpc.String(rq.param("uri")); policy.IsAppURI(uri) {
+			// An MCP App's HTML, which a host renders (policy.CheckAppResource).
+			paths, d := s.pol.CheckAppResource(m.Result, s.scope.current().paths)
+			if d != nil {
+				s.hashPaths(rq, paths)
+				s.log.Warn("server answer refused: an MCP App's document refers to a file the scope does not allow", "error_code", string(d.Code))
+				s.deny(rq, d.Code, d.Reason)
+				return
+			}
+		}
+	}
 	if m.Error == nil {
 		m.Result = s.dropIcons(rq.method, m.Result)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -276,4 +277,101 @@ func TestClientThatNeverReads(t *testing.T) {
 		t.Fatalf("the server wrote %d frames (%d KiB) before its pipe filled: the proxy holds more than its buffers", n, n*floodNote/1024)
 	}
 	t.Logf("the server's pipe filled after %d frames of %d bytes", n, floodNote)
+}
+
+const appEnv = "MCPWARDEN_PROXY_TEST_APP_SERVER"
+
+// appCases are the MCP App resources appServer serves: the HTML (or, for
+// "blob", its base64), the content's _meta, and whether the read must
+// be refused. SECRET, OUTSIDE and ALLOWED stand for the fixture's paths.
+var appCases = []struct {
+	name, html, meta string
+	refused          bool
+}{
+	{"clean", `<html><img src="https://example.com/a.png"><a href="#x">x</a></html>`, "", false},
+	{"inside", `<img src="file://ALLOWED/probe.txt">`, "", false},
+	{"secret", `<img src="file://SECRET">`, "", true},
+	{"entity", `<img src="&#102;ile://OUTSIDE">`, "", true},
+	{"upper", `<link rel=stylesheet href='FILE://OUTSIDE'>`, "", true},
+	{"broken", "<img src=\"fi\nle://SECRET\">", "", true},
+	{"kelvin", strings.Repeat("\u212a", 8) + `<img src="file://SECRET">`, "", true},
+	{"blob", `<script src="file://SECRET"></script>`, "", true},
+	{"csp", `<p>hi</p>`, `{"ui":{"csp":{"resourceDomains":["file:///etc"]}}}`, true},
+}
+
+// appServer is a legacy server serving appCases as ui://app/<name>.
+func appServer(logPath string) {
+	secret, outside, allowed := os.Getenv(redteamSecret), os.Getenv(redteamOutside), os.Getenv(redteamAllowed)
+	serveScript(logPath, "", func(line string, send func(string)) {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				URI string `json:"uri"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal([]byte(line), &m)
+		if len(m.ID) == 0 {
+			return
+		}
+		result := func(v string) { send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":` + v + `}`) }
+		switch m.Method {
+		case "initialize":
+			result(`{"protocolVersion":"2025-06-18","capabilities":{"resources":{}},"serverInfo":{"name":"apps","version":"1"}}`)
+		case "resources/read":
+			for _, c := range appCases {
+				if m.Params.URI != "ui://app/"+c.name {
+					continue
+				}
+				doc := strings.NewReplacer("SECRET", secret, "OUTSIDE", outside, "ALLOWED", allowed).Replace(c.html)
+				content := map[string]any{"uri": m.Params.URI, "mimeType": "text/html;profile=mcp-app"}
+				if c.name == "blob" {
+					content["blob"] = base64.StdEncoding.EncodeToString([]byte(doc))
+				} else {
+					content["text"] = doc
+				}
+				if c.meta != "" {
+					content["_meta"] = json.RawMessage(c.meta)
+				}
+				b, _ := json.Marshal(map[string]any{"contents": []any{content}})
+				result(string(b))
+				return
+			}
+			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32002,"message":"Resource not found"}}`)
+		default:
+			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32601,"message":"Method not found"}}`)
+		}
+	})
+}
+
+// TestAppDocumentsReferringToFiles: an MCP App's HTML (a ui:// resource a
+// host renders in an iframe) that refers to a secret or a file outside
+// the scope — in any spelling a browser reads, base64 in a blob, or as a
+// CSP domain in its _meta — is refused (the host would load the file);
+// an app referring to https or a file inside the scope is read. Before:
+// every one reached the client.
+func TestAppDocumentsReferringToFiles(t *testing.T) {
+	var refs []string
+	for _, c := range appCases {
+		refs = append(refs, "ui://app/"+c.name)
+	}
+	f, _ := scriptedSecretFixture(t, appEnv, "apps.log", []string{"app"}, func(s *schema.Scope) { s.ResourceRefs = refs })
+	c := f.client
+	c.initLegacy(false)
+	for _, tc := range appCases {
+		m := c.call("resources/read", map[string]any{"uri": "ui://app/" + tc.name})
+		code := rpcErrorCode(m)
+		if tc.refused {
+			if code != string(schema.ErrSecretPath) && code != string(schema.ErrPathOutsideScope) {
+				t.Errorf("%s: a document referring to a file reached the client: %+v %.200s", tc.name, m.Error, m.Result)
+			}
+			continue
+		}
+		if m.Error != nil || !strings.Contains(string(m.Result), "ui://app/"+tc.name) {
+			t.Errorf("%s: a clean app was refused: %+v", tc.name, m.Error)
+		}
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Method == "resources/read" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) > 0
+	})
 }

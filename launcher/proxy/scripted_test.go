@@ -24,6 +24,7 @@ var scriptedServers = []struct {
 	{seventhEnv, seventhServer},
 	{modernTasksEnv, modernTasksServer},
 	{floodEnv, floodServer},
+	{appEnv, appServer},
 }
 
 func TestMain(m *testing.M) {

@@ -336,3 +336,53 @@ func (p *Policy) FilterCompletionValues(values []string, effective []string) (ke
 	}
 	return kept, paths, first
 }
+
+// CheckAppResource checks the answer to a resources/read of an MCP App's
+// ui:// resource: HTML a host renders in an iframe, where a reference to
+// a file (<img src="file:///…/.env">, in any spelling documentFiles
+// reads) would have the host load it. Each content's text, its blob
+// (base64) and its _meta (the app's CSP domains) are checked; the first
+// reference the scope does not allow refuses the whole answer (an app
+// cannot be rendered in part). It returns the real paths it checked.
+func (p *Policy) CheckAppResource(result json.RawMessage, effective []string) ([]string, *Denial) {
+	var res struct {
+		Contents []struct {
+			Text *string        `json:"text"`
+			Blob *string        `json:"blob"`
+			Meta map[string]any `json:"_meta"`
+		} `json:"contents"`
+	}
+	if err := json.Unmarshal(result, &res); err != nil {
+		return nil, nil // not the spec's shape: a host renders nothing from it
+	}
+	c := p.newChecker(p.baseRel, effective, false)
+	for _, ct := range res.Contents {
+		if ct.Text != nil {
+			if d := c.documentFiles([]byte(*ct.Text), "an MCP App's document"); d != nil {
+				return c.checked, d
+			}
+		}
+		if ct.Blob != nil {
+			doc, err := decodeBase64Loose(*ct.Blob)
+			if err == nil {
+				if d := c.documentFiles(doc, "an MCP App's document"); d != nil {
+					return c.checked, d
+				}
+			}
+		}
+		if ct.Meta != nil {
+			meta, _ := json.Marshal(ct.Meta)
+			if d := c.documentFiles(meta, "an MCP App's _meta"); d != nil {
+				return c.checked, d
+			}
+		}
+	}
+	return c.checked, nil
+}
+
+// IsAppURI reports whether uri names an MCP App's resource (ui://), as a
+// host's URL parser reads it.
+func IsAppURI(uri string) bool {
+	scheme, _, ok := urlScheme(urlClean(uri))
+	return ok && strings.EqualFold(scheme, "ui")
+}

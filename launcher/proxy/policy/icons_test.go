@@ -223,3 +223,34 @@ func TestIconDocumentCaseFolding(t *testing.T) {
 		t.Fatalf("a document with no file reference: %v", d)
 	}
 }
+
+// FuzzCheckAppResource: any answer to an MCP App's read is decided
+// without a panic, and a document that names /etc/passwd as a file:
+// URL is never passed.
+func FuzzCheckAppResource(f *testing.F) {
+	p, base := fixture(f)
+	eff := []string{filepath.Join(base, "allowed")}
+	for _, s := range []string{
+		`{"contents":[{"uri":"ui://a","text":"<img src=\"file:///etc/passwd\">"}]}`,
+		`{"contents":[{"uri":"ui://a","blob":"PGltZyBzcmM9ZmlsZTovLy9ldGMvcGFzc3dkPg=="}]}`,
+		`{"contents":[{"uri":"ui://a","text":"ȺȺȺ","_meta":{"ui":{"csp":{"resourceDomains":["file:///etc"]}}}}]}`,
+		`{"contents":[]}`, `[]`, `{"contents":[{"text":null}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		_, d := p.CheckAppResource(raw, eff)
+		var res struct {
+			Contents []struct {
+				Text string `json:"text"`
+			} `json:"contents"`
+		}
+		if d == nil && json.Unmarshal(raw, &res) == nil {
+			for _, c := range res.Contents {
+				if strings.Contains(c.Text, `"file:///etc/passwd"`) {
+					t.Fatalf("%q passed", raw)
+				}
+			}
+		}
+	})
+}
