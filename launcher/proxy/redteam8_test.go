@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"golang.org/x/sys/unix"
 )
@@ -374,4 +375,35 @@ func TestAppDocumentsReferringToFiles(t *testing.T) {
 	f.sink.waitDecision(t, func(d schema.Decision) bool {
 		return d.Method == "resources/read" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) > 0
 	})
+}
+
+// TestSearchExtglobsReachingSecrets: the real filesystem server matches
+// search_files' pattern with minimatch, whose extglob groups, POSIX
+// classes and leading '!' need no '*' or '?'. A pattern that reaches a
+// secret in any of them is refused; a clean one is served. Before: each
+// passed and the server listed keys/server.pem.
+func TestSearchExtglobsReachingSecrets(t *testing.T) {
+	f := newFixture(t, fixtureOpts{scope: func(s *schema.Scope) { s.AllowedPaths = []string{"allowed"} }})
+	c := f.client
+	c.initLegacy(false)
+	allowed := filepath.Join(f.base, "allowed")
+	testenv.WriteFiles(t, map[string]string{
+		filepath.Join(allowed, "keys", "server.pem"): "KEY-SECRET-VALUE",
+		filepath.Join(allowed, "docs", "a.md"):       "doc",
+	})
+	for _, args := range []map[string]any{
+		{"path": allowed, "pattern": "keys/server.@(pem)"},
+		{"path": allowed, "pattern": "keys/!(x)"},
+		{"path": allowed, "pattern": "keys/server.[[:alpha:]]em"},
+		{"path": filepath.Join(allowed, "keys"), "pattern": "!x"},
+		{"path": allowed, "pattern": "keys/+(s)erver.pem"},
+		{"path": allowed, "pattern": "@(keys|docs)/@(server.pem|a.md)"},
+	} {
+		if r := c.tool("search_files", args); denialCode(r) != string(schema.ErrSecretPath) || strings.Contains(r.text(), "server.pem") {
+			t.Errorf("search_files %v = %+v", args, r)
+		}
+	}
+	if r := c.tool("search_files", map[string]any{"path": allowed, "pattern": "docs/@(a).md"}); r.IsError || !strings.Contains(r.text(), "a.md") {
+		t.Fatalf("search_files docs/@(a).md = %+v", r)
+	}
 }

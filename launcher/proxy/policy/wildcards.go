@@ -31,10 +31,213 @@ const maxGlobWalk = 100000
 // hasWildcard: s may be a glob with wildcards a server expands: a '*' or
 // '?', no white space, not a URL of another scheme ("https://h/?q=1").
 func hasWildcard(s string) bool {
-	if !strings.ContainsAny(s, "*?") || len(s) > MaxPathLen || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+	if !strings.ContainsAny(s, "*?") && !hasExtglob(s) || len(s) > MaxPathLen || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
 		return false
 	}
 	return !hasURLScheme(s) || hasFileScheme(s)
+}
+
+// hasExtglob: s holds minimatch's extended syntax, which needs no '*' or
+// '?': an extglob group ("@(.env)", "+(x)", "!(x)") or a POSIX class
+// ("[[:alpha:]]", "[![:digit:]]").
+func hasExtglob(s string) bool {
+	return strings.Contains(s, "(") && strings.ContainsAny(s, "@+!") || strings.Contains(s, "[:")
+}
+
+// globAlternatives returns the globs to match for s, a glob a server
+// expands as minimatch does (the filesystem server's matcher): its
+// braces expanded (expandGlob) and minimatch's extended syntax, which
+// needs no '*' or '?', rewritten to what globMatch reads, exactly or
+// wider (minimatchSuperset). negatable: s is all of a search pattern,
+// where a leading '!' negates it.
+func globAlternatives(s string, negatable bool) ([]string, error) {
+	s = posixClasses(s)
+	alts, err := expandGlob(s)
+	if err != nil {
+		return nil, err
+	}
+	if alts == nil {
+		alts = []string{s}
+	}
+	var out []string
+	for _, a := range alts {
+		r := minimatchSuperset(a, negatable)
+		if r != a {
+			more, err := expandGlob(r)
+			if err != nil {
+				return nil, err
+			}
+			if more != nil {
+				out = append(out, more...)
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	if len(out) > maxExpansions {
+		return nil, errTooManyExpansions
+	}
+	return out, nil
+}
+
+// posixClasses rewrites each bracket expression holding a POSIX class
+// ("[[:alpha:]]", "[![:digit:]x]") to "?": any one character, wider
+// than the class (globMatch, like path.Match, has no such classes).
+func posixClasses(p string) string {
+	if !strings.Contains(p, "[:") {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '\\' && i+1 < len(p) {
+			b.WriteString(p[i : i+2])
+			i++
+			continue
+		}
+		if p[i] == '[' {
+			if end := posixClassEnd(p, i); end > 0 {
+				b.WriteByte('?')
+				i = end - 1
+				continue
+			}
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
+}
+
+// minimatchSuperset rewrites minimatch's extglob groups, which need no
+// '*' or '?', into globs globMatch reads: "@(a|b)" is "{a,b}" and
+// "?(a|b)" is "{,a,b}" (exactly), "+(a|b)" is "{a,b}*" (wider), "*(a|b)" and
+// "!(a|b)" are "*" (wider; "**" when the group holds a '/'); groups
+// nested in an alternative are rewritten too. With negatable, a leading
+// '!' (minimatch's negation: everything the rest does not match) is
+// "**". Anything else is returned as it is.
+func minimatchSuperset(p string, negatable bool) string {
+	if negatable && strings.HasPrefix(p, "!") && !strings.HasPrefix(p, "!(") {
+		return "**"
+	}
+	if !strings.Contains(p, "(") {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '\\' && i+1 < len(p) {
+			b.WriteString(p[i : i+2])
+			i++
+			continue
+		}
+		if strings.IndexByte("?*+@!", c) >= 0 && i+1 < len(p) && p[i+1] == '(' {
+			if end := closingParen(p, i+1); end > 0 {
+				body := p[i+2 : end-1]
+				var alts []string
+				for _, a := range splitAlternatives(body) {
+					alts = append(alts, minimatchSuperset(a, false))
+				}
+				switch {
+				case c == '*' || c == '!':
+					if strings.Contains(body, "/") {
+						b.WriteString("**")
+					} else {
+						b.WriteString("*")
+					}
+				case c == '?':
+					b.WriteString("{," + strings.Join(alts, ",") + "}")
+				case c == '+':
+					b.WriteString(braces(alts) + "*")
+				default: // '@'
+					b.WriteString(braces(alts))
+				}
+				i = end - 1
+				continue
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// braces is "{a,b}" for several alternatives, the one itself for one
+// (expandGlob reads a brace group without a comma as literal braces).
+func braces(alts []string) string {
+	if len(alts) == 1 {
+		return alts[0]
+	}
+	return "{" + strings.Join(alts, ",") + "}"
+}
+
+// splitAlternatives splits an extglob group's body on its top-level '|'.
+func splitAlternatives(body string) []string {
+	var out []string
+	depth, start := 0, 0
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '\\':
+			i++
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case '|':
+			if depth == 0 {
+				out = append(out, body[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, body[start:])
+}
+
+// closingParen returns the index after the ')' closing the '(' at open
+// (nested groups counted, '\\' escapes skipped), or -1.
+func closingParen(p string, open int) int {
+	depth := 0
+	for i := open; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case '(':
+			depth++
+		case ')':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return -1
+}
+
+// posixClassEnd returns the index after a bracket expression at open
+// that holds a POSIX class ("[[:alpha:]x]"), or -1 for any other.
+func posixClassEnd(p string, open int) int {
+	i := open + 1
+	if i < len(p) && (p[i] == '!' || p[i] == '^') {
+		i++
+	}
+	if i < len(p) && p[i] == ']' {
+		i++
+	}
+	posix := false
+	for i < len(p) {
+		if strings.HasPrefix(p[i:], "[:") {
+			j := strings.Index(p[i+2:], ":]")
+			if j < 0 {
+				return -1
+			}
+			i += 2 + j + 2
+			posix = true
+			continue
+		}
+		if p[i] == ']' {
+			if posix {
+				return i + 1
+			}
+			return -1
+		}
+		i++
+	}
+	return -1
 }
 
 // globSecrets refuses s, a glob a server may expand, when it matches a
@@ -56,12 +259,9 @@ func (c *argChecker) globSecrets(ptr []string, s string) *Denial {
 	if len(secrets) == 0 {
 		return nil
 	}
-	alts, err := expandGlob(pattern)
+	alts, err := globAlternatives(pattern, false)
 	if err != nil {
 		return deny(schema.ErrMalformedRequest, "argument %q: %v", label(ptr), err)
-	}
-	if alts == nil {
-		alts = []string{pattern}
 	}
 	for _, a := range alts {
 		a = strings.TrimPrefix(a, "./")
@@ -198,12 +398,9 @@ func (c *argChecker) rootedGlobs() *Denial {
 			}
 			continue
 		}
-		alts, err := expandGlob(g.s)
+		alts, err := globAlternatives(g.s, true)
 		if err != nil {
 			return deny(schema.ErrMalformedRequest, "argument %q: %v", label(g.ptr), err)
-		}
-		if alts == nil {
-			alts = []string{g.s}
 		}
 		for _, a := range alts {
 			pat := splitGlob(a)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +100,116 @@ func TestGlobMatch(t *testing.T) {
 			t.Errorf("globMatch(%q, %q) = %v", tc.pat, tc.name, got)
 		}
 	}
+}
+
+// TestMinimatchExtglobs: minimatch (the filesystem server's matcher)
+// reads extglob groups and POSIX classes, which need no '*' or '?', and
+// negates a search pattern that begins with '!'. Each is matched as a
+// glob at least as wide: "@(.env)", ".e+(n)v", "!(x)", ".e[[:alpha:]]v",
+// "!x" reach a secret and are refused. Before: each passed (path.Match
+// reads "@(.env)" as a literal name), and the real server listed the
+// secret (TestSearchExtglobsReachingSecrets).
+func TestMinimatchExtglobs(t *testing.T) {
+	_, base := fixture(t)
+	allowed := filepath.Join(base, "allowed")
+	eff := []string{allowed}
+	sc, err := schema.Canonicalize(&schema.Scope{
+		ScopeID: "t", AllowedPaths: []string{"."}, AccessMode: schema.AccessRead,
+		ToolAllowlist: []string{"other"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 5,
+	}, allowed, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Scope: sc, Home: filepath.Join(base, "outside")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(allowed, "sub", "server.pem"), []byte("KEY"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(allowed, ".env"), []byte("K=V"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(allowed, "sub", "notes.md"), []byte("n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
+	refused := []string{"@(.env)", ".e+(n)v", "!(x)", ".e[[:alpha:]]v", "+(.env|x)", "*(.env)", "sub/server.@(pem)", "sub/!(x)", ".en[[:lower:]]", "**/.e[[:alpha:]]v", ".@(e)nv", "sub/+(s)erver.pem", "@(sub/server.pem|x)", "sub/server.[[:alpha:]]em", ".e[![:digit:]]v"}
+	passed := []string{"@(notes).md", "sub/+(n)otes.md", "*.@(md)", "sub/[[:alpha:]]otes.md", "foo(bar)!", "@(x"}
+	for _, pat := range refused {
+		for _, tool := range []string{"search_files", "other"} {
+			args := map[string]any{"path": allowed, "pattern": pat}
+			if tool == "other" {
+				args = map[string]any{"q": pat}
+			}
+			if _, d := p.CheckArguments(tool, j(args), eff); d == nil || d.Code != schema.ErrSecretPath {
+				t.Errorf("%s %q = %v, want SECRET_PATH", tool, pat, d)
+			}
+		}
+	}
+	// A search pattern's negation: everything but x, secrets included.
+	for _, pat := range []string{"!x", "!!x", "!sub/notes.md"} {
+		if _, d := p.CheckArguments("search_files", j(map[string]any{"path": allowed, "pattern": pat}), eff); d == nil || d.Code != schema.ErrSecretPath {
+			t.Errorf("search_files %q = %v, want SECRET_PATH", pat, d)
+		}
+	}
+	for _, pat := range passed {
+		if _, d := p.CheckArguments("search_files", j(map[string]any{"path": allowed, "pattern": pat}), eff); d != nil {
+			t.Errorf("search_files %q = %v, want it passed", pat, d)
+		}
+	}
+}
+
+// TestMinimatchSuperset pins the rewrite.
+func TestMinimatchSuperset(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		neg  bool
+		want string
+	}{
+		{"@(.env)", false, ".env"},
+		{".e+(n)v", false, ".en*v"},
+		{"a/@(b/c|d)/e", false, "a/{b/c,d}/e"},
+		{"a/!(b/c|d)/e", false, "a/**/e"},
+		{"x*(y)", false, "x*"},
+		{"?(a|b).md", false, "{,a,b}.md"},
+		{`\@(x)`, false, `\@(x)`},
+		{"@(a(b)c)x", false, "a(b)cx"},
+		{"@(+(a)|b)", false, "{a*,b}"},
+		{"@(x", false, "@(x"},
+		{"[abc]", false, "[abc]"},
+		{"!x", true, "**"},
+		{"!x", false, "!x"},
+		{"!(x)", true, "*"},
+		{"*.md", true, "*.md"},
+	} {
+		if got := minimatchSuperset(tc.in, tc.neg); got != tc.want {
+			t.Errorf("minimatchSuperset(%q, %v) = %q, want %q", tc.in, tc.neg, got, tc.want)
+		}
+	}
+	for in, want := range map[string]string{".e[[:alpha:]]v": ".e?v", "[[:alpha:][:digit:]_]x": "?x", "[![:digit:]]": "?", "[abc]": "[abc]", "[[:x": "[[:x"} {
+		if got := posixClasses(in); got != want {
+			t.Errorf("posixClasses(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzMinimatchSuperset: the rewrite never panics and keeps every byte
+// outside the groups and classes it replaces.
+func FuzzMinimatchSuperset(f *testing.F) {
+	for _, s := range []string{"@(.env)", "a/!(b|c)/d", ".e[[:alpha:]]v", "!x", `\(`, "[[:", "@(", "+(a(b)"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := minimatchSuperset(s, true)
+		if !strings.Contains(s, "(") && !strings.HasPrefix(s, "!") && out != s {
+			t.Fatalf("%q rewritten to %q", s, out)
+		}
+		if !strings.Contains(s, "[:") && posixClasses(s) != s {
+			t.Fatalf("%q rewritten by posixClasses", s)
+		}
+		if alts, err := globAlternatives(s, true); err == nil && len(alts) > maxExpansions {
+			t.Fatalf("%q: %d alternatives", s, len(alts))
+		}
+	})
 }
