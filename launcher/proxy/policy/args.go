@@ -313,6 +313,12 @@ func (c *argChecker) table(spec ArgSpec, ptr []string, kind byte, s string) *Den
 	if spec.Kind == ArgText || kind == 'n' {
 		return nil
 	}
+	if spec.Kind == ArgScalar {
+		if kind == '"' || kind == kindName {
+			return c.loose(ptr, s, kind == '"')
+		}
+		return nil
+	}
 	list := spec.Kind == ArgPathList || spec.Kind == ArgGlobList
 	switch {
 	case len(ptr) == 1 && kind == '"', len(ptr) == 2 && list && kind == '"':

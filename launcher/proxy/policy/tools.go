@@ -13,7 +13,13 @@ const (
 	ArgPathList                    // an array of string paths (a single string is accepted)
 	ArgGlob                        // a glob evaluated under the call's path
 	ArgGlobList                    // an array of such globs
-	ArgText                        // not a path: content, counts, flags (never checked)
+	ArgText                        // free text: content, edits (never checked)
+	// ArgScalar is a count, a flag or a word (head, tail, dryRun, sortBy):
+	// a number or a boolean is never a path, but a string in it is checked
+	// as an unknown tool's argument: a server whose tool of the same name
+	// takes a path there (a tool list changed to another schema) would
+	// read it.
+	ArgScalar
 )
 
 // ArgSpec names one argument of a table tool.
@@ -38,19 +44,19 @@ type Tool struct {
 // (@modelcontextprotocol/server-filesystem 2026.8.31), matched by name
 // whatever the server: a tool of the same name is read the same way.
 var fsTools = map[string]Tool{
-	"read_text_file":            {ClassRead, []ArgSpec{{"path", ArgPath}, {"head", ArgText}, {"tail", ArgText}}, false},
-	"read_file":                 {ClassRead, []ArgSpec{{"path", ArgPath}, {"head", ArgText}, {"tail", ArgText}}, false},
+	"read_text_file":            {ClassRead, []ArgSpec{{"path", ArgPath}, {"head", ArgScalar}, {"tail", ArgScalar}}, false},
+	"read_file":                 {ClassRead, []ArgSpec{{"path", ArgPath}, {"head", ArgScalar}, {"tail", ArgScalar}}, false},
 	"read_media_file":           {ClassRead, []ArgSpec{{"path", ArgPath}}, false},
 	"read_multiple_files":       {ClassRead, []ArgSpec{{"paths", ArgPathList}}, false},
 	"list_directory":            {ClassRead, []ArgSpec{{"path", ArgPath}}, false},
-	"list_directory_with_sizes": {ClassRead, []ArgSpec{{"path", ArgPath}, {"sortBy", ArgText}}, false},
+	"list_directory_with_sizes": {ClassRead, []ArgSpec{{"path", ArgPath}, {"sortBy", ArgScalar}}, false},
 	"directory_tree":            {ClassRead, []ArgSpec{{"path", ArgPath}, {"excludePatterns", ArgGlobList}}, false},
 	"search_files":              {ClassRead, []ArgSpec{{"path", ArgPath}, {"pattern", ArgGlob}, {"excludePatterns", ArgGlobList}}, false},
 	"get_file_info":             {ClassRead, []ArgSpec{{"path", ArgPath}}, false},
 	"list_allowed_directories":  {ClassRead, nil, false},
 	"create_directory":          {ClassWrite, []ArgSpec{{"path", ArgPath}}, false},
 	"write_file":                {ClassDestructive, []ArgSpec{{"path", ArgPath}, {"content", ArgText}}, false}, // overwrites
-	"edit_file":                 {ClassDestructive, []ArgSpec{{"path", ArgPath}, {"edits", ArgText}, {"dryRun", ArgText}}, false},
+	"edit_file":                 {ClassDestructive, []ArgSpec{{"path", ArgPath}, {"edits", ArgText}, {"dryRun", ArgScalar}}, false},
 	"move_file":                 {ClassDestructive, []ArgSpec{{"source", ArgPath}, {"destination", ArgPath}}, true},
 }
 

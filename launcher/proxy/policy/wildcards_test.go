@@ -213,3 +213,49 @@ func FuzzMinimatchSuperset(f *testing.F) {
 		}
 	})
 }
+
+// TestTableToolScalars: a table tool's counts, flags and words (head,
+// tail, dryRun, sortBy) are never paths as numbers or booleans, but a
+// string in them is checked as an unknown tool's argument: a server
+// whose tool of the same name takes a path there (another server, or a
+// tool list changed to another schema) would read it. Before: any string
+// there passed ("head": "/etc/passwd", "tail": ".env").
+func TestTableToolScalars(t *testing.T) {
+	_, base := fixture(t)
+	allowed := filepath.Join(base, "allowed")
+	eff := []string{allowed}
+	sc, err := schema.Canonicalize(&schema.Scope{
+		ScopeID: "t", AllowedPaths: []string{"."}, AccessMode: schema.AccessWrite,
+		ToolAllowlist: []string{"read_text_file", "edit_file", "list_directory_with_sizes", "write_file"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 5,
+	}, allowed, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Scope: sc, Home: filepath.Join(base, "outside")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tool, args string
+		want       schema.ErrorCode
+	}{
+		{"read_text_file", `{"path":"x.md","head":"/etc/passwd"}`, schema.ErrPathOutsideScope},
+		{"read_text_file", `{"path":"x.md","tail":".env"}`, schema.ErrSecretPath},
+		{"read_text_file", `{"path":"x.md","head":{"p":"../outside/x"}}`, schema.ErrPathOutsideScope},
+		{"edit_file", `{"path":"x.md","edits":[],"dryRun":"/etc/shadow"}`, schema.ErrPathOutsideScope},
+		{"list_directory_with_sizes", `{"path":".","sortBy":".git/config"}`, schema.ErrSecretPath},
+		{"read_text_file", `{"path":"x.md","head":10,"tail":"10"}`, ""},
+		{"edit_file", `{"path":"x.md","edits":[{"oldText":"/etc/passwd","newText":".env"}],"dryRun":true}`, ""},
+		{"list_directory_with_sizes", `{"path":".","sortBy":"size"}`, ""},
+		{"write_file", `{"path":"x.md","content":"/etc/passwd"}`, ""},
+	} {
+		_, d := p.CheckArguments(tc.tool, json.RawMessage(tc.args), eff)
+		got := schema.ErrorCode("")
+		if d != nil {
+			got = d.Code
+		}
+		if got != tc.want {
+			t.Errorf("%s %s = %v, want %q", tc.tool, tc.args, d, tc.want)
+		}
+	}
+}
