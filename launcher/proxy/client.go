@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,7 +160,11 @@ var opaqueParams = map[string]bool{"cursor": true, "requestState": true, "inputR
 // is checked like a prompt's argument, without looking names up.
 func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *policy.Denial)) func(*scopeView) ([]string, *policy.Denial) {
 	var rest []json.RawMessage
+	var answers json.RawMessage
 	for _, m := range rq.raw.ParamMembers {
+		if string(m.Key) == "inputResponses" {
+			answers = m.Value // the client's answers to the server: inputAnswersCheck
+		}
 		// (Keys are compared as bytes: no string is made for a member
 		// that needs no check.)
 		if opaqueParams[string(m.Key)] || slices.ContainsFunc(rq.rule.own, func(k string) bool { return k == string(m.Key) }) {
@@ -182,6 +187,9 @@ func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *poli
 			rest = append(rest, mustJSON(map[string]json.RawMessage{string(m.Key): m.Value}))
 		}
 	}
+	if answers != nil {
+		check = s.inputAnswersCheck(answers, check)
+	}
 	if len(rest) == 0 {
 		return check
 	}
@@ -202,6 +210,53 @@ func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *poli
 		}
 		return paths, nil
 	}
+}
+
+// inputAnswersCheck adds to check the client's answers in a modern
+// request's inputResponses (an input round's retry, a tasks/update): an
+// elicitation or sampling answer is checked before the server reads it
+// (policy.CheckClientAnswer); roots answers are rewritten, not checked
+// (rootsInputResponses).
+func (s *session) inputAnswersCheck(raw json.RawMessage, check func(*scopeView) ([]string, *policy.Denial)) func(*scopeView) ([]string, *policy.Denial) {
+	var answers map[string]json.RawMessage
+	if strictjson.Unmarshal(raw, &answers) != nil || len(answers) == 0 {
+		return check
+	}
+	return func(eff *scopeView) ([]string, *policy.Denial) {
+		var paths []string
+		if check != nil {
+			var d *policy.Denial
+			if paths, d = check(eff); d != nil {
+				return paths, d
+			}
+		}
+		for _, v := range answers {
+			if isRootsAnswer(v) {
+				continue
+			}
+			p, d := s.pol.CheckClientAnswer(v, eff.paths)
+			paths = append(paths, p...)
+			if d != nil {
+				return paths, d
+			}
+		}
+		return paths, nil
+	}
+}
+
+// isRootsAnswer: v is an object with a member named "roots" in any case
+// (as rootsInputResponses reads it: such an answer is rewritten).
+func isRootsAnswer(v json.RawMessage) bool {
+	var members map[string]json.RawMessage
+	if strictjson.Unmarshal(v, &members) != nil {
+		return false
+	}
+	for name := range members {
+		if strings.EqualFold(name, "roots") {
+			return true
+		}
+	}
+	return false
 }
 
 // param and meta read a member of params and of params._meta (as the
@@ -485,9 +540,20 @@ func (s *session) onClientResponse(m *jsonrpc.Message) {
 		s.upst.mu.Lock()
 		w, gen := s.upst.w, s.upst.gen
 		s.upst.mu.Unlock()
-		if c.relayGen == gen {
-			s.toServer(w, jsonrpc.Forward(m, c.relayID))
+		if c.relayGen != gen {
+			return
 		}
+		if m.Error == nil {
+			// The client's answer to the server's sampling or elicitation:
+			// what it names, the server reads (policy.CheckClientAnswer).
+			if paths, d := s.pol.CheckClientAnswer(m.Result, s.scope.current().paths); d != nil {
+				s.log.Warn("client answer to a server request refused: it names a path the scope does not allow", "error_code", string(d.Code))
+				s.toServer(w, jsonrpc.ErrorResponse(c.relayID, jsonrpc.CodeDenied, "mcpwarden: "+string(d.Code)+": the client's answer: "+d.Reason, map[string]string{"error_code": string(d.Code)}))
+				s.recordServerRequest(c.relayMethod, paths, d.Code)
+				return
+			}
+		}
+		s.toServer(w, jsonrpc.Forward(m, c.relayID))
 	}
 }
 

@@ -284,10 +284,19 @@ func (s *session) resumeTranslated(rq *request, token string) {
 	s.upst.mu.Lock()
 	current := s.upst.gen
 	s.upst.mu.Unlock()
+	eff := s.scope.current().paths
 	for _, d := range deliver {
-		if d.a.gen == current {
-			s.toServer(d.a.w, jsonrpc.Result(d.a.id, d.answer))
+		if d.a.gen != current {
+			continue
 		}
+		// What the client answered, the server reads (policy.CheckClientAnswer).
+		if paths, den := s.pol.CheckClientAnswer(d.answer, eff); den != nil {
+			s.log.Warn("client answer to a server request refused: it names a path the scope does not allow", "error_code", string(den.Code))
+			s.toServer(d.a.w, jsonrpc.ErrorResponse(d.a.id, jsonrpc.CodeDenied, "mcpwarden: "+string(den.Code)+": the client's answer: "+den.Reason, map[string]string{"error_code": string(den.Code)}))
+			s.recordServerRequest(d.a.method, paths, den.Code)
+			continue
+		}
+		s.toServer(d.a.w, jsonrpc.Result(d.a.id, d.answer))
 	}
 	if finished {
 		s.record(mc.rq, code)

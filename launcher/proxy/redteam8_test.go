@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"golang.org/x/sys/unix"
 )
@@ -405,5 +406,156 @@ func TestSearchExtglobsReachingSecrets(t *testing.T) {
 	}
 	if r := c.tool("search_files", map[string]any{"path": allowed, "pattern": "docs/@(a).md"}); r.IsError || !strings.Contains(r.text(), "a.md") {
 		t.Fatalf("search_files docs/@(a).md = %+v", r)
+	}
+}
+
+// TestClientAnswersCarryingPaths: the client's answers to a server's
+// sampling and elicitation requests — a model's resource link to a file
+// outside the scope, a form value naming one or a secret — are what the
+// server reads next, and are refused to the server (an error naming the
+// code, recorded), in the legacy era (relayed requests) and for a modern
+// client answering a legacy server's translated round; clean answers
+// pass. Before: every answer reached the server as the client wrote it.
+func TestClientAnswersCarryingPaths(t *testing.T) {
+	outsideLink := func(f *fixture) map[string]any {
+		return map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "resource_link", "uri": "file:///etc/passwd", "name": "p"}}
+	}
+	badForm := func(f *fixture) map[string]any {
+		return map[string]any{"action": "accept", "content": map[string]any{"file": "/etc/passwd"}}
+	}
+	secretForm := map[string]any{"action": "accept", "content": map[string]any{"file": ".env"}}
+	cleanSample := map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": "CLEAN-ANSWER"}}
+	cleanForm := map[string]any{"action": "accept", "content": map[string]any{"name": "Alice", "count": 3}}
+
+	t.Run("legacy", func(t *testing.T) {
+		f, _ := askingFixture(t, func(c *Config) {})
+		c := f.client
+		if m := c.call("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"sampling": map[string]any{}, "elicitation": map[string]any{}}, "clientInfo": map[string]string{"name": "t", "version": "1"}}); m.Error != nil {
+			t.Fatal(m.Error)
+		}
+		c.notify("notifications/initialized", nil)
+		round := func(sample, form any) string {
+			t.Helper()
+			ch := c.start("tools/call", map[string]any{"name": "ask2", "arguments": map[string]any{}})
+			for i := 0; i < 2; i++ {
+				select {
+				case req := <-c.requests:
+					if req.Method == "sampling/createMessage" {
+						c.reply(req, sample)
+					} else {
+						c.reply(req, form)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the server's requests never reached the client")
+				}
+			}
+			return decodeTool(t, c.wait(ch)).text()
+		}
+		got := round(outsideLink(f), badForm(f))
+		if strings.Contains(got, "/etc/passwd") || strings.Count(got, "error_code") != 2 || !strings.Contains(got, string(schema.ErrPathOutsideScope)) {
+			t.Fatalf("the server got %q", got)
+		}
+		got = round(cleanSample, secretForm)
+		if !strings.Contains(got, "CLEAN-ANSWER") || strings.Contains(got, `\"file\":\".env\"`) || !strings.Contains(got, string(schema.ErrSecretPath)) {
+			t.Fatalf("the server got %q", got)
+		}
+		if got = round(cleanSample, cleanForm); !strings.Contains(got, "CLEAN-ANSWER") || !strings.Contains(got, "Alice") || strings.Contains(got, "error_code") {
+			t.Fatalf("clean answers: the server got %q", got)
+		}
+		f.sink.waitDecision(t, func(d schema.Decision) bool {
+			return d.Method == "elicitation/create" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrPathOutsideScope) && len(d.PathHashes) > 0
+		})
+	})
+
+	t.Run("modern client, translated round", func(t *testing.T) {
+		f, _ := askingFixture(t, nil)
+		c := f.client
+		meta := metaWith("sampling", "elicitation")
+		call := func(extra map[string]any) *jsonrpc.Message {
+			p := map[string]any{"name": "ask2", "arguments": map[string]any{}, "_meta": meta}
+			for k, v := range extra {
+				p[k] = v
+			}
+			return c.call("tools/call", p)
+		}
+		play := func(sample, form any) string {
+			t.Helper()
+			var state string
+			for i := 0; i < 4; i++ {
+				extra := map[string]any{}
+				m := call(extra)
+				if state != "" {
+					break
+				}
+				r := decodeRound(t, m)
+				answers := map[string]any{}
+				for k, req := range r.InputRequests {
+					if req.Method == "sampling/createMessage" {
+						answers[k] = sample
+					} else {
+						answers[k] = form
+					}
+				}
+				state = r.RequestState
+				for j := 0; j < 4; j++ {
+					m = call(map[string]any{"requestState": state, "inputResponses": answers})
+					var probe struct {
+						ResultType string `json:"resultType"`
+					}
+					_ = json.Unmarshal(m.Result, &probe)
+					if probe.ResultType != "input_required" {
+						return decodeTool(t, m).text()
+					}
+					r = decodeRound(t, m)
+					answers = map[string]any{}
+					for k, req := range r.InputRequests {
+						if req.Method == "sampling/createMessage" {
+							answers[k] = sample
+						} else {
+							answers[k] = form
+						}
+					}
+					state = r.RequestState
+				}
+			}
+			t.Fatal("the translated call never ended")
+			return ""
+		}
+		got := play(outsideLink(f), badForm(f))
+		if strings.Contains(got, "/etc/passwd") || strings.Count(got, "error_code") != 2 || !strings.Contains(got, string(schema.ErrPathOutsideScope)) {
+			t.Fatalf("the server got %q", got)
+		}
+		if got = play(cleanSample, cleanForm); !strings.Contains(got, "CLEAN-ANSWER") || !strings.Contains(got, "Alice") || strings.Contains(got, "error_code") {
+			t.Fatalf("clean answers: the server got %q", got)
+		}
+	})
+}
+
+// TestModernInputAnswersCarryingPaths: a modern client's answers in a
+// modern server's own input round (the real go-sdk everything-server) are
+// checked before the retry is forwarded: an elicitation form value naming
+// /etc/passwd or a sampling answer linking it denies the retry; the roots
+// answer beside them is rewritten, not refused; clean answers pass.
+// Before: the retry reached the server with the paths.
+func TestModernInputAnswersCarryingPaths(t *testing.T) {
+	f := rootsFixture(t)
+	const tool = "test_input_required_result_multiple_inputs"
+	meta := metaWith("roots", "sampling", "elicitation")
+	try := func(form, sample any) *jsonrpc.Message {
+		t.Helper()
+		r := decodeRound(t, f.client.call("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}, "_meta": meta}))
+		return f.client.call("tools/call", map[string]any{"name": tool, "arguments": map[string]any{}, "_meta": meta, "requestState": r.RequestState,
+			"inputResponses": map[string]any{"user_name": form, "greeting": sample, "client_roots": rootsAnswer("/")}})
+	}
+	hello := map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": "Hello"}}
+	if m := try(map[string]any{"action": "accept", "content": map[string]any{"name": "/etc/passwd"}}, hello); rpcErrorCode(m) != string(schema.ErrPathOutsideScope) && denialCode(decodeTool(t, m)) != string(schema.ErrPathOutsideScope) {
+		t.Fatalf("a form value naming /etc/passwd = %+v %s", m.Error, m.Result)
+	}
+	link := map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "resource_link", "uri": "file:///etc/passwd", "name": "p"}}
+	if m := try(map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}, link); rpcErrorCode(m) != string(schema.ErrPathOutsideScope) && denialCode(decodeTool(t, m)) != string(schema.ErrPathOutsideScope) {
+		t.Fatalf("a sampling answer linking /etc/passwd = %+v %s", m.Error, m.Result)
+	}
+	if res := decodeTool(t, try(map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}, hello)); res.text() != "Hello Ada — 1 root(s) visible" {
+		t.Fatalf("clean answers = %q", res.text())
 	}
 }

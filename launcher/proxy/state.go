@@ -93,10 +93,11 @@ type upCall struct {
 
 // cliCall is a request the proxy sent to the client.
 type cliCall struct {
-	rootsGen uint64                // roots/list of this generation
-	answer   chan *jsonrpc.Message // elicitation for an approval
-	relayID  json.RawMessage       // a server request relayed to the client: the server's id
-	relayGen uint64
+	rootsGen    uint64                // roots/list of this generation
+	answer      chan *jsonrpc.Message // elicitation for an approval
+	relayID     json.RawMessage       // a server request relayed to the client: the server's id
+	relayGen    uint64
+	relayMethod string // and its method
 }
 
 // pendingTables are the requests in flight in both directions, and the

@@ -664,7 +664,7 @@ func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.M
 		return
 	}
 	id := s.newID()
-	if !s.pend.addRelay(id, &cliCall{relayID: m.ID, relayGen: gen}) {
+	if !s.pend.addRelay(id, &cliCall{relayID: m.ID, relayGen: gen, relayMethod: m.Method}) {
 		// A server that floods the client with requests it does not answer
 		// would grow the table without end.
 		s.toServer(w, jsonrpc.ErrorResponse(m.ID, jsonrpc.CodeInternalError, "mcpwarden: more than "+strconv.Itoa(maxRelayed)+" requests to the client unanswered; wait for answers", nil))

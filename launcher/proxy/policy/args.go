@@ -797,3 +797,33 @@ func endsWithFile(b []byte) bool {
 	}
 	return k == len(word)
 }
+
+// CheckClientAnswer checks the client's answer to a server's sampling or
+// elicitation request (relayed in the 2025-11-25 era, an input response
+// in 2026-07-28's rounds and tasks) before the server gets it: the
+// server reads what it is told, so a file URI the scope does not allow
+// (a resource link or embedded resource in a model's answer) is refused
+// as in a server's result, and an elicitation's accepted form values
+// (content) are checked as a request's parameters (a path or a secret's
+// name a user or a model typed there is one the server would then read).
+// A model's free text is not read for names.
+func (p *Policy) CheckClientAnswer(raw json.RawMessage, effective []string) ([]string, *Denial) {
+	paths, d := p.CheckResultURIs(raw, effective)
+	if d != nil {
+		return paths, d
+	}
+	if !bytes.Contains(raw, []byte(`"action"`)) && !HasEscapedASCII(raw, "action") {
+		return paths, nil // no elicitation answer
+	}
+	var res struct {
+		Action  *string         `json:"action"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(raw, &res) != nil || res.Action == nil || len(res.Content) == 0 || res.Content[0] != '{' {
+		return paths, nil
+	}
+	// Form values are read as a tool's arguments are (an existing entry's
+	// name included), not only by how they look.
+	more, d := p.checkLoose(res.Content, effective, true, "answer")
+	return append(paths, more...), d
+}
