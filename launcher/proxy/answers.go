@@ -184,16 +184,26 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 			return
 		}
 	}
-	if m.Error == nil && rq.method == "resources/read" {
-		if uri, _ := jsonrpc.String(rq.param("uri")); policy.IsAppURI(uri) {
-			// An MCP App's HTML, which a host renders (policy.CheckAppResource).
-			paths, d := s.pol.CheckAppResource(m.Result, s.scope.current().paths)
-			if d != nil {
-				s.hashPaths(rq, paths)
-				s.log.Warn("server answer refused: an MCP App's document refers to a file the scope does not allow", "error_code", string(d.Code))
-				s.deny(rq, d.Code, d.Reason)
-				return
+	if m.Error == nil && rq.rule.results {
+		// An MCP App's HTML, which a host renders: the answer to a read of
+		// a ui: URI, or a ui: resource embedded in an answer (MCP-UI).
+		var paths []string
+		var d *policy.Denial
+		if rq.method == "resources/read" {
+			if uri, _ := jsonrpc.String(rq.param("uri")); policy.IsAppURI(uri) {
+				paths, d = s.pol.CheckAppResource(m.Result, s.scope.current().paths)
 			}
+		}
+		if d == nil && policy.MayHoldAppURI(m.Result) {
+			var more []string
+			more, d = s.pol.CheckEmbeddedApps(m.Result, s.scope.current().paths)
+			paths = append(paths, more...)
+		}
+		if d != nil {
+			s.hashPaths(rq, paths)
+			s.log.Warn("server answer refused: an MCP App's document refers to a file the scope does not allow", "error_code", string(d.Code))
+			s.deny(rq, d.Code, d.Reason)
+			return
 		}
 	}
 	if m.Error == nil {

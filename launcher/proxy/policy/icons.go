@@ -386,3 +386,85 @@ func IsAppURI(uri string) bool {
 	scheme, _, ok := urlScheme(urlClean(uri))
 	return ok && strings.EqualFold(scheme, "ui")
 }
+
+// MayHoldAppURI is a quick test before CheckEmbeddedApps: raw (JSON) may
+// hold a "ui:" URI (any case, or \u-escaped).
+func MayHoldAppURI(raw []byte) bool {
+	for i := 1; i < len(raw); i++ {
+		if raw[i] == ':' && endsWithWord(raw[:i], "iu") {
+			return true
+		}
+	}
+	return HasEscapedASCII(raw, "uiUI:\t\n\r")
+}
+
+// endsWithWord: b ends with the letters of backwards (reversed), in any
+// case, tabs and line breaks (escaped: a URL parser removes them) between
+// them skipped.
+func endsWithWord(b []byte, backwards string) bool {
+	k, n := 0, len(b)
+	for k < len(backwards) && n > 0 {
+		if n >= 2 && b[n-2] == '\\' && (b[n-1] == 't' || b[n-1] == 'n' || b[n-1] == 'r') {
+			n -= 2
+			continue
+		}
+		if b[n-1]|0x20 != backwards[k] {
+			return false
+		}
+		n--
+		k++
+	}
+	return k == len(backwards)
+}
+
+// CheckEmbeddedApps checks every embedded resource of an answer (a tool's
+// result, a prompt's messages, a task's result) whose uri is an MCP App's
+// (ui://: MCP-UI hosts render such a resource in a tool result) as
+// CheckAppResource checks a read: its text, blob and _meta must refer to
+// no file the scope does not allow.
+func (p *Policy) CheckEmbeddedApps(raw json.RawMessage, effective []string) ([]string, *Denial) {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return nil, nil
+	}
+	c := p.newChecker(p.baseRel, effective, false)
+	var visit func(v any) *Denial
+	visit = func(v any) *Denial {
+		switch x := v.(type) {
+		case map[string]any:
+			if uri, ok := x["uri"].(string); ok && IsAppURI(uri) {
+				if t, ok := x["text"].(string); ok {
+					if d := c.documentFiles([]byte(t), "an MCP App's document"); d != nil {
+						return d
+					}
+				}
+				if b, ok := x["blob"].(string); ok {
+					if doc, err := decodeBase64Loose(b); err == nil {
+						if d := c.documentFiles(doc, "an MCP App's document"); d != nil {
+							return d
+						}
+					}
+				}
+				if m, ok := x["_meta"]; ok {
+					meta, _ := json.Marshal(m)
+					if d := c.documentFiles(meta, "an MCP App's _meta"); d != nil {
+						return d
+					}
+				}
+			}
+			for _, e := range x {
+				if d := visit(e); d != nil {
+					return d
+				}
+			}
+		case []any:
+			for _, e := range x {
+				if d := visit(e); d != nil {
+					return d
+				}
+			}
+		}
+		return nil
+	}
+	return c.checked, visit(v)
+}

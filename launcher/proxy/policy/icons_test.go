@@ -254,3 +254,26 @@ func FuzzCheckAppResource(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEmbeddedApps: the quick test never skips an answer the walk
+// refuses (an embedded ui: app referring to a file), whatever its
+// spelling of the scheme.
+func FuzzEmbeddedApps(f *testing.F) {
+	p, base := fixture(f)
+	eff := []string{filepath.Join(base, "allowed")}
+	for _, s := range []string{
+		`{"content":[{"type":"resource","resource":{"uri":"ui://a","text":"<img src=file:///etc/passwd>"}}]}`,
+		`{"content":[{"type":"resource","resource":{"uri":"\u0055I://a","text":"<img src=file:///etc/passwd>"}}]}`,
+		`{"x":{"uri":" Ui:x","blob":"ZmlsZTovLy9ldGMvcGFzc3dk"}}`,
+		`{"x":{"uri":"u\ti:x","text":"file:///etc/passwd"}}`,
+		`{"x":{"uri":"u\u0009i:x","text":"file:///etc/passwd"}}`,
+		`{"content":[]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if _, d := p.CheckEmbeddedApps(raw, eff); d != nil && !MayHoldAppURI(raw) {
+			t.Fatalf("%q refused by the walk, skipped by the quick test", raw)
+		}
+	})
+}
