@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"path"
 	"strings"
 	"testing"
 )
@@ -81,6 +82,52 @@ func FuzzSecretsMatchLast(f *testing.F) {
 		}
 		if any != DefaultSecrets.Match(p) {
 			t.Fatalf("Match(%q) = %v, MatchLast of its prefixes %v", p, DefaultSecrets.Match(p), any)
+		}
+	})
+}
+
+// globMatch is the patterns' definition, unoptimised: some pattern's
+// components, as path.Match globs, match a run of p's lowercased
+// components.
+func globMatch(patterns []string, p string) bool {
+	comps := strings.Split(strings.Trim(strings.ToLower(p), "/"), "/")
+	for _, pat := range patterns {
+		parts := strings.Split(strings.Trim(strings.ToLower(pat), "/"), "/")
+		for i := 0; i+len(parts) <= len(comps); i++ {
+			all := true
+			for j, part := range parts {
+				if ok, _ := path.Match(part, comps[i+j]); !ok {
+					all = false
+					break
+				}
+			}
+			if all {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FuzzSecretsAsGlobs: Match (literals and "*.x" suffixes by lookup, the
+// rest by matcher) agrees with the patterns read as plain globs, for the
+// built-in list and for one with suffixes not starting with a dot.
+func FuzzSecretsAsGlobs(f *testing.F) {
+	for _, p := range []string{"/w/.env", "/w/prod.env", "/w/a.b.tfstate.backup", "/w/x.PPK", "/h/.config/gh/hosts.yml",
+		"/w/.tfstate", "/w/tfstate.backup", "/w/..env", "/w/x.", "/w/a.pem.bak", "/w/my.cnf", "/w/abcenv"} {
+		f.Add(p)
+	}
+	other := []string{"*env", "*.a.b", "x*.y", "*.z", ".k"}
+	otherS, err := NewSecrets(other)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if got, want := DefaultSecrets.Match(p), globMatch(DefaultSecretPatterns, p); got != want {
+			t.Fatalf("Match(%q) = %v, the globs say %v", p, got, want)
+		}
+		if got, want := otherS.Match(p), globMatch(other, p); got != want {
+			t.Fatalf("%v: Match(%q) = %v, the globs say %v", other, p, got, want)
 		}
 	})
 }
