@@ -27,6 +27,18 @@ type Mediator interface {
 	Mediate(ctx context.Context, clientIn io.Reader, clientOut io.Writer, server Upstream) error
 }
 
+// Preparer is a Mediator with set-up of its own (the proxy's approval
+// socket) that Run starts as soon as the go-ahead is out, while the run's
+// init and exec stage start the server, instead of after the server has
+// started: Mediate finds it done (or waits for it) and reports what went
+// wrong as it would have, so nothing about the run's outcome changes, only
+// when the work is done. Run calls Abandon, once the server is known not
+// to have started, so that nothing the set-up made outlives the run.
+type Preparer interface {
+	Prepare()
+	Abandon()
+}
+
 // Upstream is the running server as the mediator sees it.
 type Upstream interface {
 	// Stdin is the current server process's stdin. The value is also an

@@ -222,8 +222,18 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	}
 
 	launched = true
-	p, err := srv.launch(ctx, h, rs)
+	// The mediator's own set-up starts with the go-ahead (launch), not
+	// after the server's start has been reported.
+	prep, _ := cfg.Mediator.(Preparer)
+	prepare := func() {}
+	if prep != nil {
+		prepare = prep.Prepare
+	}
+	p, err := srv.launch(ctx, h, rs, prepare)
 	if err != nil {
+		if prep != nil {
+			prep.Abandon()
+		}
 		_ = l.publish(context.WithoutCancel(ctx), l.record(schema.PhaseExit, start, 0, -1, schema.ExitStartFailed))
 		return err
 	}
@@ -916,10 +926,10 @@ func (s *server) sendSpec(h *pending, rs *ruleset.Ruleset, plan []byte) error {
 	return nil
 }
 
-// launch runs BeforeExec, sends the go-ahead, waits for the helper to be
-// ready and for the server to start (or for the helper to report why it
-// could not).
-func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*proc, error) {
+// launch runs BeforeExec, sends the go-ahead, calls afterGo (when the
+// go-ahead was sent), waits for the helper to be ready and for the server
+// to start (or for the helper to report why it could not).
+func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset, afterGo func()) (*proc, error) {
 	cfg := &s.l.cfg
 	if cfg.BeforeExec != nil {
 		if err := cfg.BeforeExec(withFence(ctx, rs), h.p.cmd.Process.Pid); err != nil {
@@ -934,6 +944,9 @@ func (s *server) launch(ctx context.Context, h *pending, rs *ruleset.Ruleset) (*
 	// helper's "ready" and the server's exec.
 	_, werr := h.specW.Write([]byte{sandbox.GoByte})
 	h.specW.Close()
+	if werr == nil && afterGo != nil {
+		afterGo()
+	}
 	st, err := sandbox.ReadStatus(h.status)
 	if err != nil || st.Stage != sandbox.StageReady {
 		return nil, s.failed(h, st, err)
@@ -1013,7 +1026,7 @@ func (s *server) start(ctx context.Context, rs *ruleset.Ruleset) (*proc, error) 
 	if err := s.sendSpec(h, rs, nil); err != nil {
 		return nil, err
 	}
-	return s.launch(ctx, h, rs)
+	return s.launch(ctx, h, rs, nil)
 }
 
 // supervise forwards signals, runs the mediator and waits for the server to

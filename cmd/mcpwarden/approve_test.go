@@ -167,3 +167,51 @@ func TestRunRefusesALongStateDir(t *testing.T) {
 		t.Fatal("the server started")
 	}
 }
+
+// TestRunFailedStartLeavesNoApprovalSocket: the run's approval socket is
+// made from the go-ahead on, while the server starts (so that the proxy
+// does not wait for it after the start); a server that then cannot start
+// (the kernel refuses its executable: an ELF for another machine) ends the
+// run with exit 70 and leaves no socket behind. It fails when the
+// launcher does not call Abandon on a failed start.
+func TestRunFailedStartLeavesNoApprovalSocket(t *testing.T) {
+	bin := mcpwardenBin(t)
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	testenv.WriteFiles(t, map[string]string{
+		filepath.Join(base, "ws", "a.txt"): "x",
+		filepath.Join(base, "scope.json"):  `{"scope_id":"nostart","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["x"],"approval":"none","expires_after_minutes":5}`,
+	})
+	srv := filepath.Join(base, "srv")
+	if err := testenv.GoBuild(srv, "github.com/mcpwarden/mcpwarden/internal/mcpecho", "CGO_ENABLED=0"); err != nil {
+		t.Fatal(err)
+	}
+	// e_machine (offset 18) = EM_AARCH64 (183): execve refuses it with
+	// ENOEXEC, after the profile, the plan and the go-ahead.
+	f, err := os.OpenFile(srv, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{183, 0}, 18); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	state := t.TempDir()
+	cmd := exec.Command(bin, "run", "--scope", filepath.Join(base, "scope.json"), "--base", base, "--state-dir", state, "--", srv)
+	cmd.Dir = base
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != cli.ExitServerStart {
+		t.Fatalf("a server the kernel cannot exec: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "exec") {
+		t.Fatalf("the failure is not the server's exec:\n%s", out)
+	}
+	entries, err := os.ReadDir(filepath.Join(state, "approvals"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left in the approvals dir: %s", e.Name())
+	}
+}

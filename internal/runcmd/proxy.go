@@ -142,18 +142,62 @@ func (e *proxyExtension) secretPatterns() ([]string, error) {
 }
 
 // withApprovals opens the run's approval socket for as long as the proxy
-// runs (a run the launcher refuses never creates one).
+// runs (a run the launcher refuses before its go-ahead never creates one;
+// one whose server then fails to start removes it: Abandon).
 type withApprovals struct {
 	p               *proxy.Proxy
 	late            *lateApprovals
 	stateDir, runID string
 	log             *slog.Logger
 	restore         func() // the client's stdin and stdout back to blocking mode
+
+	// The socket is made once, from the launcher's go-ahead (Prepare, on
+	// a goroutine of its own, while the server starts) or else by Mediate.
+	listenOnce sync.Once
+	listened   chan struct{} // closed when srv, lerr are set
+	srv        *approval.Server
+	lerr       error
+	prepared   bool // Prepare was called (the launcher's goroutine only)
+}
+
+// Prepare makes the approval socket while the server starts (it does not
+// wait): nothing else of the launcher creates files then, which matters
+// because approval.Listen sets the process's umask for its bind.
+func (w *withApprovals) Prepare() {
+	w.prepared = true
+	w.startListen()
+}
+
+// Abandon removes the socket Prepare made, when the proxy will not run.
+func (w *withApprovals) Abandon() {
+	if !w.prepared {
+		return
+	}
+	if srv, _ := w.listen(); srv != nil {
+		_ = srv.Close()
+	}
+}
+
+func (w *withApprovals) startListen() {
+	w.listenOnce.Do(func() {
+		w.listened = make(chan struct{})
+		go func() {
+			defer close(w.listened)
+			w.srv, w.lerr = approval.Listen(w.stateDir, w.runID, w.log, w.p.Revoke)
+		}()
+	})
+}
+
+// listen is the socket, made now when Prepare did not start it.
+func (w *withApprovals) listen() (*approval.Server, error) {
+	w.startListen()
+	<-w.listened
+	return w.srv, w.lerr
 }
 
 func (w *withApprovals) Mediate(ctx context.Context, in io.Reader, out io.Writer, up launcher.Upstream) error {
 	defer w.restore()
-	srv, err := approval.Listen(w.stateDir, w.runID, w.log, w.p.Revoke)
+	srv, err := w.listen()
 	if err != nil {
 		// Fail closed: without the socket no call could be approved or the
 		// scope revoked by the operator.
