@@ -122,6 +122,12 @@ func testFenceNetworkGrantLinkLocal(t *testing.T, noNS bool) {
 		{name: "UDP to fd00:ec2::254", req: map[string]any{"op": "udp", "addr": fmt.Sprintf("[fd00:ec2::254]:%d", p)}, errno: eperm, exact: true},
 		{name: "Oracle Cloud Classic's metadata address on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("192.0.0.192:%d", p)}, errno: eperm, exact: true},
 	}
+	// sendmmsg: the destination in each message of the batch.
+	cases = append(cases,
+		fenceCase{name: "UDP sendmmsg to 169.254/16", req: map[string]any{"op": "udp_sendmmsg", "addr": fmt.Sprintf("169.254.99.1:%d", p)}, errno: eperm, exact: true},
+		fenceCase{name: "UDP sendmmsg to fd00:ec2::254", req: map[string]any{"op": "udp_sendmmsg", "addr": fmt.Sprintf("[fd00:ec2::254]:%d", p)}, errno: eperm, exact: true},
+		fenceCase{name: "UDP sendmmsg to v4-mapped 169.254/16", req: map[string]any{"op": "udp_sendmmsg", "addr": fmt.Sprintf("[::ffff:169.254.99.1]:%d", p)}, errno: eperm, exact: true},
+		fenceCase{name: "UDP sendmmsg to loopback", req: map[string]any{"op": "udp_sendmmsg", "addr": fmt.Sprintf("127.0.0.1:%d", p)}, wantOK: true})
 	for _, a := range moreMetadata6 {
 		cases = append(cases,
 			fenceCase{name: a + " on the granted port", req: map[string]any{"op": "connect", "addr": fmt.Sprintf("[%s]:%d", a, p)}, errno: eperm, exact: true},

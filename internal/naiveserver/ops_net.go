@@ -2,7 +2,9 @@ package main
 
 import (
 	"net"
+	"runtime"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -36,6 +38,12 @@ var netOps = map[string]op{
 		}
 		defer unix.Close(fd)
 		return "", sendmmsgFastOpen(fd, r.Addr, []byte(r.Data))
+	},
+	// One UDP datagram to Addr (v4 or v6) through sendmmsg on an
+	// unconnected socket: the destination is in the message, not in a
+	// connect().
+	"udp_sendmmsg": func(r Request) (string, error) {
+		return "", udpSendmmsg(r.Addr, []byte("x"))
 	},
 	// TCP_FASTOPEN_CONNECT defers the connect to the first write.
 	"tcp_fastopen_connect_opt": func(r Request) (string, error) {
@@ -127,6 +135,54 @@ func sendmmsgFastOpen(fd int, addr string, data []byte) error {
 	msg.hdr.Iov = &iov
 	msg.hdr.SetIovlen(1)
 	_, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 1, unix.MSG_FASTOPEN, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func udpSendmmsg(addr string, data []byte) error {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return err
+	}
+	port := uint16(ua.Port>>8) | uint16(ua.Port&0xff)<<8 // network byte order
+	var (
+		name    unsafe.Pointer
+		namelen uint32
+		family  = unix.AF_INET6
+		rsa4    unix.RawSockaddrInet4
+		rsa6    unix.RawSockaddrInet6
+	)
+	if ip4 := ua.IP.To4(); ip4 != nil && !strings.Contains(addr, "[") {
+		family = unix.AF_INET
+		rsa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Port: port}
+		copy(rsa4.Addr[:], ip4)
+		name, namelen = unsafe.Pointer(&rsa4), unix.SizeofSockaddrInet4
+	} else {
+		rsa6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Port: port}
+		copy(rsa6.Addr[:], ua.IP.To16())
+		name, namelen = unsafe.Pointer(&rsa6), unix.SizeofSockaddrInet6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	iov := unix.Iovec{Base: &data[0]}
+	iov.SetLen(len(data))
+	var msg struct {
+		hdr unix.Msghdr
+		n   uint32
+		_   uint32
+	}
+	msg.hdr.Name = (*byte)(name)
+	msg.hdr.Namelen = namelen
+	msg.hdr.Iov = &iov
+	msg.hdr.SetIovlen(1)
+	_, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 1, 0, 0, 0)
+	runtime.KeepAlive(&rsa4)
+	runtime.KeepAlive(&rsa6)
 	if e != 0 {
 		return e
 	}
