@@ -395,6 +395,11 @@ func testNSIdentity(t *testing.T, flag bool) {
 	if nnp := statusIDs(t, hostPID, "NoNewPrivs:"); nnp != 1 {
 		t.Errorf("the server's no_new_privs is %d", nnp)
 	}
+	// And its bounding set is empty: the stage dropped every capability
+	// up to the kernel's last one (it stops at the first it cannot name).
+	if bnd := statusHex(t, hostPID, "CapBnd:"); bnd != 0 {
+		t.Errorf("the server's bounding set is %#x", bnd)
+	}
 	// Its user namespace maps only the owner, to that uid: its uid 0 is no
 	// host uid at all.
 	m := s.Do(map[string]any{"op": "read", "path": "/proc/self/uid_map"})

@@ -161,8 +161,13 @@ static int drop_bounding(void)
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
 		return fail("privileges", errno, NULL, "clear ambient capabilities");
 	for (int c = 0; c < 64; c++) {
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) == 0 || errno == EINVAL)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) == 0)
 			continue;
+		/* EINVAL: past the kernel's last capability (the kernel checks
+		 * CAP_SETPCAP first, then that the capability exists; they are
+		 * numbered without gaps), and so is every one after it. */
+		if (errno == EINVAL)
+			break;
 		if (errno == EPERM && c == 0 && !has_cap(CAP_SETPCAP))
 			return 0;
 		return fail("privileges", errno, NULL, "drop a capability from the bounding set");
