@@ -810,7 +810,8 @@ func endsWithFile(b []byte) bool {
 func (p *Policy) CheckClientAnswer(raw json.RawMessage, effective []string) ([]string, *Denial) {
 	paths, d := p.CheckResultURIs(raw, effective)
 	if d != nil {
-		return paths, d
+		// (CheckResultURIs words its reason for a server's answer.)
+		return paths, &Denial{Code: d.Code, Reason: "it links or embeds a file URI the scope does not allow"}
 	}
 	if !bytes.Contains(raw, []byte(`"action"`)) && !HasEscapedASCII(raw, "action") {
 		return paths, nil // no elicitation answer
