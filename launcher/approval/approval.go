@@ -130,9 +130,11 @@ func Listen(stateDir, runID string, log *slog.Logger, onRevoke func()) (*Server,
 		return nil, fmt.Errorf("restrict approval socket dir: %w", err)
 	}
 	_ = os.Remove(path) // a stale socket of a crashed run with the same id
-	old := syscall.Umask(0o177)
+	// No umask around the bind: the umask is the whole process's, and the
+	// launcher's other goroutines create files and directories meanwhile
+	// (a directory made under 0177 has no search bit). The directory is
+	// 0700, so nobody else reaches the socket before the chmod below.
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen on approval socket (is the state dir writable?): %w", err)
 	}

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -249,5 +251,47 @@ func TestLongStateDirIsRefused(t *testing.T) {
 	long := filepath.Join(t.TempDir(), strings.Repeat("s", 100))
 	if _, err := Listen(long, runID, nil, nil); err == nil || !strings.Contains(err.Error(), "--state-dir") {
 		t.Fatalf("Listen under a long state dir = %v, want a refusal naming --state-dir", err)
+	}
+}
+
+// TestListenLeavesTheUmaskAlone: the launcher makes the approval socket
+// while its other goroutines create files and directories (from the
+// go-ahead on), so Listen must not touch the process-wide umask. A
+// directory made under Listen's former umask 0177 had mode 0600: no search
+// bit, unusable. Directories made in a loop beside repeated Listens keep
+// the mode the umask gives.
+func TestListenLeavesTheUmaskAlone(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	state, other := t.TempDir(), t.TempDir()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 300; i++ {
+			s, err := Listen(state, "run-umask", nil, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			s.Close()
+		}
+	}()
+	var bad []string
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			if len(bad) > 0 {
+				t.Fatalf("%d of %d directories made beside Listen lost their mode 0755, e.g. %s", len(bad), i, bad[0])
+			}
+			return
+		default:
+		}
+		p := filepath.Join(other, strconv.Itoa(i))
+		if err := os.Mkdir(p, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o755 {
+			bad = append(bad, fmt.Sprintf("%v (%v)", st.Mode(), err))
+		}
 	}
 }
