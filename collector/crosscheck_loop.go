@@ -21,14 +21,28 @@ func (c *Collector) crossCheckLoop(ctx context.Context, st *store.Store) {
 		window = 2 * time.Minute
 	}
 	emitted := map[string]bool{}
-	lookback := time.Hour
+	// prev is the clock of the last pass that succeeded. A run is listed
+	// again while any of its evidence that was not final then may be final
+	// now: stored after prev minus the window (three periods of slack for
+	// the server's clock and inserted_at's second resolution). A fixed
+	// look-back of window plus three periods missed every run whose last
+	// evidence became final while a pass took longer than the slack (a
+	// loaded machine, a big fleet): such a run was never judged, and read
+	// CLEAN whatever it did.
+	var prev time.Time
+	from := func(now time.Time) time.Time {
+		if prev.IsZero() {
+			return now.Add(-time.Hour)
+		}
+		return prev.Add(-window - 3*c.cfg.CrossCheckEvery)
+	}
 	t := time.NewTicker(c.cfg.CrossCheckEvery)
 	defer t.Stop()
 	for {
-		switch err := c.crossCheckPass(ctx, st, lookback, emitted); {
+		switch now, err := c.crossCheckPass(ctx, st, from, emitted); {
 		case err == nil:
 			c.xcheckPasses.Add(1)
-			lookback = window + 3*c.cfg.CrossCheckEvery
+			prev = now
 		case ctx.Err() == nil:
 			c.xcheckFailures.Add(1)
 			c.log.Warn("cross-check pass failed; retrying next period", "error", err)
@@ -52,20 +66,24 @@ func (c *Collector) CrossCheckOnce(ctx context.Context, lookback time.Duration) 
 		return err
 	}
 	defer st.Close()
-	return c.crossCheckPass(ctx, st, lookback, map[string]bool{})
+	_, err = c.crossCheckPass(ctx, st, func(now time.Time) time.Time { return now.Add(-lookback) }, map[string]bool{})
+	return err
 }
 
-func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookback time.Duration, emitted map[string]bool) error {
+// crossCheckPass judges the runs with events stored since from(now) and
+// returns now, the clock the pass judged by.
+func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, from func(now time.Time) time.Time, emitted map[string]bool) (time.Time, error) {
 	now := c.cfg.Now()
+	since := from(now)
 	// inserted_at has second resolution and is the server's clock.
-	runs, err := st.RunsInsertedSince(ctx, now.Add(-lookback).Unix()-1, 100_000)
+	runs, err := st.RunsInsertedSince(ctx, since.Unix()-1, 100_000)
 	if err != nil {
-		return err
+		return now, err
 	}
-	healthSince := now.Add(-lookback - time.Hour).UnixNano()
+	healthSince := since.Add(-time.Hour).UnixNano()
 	health, err := st.ReadHealthSince(ctx, healthSince)
 	if err != nil {
-		return err
+		return now, err
 	}
 	// A host whose daemon went silent stops sending its runs' events, so
 	// they leave RunsInsertedSince before the silence is final: its runs
@@ -90,7 +108,7 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 		}
 		more, err := st.RunsOnHostSince(ctx, host, last-time.Hour.Nanoseconds(), 100_000)
 		if err != nil {
-			return err
+			return now, err
 		}
 		for _, r := range more {
 			if !seenRun[r] {
@@ -131,7 +149,7 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 	for _, run := range runs {
 		evs, arrived, err := st.ReadRunArrived(ctx, run, maxRunEvents)
 		if err != nil {
-			return err
+			return now, err
 		}
 		var fresh []schema.Event
 		// Final once the evidence is a window old both by when it happened
@@ -143,7 +161,7 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 			// silence before it started.
 			hs, err := daemonHealth(run.Host, evs[0].TimeNS-silence.Nanoseconds()-1)
 			if err != nil {
-				return err
+				return now, err
 			}
 			findings = append(findings, crosscheck.CheckSilence(evs, hs, c.cfg.CrossCheckCfg, now)...)
 		}
@@ -156,7 +174,7 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 			continue
 		}
 		if err := st.Insert(ctx, fresh); err != nil {
-			return err
+			return now, err
 		}
 		for _, f := range fresh {
 			emitted[f.EventID] = true
@@ -172,12 +190,12 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, lookbac
 	}
 	if len(fresh) > 0 {
 		if err := st.Insert(ctx, fresh); err != nil {
-			return err
+			return now, err
 		}
 		for _, f := range fresh {
 			emitted[f.EventID] = true
 		}
 		c.countFindings(fresh)
 	}
-	return nil
+	return now, nil
 }
