@@ -284,6 +284,10 @@ func testFenceOtherProcesses(t *testing.T, noNS bool) {
 		{name: "TIOCLINUX on stderr", req: map[string]any{"op": "tty_inject", "fd": 2, "n": 1}, errno: []string{"EPERM"}, exact: true},
 		{name: "the controlling tty", req: map[string]any{"op": "tty_inject", "path": "/dev/tty"}, errno: append([]string{"ENXIO"}, denied...)},
 		{name: "raise RLIMIT_CORE", req: map[string]any{"op": "core_limit"}, errno: []string{"EPERM"}, exact: true},
+		// Guards: the server's RLIMIT_RTPRIO and RLIMIT_NICE are 0 (hard
+		// too), whatever the launcher's; no SCHED_FIFO.
+		{name: "raise RLIMIT_RTPRIO, then SCHED_FIFO", req: map[string]any{"op": "raise_sched_limit", "name": "rtprio"}, errno: []string{"EPERM"}, exact: true},
+		{name: "raise RLIMIT_NICE", req: map[string]any{"op": "raise_sched_limit", "name": "nice"}, errno: []string{"EPERM"}, exact: true},
 		{name: "prlimit of another process", req: map[string]any{"op": "prlimit_other", "pid": pid}, errno: gone},
 		{name: "setpriority of another process", req: map[string]any{"op": "setpriority_other", "pid": pid}, errno: gone},
 		{name: "sched_setaffinity of another process", req: map[string]any{"op": "sched_setaffinity_other", "pid": pid}, errno: gone},

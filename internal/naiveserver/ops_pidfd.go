@@ -141,6 +141,25 @@ var pidfdOps = map[string]op{
 		lim := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
 		return "", unix.Setrlimit(unix.RLIMIT_CORE, &lim)
 	},
+	// Raise the soft and hard RLIMIT_RTPRIO (Name "rtprio") or RLIMIT_NICE
+	// ("nice") to 1, then (rtprio) run SCHED_FIFO: real-time threads
+	// starve the host's CPUs.
+	"raise_sched_limit": func(r Request) (string, error) {
+		res := map[string]int{"rtprio": unix.RLIMIT_RTPRIO, "nice": unix.RLIMIT_NICE}[r.Name]
+		if res == 0 {
+			return "", fmt.Errorf("name must be rtprio or nice")
+		}
+		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: 1, Max: 1}); err != nil {
+			return "", err
+		}
+		if res != unix.RLIMIT_RTPRIO {
+			return "", nil
+		}
+		const schedFIFO = 1
+		param := struct{ prio int32 }{1}
+		_, _, e := unix.Syscall(unix.SYS_SCHED_SETSCHEDULER, 0, schedFIFO, uintptr(unsafe.Pointer(&param)))
+		return "", errnoErr(e)
+	},
 	// execveat(fd, "", AT_EMPTY_PATH) of an O_PATH descriptor of Path (a
 	// script whose interpreter does not exist: ENOENT means the exec got
 	// as far as reading it, and this process is not replaced), or (N 1) a

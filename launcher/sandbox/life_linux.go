@@ -15,10 +15,17 @@ import (
 // so that it cannot be raised again without CAP_SYS_RESOURCE, which the
 // server does not have) with SIGXFSZ ignored, so that a write past the
 // limit fails with EFBIG instead of killing the writer; and RLIMIT_CORE 0:
-// a crashing server leaves no core file with its memory in it.
+// a crashing server leaves no core file with its memory in it; and
+// RLIMIT_RTPRIO and RLIMIT_NICE 0, whatever the launcher was given: no
+// real-time scheduling, no nice below the default.
 func setLimits(l Limits) error {
-	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
-		return fmt.Errorf("set RLIMIT_CORE: %w", err)
+	for _, z := range []struct {
+		name string
+		res  int
+	}{{"RLIMIT_CORE", unix.RLIMIT_CORE}, {"RLIMIT_RTPRIO", unix.RLIMIT_RTPRIO}, {"RLIMIT_NICE", unix.RLIMIT_NICE}} {
+		if err := unix.Setrlimit(z.res, &unix.Rlimit{}); err != nil {
+			return fmt.Errorf("set %s: %w", z.name, err)
+		}
 	}
 	if l.FileSizeBytes > 0 {
 		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: l.FileSizeBytes, Max: l.FileSizeBytes}); err != nil {

@@ -202,6 +202,12 @@ static int apply(const struct handover *h)
 	struct rlimit zero = {0, 0};
 	if (setrlimit(RLIMIT_CORE, &zero) != 0)
 		return fail("privileges", errno, NULL, "set RLIMIT_CORE");
+	/* No real-time scheduling and no nice below the default, whatever the
+	 * launcher was given (a unit's LimitRTPRIO=, an @audio rtprio line). */
+	if (setrlimit(RLIMIT_RTPRIO, &zero) != 0)
+		return fail("privileges", errno, NULL, "set RLIMIT_RTPRIO");
+	if (setrlimit(RLIMIT_NICE, &zero) != 0)
+		return fail("privileges", errno, NULL, "set RLIMIT_NICE");
 	if (h->flags & HO_F_FSIZE) {
 		struct rlimit fs = {h->fsize, h->fsize};
 		if (setrlimit(RLIMIT_FSIZE, &fs) != 0)
