@@ -25,9 +25,16 @@ type recorder struct {
 	// queue holds the records of the next batch as the readers gave them;
 	// the writer makes them events (ids, envelope) off the call path. A
 	// batch's records are never reused: a sink may keep a record it took.
-	queue   []schema.Decision
-	due     bool        // the queued batch's delay ran out
-	timer   *time.Timer // the batch's delay; fires expire
+	queue []schema.Decision
+	due   bool // the queued batch's delay ran out
+	// timer is the batch's delay. The writer waits on its channel itself,
+	// so its firing makes the writer runnable and nothing else (a timer
+	// that ran a function started a goroutine per batch, which then woke
+	// the writer).
+	timer *time.Timer
+	// kick wakes the writer at once (a full queue, no delay, the run
+	// stopping); it holds one wake-up.
+	kick    chan struct{}
 	closing bool
 	done    chan struct{}
 	werr    error
@@ -46,7 +53,8 @@ const maxKeptBatch = 256
 const DefaultFlushDelay = 10 * time.Millisecond
 
 func newRecorder(s *session) *recorder {
-	r := &recorder{s: s, done: make(chan struct{})}
+	r := &recorder{s: s, done: make(chan struct{}), kick: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+	r.timer.Stop()
 	r.cond = sync.NewCond(&r.mu)
 	return r
 }
@@ -73,30 +81,27 @@ func (r *recorder) add(d schema.Decision) {
 	r.queue = append(r.queue, d)
 	switch delay := r.s.cfg.FlushDelay; {
 	case len(r.queue) >= maxQueued, len(r.queue) == 1 && delay <= 0:
-		r.cond.Broadcast()
+		r.wake()
 	case len(r.queue) == 1:
 		// The batch's first record starts its delay. The timer wakes the
-		// writer when it runs out, from the timer's goroutine: a caller
-		// that woke the writer itself would leave it queued on its own
-		// processor, which the caller's next blocking read then holds
-		// (see blockingFile), until the scheduler's monitor hands it off.
-		// Later records of the batch wake nobody.
+		// writer when it runs out: a caller that woke the writer itself
+		// would leave it queued on its own processor, which the caller's
+		// next blocking read then holds (see blockingFile), until the
+		// scheduler's monitor hands it off. Later records of the batch
+		// wake nobody. (A firing left over from a batch taken early is
+		// dropped by Reset.)
 		r.due = false
-		if r.timer == nil {
-			r.timer = time.AfterFunc(delay, r.expire)
-		} else {
-			r.timer.Reset(delay)
-		}
+		r.timer.Reset(delay)
 	}
 	r.mu.Unlock()
 }
 
-// expire marks the queued batch due and wakes the writer.
-func (r *recorder) expire() {
-	r.mu.Lock()
-	r.due = true
-	r.cond.Broadcast()
-	r.mu.Unlock()
+// wake wakes the writer unless a wake-up is pending already.
+func (r *recorder) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
 }
 
 // event is d's event, pointing at d.
@@ -119,7 +124,14 @@ func (r *recorder) run() {
 		// A batch goes when its delay ran out, the queue is full or the
 		// run stops.
 		for !r.closing && (len(r.queue) == 0 || delay > 0 && !r.due && len(r.queue) < maxQueued) {
-			r.cond.Wait()
+			r.mu.Unlock()
+			select {
+			case <-r.timer.C:
+				r.mu.Lock()
+				r.due = true
+			case <-r.kick:
+				r.mu.Lock()
+			}
 		}
 		if len(r.queue) == 0 && r.closing {
 			r.mu.Unlock()
@@ -168,11 +180,10 @@ func (r *recorder) run() {
 func (r *recorder) close() {
 	r.mu.Lock()
 	r.closing = true
-	if r.timer != nil {
-		r.timer.Stop()
-	}
-	r.cond.Broadcast()
+	r.timer.Stop()
+	r.cond.Broadcast() // an add waiting for room
 	r.mu.Unlock()
+	r.wake()
 	<-r.done
 }
 
