@@ -23,7 +23,16 @@ const PathKeySize = 32
 // guessing common paths without the key.
 type PathHasher struct {
 	key  []byte
-	macs sync.Pool // of hash.Hash: keyed HMACs, Reset between uses
+	macs sync.Pool // of *keyedMAC: Reset between uses
+}
+
+// keyedMAC is a keyed HMAC with the buffers it hashes from and into, kept
+// across uses: a path and a sum passed through the hash.Hash interface
+// would each be copied to the heap on every call.
+type keyedMAC struct {
+	m   hash.Hash
+	in  []byte
+	sum []byte
 }
 
 // NewPathHasher returns a hasher for key, which must be PathKeySize bytes.
@@ -34,20 +43,28 @@ func NewPathHasher(key []byte) (*PathHasher, error) {
 	return &PathHasher{key: append([]byte(nil), key...)}, nil
 }
 
+// maxKeptPath bounds the path buffer a keyedMAC keeps for its next use.
+const maxKeptPath = 4096
+
 // Hash returns the keyed hash of path.
-// It is on every decided call's path: the keyed HMAC is reused (Reset
-// leaves the key in place) rather than set up per path.
+// It is on every decided call's path: the keyed HMAC and its buffers are
+// reused (Reset leaves the key in place) rather than set up per path; the
+// hash's text is the one allocation.
 func (h *PathHasher) Hash(path string) PathHash {
-	m, _ := h.macs.Get().(hash.Hash)
-	if m == nil {
-		m = hmac.New(sha256.New, h.key)
+	k, _ := h.macs.Get().(*keyedMAC)
+	if k == nil {
+		k = &keyedMAC{m: hmac.New(sha256.New, h.key), sum: make([]byte, 0, sha256.Size)}
 	}
-	m.Reset()
-	_, _ = m.Write([]byte(path))
-	var sum [sha256.Size]byte
+	k.m.Reset()
+	k.in = append(k.in[:0], path...)
+	_, _ = k.m.Write(k.in)
+	k.sum = k.m.Sum(k.sum[:0])
 	var out [2 * sha256.Size]byte
-	hex.Encode(out[:], m.Sum(sum[:0]))
-	h.macs.Put(m)
+	hex.Encode(out[:], k.sum)
+	if cap(k.in) > maxKeptPath {
+		k.in = nil
+	}
+	h.macs.Put(k)
 	return PathHash(out[:])
 }
 

@@ -84,7 +84,7 @@ func TestPathHasherReuseMatchesAFreshHMAC(t *testing.T) {
 		m.Write([]byte(p))
 		return PathHash(hex.EncodeToString(m.Sum(nil)))
 	}
-	paths := []string{"", "/", "/srv/base/allowed/probe.txt", "/srv/base/.env", strings.Repeat("/a", 300), "/été/ünïcode"}
+	paths := []string{"", "/", "/srv/base/allowed/probe.txt", "/srv/base/.env", strings.Repeat("/a", 300), "/été/ünïcode", strings.Repeat("/b", 2100)}
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
@@ -104,8 +104,10 @@ func TestPathHasherReuseMatchesAFreshHMAC(t *testing.T) {
 		return
 	}
 	h.Hash(paths[2]) // the pool holds one
-	if n := testing.AllocsPerRun(200, func() { _ = h.Hash(paths[2]) }); n > 3 {
-		t.Errorf("Hash: %v allocations, budget 3", n)
+	// One: the hash's text (the path and the sum went through hash.Hash
+	// to the heap on every call too until session 8: 3).
+	if n := testing.AllocsPerRun(200, func() { _ = h.Hash(paths[2]) }); n > 1 {
+		t.Errorf("Hash: %v allocations, budget 1", n)
 	}
 }
 
