@@ -502,7 +502,7 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 			add(d)
 		}
 	}
-	if len(s) <= MaxPathLen && !norm.NFKC.IsNormalString(s) {
+	if len(s) <= MaxPathLen && !asciiOnly(s) && !norm.NFKC.IsNormalString(s) {
 		if n := norm.NFKC.String(s); looksLikePath(n) || probe && namesSecret(c.p, n) {
 			add(s)
 			add(n)

@@ -47,7 +47,7 @@ func CheckForm(p string) error {
 		return badPath("longer than %d bytes", MaxPathLen)
 	case !utf8.ValidString(p):
 		return badPath("not valid UTF-8")
-	case !norm.NFC.IsNormalString(p):
+	case !asciiOnly(p) && !norm.NFC.IsNormalString(p):
 		// The filesystem server matches a missing name to an existing
 		// NFC-equivalent one (U+212A KELVIN SIGN is 'K'): the proxy would
 		// check one file and the server open another.
@@ -241,7 +241,8 @@ func resolveRealSlow(lexical string) (string, error) {
 // Within reports whether p equals one of dirs or lies below it.
 func Within(dirs []string, p string) bool {
 	for _, d := range dirs {
-		if p == d || (d == "/" && strings.HasPrefix(p, "/")) || strings.HasPrefix(p, d+"/") {
+		// (p under d+"/", without making that string.)
+		if p == d || (d == "/" && strings.HasPrefix(p, "/")) || len(p) > len(d) && p[len(d)] == '/' && strings.HasPrefix(p, d) {
 			return true
 		}
 	}
@@ -389,4 +390,15 @@ func Exists(p string) bool {
 			return err == nil
 		}
 	}
+}
+
+// asciiOnly reports that s is ASCII, which every Unicode normal form leaves
+// as it is (norm's check allocates: it is skipped for the common case).
+func asciiOnly(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }

@@ -389,6 +389,63 @@ func TestMovesByName(t *testing.T) {
 	}
 }
 
+// FuzzMovesByNameAgrees: the in-place split of an ASCII name says what the
+// split into words says, for any name.
+func FuzzMovesByNameAgrees(f *testing.F) {
+	for _, s := range []string{"move_file", "renameFolder", "copy-tree", "mv", "fs.cp", "duplicateNote", "remove_file",
+		"movie_search", "MOVE", "Move2Trash", "x9Move", "a/cp b", "verylongwordthatislongerthansixteen_move", "moveverylongwordthatislongerthansixteen",
+		"rename\x00", "cópia", "mové", "MoveÉ", "_", "", "ABCMove", "abcMOVE", "abc9Rename"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, want := MovesByName(name), movesByWords(name); got != want {
+			t.Fatalf("MovesByName(%q) = %v, the split into words says %v", name, got, want)
+		}
+	})
+}
+
+// TestWithinIsAPrefixAtASeparator: Within's in-place test reads as a
+// prefix up to a '/' of the string, and only that.
+func TestWithinIsAPrefixAtASeparator(t *testing.T) {
+	for _, c := range []struct {
+		dirs []string
+		p    string
+		want bool
+	}{
+		{[]string{"/a/b"}, "/a/b", true},
+		{[]string{"/a/b"}, "/a/b/c", true},
+		{[]string{"/a/b"}, "/a/bc", false},
+		{[]string{"/a/b"}, "/a/", false},
+		{[]string{"/a/b"}, "/a", false},
+		{[]string{"/x", "/a/b"}, "/a/b/", true},
+		{[]string{"/"}, "/etc", true},
+		{[]string{"/a/b"}, "", false},
+		{nil, "/a", false},
+	} {
+		if got := Within(c.dirs, c.p); got != c.want {
+			t.Errorf("Within(%q, %q) = %v, want %v", c.dirs, c.p, got, c.want)
+		}
+	}
+}
+
+// TestPolicyHelpersAllocateNothing: what every call's check runs for a
+// tool's name and an ASCII string allocates nothing (MovesByName made the
+// name's words, Within a string per directory, the normal-form checks a
+// buffer; TestPolicyHelpersAllocateNothing fails on the code before).
+func TestPolicyHelpersAllocateNothing(t *testing.T) {
+	// (Directories longer than the 32 bytes a concatenation may take on the stack.)
+	dirs := []string{"/srv/another-directory-of-the-scope", "/srv/the-base-directory-of-a-run/allowed"}
+	for name, f := range map[string]func(){
+		"MovesByName": func() { _ = MovesByName("read_text_file") || MovesByName("renameFolder") },
+		"Within":      func() { _ = Within(dirs, "/srv/the-base-directory-of-a-run/allowed/probe.txt") },
+		"CheckForm":   func() { _ = CheckForm("/srv/the-base-directory-of-a-run/allowed/probe.txt") },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s allocates %v times, want 0", name, n)
+		}
+	}
+}
+
 // FuzzCheckArguments puts a fuzzed string at several depths of an unknown
 // tool's arguments: when the call is allowed, every form of the string that
 // looks like a path resolves inside the scope and is not secret.

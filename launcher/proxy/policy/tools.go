@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // ArgKind says how a tool's argument is read.
@@ -76,7 +77,52 @@ var moveWords = map[string]bool{
 // copies ("move_file", "renameFolder", "copy-tree", "mv"): its path
 // arguments' subtrees are checked for secrets even when the table does
 // not know the tool.
+//
+// It runs on every call of a tool the table does not know: an ASCII name
+// is split and looked up in place, without allocating (the words nameWords
+// would make, split by the same rules: FuzzMovesByNameAgrees); any other
+// name goes through nameWords.
 func MovesByName(name string) bool {
+	var buf [16]byte // the current word, lower-cased: every move word fits
+	n := 0           // its length in buf; -1: longer than buf, so no move word
+	prevLower := false
+	for i := 0; i <= len(name); i++ {
+		var c byte
+		if i < len(name) {
+			if c = name[i]; c >= utf8.RuneSelf {
+				return movesByWords(name)
+			}
+		}
+		sep := i == len(name) || c == '_' || c == '-' || c == '.' || c == '/' || c == ' '
+		upper := 'A' <= c && c <= 'Z'
+		if sep || upper && prevLower {
+			if n > 0 && moveWords[string(buf[:n])] {
+				return true
+			}
+			n = 0
+			if sep {
+				prevLower = false
+				continue
+			}
+		}
+		switch {
+		case n < 0:
+		case n == len(buf):
+			n = -1
+		case upper:
+			buf[n] = c + ('a' - 'A')
+			n++
+		default:
+			buf[n] = c
+			n++
+		}
+		prevLower = 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+	}
+	return false
+}
+
+// movesByWords is MovesByName through nameWords.
+func movesByWords(name string) bool {
 	for _, w := range nameWords(name) {
 		if moveWords[w] {
 			return true
