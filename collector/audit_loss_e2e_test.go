@@ -88,8 +88,9 @@ func findingReasons(t *testing.T, dsn string, r scopeRun) []string {
 	return reasons
 }
 
-// restoreAuditSettings puts the kernel's audit backlog_limit back as the
-// test found it (the daemon raises it) when the test ends.
+// restoreAuditSettings puts the kernel's audit backlog_limit (the daemon
+// raises it) and rate_limit (the flood lowers it) back as the test found
+// them when the test ends.
 func restoreAuditSettings(t *testing.T) audit.Status {
 	t.Helper()
 	orig, err := audit.GetStatus()
@@ -98,19 +99,29 @@ func restoreAuditSettings(t *testing.T) audit.Status {
 	}
 	t.Cleanup(func() {
 		st, err := audit.GetStatus()
-		if err == nil && st.BacklogLimit == orig.BacklogLimit {
-			return
+		if err != nil || st.BacklogLimit != orig.BacklogLimit {
+			if err := audit.SetBacklogLimit(orig.BacklogLimit); err != nil {
+				t.Errorf("restore the kernel's audit backlog_limit %d: %v", orig.BacklogLimit, err)
+			}
 		}
-		if err := audit.SetBacklogLimit(orig.BacklogLimit); err != nil {
-			t.Errorf("restore the kernel's audit backlog_limit %d: %v", orig.BacklogLimit, err)
+		if err != nil || st.RateLimit != orig.RateLimit {
+			if err := audit.SetRateLimit(orig.RateLimit); err != nil {
+				t.Errorf("restore the kernel's audit rate_limit %d: %v", orig.RateLimit, err)
+			}
 		}
 	})
 	return orig
 }
 
+// floodRateLimit is the kernel's audit rate_limit (records per second)
+// during TestKernelAuditLossIsAGap's flood: far below a round of 20,000
+// denials, far above the few records the test's own runs make.
+const floodRateLimit = 200
+
 // TestKernelAuditLossIsAGap: the kernel drops audit records when its
-// backlog overflows (here: a hostile fenced server outside the daemon's
-// runs floods Landlock denials), and a Landlock record lost there reaches
+// backlog overflows or a rate limit is passed (here: a hostile fenced
+// server outside the daemon's runs floods Landlock denials past a lowered
+// rate_limit), and a Landlock record lost there reaches
 // no reader. The real daemon reads the kernel's audit status every second;
 // a growth of its `lost` counter puts an OBSERVATION_GAP kernel_audit_lost
 // on every run live meanwhile. A run that did nothing wrong but was live
@@ -124,6 +135,9 @@ func TestKernelAuditLossIsAGap(t *testing.T) {
 	// and the test lowers backlog_limit: no daemon test may run meanwhile.
 	testenv.AuditDisturber(t)
 	orig := restoreAuditSettings(t)
+	if orig.Failure == 2 {
+		t.Fatal("the kernel's audit failure mode is 2 (panic on a lost record): this test makes the kernel lose records; run it on a host with `auditctl -f 1`")
+	}
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)
 	tr := testenv.NewTree(t, testenv.ReadScope("audit-loss"))
@@ -185,11 +199,17 @@ func TestKernelAuditLossIsAGap(t *testing.T) {
 	// The flood: a fenced server the daemon does not watch reads outside
 	// its scope until the kernel has lost records (rounds of 20,000
 	// denials; stopped at the first loss, so other readers on the host
-	// lose as little as possible).
+	// lose as little as possible). A quiet machine drains any flood
+	// through a backlog of 8192 (CI once lost nothing in 20 rounds), so
+	// the kernel's rate_limit is lowered for the flood: records past it
+	// are lost and counted like a backlog overflow, on any machine.
 	hostile := testenv.StartNaive(t, run("off"))
 	before, err := audit.GetStatus()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := audit.SetRateLimit(floodRateLimit); err != nil {
+		t.Fatalf("lower the kernel's audit rate_limit for the flood: %v", err)
 	}
 	lost := false
 	for round := 0; round < 20 && !lost; round++ {
@@ -203,8 +223,11 @@ func TestKernelAuditLossIsAGap(t *testing.T) {
 		lost = st.Lost != before.Lost
 	}
 	_ = hostile.Wait()
+	if err := audit.SetRateLimit(before.RateLimit); err != nil {
+		t.Errorf("restore the kernel's audit rate_limit %d: %v", before.RateLimit, err)
+	}
 	if !lost {
-		t.Fatalf("the kernel lost no audit records after 20 rounds of 20,000 denials (backlog_limit %d)", before.BacklogLimit)
+		t.Fatalf("the kernel lost no audit records after 20 rounds of 20,000 denials (backlog_limit %d, rate_limit %d)", before.BacklogLimit, floodRateLimit)
 	}
 	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(dlog.String(), "the kernel lost audit records"); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -27,6 +27,7 @@ const (
 	statusBacklog      = 28
 	statusMinLen       = 32 // up to and with backlog
 
+	auditStatusRateLimit    = 0x0008 // AUDIT_STATUS_RATE_LIMIT
 	auditStatusBacklogLimit = 0x0010 // AUDIT_STATUS_BACKLOG_LIMIT
 )
 
@@ -34,6 +35,9 @@ const (
 // prints).
 type Status struct {
 	Enabled uint32
+	// Failure is what the kernel does when it loses a record: 0 nothing,
+	// 1 a kernel message, 2 panic (`auditctl -f`).
+	Failure uint32
 	// PID is the process registered as the audit daemon (auditd): the
 	// kernel sends it every record over unicast and waits for it when its
 	// socket is full. 0 when none is registered.
@@ -58,6 +62,7 @@ func ParseStatus(b []byte) (Status, error) {
 	u := func(off int) uint32 { return binary.NativeEndian.Uint32(b[off : off+4]) }
 	return Status{
 		Enabled:      u(statusEnabled),
+		Failure:      u(statusFailure),
 		PID:          u(statusPID),
 		RateLimit:    u(statusRateLimit),
 		BacklogLimit: u(statusBacklogLimit),
@@ -82,6 +87,19 @@ func SetBacklogLimit(n uint32) error {
 	body := make([]byte, statusLen)
 	binary.NativeEndian.PutUint32(body[statusMask:], auditStatusBacklogLimit)
 	binary.NativeEndian.PutUint32(body[statusBacklogLimit:], n)
+	_, err := request(auditSet, body)
+	return err
+}
+
+// SetRateLimit sets the kernel's audit rate_limit, in records per second
+// (like `auditctl -r N`; 0 is no limit). Records past it are lost and
+// counted in Lost. It needs CAP_AUDIT_CONTROL. The daemon never sets it;
+// tests do, to make the kernel lose records on a machine fast enough to
+// drain any flood.
+func SetRateLimit(n uint32) error {
+	body := make([]byte, statusLen)
+	binary.NativeEndian.PutUint32(body[statusMask:], auditStatusRateLimit)
+	binary.NativeEndian.PutUint32(body[statusRateLimit:], n)
 	_, err := request(auditSet, body)
 	return err
 }

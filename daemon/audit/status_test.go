@@ -23,8 +23,8 @@ func statusBytes(n int, fields map[int]uint32) []byte {
 }
 
 func TestParseStatus(t *testing.T) {
-	full := map[int]uint32{statusEnabled: 1, statusPID: 4242, statusRateLimit: 0, statusBacklogLimit: 64, statusLost: 56569, statusBacklog: 3}
-	want := Status{Enabled: 1, PID: 4242, BacklogLimit: 64, Lost: 56569, Backlog: 3}
+	full := map[int]uint32{statusEnabled: 1, statusFailure: 1, statusPID: 4242, statusRateLimit: 0, statusBacklogLimit: 64, statusLost: 56569, statusBacklog: 3}
+	want := Status{Enabled: 1, Failure: 1, PID: 4242, BacklogLimit: 64, Lost: 56569, Backlog: 3}
 	for _, tc := range []struct {
 		name string
 		b    []byte
@@ -175,7 +175,7 @@ func FuzzParseNetlinkTable(f *testing.F) {
 }
 
 // TestStatusFromTheKernel reads the real kernel's audit status, sets its
-// backlog_limit and puts it back, and finds the daemon's own multicast
+// backlog_limit and rate_limit and puts them back, and finds the daemon's own multicast
 // socket among the readers.
 func TestStatusFromTheKernel(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -201,6 +201,19 @@ func TestStatusFromTheKernel(t *testing.T) {
 		if err != nil || got.BacklogLimit != st.BacklogLimit+1 {
 			t.Fatalf("after setting backlog_limit %d: %+v, %v", st.BacklogLimit+1, got, err)
 		}
+	}
+	// rate_limit (set by the audit-loss test for its flood): a limit far
+	// above anything this host makes, then put back.
+	if err := SetRateLimit(st.RateLimit + 100000); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := SetRateLimit(st.RateLimit); err != nil {
+			t.Errorf("restore rate_limit %d: %v", st.RateLimit, err)
+		}
+	})
+	if got, err := GetStatus(); err != nil || got.RateLimit != st.RateLimit+100000 {
+		t.Fatalf("after setting rate_limit %d: %+v, %v", st.RateLimit+100000, got, err)
 	}
 	s, err := Open()
 	if err != nil {
