@@ -108,6 +108,11 @@ type Daemon struct {
 	gaps    []gap      // observation lapses found at start-up, turned into findings
 
 	auditDrops atomic.Uint64
+	// foreignDomains mirrors the processor's foreign set for the audit
+	// reader: the records of a domain another program created are
+	// dropped before the queue, so a flood of them (any Landlock user on
+	// the host) cannot fill it and cost the runs' own records.
+	foreignDomains sync.Map // domain → struct{}
 	// The kernel's audit status read at start (set before the processor
 	// runs), and the processor's counters of it for Stats.
 	auditStatus     audit.Status
@@ -250,13 +255,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	start("ring buffer reader", func(ctx context.Context) error { return p.Run(ctx, d.records) })
 	if d.audit != nil {
 		start("audit reader", func(ctx context.Context) error {
-			return d.audit.Run(ctx, func(rec any) {
-				select {
-				case d.ll <- rec:
-				default:
-					d.auditDrops.Add(1)
-				}
-			})
+			return d.audit.Run(ctx, d.offerAudit)
 		})
 	}
 	procDone := make(chan struct{})
@@ -714,6 +713,24 @@ type Stats struct {
 	LandlockABI              int
 	// Hooks are the attached programs, Unavailable those that did not load.
 	Hooks, Unavailable int
+}
+
+// offerAudit queues one record of the audit stream for the processor, or
+// counts it dropped when the queue is full. A denial in a domain the
+// processor has found to be another program's is none of the runs'
+// business (the processor would drop it): it is dropped here, without
+// taking a place in the queue.
+func (d *Daemon) offerAudit(rec any) {
+	if a, ok := rec.(audit.LandlockAccess); ok {
+		if _, foreign := d.foreignDomains.Load(a.Domain); foreign {
+			return
+		}
+	}
+	select {
+	case d.ll <- rec:
+	default:
+		d.auditDrops.Add(1)
+	}
 }
 
 // Stats returns the daemon's counters. It is safe to call at any time,

@@ -457,8 +457,10 @@ func (p *processor) landlock(rec any, now time.Time) {
 			// denials are none of our runs' business, now or later.
 			if len(p.foreign) >= maxForeign {
 				clear(p.foreign)
+				p.d.foreignDomains.Clear()
 			}
 			p.foreign[v.Domain] = true
+			p.d.foreignDomains.Store(v.Domain, struct{}{})
 			return
 		}
 		// The domain's records name its creator's own /proc entries by

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -170,5 +171,46 @@ func TestLandlockRecordsOfTheCreatorsOwnProc(t *testing.T) {
 		if ld.PathClass != tc.class || ld.PathHash != hasher.Hash(tc.path) || p.batch[0].RunID != "r1" {
 			t.Errorf("%s in %s: class %s (want %s), hash of the record's path %v", tc.path, tc.domain, ld.PathClass, tc.class, ld.PathHash == hasher.Hash(tc.path))
 		}
+	}
+}
+
+// TestForeignDenialsTakeNoPlaceInTheQueue: once the processor knows a
+// Landlock domain is another program's, the audit reader drops its denials
+// before the queue. A flood from any Landlock user on the host (here
+// 10,000 denials, the queue holds 4,096 and nobody drains it) leaves the
+// queue empty and counts no drop, so the runs' own records still get in;
+// a run's denials still fill the queue and count the overflow. Before, the
+// flood filled the queue, counted 5,904 drops, and every live run got an
+// events_dropped gap (seen in CI: another test's flood).
+func TestForeignDenialsTakeNoPlaceInTheQueue(t *testing.T) {
+	p, _, _ := testProcessor(t)
+	d := p.d
+	now := time.Now()
+	access := func(domain string) audit.LandlockAccess {
+		return audit.LandlockAccess{TimeMS: now.UnixMilli(), Domain: domain, Blockers: []string{"fs.read_file"}, Path: "/etc/shadow"}
+	}
+	p.landlock(audit.LandlockDomain{Domain: "f00", Status: "allocated", PID: 999}, now)
+	p.landlock(audit.LandlockDomain{Domain: "a11", Status: "allocated", PID: 11}, now)
+	for range 10_000 {
+		d.offerAudit(access("f00"))
+	}
+	if n, drops := len(d.ll), d.auditDrops.Load(); n != 0 || drops != 0 {
+		t.Fatalf("another program's flood: %d records queued, %d drops; want none", n, drops)
+	}
+	for range cap(d.ll) + 10 {
+		d.offerAudit(access("a11"))
+	}
+	if n, drops := len(d.ll), d.auditDrops.Load(); n != cap(d.ll) || drops != 10 {
+		t.Fatalf("the run's own denials: %d queued, %d drops; want %d and 10", n, drops, cap(d.ll))
+	}
+	// The foreign set is bounded: past maxForeign domains it starts again,
+	// and the reader's copy with it.
+	for i := range maxForeign {
+		p.landlock(audit.LandlockDomain{Domain: fmt.Sprintf("b%d", i), Status: "allocated", PID: 999}, now)
+	}
+	n := 0
+	d.foreignDomains.Range(func(any, any) bool { n++; return true })
+	if n != len(p.foreign) || n > maxForeign {
+		t.Fatalf("the reader's foreign set has %d domains, the processor's %d (bound %d)", n, len(p.foreign), maxForeign)
 	}
 }
