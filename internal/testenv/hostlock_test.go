@@ -49,10 +49,13 @@ type holder struct {
 	locked chan string
 }
 
-func startHolder(t *testing.T, name, how string) *holder {
+// startSelf starts this test binary again, running no test (TestMain acts
+// on env), with its stdin and stdout piped; it ends when its stdin closes,
+// at the latest when the test ends.
+func startSelf(t *testing.T, env ...string) (*exec.Cmd, io.WriteCloser, io.Reader) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TESTENV_LOCK_NAME="+name, "TESTENV_LOCK_HOW="+how)
+	cmd.Env = append(os.Environ(), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -64,12 +67,18 @@ func startHolder(t *testing.T, name, how string) *holder {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	return cmd, stdin, stdout
+}
+
+func startHolder(t *testing.T, name, how string) *holder {
+	t.Helper()
+	cmd, stdin, stdout := startSelf(t, "TESTENV_LOCK_NAME="+name, "TESTENV_LOCK_HOW="+how)
 	h := &holder{cmd: cmd, stdin: stdin, locked: make(chan string, 1)}
 	go func() {
 		line, _ := bufio.NewReader(stdout).ReadString('\n')
 		h.locked <- strings.TrimSpace(line)
 	}()
-	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
 	return h
 }
 
@@ -157,20 +166,7 @@ func TestAuditUserNested(t *testing.T) {
 // process is never given here (each process remembered only its own: two
 // packages could be handed one port and the later bind failed).
 func TestFreePortAcrossProcesses(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TESTENV_PORTS=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
+	_, _, stdout := startSelf(t, "TESTENV_PORTS=1")
 	theirs := map[int]bool{}
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() && sc.Text() != "done" {

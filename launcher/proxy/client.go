@@ -193,14 +193,8 @@ func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *poli
 	if len(rest) == 0 {
 		return check
 	}
-	return func(eff *scopeView) ([]string, *policy.Denial) {
+	return thenCheck(check, func(eff *scopeView) ([]string, *policy.Denial) {
 		var paths []string
-		if check != nil {
-			var d *policy.Denial
-			if paths, d = check(eff); d != nil {
-				return paths, d
-			}
-		}
 		for _, raw := range rest {
 			p, d := s.pol.CheckValues(raw, eff.paths)
 			paths = append(paths, p...)
@@ -209,6 +203,22 @@ func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *poli
 			}
 		}
 		return paths, nil
+	})
+}
+
+// thenCheck runs first (when there is one), then next, and returns the
+// paths of both; the first denial stops it.
+func thenCheck(first, next func(*scopeView) ([]string, *policy.Denial)) func(*scopeView) ([]string, *policy.Denial) {
+	if first == nil {
+		return next
+	}
+	return func(eff *scopeView) ([]string, *policy.Denial) {
+		paths, d := first(eff)
+		if d != nil {
+			return paths, d
+		}
+		more, d := next(eff)
+		return append(paths, more...), d
 	}
 }
 
@@ -222,14 +232,8 @@ func (s *session) inputAnswersCheck(raw json.RawMessage, check func(*scopeView) 
 	if strictjson.Unmarshal(raw, &answers) != nil || len(answers) == 0 {
 		return check
 	}
-	return func(eff *scopeView) ([]string, *policy.Denial) {
+	return thenCheck(check, func(eff *scopeView) ([]string, *policy.Denial) {
 		var paths []string
-		if check != nil {
-			var d *policy.Denial
-			if paths, d = check(eff); d != nil {
-				return paths, d
-			}
-		}
 		for _, v := range answers {
 			if isRootsAnswer(v) {
 				continue
@@ -241,7 +245,7 @@ func (s *session) inputAnswersCheck(raw json.RawMessage, check func(*scopeView) 
 			}
 		}
 		return paths, nil
-	}
+	})
 }
 
 // isRootsAnswer: v is an object with a member named "roots" in any case

@@ -57,23 +57,7 @@ func TestGlobIndexKeptAndRefreshed(t *testing.T) {
 		defer p.globs.mu.Unlock()
 		return p.globs.walks
 	}
-	// Wait for the exact condition the kept listing needs: every directory
-	// changed longer than racyWindow ago (a listing of a directory that
-	// just changed is not kept: its stamp could miss a change in the same
-	// clock tick).
-	for {
-		old := true
-		_ = filepath.WalkDir(scope, func(path string, de os.DirEntry, err error) error {
-			if s, ok := stampOf(path); err == nil && de.IsDir() && (!ok || time.Since(time.Unix(0, s.ctime)) <= racyWindow+100*time.Millisecond) {
-				old = false
-			}
-			return nil
-		})
-		if old {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitListingKeepable(scope)
 	if got := check("**bold**"); got != "" {
 		t.Fatalf("**bold** = %q", got)
 	}
@@ -185,20 +169,7 @@ func BenchmarkGlobArgument(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The listing is kept only once every directory is older than racyWindow.
-	for {
-		old := true
-		_ = filepath.WalkDir(base, func(path string, de os.DirEntry, err error) error {
-			if s, ok := stampOf(path); err == nil && de.IsDir() && (!ok || time.Since(time.Unix(0, s.ctime)) <= racyWindow+100*time.Millisecond) {
-				old = false
-			}
-			return nil
-		})
-		if old {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitListingKeepable(base)
 	args := json.RawMessage(`{"text":"**bold**"}`)
 	eff := []string{base}
 	for _, mode := range []string{"kept", "walked"} {
@@ -214,5 +185,25 @@ func BenchmarkGlobArgument(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// waitListingKeepable waits until every directory under root changed
+// longer than racyWindow ago: only then is a listing of it kept (a listing
+// of a directory that just changed could miss a change in the same clock
+// tick).
+func waitListingKeepable(root string) {
+	for {
+		old := true
+		_ = filepath.WalkDir(root, func(path string, de os.DirEntry, err error) error {
+			if s, ok := stampOf(path); err == nil && de.IsDir() && (!ok || time.Since(time.Unix(0, s.ctime)) <= racyWindow+100*time.Millisecond) {
+				old = false
+			}
+			return nil
+		})
+		if old {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
