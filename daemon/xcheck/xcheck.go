@@ -45,6 +45,9 @@ type Loop struct {
 	rejected atomic.Uint64
 	findings atomic.Uint64
 	failed   atomic.Uint64
+	// lastSeq is the stream sequence of the last message the engine took:
+	// a lost consumer is created again just after it.
+	lastSeq atomic.Uint64
 }
 
 // New checks cfg.
@@ -71,19 +74,21 @@ func (l *Loop) Findings() uint64 { return l.findings.Load() }
 // read any other host's events. Each start replaces that consumer with one
 // that begins twice the late-event window back, so a restarted daemon
 // re-checks recent runs (finding ids are deterministic: a finding found
-// twice is one); should the consumer vanish (the server lost it), it is
-// created again from the same point, and the engine ignores what it
-// already saw.
+// twice is one). Should the consumer vanish (the server lost it), it is
+// created again just after the last message the engine took, or from the
+// start's point if it took none: however long the loss took to notice
+// (about 10 s when no pull was pending, longer than a short window),
+// nothing published meanwhile is skipped.
 func (l *Loop) Run(ctx context.Context) error {
 	window := l.cfg.Check.Window
 	if window <= 0 {
 		window = 2 * time.Minute
 	}
-	from := time.Now().Add(-2 * window)
+	start := resumePoint{from: time.Now().Add(-2 * window)}
 	t := time.NewTicker(l.cfg.Every)
 	defer t.Stop()
 	for {
-		cc, lost, err := l.consume(ctx, from)
+		cc, lost, err := l.consume(ctx, start)
 		if err != nil {
 			return err
 		}
@@ -92,9 +97,28 @@ func (l *Loop) Run(ctx context.Context) error {
 		if err != nil || ctx.Err() != nil {
 			return err
 		}
-		l.cfg.Logger.Warn("cross-check consumer lost; reading the last two windows again")
-		from = time.Now().Add(-2 * window)
+		start.afterSeq = l.lastSeq.Load()
+		l.cfg.Logger.Warn("cross-check consumer lost; reading on from the last message taken", "stream_seq", start.afterSeq)
 	}
+}
+
+// resumePoint is where a consumer starts: just after stream sequence
+// afterSeq when it is set, else at time from.
+type resumePoint struct {
+	from     time.Time
+	afterSeq uint64
+}
+
+// apply sets cfg's deliver policy to start at p.
+func (p resumePoint) apply(cfg *jetstream.ConsumerConfig) {
+	if p.afterSeq > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = p.afterSeq + 1
+		return
+	}
+	from := p.from
+	cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+	cfg.OptStartTime = &from
 }
 
 // consumeHeartbeat is the idle heartbeat of the consumer's pulls. A
@@ -105,27 +129,27 @@ func (l *Loop) Run(ctx context.Context) error {
 // vain), with this one about 10 s.
 const consumeHeartbeat = 5 * time.Second
 
-// consume (re)creates the host's consumer starting at from and feeds the
+// consume (re)creates the host's consumer starting at start and feeds the
 // engine; lost is closed if the consumer goes away.
-func (l *Loop) consume(ctx context.Context, from time.Time) (jetstream.ConsumeContext, <-chan struct{}, error) {
+func (l *Loop) consume(ctx context.Context, start resumePoint) (jetstream.ConsumeContext, <-chan struct{}, error) {
 	js := l.cfg.JetStream
 	name := stream.CrossCheckConsumer(l.cfg.Host)
 	if err := js.DeleteConsumer(ctx, stream.Name, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, nil, fmt.Errorf("cross-check: remove the old consumer %s: %w (may this host use it? see deploy/nats)", name, err)
 	}
-	cons, err := js.CreateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Name:          name,
 		Description:   "mcpwarden daemon: the on-host cross-check of " + stream.HostToken(l.cfg.Host),
 		FilterSubject: stream.SubjectPrefix + "." + stream.HostToken(l.cfg.Host) + ".>",
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
-		OptStartTime:  &from,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		MaxDeliver:    -1,
 		MaxAckPending: 20_000,
 		// A daemon that died leaves it behind; the server drops it.
 		InactiveThreshold: 10 * time.Minute,
-	})
+	}
+	start.apply(&cfg)
+	cons, err := js.CreateConsumer(ctx, stream.Name, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cross-check: create consumer %s on stream %s: %w", name, stream.Name, err)
 	}
@@ -139,6 +163,9 @@ func (l *Loop) consume(ctx context.Context, from time.Time) (jetstream.ConsumeCo
 			l.rejected.Add(uint64(rejected))
 			l.received.Add(uint64(len(events)))
 			l.engine.Add(events, time.Now())
+		}
+		if md, err := msg.Metadata(); err == nil {
+			l.lastSeq.Store(md.Sequence.Stream)
 		}
 		_ = msg.Ack()
 	}, jetstream.PullHeartbeat(consumeHeartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {

@@ -2,6 +2,7 @@ package xcheck
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -100,6 +101,60 @@ func TestLoopFindsEscapeOfThisHost(t *testing.T) {
 // cross-check consumer): an escape is reported provisionally first, then
 // final after the window, and the loop survives its consumer being deleted.
 func TestLoopUnderHostPermissions(t *testing.T) {
+	testLoopSurvivesLostConsumer(t, 0)
+}
+
+// TestLoopResumesAfterASlowLossNotice loses the consumer and tells the
+// loop only after more than two windows: what was published meanwhile is
+// still checked. With no pull pending, the client notices the loss only
+// after two missed heartbeats (about 10 s), longer than a short window;
+// the loop once restarted twice a window back from the notice and skipped
+// it (ci24, load 28: "no findings after the consumer was lost").
+func TestLoopResumesAfterASlowLossNotice(t *testing.T) {
+	testLoopSurvivesLostConsumer(t, 5*time.Second)
+}
+
+// slowLossJS hands out consumers whose loss is reported after delay.
+type slowLossJS struct {
+	jetstream.JetStream
+	delay time.Duration
+}
+
+func (j slowLossJS) CreateConsumer(ctx context.Context, name string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := j.JetStream.CreateConsumer(ctx, name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return slowLossConsumer{Consumer: c, delay: j.delay}, nil
+}
+
+type slowLossConsumer struct {
+	jetstream.Consumer
+	delay time.Duration
+}
+
+func (c slowLossConsumer) Consume(h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
+	slow := make([]jetstream.PullConsumeOpt, 0, len(opts))
+	for _, o := range opts {
+		if inner, ok := o.(jetstream.ConsumeErrHandler); ok && c.delay > 0 {
+			o = jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
+				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+					time.AfterFunc(c.delay, func() { inner(cc, err) })
+					return
+				}
+				inner(cc, err)
+			})
+		}
+		slow = append(slow, o)
+	}
+	return c.Consumer.Consume(h, slow...)
+}
+
+// testLoopSurvivesLostConsumer: an escape gives a provisional then a final
+// finding; the consumer is deleted (the loop learns of it after
+// noticeDelay), another escape is published at once, and it gives its two
+// findings too.
+func testLoopSurvivesLostConsumer(t *testing.T, noticeDelay time.Duration) {
 	root := t.TempDir()
 	creds, err := natsserver.LoadOrCreateCredentials(stream.CredentialsDir(root))
 	if err != nil {
@@ -132,7 +187,7 @@ func TestLoopUnderHostPermissions(t *testing.T) {
 	}
 	publishEscape("cd")
 	sink := &memSink{}
-	l, err := New(Config{JetStream: js, Host: "here", Sink: sink, Check: crosscheck.Config{Window: 2 * time.Second, Settle: 100 * time.Millisecond}, Every: 50 * time.Millisecond})
+	l, err := New(Config{JetStream: slowLossJS{JetStream: js, delay: noticeDelay}, Host: "here", Sink: sink, Check: crosscheck.Config{Window: 2 * time.Second, Settle: 100 * time.Millisecond}, Every: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
