@@ -583,6 +583,51 @@ func TestRefusesRunsWhenSinkRefuses(t *testing.T) {
 	}
 }
 
+// TestRegistrationWithAnotherScopesHashIsRefused: the daemon computes the
+// hash of the scope it is sent and refuses a registration whose scope_hash
+// is not that (docs/architecture.md, docs/daemon.md: a scope cannot be
+// paired with another's hash), so a run's events cannot carry a reviewed
+// scope's hash over a wider scope. The refused registrations claim
+// nothing: the same run id then registers with its scope's own hash.
+func TestRegistrationWithAnotherScopesHashIsRefused(t *testing.T) {
+	h := startDaemonWith(t, &memSink{})
+	cs, hash := h.scope()
+	wider := *cs
+	wider.AccessMode = schema.AccessWrite
+	other := *cs
+	other.ScopeID = "another-scope"
+	otherHash, err := ScopeHash(&other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if otherHash == hash {
+		t.Fatal("two scopes hash the same")
+	}
+	child := exec.Command("sleep", "600")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	runID := schema.NewID()
+	c := client.New(h.socket)
+	for _, tc := range []struct {
+		name  string
+		scope *schema.CanonicalScope
+		hash  string
+	}{
+		{"a wider scope with the reviewed scope's hash", &wider, hash},
+		{"the scope with another scope's hash", cs, otherHash},
+	} {
+		_, err := c.Register(context.Background(), api.Registration{RunID: runID, Mode: schema.ModeEnforce, Scope: tc.scope, ScopeHash: tc.hash}, child.Process.Pid)
+		if err == nil || !strings.Contains(err.Error(), "scope_hash does not match the scope") {
+			t.Errorf("%s: registration %v, want it refused for its scope_hash", tc.name, err)
+		}
+	}
+	if _, err := c.Register(context.Background(), api.Registration{RunID: runID, Mode: schema.ModeEnforce, Scope: cs, ScopeHash: hash}, child.Process.Pid); err != nil {
+		t.Fatalf("the scope with its own hash, same run id: %v", err)
+	}
+}
+
 // TestDropsReachAHealthEvent: records lost in the kernel (a one-page ring
 // that a flooding run overflows) are reported in a health event within
 // seconds, never silently, and as an OBSERVATION_GAP of the run.
