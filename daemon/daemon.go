@@ -252,16 +252,33 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	start("ring buffer reader", func(ctx context.Context) error { return p.Run(ctx, d.records) })
+	// The processor's last drain waits for the readers to stop: a record
+	// the ring reader takes after the stop began is gone from the ring (the
+	// next daemon reads on after it), so it must be processed, not left in
+	// the queue.
+	var readers sync.WaitGroup
+	reader := func(name string, fn func(context.Context) error) {
+		readers.Add(1)
+		start(name, func(ctx context.Context) error {
+			defer readers.Done()
+			return fn(ctx)
+		})
+	}
+	reader("ring buffer reader", func(ctx context.Context) error { return p.Run(ctx, d.records) })
 	if d.audit != nil {
-		start("audit reader", func(ctx context.Context) error {
+		reader("audit reader", func(ctx context.Context) error {
 			return d.audit.Run(ctx, d.offerAudit)
 		})
 	}
+	readersDone := make(chan struct{})
+	go func() {
+		readers.Wait()
+		close(readersDone)
+	}()
 	procDone := make(chan struct{})
 	go func() {
 		defer close(procDone)
-		d.process(ctx)
+		d.process(ctx, readersDone)
 	}()
 	start("registration socket", srv.Serve)
 	if d.cfg.CrossCheck != nil {

@@ -141,6 +141,18 @@ func child(mode, ws, out string) int {
 				return 18
 			}
 		}
+	case "flood-until-eof":
+		// Reads until stdin ends.
+		var stop atomic.Bool
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			stop.Store(true)
+		}()
+		for !stop.Load() {
+			if read(filepath.Join(ws, "inside.txt")) != nil {
+				return 18
+			}
+		}
 	case "execcat":
 		// The fence helper's exec stage: its own operation, then the
 		// server (cat) in its place.
@@ -305,6 +317,10 @@ type harness struct {
 	ws     string // workspace (the scope's allowed dir)
 	out    string // a file outside the scope
 	base   string
+	d      *Daemon
+	// stop stops the daemon and returns what its Run returned; the
+	// test's cleanup calls it too (once is enough).
+	stop func() error
 }
 
 func startDaemon(t *testing.T) *harness { return startDaemonWith(t, &memSink{}) }
@@ -351,9 +367,13 @@ func startDaemonWith(t *testing.T, sink *memSink, tune ...func(*Config)) *harnes
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
+	h.d = d
+	h.stop = sync.OnceValue(func() error {
 		cancel()
-		if err := <-done; err != nil {
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := h.stop(); err != nil {
 			t.Errorf("daemon Run: %v", err)
 		}
 		h.sink.mu.Lock()
@@ -365,6 +385,7 @@ func startDaemonWith(t *testing.T, sink *memSink, tune ...func(*Config)) *harnes
 	select {
 	case <-d.Ready():
 	case err := <-done:
+		done <- err // for h.stop
 		if testenv.InCI() {
 			t.Fatalf("daemon did not start: %v", err)
 		}
@@ -646,6 +667,72 @@ func TestDropsReachAHealthEvent(t *testing.T) {
 	h.sink.waitFor(t, "the flooding run's OBSERVATION_GAP", func(e *schema.Event) bool {
 		return e.RunID == runID && e.Finding != nil && e.Finding.Type == schema.FindingObservationGap && e.Finding.Reason == GapEventsLost
 	})
+}
+
+// TestStopProcessesEveryRecordRead: a daemon stopped while a run floods its
+// ring buffer processes every record its readers took before Run returns.
+// A record read and then left in the queue is lost for good: the next
+// daemon reads the ring on after it, and a clean restart must lose only
+// the audit records of the lapse (docs/daemon.md, "Restarts"). Before, the
+// processor took what was queued as soon as the stop began while the ring
+// reader went on reading until its ring was closed: what it read meanwhile
+// was neither published nor left in the ring (TestDaemonRestartAdoptsRuns,
+// at load 28, saw 8 of the 25 reads made just before a clean stop).
+func TestStopProcessesEveryRecordRead(t *testing.T) {
+	h := startDaemon(t)
+	cs, hash := h.scope()
+	// The flooding roots are registered as the launcher's fence helper
+	// (this test binary) before its exec: their records are the helper's,
+	// which the processor skips at once, so it keeps the queue short
+	// while the reader, woken for every 64 KiB of records, takes them in
+	// bursts; a stop in the middle of a burst is what lost records.
+	var st unix.Stat_t
+	if err := unix.Stat(os.Args[0], &st); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childMode+"=flood-until-eof", childWS+"="+h.ws, childOut+"="+h.out)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			stdin.Close()
+			cmd.Wait()
+		}()
+		if _, err := client.New(h.socket).Register(context.Background(), api.Registration{
+			RunID: schema.NewID(), Mode: schema.ModeEnforce, Scope: cs, ScopeHash: hash,
+			ExecPending: true, HelperExe: &api.FileID{Dev: st.Dev, Ino: st.Ino}}, cmd.Process.Pid); err != nil {
+			t.Fatalf("register: %v", err)
+		}
+		if _, err := io.WriteString(stdin, "g"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Stop while the flood's records flow: once the reader has taken a
+	// few thousand of them.
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := h.d.probes.Counters(); err == nil && c.ReadRecords >= 2000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the flood's records did not reach the reader within 3 minutes")
+		}
+	}
+	if err := h.stop(); err != nil {
+		t.Fatalf("daemon Run: %v", err)
+	}
+	if n := len(h.d.records); n > 0 {
+		t.Errorf("%d records read from the ring were left in the queue at the stop: never published, and gone from the ring", n)
+	}
+	if n := len(h.d.ll); n > 0 {
+		t.Errorf("%d audit records read were left in the queue at the stop", n)
+	}
 }
 
 // TestChildrenForkedBeforeRegistration: a root registered after it had

@@ -191,8 +191,10 @@ func (p *processor) locate(run *runs.Run, path string, known bool) classify.Loca
 }
 
 // process turns kernel records and Landlock records into events and sends
-// them to the sink in batches, until ctx ends; then it flushes what it has.
-func (d *Daemon) process(ctx context.Context) {
+// them to the sink in batches, until ctx ends; then, once readersDone is
+// closed (the readers put nothing more in the queues), it takes what is
+// queued and flushes what it has.
+func (d *Daemon) process(ctx context.Context, readersDone <-chan struct{}) {
 	p := newProcessor(d)
 	flush := time.NewTicker(d.cfg.FlushInterval)
 	defer flush.Stop()
@@ -208,6 +210,11 @@ func (d *Daemon) process(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			// Records the readers take until they stop were taken from
+			// the ring and the audit socket for good: wait for them.
+			// Meanwhile the queues are not read, so a flood may fill
+			// them: that is counted as queue drops, never silent.
+			<-readersDone
 			p.drain()
 			p.expirePending(time.Now().Add(time.Hour))
 			p.emitHealth(time.Now())
