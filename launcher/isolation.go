@@ -337,10 +337,16 @@ func (iso *isolation) namespaces(rs *ruleset.Ruleset, prof *runtimeprofile.Profi
 			m.Idmap = iso.server != nil
 		} else {
 			// Runtime: executables, the loader and libraries are mapped
-			// executable; the files are read-only either way.
-			m.Exec = true
+			// executable; the files are read-only either way. A device
+			// (/dev/null) is opened and written on a read-only mount too
+			// (the kernel asks a mount's permission to write a regular
+			// file, a directory or a link, never a device): writable, its
+			// mount let the server set the host device's times (utimensat
+			// with no times needs only the right to write the file, not
+			// its ownership), and chmod it where the server runs as its
+			// owner. Nothing maps a device to run it: noexec.
 			m.Dev = isDevice(rule.Path)
-			m.Write = m.Dev && rule.Access&ll.AccessFSWriteFile != 0
+			m.Exec = !m.Dev
 		}
 		r.Mounts = append(r.Mounts, m)
 	}
