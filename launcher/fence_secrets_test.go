@@ -306,22 +306,66 @@ func TestFenceSecretsCommonCredentialFiles(t *testing.T) {
 }
 
 func testFenceSecretsCommonCredentialFiles(t *testing.T, noNS bool) {
+	testFenceSecretFiles(t, noNS, map[string]string{
+		"proj/.envrc":                   "export API_KEY=ENVRC-SECRET-42",
+		"proj/.dev.vars":                "TOKEN=DEVVARS-SECRET-42",
+		"proj/terraform.tfstate.backup": "TFSTATE-SECRET-42",
+		".config/gh/hosts.yml":          "oauth_token: GH-SECRET-42",
+		".vault-token":                  "VAULT-SECRET-42",
+		".terraformrc":                  "credentials { token = TFRC-SECRET-42 }",
+		".s3cfg":                        "secret_key = S3CFG-SECRET-42",
+		".boto":                         "aws_secret_access_key = BOTO-SECRET-42",
+		".dockercfg":                    "DOCKERCFG-SECRET-42",
+		"keys/deploy.ppk":               "PUTTY-SECRET-42",
+		".my.cnf":                       "password=MYCNF-SECRET-42",
+	})
+}
+
+// TestFenceSecretsAgentCredentialFiles (session 9): the credential files
+// of the AI agents on the hosts the fence guards, and the other stores
+// the built-in patterns did not name, in a scope at a home directory: the
+// server read every one of them (the proxy served them to a client). Now
+// each is masked with the namespaces (EACCES) and counted unmasked,
+// with a warning, under --no-namespaces.
+func TestFenceSecretsAgentCredentialFiles(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		testFenceSecretFiles(t, noNS, map[string]string{
+			".claude/.credentials.json":               `{"claudeAiOauth":{"accessToken":"CLAUDE-SECRET-42"}}`,
+			".codex/auth.json":                        `{"OPENAI_API_KEY":"CODEX-SECRET-42"}`,
+			".gemini/oauth_creds.json":                `{"refresh_token":"GEMINI-SECRET-42"}`,
+			".config/github-copilot/apps.json":        `{"oauth_token":"COPILOT-SECRET-42"}`,
+			".cache/huggingface/token":                "HF-SECRET-42",
+			".mylogin.cnf":                            "MYLOGIN-SECRET-42",
+			"krb/service.keytab":                      "KEYTAB-SECRET-42",
+			".config/containers/auth.json":            `{"auths":{"r":{"auth":"PODMAN-SECRET-42"}}}`,
+			".config/rclone/rclone.conf":              "pass = RCLONE-SECRET-42",
+			".config/sops/age/keys.txt":               "AGE-SECRET-KEY-42",
+			".wrangler/config/default.toml":           "oauth_token = WRANGLER-SECRET-42",
+			".oci/config":                             "key_file = OCI-SECRET-42",
+			".local/share/keyrings/login.keyring":     "KEYRING-SECRET-42",
+			".mozilla/firefox/p.default/key4.db":      "FIREFOX-SECRET-42",
+			".config/google-chrome/Default/Cookies":   "CHROME-SECRET-42",
+			".bash_history":                           "mysql -pHISTORY-SECRET-42",
+			".m2/settings-security.xml":               "<master>MAVEN-SECRET-42</master>",
+			".config/composer/auth.json":              `{"github-oauth":{"github.com":"COMPOSER-SECRET-42"}}`,
+			".local/share/com.vercel.cli/auth.json":   `{"token":"VERCEL-SECRET-42"}`,
+			".config/configstore/firebase-tools.json": `{"tokens":{"refresh_token":"FIREBASE-SECRET-42"}}`,
+			".databrickscfg":                          "token = DATABRICKS-SECRET-42",
+			".config/ngrok/ngrok.yml":                 "authtoken: NGROK-SECRET-42",
+		})
+	})
+}
+
+// testFenceSecretFiles writes secrets (paths relative to a home directory
+// that is the scope) and tries to read each through the fence.
+func testFenceSecretFiles(t *testing.T, noNS bool, rel map[string]string) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	base := filepath.Join(t.TempDir(), "base")
 	home := filepath.Join(base, "home")
-	secrets := map[string]string{
-		filepath.Join(home, "proj", ".envrc"):                   "export API_KEY=ENVRC-SECRET-42",
-		filepath.Join(home, "proj", ".dev.vars"):                "TOKEN=DEVVARS-SECRET-42",
-		filepath.Join(home, "proj", "terraform.tfstate.backup"): "TFSTATE-SECRET-42",
-		filepath.Join(home, ".config", "gh", "hosts.yml"):       "oauth_token: GH-SECRET-42",
-		filepath.Join(home, ".vault-token"):                     "VAULT-SECRET-42",
-		filepath.Join(home, ".terraformrc"):                     "credentials { token = TFRC-SECRET-42 }",
-		filepath.Join(home, ".s3cfg"):                           "secret_key = S3CFG-SECRET-42",
-		filepath.Join(home, ".boto"):                            "aws_secret_access_key = BOTO-SECRET-42",
-		filepath.Join(home, ".dockercfg"):                       "DOCKERCFG-SECRET-42",
-		filepath.Join(home, "keys", "deploy.ppk"):               "PUTTY-SECRET-42",
-		filepath.Join(home, ".my.cnf"):                          "password=MYCNF-SECRET-42",
+	secrets := map[string]string{}
+	for p, content := range rel {
+		secrets[filepath.Join(home, p)] = content
 	}
 	testenv.WriteFiles(t, secrets)
 	plain := filepath.Join(home, "proj", "README.md")

@@ -26,6 +26,23 @@ var DefaultSecretPatterns = []string{
 	// keys, PuTTY private keys, MySQL's client password.
 	".envrc", ".dev.vars", "*.tfstate.backup", ".config/gh", ".vault-token", ".terraformrc", ".s3cfg", ".boto",
 	".dockercfg", "*.ppk", ".my.cnf",
+	// Since session 9: the credentials of the AI agents on the hosts this
+	// fence guards (Claude Code's .claude/.credentials.json, Codex's
+	// .codex/auth.json, Gemini CLI's OAuth tokens, GitHub Copilot's, the
+	// Hugging Face token), MySQL's obfuscated login paths, Kerberos
+	// keytabs, container registry logins, rclone's remotes, SOPS's age
+	// keys, CLI tokens (hub, glab, doctl, hcloud, Databricks, Firebase,
+	// Vercel, wrangler's OAuth token, ngrok, Oracle Cloud), Maven's master
+	// password, WireGuard's keys, the desktop keyring, browser and mail
+	// profiles (saved logins, session cookies), and shell and database
+	// client histories (passwords typed on command lines).
+	".credentials.json", ".credentials", ".codex/auth.json", "oauth_creds.json", ".config/github-copilot",
+	".huggingface", "huggingface/token", "huggingface/stored_tokens", ".mylogin.cnf", "*.keytab",
+	"containers/auth.json", "composer/auth.json", "rclone.conf", "sops/age", ".config/hub", ".config/glab-cli",
+	".config/doctl", ".config/hcloud", ".databrickscfg", "firebase-tools.json", "com.vercel.cli", ".wrangler",
+	"ngrok.yml", ".oci", "settings-security.xml", "etc/wireguard", ".local/share/keyrings", ".mozilla",
+	".thunderbird", ".config/google-chrome", ".config/chromium", ".config/bravesoftware", ".config/microsoft-edge",
+	".bash_history", ".zsh_history", ".sh_history", ".psql_history", ".mysql_history",
 }
 
 // DefaultSecrets is DefaultSecretPatterns compiled.
@@ -44,6 +61,10 @@ func mustSecrets(patterns []string) *Secrets {
 // path argument of every call.
 type Secrets struct {
 	patterns [][]matcher
+	// byLast: multi-component patterns whose last component is a literal,
+	// by that literal: a component is tested against the few patterns
+	// that can end at it (one lookup) instead of against all of them.
+	byLast   map[string][][]matcher
 	literals map[string]bool // single-component patterns without metacharacters
 	// suffixes: single-component "*.x" patterns, by their ".x" (a
 	// component ends with one exactly when it is the component from one of
@@ -93,7 +114,7 @@ func compile(part string) matcher {
 
 // NewSecrets compiles patterns; a malformed glob is an error.
 func NewSecrets(patterns []string) (*Secrets, error) {
-	s := &Secrets{literals: map[string]bool{}, suffixes: map[string]bool{}}
+	s := &Secrets{literals: map[string]bool{}, suffixes: map[string]bool{}, byLast: map[string][][]matcher{}}
 	for _, p := range patterns {
 		p = strings.Trim(strings.ToLower(p), "/")
 		if p == "" {
@@ -115,6 +136,10 @@ func NewSecrets(patterns []string) (*Secrets, error) {
 			s.suffixes[ms[0].text] = true
 			continue
 		}
+		if last := ms[len(ms)-1]; len(ms) > 1 && last.kind == matchLiteral {
+			s.byLast[last.text] = append(s.byLast[last.text], ms)
+			continue
+		}
 		s.patterns = append(s.patterns, ms)
 	}
 	return s, nil
@@ -132,9 +157,14 @@ func (s *Secrets) Match(p string) bool {
 		c, rest, more = strings.Cut(rest, "/")
 		comps = append(comps, c)
 	}
-	for _, c := range comps {
+	for k, c := range comps {
 		if s.literals[c] || s.dotSuffix(c) {
 			return true
+		}
+		for _, pat := range s.byLast[c] {
+			if i := k + 1 - len(pat); i >= 0 && matchRun(pat, comps[i:]) {
+				return true
+			}
 		}
 	}
 	for _, pat := range s.patterns {
@@ -179,6 +209,11 @@ func (s *Secrets) MatchLast(comps []string) bool {
 	}
 	if s.literals[comps[n-1]] || s.dotSuffix(comps[n-1]) {
 		return true
+	}
+	for _, pat := range s.byLast[comps[n-1]] {
+		if i := n - len(pat); i >= 0 && matchRun(pat, comps[i:]) {
+			return true
+		}
 	}
 	for _, pat := range s.patterns {
 		if i := n - len(pat); i >= 0 && matchRun(pat, comps[i:]) {

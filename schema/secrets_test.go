@@ -21,6 +21,17 @@ func TestSecretsCompiled(t *testing.T) {
 		"/h/.vault-token": true, "/h/.terraformrc": true, "/h/.s3cfg": true, "/h/.boto": true, "/h/.dockercfg": true,
 		"/w/deploy.PPK": true, "/h/.my.cnf": true, "/h/.config/ghostty/config": false, "/w/envrc.md": false,
 		"/w/.dev.vars.example": false, "/w/my.cnf": false,
+		// Session 9: agent credentials and the other stores, and near misses.
+		"/h/.claude/.credentials.json": true, "/h/.codex/auth.json": true, "/h/.gemini/oauth_creds.json": true,
+		"/h/.config/github-copilot/apps.json": true, "/h/.cache/huggingface/token": true, "/h/.huggingface/token": true,
+		"/h/.mylogin.cnf": true, "/etc/krb5.KEYTAB": true, "/h/.config/containers/auth.json": true,
+		"/h/.config/rclone/rclone.conf": true, "/h/.config/sops/age/keys.txt": true, "/h/.config/hub": true,
+		"/h/.wrangler/config/default.toml": true, "/h/.oci/config": true, "/etc/wireguard/wg0.conf": true,
+		"/h/.mozilla/firefox/p/key4.db": true, "/h/.config/BraveSoftware/B/Default/Cookies": true,
+		"/h/.local/share/keyrings/login.keyring": true, "/h/.bash_history": true, "/h/.psql_history": true,
+		"/w/auth.json": false, "/w/.codex/config.toml": false, "/w/src/token": false, "/w/huggingface/model.bin": false,
+		"/w/containers/list.json": false, "/w/keytab.md": false, "/h/.config/hubble": false, "/w/age/keys.txt": false,
+		"/w/history.md": false, "/w/.config/chromium-docs": false,
 	} {
 		if got := s.Match(p); got != want {
 			t.Errorf("Match(%q) = %v, want %v", p, got, want)
@@ -117,7 +128,10 @@ func FuzzSecretsAsGlobs(f *testing.F) {
 		"/w/.tfstate", "/w/tfstate.backup", "/w/..env", "/w/x.", "/w/a.pem.bak", "/w/my.cnf", "/w/abcenv"} {
 		f.Add(p)
 	}
-	other := []string{"*env", "*.a.b", "x*.y", "*.z", ".k"}
+	for _, p := range []string{"/h/.codex/auth.json", "/h/auth.json/.codex", "/a/huggingface/huggingface/token", "/x/sops/age/k"} {
+		f.Add(p)
+	}
+	other := []string{"*env", "*.a.b", "x*.y", "*.z", ".k", "d/e", "*x/e", "p/q/r", "e/e"}
 	otherS, err := NewSecrets(other)
 	if err != nil {
 		f.Fatal(err)
