@@ -72,7 +72,7 @@ func isRuntimeVar(name string) bool {
 // it, at its end, as the whole name, at its start.
 var (
 	credentialNameParts    = []string{"TOKEN", "SECRET", "PASSW", "PASSPHRASE", "CREDENTIAL", "CREDS", "APIKEY", "API_KEY", "ACCESSKEY", "ACCESS_KEY", "PRIVATEKEY", "PRIVATE_KEY", "AUTH", "COOKIE", "SESSION", "SIGNING"}
-	credentialNameSuffixes = []string{"_KEY", "_PAT", "_PASS"}
+	credentialNameSuffixes = []string{"_KEY", "_PAT", "_PASS", "_PWD"} // _PWD: MYSQL_PWD (the mysql client's password), DB_PWD ...
 	credentialNames        = []string{"KEY", "PAT", "PASS", "KUBECONFIG", "DOCKER_CONFIG",
 		// Where the operator's credentials and session live: a Kerberos
 		// ticket cache, the Docker daemon (root on the host), password

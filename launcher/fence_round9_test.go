@@ -2,6 +2,7 @@ package launcher_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -61,5 +62,34 @@ func testFenceHostDevices(t *testing.T, noNS bool) {
 	}
 	if code := s.Close(); code != 0 {
 		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+}
+
+// TestFenceEnvPasswordVariables: variables named *_PWD hold passwords
+// (MYSQL_PWD is the mysql client's, read by every libmysqlclient tool;
+// DB_PWD, REDIS_PWD ... by convention): they reached the server, which read
+// them from its environment. Now they are held back like *_PASS; the
+// working directory's PWD and OLDPWD still pass.
+func TestFenceEnvPasswordVariables(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base,
+		Env: []string{"MYSQL_PWD=MYSQL-SECRET-42", "DB_PWD=DB-SECRET-42", "OLDPWD=/srv/previous"}})
+	env := s.Do(map[string]any{"op": "env"}).Data
+	for _, leak := range []string{"MYSQL-SECRET-42", "DB-SECRET-42"} {
+		if strings.Contains(env, leak) {
+			t.Errorf("ESCAPE: the server's environment holds %s", leak)
+		}
+	}
+	if !strings.Contains(env, "OLDPWD=/srv/previous") {
+		t.Errorf("OLDPWD was held back: %q", env)
+	}
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	if !strings.Contains(s.Stderr(), "MYSQL_PWD") || !strings.Contains(s.Stderr(), "DB_PWD") {
+		t.Errorf("the names held back were not reported: %s", s.Stderr())
 	}
 }
