@@ -2,6 +2,9 @@ package launcher_test
 
 import (
 	"fmt"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -92,4 +95,130 @@ func TestFenceEnvPasswordVariables(t *testing.T) {
 	if !strings.Contains(s.Stderr(), "MYSQL_PWD") || !strings.Contains(s.Stderr(), "DB_PWD") {
 		t.Errorf("the names held back were not reported: %s", s.Stderr())
 	}
+}
+
+// TestFenceSyscallVariants guards what held in session 9 (both
+// layerings): every syscall whose arguments the filter checks, called
+// through the i386 ABI (int 0x80: chmod, fchmodat2, mknod, the socketcall
+// multiplexer a filter of socket() alone would miss, clone, unshare,
+// ioctl, fcntl64, prlimit64, memfd_create, execveat, setxattr, utimensat,
+// personality, umask, renameat2, landlock_restrict_self) or the x32 ABI
+// (bit 30, and x32's own numbers 512-547: ioctl, sendmsg, execveat,
+// ptrace), answers ENOSYS; a number with junk above its low 32 bits is
+// decided as the syscall the kernel runs (unshare(CLONE_NEWUSER): EPERM);
+// the syscalls newer than Docker's profile that no server needs
+// (statmount and listmount: the host's mounts; open_tree_attr,
+// file_setattr, listns, the lsm_* calls, set_mempolicy_home_node, mbind,
+// set_mempolicy) are EPERM, the first number past the table ENOSYS.
+func TestFenceSyscallVariants(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceSyscallVariants)
+}
+
+func testFenceSyscallVariants(t *testing.T, noNS bool) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the i386 and x32 ABIs are x86_64's")
+	}
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	enosys, eperm := []string{"ENOSYS"}, []string{"EPERM"}
+	abi := func(name string, nr int, args ...string) map[string]any {
+		return map[string]any{"op": "abi_syscall", "name": name, "n": nr, "args": args}
+	}
+	raw := func(nr int, args ...string) map[string]any {
+		return map[string]any{"op": "raw_syscall", "n": nr, "args": args}
+	}
+	var cases []fenceCase
+	for _, c := range []struct {
+		name string
+		nr   int
+		args []string
+	}{
+		{"chmod", 15, []string{"0", "2559"}}, {"fchmodat2", 452, nil}, {"mknod", 14, nil},
+		{"socketcall(SYS_SOCKET)", 102, []string{"1", "0"}}, {"socketcall(SYS_SENDMSG)", 102, []string{"16", "0"}},
+		{"socketpair", 360, []string{"1", "2", "0"}}, {"bind", 361, nil}, {"listen", 363, nil}, {"sendto", 369, nil},
+		{"clone(CLONE_NEWUSER)", 120, []string{strconv.Itoa(unix.CLONE_NEWUSER)}}, {"setns", 346, nil},
+		{"ioctl(TIOCSTI)", 54, []string{"0", strconv.Itoa(unix.TIOCSTI)}}, {"fcntl64(F_SETLEASE)", 221, []string{"0", "1024", "1"}},
+		{"prlimit64", 340, []string{"1"}}, {"memfd_create", 356, nil}, {"execveat", 358, nil}, {"setxattr", 226, nil},
+		{"utimensat", 320, nil}, {"personality", 136, []string{"4194304"}}, {"umask(0)", 60, []string{"0"}},
+		{"renameat2", 353, nil}, {"landlock_restrict_self", 446, nil}, {"ptrace", 26, nil}, {"io_uring_setup", 425, nil},
+	} {
+		cases = append(cases, fenceCase{name: "i386 " + c.name, req: abi("i386", c.nr, c.args...), errno: enosys, exact: true})
+	}
+	for _, c := range []struct {
+		name string
+		nr   int
+	}{
+		{"ioctl (x32's own number)", 514}, {"sendmsg (x32's own)", 518}, {"ptrace (x32's own)", 521},
+		{"execveat (x32's own)", 545}, {"chmod", unix.SYS_CHMOD}, {"unshare", unix.SYS_UNSHARE},
+		{"setxattr", unix.SYS_SETXATTR}, {"memfd_create", unix.SYS_MEMFD_CREATE},
+	} {
+		cases = append(cases, fenceCase{name: "x32 " + c.name, req: abi("x32", c.nr), errno: enosys, exact: true})
+	}
+	cases = append(cases,
+		fenceCase{name: "unshare(CLONE_NEWUSER) with junk above the number's low 32 bits", req: raw(1<<32|unix.SYS_UNSHARE, strconv.Itoa(unix.CLONE_NEWUSER)), errno: eperm, exact: true},
+		fenceCase{name: "getpid with junk above the number's low 32 bits (the op works)", req: raw(1<<32 | unix.SYS_GETPID), wantOK: true},
+		fenceCase{name: "the first number past the table", req: raw(472), errno: enosys, exact: true},
+	)
+	for name, nr := range map[string]int{"statmount": 457, "listmount": 458, "open_tree_attr": 467, "file_setattr": 469,
+		"listns": 470, "lsm_get_self_attr": 459, "lsm_set_self_attr": 460, "lsm_list_modules": 461,
+		"set_mempolicy_home_node": 450, "mbind": unix.SYS_MBIND, "set_mempolicy": unix.SYS_SET_MEMPOLICY} {
+		cases = append(cases, fenceCase{name: name, req: raw(nr), errno: eperm, exact: true})
+	}
+	runCases(t, s, cases)
+}
+
+// TestFenceDeviceNodesAndHostFiles guards what held in session 9 (both
+// layerings): a whiteout (a 0:0 character device, which mknod makes
+// without CAP_MKNOD) or any device node made in the workspace or the
+// private TMPDIR (Landlock: no make_char anywhere); the host's /sys and
+// /proc files a server running as uid 0 without capabilities could write
+// by DAC alone under --no-namespaces (suspend, KSM, kernel profiling, an
+// interface's MTU, the next pid, ASLR) and the process's own files that
+// change it beyond its fence (its uid map, setgroups, its autogroup's
+// nice); and host facts no server needs (timers and their pids, the boot
+// command line, the machine's serial and UUID, the interfaces).
+func TestFenceDeviceNodesAndHostFiles(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceDeviceNodesAndHostFiles)
+}
+
+func testFenceDeviceNodesAndHostFiles(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	tmp := envOf(t, s, "TMPDIR")
+	cases := []fenceCase{
+		{name: "a whiteout in the workspace", req: map[string]any{"op": "mknod_char", "path": filepath.Join(w.allowed, "wh"), "n": 0}, errno: []string{"EACCES"}, exact: true},
+		{name: "a whiteout in TMPDIR", req: map[string]any{"op": "mknod_char", "path": filepath.Join(tmp, "wh"), "n": 0}, errno: []string{"EACCES"}, exact: true},
+		{name: "/dev/null's twin (1:3) in TMPDIR", req: map[string]any{"op": "mknod_char", "path": filepath.Join(tmp, "null"), "n": int(unix.Mkdev(1, 3))}, errno: denied, exact: true},
+	}
+	write := func(p string) map[string]any { return map[string]any{"op": "open_write", "path": p} }
+	read := func(p string) map[string]any { return map[string]any{"op": "read", "path": p} }
+	for _, c := range []fenceCase{
+		{name: "write /sys/power/state", req: write("/sys/power/state"), errno: denied},
+		{name: "write /sys/kernel/mm/ksm/run", req: write("/sys/kernel/mm/ksm/run"), errno: denied},
+		{name: "write /sys/kernel/profiling", req: write("/sys/kernel/profiling"), errno: denied},
+		{name: "write /sys/class/net/lo/mtu", req: write("/sys/class/net/lo/mtu"), errno: denied},
+		{name: "write kernel.ns_last_pid", req: write("/proc/sys/kernel/ns_last_pid"), errno: denied},
+		{name: "write kernel.randomize_va_space", req: write("/proc/sys/kernel/randomize_va_space"), errno: denied},
+		{name: "write /proc/self/uid_map", req: write("/proc/self/uid_map"), errno: denied},
+		{name: "write /proc/self/setgroups", req: write("/proc/self/setgroups"), errno: denied},
+		{name: "write /proc/self/autogroup", req: write("/proc/self/autogroup"), errno: denied},
+		{name: "write /proc/self/coredump_filter", req: write("/proc/self/coredump_filter"), errno: denied},
+		{name: "read /proc/timer_list", req: read("/proc/timer_list"), errno: denied},
+		{name: "read /proc/cmdline", req: read("/proc/cmdline"), errno: denied},
+		{name: "read the machine's UUID", req: read("/sys/class/dmi/id/product_uuid"), errno: denied},
+		{name: "read the board's serial", req: read("/sys/class/dmi/id/board_serial"), errno: denied},
+		{name: "list /sys/class/net", req: map[string]any{"op": "readdir", "path": "/sys/class/net"}, errno: denied},
+		{name: "read /proc/self/stack", req: read("/proc/self/stack"), errno: denied},
+	} {
+		if exists(c.req["path"].(string)) {
+			cases = append(cases, c)
+		}
+	}
+	runCases(t, s, cases)
 }
