@@ -61,11 +61,11 @@ func mustSecrets(patterns []string) *Secrets {
 // path argument of every call.
 type Secrets struct {
 	patterns [][]matcher
-	// byLast: multi-component patterns whose last component is a literal,
-	// by that literal: a component is tested against the few patterns
-	// that can end at it (one lookup) instead of against all of them.
-	byLast   map[string][][]matcher
-	literals map[string]bool // single-component patterns without metacharacters
+	// byName: what a component decides by its exact (lowercased) text,
+	// in one lookup: whether it is a single-component literal pattern, and
+	// the multi-component patterns whose last component is that literal
+	// (tested only where they can end, instead of each at every place).
+	byName map[string]nameRule
 	// suffixes: single-component "*.x" patterns, by their ".x" (a
 	// component ends with one exactly when it is the component from one of
 	// its dots on): one lookup per dot instead of one test per pattern.
@@ -114,7 +114,7 @@ func compile(part string) matcher {
 
 // NewSecrets compiles patterns; a malformed glob is an error.
 func NewSecrets(patterns []string) (*Secrets, error) {
-	s := &Secrets{literals: map[string]bool{}, suffixes: map[string]bool{}, byLast: map[string][][]matcher{}}
+	s := &Secrets{byName: map[string]nameRule{}, suffixes: map[string]bool{}}
 	for _, p := range patterns {
 		p = strings.Trim(strings.ToLower(p), "/")
 		if p == "" {
@@ -129,7 +129,9 @@ func NewSecrets(patterns []string) (*Secrets, error) {
 			ms = append(ms, compile(part))
 		}
 		if len(ms) == 1 && ms[0].kind == matchLiteral {
-			s.literals[ms[0].text] = true
+			r := s.byName[ms[0].text]
+			r.literal = true
+			s.byName[ms[0].text] = r
 			continue
 		}
 		if len(ms) == 1 && ms[0].kind == matchSuffix && strings.HasPrefix(ms[0].text, ".") {
@@ -137,7 +139,9 @@ func NewSecrets(patterns []string) (*Secrets, error) {
 			continue
 		}
 		if last := ms[len(ms)-1]; len(ms) > 1 && last.kind == matchLiteral {
-			s.byLast[last.text] = append(s.byLast[last.text], ms)
+			r := s.byName[last.text]
+			r.ending = append(r.ending, ms)
+			s.byName[last.text] = r
 			continue
 		}
 		s.patterns = append(s.patterns, ms)
@@ -157,14 +161,9 @@ func (s *Secrets) Match(p string) bool {
 		c, rest, more = strings.Cut(rest, "/")
 		comps = append(comps, c)
 	}
-	for k, c := range comps {
-		if s.literals[c] || s.dotSuffix(c) {
+	for k := range comps {
+		if s.endsHere(comps[:k+1]) {
 			return true
-		}
-		for _, pat := range s.byLast[c] {
-			if i := k + 1 - len(pat); i >= 0 && matchRun(pat, comps[i:]) {
-				return true
-			}
 		}
 	}
 	for _, pat := range s.patterns {
@@ -175,6 +174,31 @@ func (s *Secrets) Match(p string) bool {
 		}
 	}
 	return false
+}
+
+// nameRule is what a component's exact text decides (Secrets.byName).
+type nameRule struct {
+	literal bool        // a single-component pattern
+	ending  [][]matcher // multi-component patterns whose last component it is
+}
+
+// endsHere reports whether a literal, a suffix or a multi-component
+// pattern ending in a literal matches a run of comps ending with its last
+// component (comps not empty).
+func (s *Secrets) endsHere(comps []string) bool {
+	n := len(comps)
+	c := comps[n-1]
+	if r, ok := s.byName[c]; ok {
+		if r.literal {
+			return true
+		}
+		for _, pat := range r.ending {
+			if i := n - len(pat); i >= 0 && matchRun(pat, comps[i:]) {
+				return true
+			}
+		}
+	}
+	return s.dotSuffix(c)
 }
 
 // dotSuffix reports whether component c ends with one of the suffixes.
@@ -207,13 +231,8 @@ func (s *Secrets) MatchLast(comps []string) bool {
 	if n == 0 {
 		return false
 	}
-	if s.literals[comps[n-1]] || s.dotSuffix(comps[n-1]) {
+	if s.endsHere(comps) {
 		return true
-	}
-	for _, pat := range s.byLast[comps[n-1]] {
-		if i := n - len(pat); i >= 0 && matchRun(pat, comps[i:]) {
-			return true
-		}
 	}
 	for _, pat := range s.patterns {
 		if i := n - len(pat); i >= 0 && matchRun(pat, comps[i:]) {

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"path"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -144,4 +145,40 @@ func FuzzSecretsAsGlobs(f *testing.F) {
 			t.Fatalf("%v: Match(%q) = %v, the globs say %v", other, p, got, want)
 		}
 	})
+}
+
+// benchNames are the components of a 49,500-entry workspace as the
+// launch's walk sees them (500 directories of 99 files below src/), and
+// paths as a client names them.
+func benchNames() [][]string {
+	var out [][]string
+	for d := 0; d < 500; d++ {
+		dir := "pkg" + strconv.Itoa(d)
+		for f := 0; f < 99; f++ {
+			out = append(out, []string{"home", "u", "proj", "src", dir, "file" + strconv.Itoa(f) + ".go"})
+		}
+	}
+	return out
+}
+
+// BenchmarkSecretsMatchLast: the walk's test of each entry (the built-in
+// list; op = one entry).
+func BenchmarkSecretsMatchLast(b *testing.B) {
+	names := benchNames()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_ = DefaultSecrets.MatchLast(names[i%len(names)])
+	}
+}
+
+// BenchmarkSecretsMatch: the proxy's test of a path argument.
+func BenchmarkSecretsMatch(b *testing.B) {
+	var paths []string
+	for _, n := range benchNames()[:990] {
+		paths = append(paths, "/"+strings.Join(n, "/"))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_ = DefaultSecrets.Match(paths[i%len(paths)])
+	}
 }
