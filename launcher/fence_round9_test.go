@@ -2,11 +2,13 @@ package launcher_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -221,4 +223,49 @@ func testFenceDeviceNodesAndHostFiles(t *testing.T, noNS bool) {
 		}
 	}
 	runCases(t, s, cases)
+}
+
+// TestLifeStoppedDescendantEndsWithTheRun guards what held in session 9:
+// a daemonised descendant the server stopped with SIGSTOP (a stopped
+// process takes no signal but SIGKILL and SIGCONT) is gone when the run
+// ends, with the namespaces, without them, and without the cgroup either
+// (the session kill).
+func TestLifeStoppedDescendantEndsWithTheRun(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		extra []string
+		noNS  bool
+	}{{"namespaces", nil, false}, {"landlock-seccomp", nil, true}, {"no-cgroup", []string{"--cgroup=false"}, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			fencetest.RequireFence(t)
+			b := fencetest.Build(t)
+			w := newWorkspace(t)
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+			s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: c.noNS, ExtraArgs: c.extra})
+			r := s.Do(map[string]any{"op": "daemon", "name": "sleep"})
+			inRun := pidOf(t, r)
+			host := s.HostPID(inRun)
+			if r := s.Do(map[string]any{"op": "kill", "pid": inRun, "sig": int(unix.SIGSTOP)}); !r.OK {
+				t.Fatalf("the server could not stop its own descendant: %+v", r)
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for !stopped(host) {
+				if time.Now().After(deadline) {
+					t.Fatalf("descendant %d never stopped", host)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if code := s.Close(); code != 0 {
+				t.Errorf("exit %d: %s", code, s.Stderr())
+			}
+			waitGone(t, "a stopped descendant after the run ended", host)
+		})
+	}
+}
+
+// stopped reports whether pid is in the stopped state (T).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	i := strings.LastIndexByte(string(b), ')')
+	return err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T'
 }
