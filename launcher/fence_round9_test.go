@@ -269,3 +269,27 @@ func stopped(pid int) bool {
 	i := strings.LastIndexByte(string(b), ')')
 	return err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T'
 }
+
+// TestLifePrivateTmpCountsInTheMemoryLimit guards what held in session 9:
+// the private TMPDIR of the mount namespace layer is a tmpfs, memory no
+// disk backs; what the server writes there is charged to the run's memory
+// limit. 96 MiB written under --max-memory-mb 32 (the tmpfs may hold 128)
+// gets the server OOM-killed, and the run says it hit its memory limit.
+func TestLifePrivateTmpCountsInTheMemoryLimit(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: []string{"--max-memory-mb", "32", "--max-file-size-mb", "128"}})
+	tmp := envOf(t, s, "TMPDIR")
+	if err := s.Send([]byte(fmt.Sprintf(`{"op":"writebig","path":%q,"n":96}`+"\n", filepath.Join(tmp, "big")))); err != nil {
+		t.Fatal(err)
+	}
+	if line, ok := s.ReadLine(2 * time.Minute); ok && strings.Contains(line, `"ok":true`) {
+		t.Fatalf("ESCAPE: 96 MiB written to the private tmpfs under a 32 MiB memory limit: %s", line)
+	}
+	s.Close()
+	if !strings.Contains(s.Stderr(), "mcpwarden: WARNING: the run hit its memory limit (32 MiB)") {
+		t.Errorf("the limit hit was not reported: %s", s.Stderr())
+	}
+}
