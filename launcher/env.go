@@ -126,7 +126,49 @@ var tokenFormats = []tokenFormat{
 // its variable's name: a URL with a password, a known token format, a JWT,
 // a PEM private key.
 func credentialValue(v string) bool {
-	return urlWithPassword(v) || tokenInValue(v) || jwtInValue(v) || pemPrivateKey(v)
+	return urlWithPassword(v) || tokenInValue(v) || jwtInValue(v) || pemPrivateKey(v) || passwordParam(v) || webhookURL(v)
+}
+
+// passwordParam finds password=VALUE or pwd=VALUE (the key in any ASCII
+// case, the value not empty) at the start of the value or after ';', '?',
+// '&' or a blank: a JDBC URL's ?user=u&password=p, an ADO.NET or ODBC
+// connection string's Server=h;Password=p, which carry no USER:PASSWORD@.
+func passwordParam(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if i > 0 && v[i-1] != ';' && v[i-1] != '?' && v[i-1] != '&' && !isBlank(v[i-1]) {
+			continue
+		}
+		for _, key := range []string{"password=", "pwd="} {
+			if rest := v[i:]; len(rest) > len(key) && asciiEqualFold(rest[:len(key)], key) {
+				if c := rest[len(key)]; c != ';' && c != '&' && !isBlank(c) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// webhookURL finds a Slack or Discord webhook URL: whoever has one may
+// post as the integration it names.
+func webhookURL(v string) bool {
+	return strings.Contains(v, "hooks.slack.com/services/") || strings.Contains(v, "discord.com/api/webhooks/") ||
+		strings.Contains(v, "discordapp.com/api/webhooks/")
+}
+
+// asciiEqualFold compares a with the lowercase ASCII b, ignoring the case
+// of ASCII letters only.
+func asciiEqualFold(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		c := a[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // urlWithPassword finds SCHEME://USER:PASSWORD@ (the scheme starting with a

@@ -11,7 +11,7 @@ import (
 var (
 	oracleRuntimeVar      = regexp.MustCompile(`^(LD_.*|DYLD_.*|NODE_OPTIONS|NODE_PATH|NODE_REPL_EXTERNAL_MODULE|PYTHONPATH|PYTHONHOME|PYTHONSTARTUP|PYTHONUSERBASE|PYTHONINSPECT|PYTHONWARNINGS|PYTHONBREAKPOINT|PYTHONPLATLIBDIR|PYTHONPYCACHEPREFIX|NODE_COMPILE_CACHE|PERL5LIB|PERL5OPT|PERLLIB|RUBYOPT|RUBYLIB|BASH_ENV|ENV|SHELLOPTS|PS4|PROMPT_COMMAND|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN|MALLOC_.*|GLIBC_TUNABLES|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS|GIT_CONFIG.*|GIT_SSH|GIT_SSH_COMMAND|GIT_ASKPASS|GIT_EXEC_PATH|GIT_TEMPLATE_DIR|SSH_ASKPASS|SUDO_ASKPASS|EDITOR|VISUAL|PAGER|LESSOPEN|LESSCLOSE|MCPWARDEN_.*|TMP|TEMP)$`)
 	oracleCredentialName  = regexp.MustCompile(`TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|CREDS|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY$|^KEY$|AUTH|COOKIE|SESSION|_PAT$|^PAT$|_PASS$|^PASS$|_PWD$|SIGNING|^AWS_|^AZURE_|^GOOGLE_APPLICATION|^GCLOUD_|^GH_|^GITHUB_|^GITLAB_|^NPM_CONFIG__|^SSH_AGENT|^SSH_AUTH|^GPG_AGENT|^KUBECONFIG$|^DOCKER_CONFIG$|^KRB5CCNAME$|^DOCKER_HOST$|^PGPASSFILE$|^NETRC$|^DISPLAY$|^WAYLAND_DISPLAY$|^XDG_RUNTIME_DIR$|^DBUS_SYSTEM_BUS_ADDRESS$|^SSLKEYLOGFILE$|^VAULT_|^OP_`)
-	oracleCredentialValue = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s@]+@|\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}|npm_[A-Za-z0-9]{30,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.)|-----BEGIN [A-Z ]*PRIVATE KEY-----`)
+	oracleCredentialValue = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s@]+@|\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}|npm_[A-Za-z0-9]{30,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.)|-----BEGIN [A-Z ]*PRIVATE KEY-----|(^|[;?&\t\n\f\r ])([Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Pp][Ww][Dd])=[^;&\t\n\f\r ]|hooks\.slack\.com/services/|discord(app)?\.com/api/webhooks/`)
 )
 
 // checkMatchers compares the matchers with the oracle for one variable.
@@ -71,6 +71,10 @@ func TestEnvMatchers(t *testing.T) {
 		{"X", "-----BEGIN OPENSSH PRIVATE KEY----"}, {"X", "-----BEGIN PRIVATE KEYS-----"}, {"X", "-----BEGIN  PRIVATE KEY-----"},
 		{"X", "-----BEGIN rsa PRIVATE KEY-----"}, {"X", "-----BEGIN X-----BEGIN EC PRIVATE KEY-----"}, {"X", "-----BEGINPRIVATE KEY-----"},
 		{"X", ""}, {"X", "plain value"}, {"X", "/usr/bin:/bin"},
+		{"X", "jdbc:mysql://db/x?user=app&password=p"}, {"X", "Server=db;User Id=app;Password=p;"}, {"X", "PWD=x"},
+		{"X", "Password=;"}, {"X", "password="}, {"X", "mypassword=x"}, {"X", "a password=x"}, {"X", "pwd =x"},
+		{"X", "https://hooks.slack.com/services/T0/B0/x"}, {"X", "https://discordapp.com/api/webhooks/1/x"},
+		{"X", "https://discord.com/api/webhook/1"}, {"X", "PAſSWORD=x"},
 	}
 	for _, v := range vars {
 		checkMatchers(t, v.name, v.value)
@@ -85,6 +89,7 @@ func FuzzEnvMatchers(f *testing.F) {
 	f.Add("gh_pat", "-----BEGIN EC PRIVATE KEY-----")
 	f.Add("AKIA", "AKIAAAAAAAAAAAAAAAAA")
 	f.Add("a", "xoxb-1234567890 sk-")
+	f.Add("a", "x;Pwd=y&password=")
 	f.Fuzz(func(t *testing.T, name, value string) {
 		checkMatchers(t, name, value)
 		checkMatchers(t, value, name)

@@ -72,24 +72,31 @@ func testFenceHostDevices(t *testing.T, noNS bool) {
 
 // TestFenceEnvPasswordVariables: variables named *_PWD hold passwords
 // (MYSQL_PWD is the mysql client's, read by every libmysqlclient tool;
-// DB_PWD, REDIS_PWD ... by convention): they reached the server, which read
-// them from its environment. Now they are held back like *_PASS; the
-// working directory's PWD and OLDPWD still pass.
+// DB_PWD, REDIS_PWD ... by convention), and values carry them without a
+// USER:PASSWORD@ (a JDBC URL's &password=, an ADO.NET or ODBC connection
+// string's ;Password=) or are credentials themselves (a Slack or Discord
+// webhook URL): they reached the server, which read them from its
+// environment. Now they are held back; the working directory's PWD and
+// OLDPWD and a plain URL still pass.
 func TestFenceEnvPasswordVariables(t *testing.T) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base,
-		Env: []string{"MYSQL_PWD=MYSQL-SECRET-42", "DB_PWD=DB-SECRET-42", "OLDPWD=/srv/previous"}})
+		Env: []string{"MYSQL_PWD=MYSQL-SECRET-42", "DB_PWD=DB-SECRET-42", "OLDPWD=/srv/previous",
+			"JDBC_URL=jdbc:postgresql://db/x?user=app&password=JDBC-SECRET-42", "CONN_STRING=Server=db;User Id=app;Password=ADO-SECRET-42;",
+			"NOTIFY_URL=https://hooks.slack.com/services/T0/B0/WEBHOOK-SECRET-42", "PUBLIC_URL=https://example.com/x"}})
 	env := s.Do(map[string]any{"op": "env"}).Data
-	for _, leak := range []string{"MYSQL-SECRET-42", "DB-SECRET-42"} {
+	for _, leak := range []string{"MYSQL-SECRET-42", "DB-SECRET-42", "JDBC-SECRET-42", "ADO-SECRET-42", "WEBHOOK-SECRET-42"} {
 		if strings.Contains(env, leak) {
 			t.Errorf("ESCAPE: the server's environment holds %s", leak)
 		}
 	}
-	if !strings.Contains(env, "OLDPWD=/srv/previous") {
-		t.Errorf("OLDPWD was held back: %q", env)
+	for _, kept := range []string{"OLDPWD=/srv/previous", "PUBLIC_URL=https://example.com/x"} {
+		if !strings.Contains(env, kept) {
+			t.Errorf("%s was held back: %q", kept, env)
+		}
 	}
 	if code := s.Close(); code != 0 {
 		t.Errorf("exit %d: %s", code, s.Stderr())
