@@ -223,7 +223,7 @@ func (s *Session) Do(req map[string]any) Response {
 	if _, err := s.in.Write(append(b, '\n')); err != nil {
 		s.tb.Fatalf("write request: %v (stderr: %s)", err, s.stderr.String())
 	}
-	line, ok := s.ReadLine(20 * time.Second)
+	line, ok := s.ReadLine(2 * time.Minute) // generous: a busy CI host stalls a request for long
 	if !ok {
 		s.tb.Fatalf("no response to %s (stderr: %s)", b, s.stderr.String())
 	}
