@@ -362,7 +362,7 @@ func (s *session) onInitialize(rq *request) {
 		s.changed.broadcast()
 	}
 	if err := s.ensureUpstream(eraLegacy, membersMap(rq.raw.ParamMembers), nil); err != nil {
-		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be initialised"))
+		s.toClient(errorFrame(rq.id, jsonrpc.CodeInternalError, "the upstream server could not be initialised: "+truncate(err.Error(), 256)))
 		return
 	}
 	s.toClient(jsonrpc.Result(rq.id, s.dropIcons("initialize", s.initializeResult(v))))

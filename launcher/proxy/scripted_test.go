@@ -25,6 +25,7 @@ var scriptedServers = []struct {
 	{modernTasksEnv, modernTasksServer},
 	{floodEnv, floodServer},
 	{appEnv, appServer},
+	{slowStartEnv, slowStartServer},
 }
 
 func TestMain(m *testing.M) {

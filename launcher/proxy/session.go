@@ -37,7 +37,11 @@ const (
 	metaServerInfo = "io.modelcontextprotocol/serverInfo"
 )
 
-const initTimeout = 30 * time.Second
+// initTimeout bounds the wait for the server's answer to the proxy's
+// initialize. The client that caused it waits as long as it likes for a
+// direct server, so the bound is generous: a node server on a loaded
+// host took over 30 s (the old bound) to start (ci25, load 50).
+const initTimeout = 2 * time.Minute
 
 // session is one Mediate call. Its mutable state lives in the parts below,
 // each with its own lock; state.go documents the lock order.

@@ -154,7 +154,7 @@ func (s *session) handshake(async bool) error {
 	if era == eraLegacy {
 		m := s.internalCall("initialize", params, initTimeout)
 		if m == nil {
-			return errors.New("the server did not answer initialize")
+			return fmt.Errorf("the server did not answer initialize within %v (or its process ended first)", initTimeout)
 		}
 		if m.Error != nil {
 			err := fmt.Errorf("the server refused initialize: %d %s", m.Error.Code, truncate(m.Error.Message, 128))
