@@ -44,6 +44,13 @@ func seventhServer(logPath string) {
 		icon("data:image/svg+xml,%3Csvg%3E%3Cimage%20href%3D%22file%3A%2F%2F%2Fetc%2Fpasswd%22%2F%3E%3C%2Fsvg%3E"),
 		icon("data:image/svg+xml,<svg><image href='&#102;ile:///etc/shadow'/></svg>"),
 		icon("data:image/svg+xml;base64,PHN2Zz48aW1hZ2UgaHJlZj0iZmlsZTovLy9ldGMvcGFzc3dkIi8+PC9zdmc+"),
+		// Round nine: schemes 2025-11-25 has consumers reject.
+		icon("javascript:alert('BADICON')"),
+		icon(" JaVa\tScRiPt:alert(1)"),
+		icon("vbscript:msgbox(1)"),
+		icon("ftp://example.com/BADICON.png"),
+		icon("ws://example.com/BADICON.png"),
+		icon("ms-msdt:/id PCWDiagnostic"),
 	}
 	for i := range bad {
 		if !strings.Contains(bad[i], "BADICON") {

@@ -26,6 +26,7 @@ var scriptedServers = []struct {
 	{floodEnv, floodServer},
 	{appEnv, appServer},
 	{slowStartEnv, slowStartServer},
+	{ninthEnv, ninthServer},
 }
 
 func TestMain(m *testing.M) {

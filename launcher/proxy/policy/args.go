@@ -693,8 +693,13 @@ func (p *Policy) CheckValues(raw json.RawMessage, effective []string) ([]string,
 // a file outside effective, or to a secret, is refused — the server read,
 // or points the client at, what the scope does not allow (through a path
 // the proxy never saw). "url" is a URL-mode elicitation's (2025-11-25): a
-// client opens it. URIs of other schemes are the server's own names.
+// client opens it. URIs of other schemes are the server's own names,
+// except a URL-mode elicitation's url, which must be http or https
+// (CheckOpenURLs: a client opens it).
 func (p *Policy) CheckResultURIs(raw json.RawMessage, effective []string) ([]string, *Denial) {
+	if d := CheckOpenURLs(raw); d != nil {
+		return nil, d
+	}
 	if !hasFileURI(raw) {
 		return nil, nil
 	}

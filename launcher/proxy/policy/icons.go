@@ -18,8 +18,9 @@ import (
 // with no scheme (resolved against the page of a desktop client, which is
 // a file), or a data: URI whose document (an SVG) refers to one — is held
 // to the path rules: the file must be inside the effective scope and not
-// secret, or the icon is dropped. Icons of other schemes (https, data
-// images) pass.
+// secret, or the icon is dropped. Icons of http and https, and data
+// images, pass; any other scheme (javascript:, ftp:, ws:, an app's own)
+// is dropped, as 2025-11-25 has consumers reject it.
 
 // CheckIconSrc decides an icon's src. It returns the real paths it
 // checked (for the record's hashes).
@@ -32,8 +33,12 @@ func (p *Policy) CheckIconSrc(src string, effective []string) ([]string, *Denial
 		return c.checked, c.iconFile(s)
 	case hasScheme && strings.EqualFold(scheme, "data"):
 		return c.checked, c.iconData(rest)
+	case hasScheme && openableScheme(scheme):
+		return nil, nil // https, http: not a file of this host
 	case hasScheme:
-		return nil, nil // https, http and other schemes: not a file of this host
+		// javascript:, vbscript:, ftp:, ws:, a desktop app's own scheme:
+		// 2025-11-25 has consumers reject them (an icon is https or data).
+		return nil, CheckOpenURL(s)
 	case strings.HasPrefix(s, "//") || strings.HasPrefix(s, `\\`) || strings.HasPrefix(s, `/\`) || strings.HasPrefix(s, `\/`):
 		// A network-path reference: file://host/… from a desktop
 		// client's page (a share, Windows' UNC).

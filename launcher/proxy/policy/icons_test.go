@@ -136,7 +136,7 @@ func FuzzFilterIcons(f *testing.F) {
 func FuzzCheckIconSrc(f *testing.F) {
 	p, base := fixture(f)
 	eff := []string{filepath.Join(base, "allowed")}
-	for _, s := range []string{"file:///etc/passwd", "data:,x", "data:;base64,ZmlsZTov", "//h/x", "a/b", "https://x", "\x00", "data:image/svg+xml,&#102;ile:/x", "data:image/svg+xml,ȺȺȺȺȺȺȺȺȺȺfile:", "data:,\u212a\u212afile:///etc/passwd"} {
+	for _, s := range []string{"file:///etc/passwd", "data:,x", "data:;base64,ZmlsZTov", "//h/x", "a/b", "https://x", "\x00", "data:image/svg+xml,&#102;ile:/x", "data:image/svg+xml,ȺȺȺȺȺȺȺȺȺȺfile:", "data:,\u212a\u212afile:///etc/passwd", "javascript:alert(1)", " JaVa\tScRiPt:x", "ｊavascript:x", "Ⱥ:x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
