@@ -163,6 +163,19 @@ func ninthServer(logPath string) {
 			case "required":
 				send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32042,"message":"This request requires more information.","data":{"elicitations":[` + urlElicit(url) + `]}}}`)
 				return
+			case "read_segments":
+				// A server that builds its path from segments.
+				var parts []string
+				for _, x := range m.Params.Arguments["segments"].([]any) {
+					parts = append(parts, x.(string))
+				}
+				b, err := os.ReadFile(strings.Join(parts, "/"))
+				if err != nil {
+					result(`{"content":[{"type":"text","text":"ERR"}],"isError":true}`)
+					return
+				}
+				result(`{"content":[{"type":"text","text":` + q(string(b)) + `}]}`)
+				return
 			case "round":
 				result(`{"resultType":"input_required","inputRequests":{"e":{"method":"elicitation/create","params":` + urlElicit(url) + `}},"requestState":"s1"}`)
 				return
@@ -175,7 +188,7 @@ func ninthServer(logPath string) {
 }
 
 func ninthFixture(t *testing.T) (*fixture, string) {
-	return scriptedSecretFixture(t, ninthEnv, "ninth.log", []string{"elicit_unsafe", "required", "round"}, nil)
+	return scriptedSecretFixture(t, ninthEnv, "ninth.log", []string{"elicit_unsafe", "required", "round", "read_segments"}, nil)
 }
 
 // TestUnsafeOpenURLs: a URL-mode elicitation whose url a client must not
@@ -240,5 +253,24 @@ func TestUnsafeOpenURLs(t *testing.T) {
 		if k := round.onlyKey(t, "elicitation/create"); !strings.Contains(string(round.InputRequests[k].Params), "https://example.com/login") {
 			t.Fatalf("the https round = %+v", round)
 		}
+	})
+}
+
+// TestPathSegmentArraysThroughTheProxy: a server that builds a path by joining an array
+// with '/' reads ["", "etc", "passwd"] as /etc/passwd; the call is
+// refused (PATH_OUTSIDE_SCOPE). Before: no element looked like a path, and the server
+// returned /etc/passwd.
+func TestPathSegmentArraysThroughTheProxy(t *testing.T) {
+	f, _ := ninthFixture(t)
+	c := f.client
+	c.initLegacy(false)
+	// (Segments that join inside the scope pass: policy
+	// TestPathSegmentArrays.)
+	r := c.tool("read_segments", map[string]any{"segments": []string{"", "etc", "passwd"}})
+	if strings.Contains(r.text(), "root:") || denialCode(r) != string(schema.ErrPathOutsideScope) {
+		t.Fatalf("[\"\", \"etc\", \"passwd\"] = %+v", r)
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Tool == "read_segments" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrPathOutsideScope) && len(d.PathHashes) > 0
 	})
 }

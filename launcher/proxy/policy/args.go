@@ -227,10 +227,12 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 	c := p.newChecker(relTo, effective, builtin)
 	c.moves = t.Moves || MovesByName(name)
 	declared := p.pathArgs[name]
+	var segs segmentArrays
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
 		if len(ptr) == 0 {
 			return nil // the arguments object itself
 		}
+		segs.visit(ptr, kind, s)
 		if builtin {
 			for _, spec := range t.Args {
 				if spec.Name == ptr[0] {
@@ -262,6 +264,9 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 	})
 	if err != nil {
 		return nil, deny(schema.ErrMalformedRequest, "arguments are not valid JSON")
+	}
+	if d == nil {
+		d = segs.joins(func(ptr []string, joined string) *Denial { return c.loose(ptr, joined, false) })
 	}
 	if d == nil && len(c.globs) > 0 {
 		d = c.rootedGlobs()
@@ -296,7 +301,9 @@ func (p *Policy) checkLoose(raw json.RawMessage, effective []string, probe bool,
 	if raw[0] != '{' && raw[0] != '[' {
 		return nil, nil
 	}
+	var segs segmentArrays
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
+		segs.visit(ptr, kind, s)
 		if len(ptr) > 0 && (kind == '"' || kind == kindName) {
 			return c.loose(ptr, s, probe && kind == '"')
 		}
@@ -304,6 +311,9 @@ func (p *Policy) checkLoose(raw json.RawMessage, effective []string, probe bool,
 	})
 	if err != nil {
 		return nil, deny(schema.ErrMalformedRequest, "%ss are not valid JSON", what)
+	}
+	if d == nil {
+		d = segs.joins(func(ptr []string, joined string) *Denial { return c.loose(ptr, joined, false) })
 	}
 	return c.checked, d
 }
