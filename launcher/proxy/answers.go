@@ -169,9 +169,11 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 		s.answerTooLarge(rq)
 		return
 	}
-	if rq.rule.results {
-		// A result, or an error's data (a client may show it: a server
-		// could link the file there instead).
+	if rq.rule.results || m.Error != nil {
+		// A result, or an error's data — of any method: a client may show
+		// it, and a -32042 (URLElicitationRequired) answering any request
+		// asks it to open a URL (a server could link the file there
+		// instead).
 		checked := m.Result
 		if m.Error != nil {
 			checked = m.Error.Data
