@@ -239,7 +239,13 @@ func (p *Policy) filterIcons(raw json.RawMessage, effective []string, drop *Icon
 			if k == "websiteUrl" {
 				var link string
 				if strictjson.Unmarshal(v, &link) == nil {
-					if paths, d := p.CheckIconSrc(link, effective); d != nil {
+					paths, d := p.CheckIconSrc(link, effective)
+					if d == nil {
+						// A link is opened, not loaded as an image: a
+						// data: document is no website either.
+						d = CheckOpenURL(link)
+					}
+					if d != nil {
 						drop.Dropped++
 						drop.Paths = append(drop.Paths, paths...)
 						if drop.Denial == nil {
