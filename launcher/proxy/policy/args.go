@@ -178,6 +178,29 @@ type argChecker struct {
 	// seen the directory they are rooted at (globRoot: its "path").
 	globs    []pendingGlob
 	globRoot *string
+	// builtin: the call is of a tool of the built-in table, whose members
+	// the table names are read as the filesystem server reads them;
+	// other checks the rest (unknown).
+	builtin bool
+	other   *argChecker
+}
+
+// unknown is the checker of what the table does not read as the
+// filesystem server does — members it does not name, and its counts,
+// flags and words: they are checked as an unknown tool's strings, since a
+// tool of a table name on another server (or after its list changed)
+// resolves a relative name under its working directory, not under the
+// scope's directories. The real server's calls have no such member: the
+// checker is made on demand.
+func (c *argChecker) unknown() *argChecker {
+	if !c.builtin {
+		return c
+	}
+	if c.other == nil {
+		c.other = c.p.newChecker(c.p.baseRel, c.eff, false)
+		c.other.moves = c.moves
+	}
+	return c.other
 }
 
 // newChecker is an argChecker whose relative names resolve with relTo
@@ -227,6 +250,7 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 	c := p.newChecker(relTo, effective, builtin)
 	c.moves = t.Moves || MovesByName(name)
 	declared := p.pathArgs[name]
+	c.builtin = builtin
 	var segs segmentArrays
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
 		if len(ptr) == 0 {
@@ -238,6 +262,9 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 				if spec.Name == ptr[0] {
 					if kind == kindName {
 						return nil // the argument's own name
+					}
+					if spec.Kind == ArgScalar {
+						return c.unknown().table(spec, ptr, kind, s)
 					}
 					return c.table(spec, ptr, kind, s)
 				}
@@ -256,9 +283,9 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 		}
 		switch kind {
 		case '"':
-			return c.loose(ptr, s, true)
+			return c.unknown().loose(ptr, s, true)
 		case kindName:
-			return c.loose(ptr, s, false)
+			return c.unknown().loose(ptr, s, false)
 		}
 		return nil
 	})
@@ -266,7 +293,10 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 		return nil, deny(schema.ErrMalformedRequest, "arguments are not valid JSON")
 	}
 	if d == nil {
-		d = segs.joins(func(ptr []string, joined string) *Denial { return c.loose(ptr, joined, false) })
+		d = segs.joins(func(ptr []string, joined string) *Denial { return c.unknown().loose(ptr, joined, false) })
+	}
+	if c.other != nil {
+		c.checked = append(c.checked, c.other.checked...)
 	}
 	if d == nil && len(c.globs) > 0 {
 		d = c.rootedGlobs()
