@@ -185,9 +185,13 @@ type PreparedLife struct {
 	// The fence helper cloned into the prepared group once it exists
 	// (prehelper.go): hplan is what it was started from, helper nil when
 	// none was (hok false: cfg did not say enough, or New would refuse it).
-	hplan       helperPlan
-	hok         bool
-	helperDone  chan struct{}
+	hplan      helperPlan
+	hok        bool
+	helperDone chan struct{}
+	// spec is the helper's spec pipe, made before its clone (nil: none
+	// will be cloned); specMade is closed once it is set.
+	spec        *specPipe
+	specMade    chan struct{}
 	helper      *pending
 	helperTaken bool
 
@@ -207,10 +211,11 @@ type PreparedLife struct {
 // it on every path that does not reach Run. A cfg that New would refuse
 // makes nothing: Run then fails as it would have.
 func PrepareLife(cfg Config) *PreparedLife {
-	p := &PreparedLife{done: make(chan struct{}), helperDone: make(chan struct{}), profDone: make(chan struct{})}
+	p := &PreparedLife{done: make(chan struct{}), helperDone: make(chan struct{}), specMade: make(chan struct{}), profDone: make(chan struct{})}
 	if cfg.Scope == nil || cfg.RunID == "" {
 		close(p.done)
 		close(p.helperDone)
+		close(p.specMade)
 		close(p.profDone)
 		return p
 	}
@@ -218,6 +223,7 @@ func PrepareLife(cfg Config) *PreparedLife {
 	if err != nil {
 		close(p.done)
 		close(p.helperDone)
+		close(p.specMade)
 		close(p.profDone)
 		return p
 	}
@@ -245,14 +251,26 @@ func PrepareLife(cfg Config) *PreparedLife {
 		p.mu.Unlock()
 		close(p.done)
 		if err != nil || !p.hok {
+			close(p.specMade)
 			return
 		}
+		// Its spec pipe first, for Run to write the plan into while the
+		// clone is under way (sendPlanAhead).
+		spec, err := newSpecPipe()
+		if err != nil {
+			close(p.specMade)
+			return
+		}
+		p.mu.Lock()
+		p.spec = spec
+		p.mu.Unlock()
+		close(p.specMade)
 		// The helper is born in the group: Run takes both or neither.
 		var grp *cgroup.Group
 		if lf != nil {
 			grp = lf.grp
 		}
-		if h, err := startHelper(p.hplan, grp); err == nil {
+		if h, err := startHelper(p.hplan, grp, spec); err == nil {
 			p.mu.Lock()
 			p.helper = h
 			p.mu.Unlock()

@@ -24,8 +24,11 @@ type helperPlan struct {
 }
 
 // helperPlan is the plan of the helper Run starts for l.
-func (l *Launcher) helperPlan() helperPlan {
-	return helperPlan{path: l.cfg.HelperPath, dir: l.cfg.Dir, name: filepath.Base(l.cfg.Command[0]), flags: l.iso.flags, userNS: l.iso.userNS}
+func (l *Launcher) helperPlan() helperPlan { return l.helperPlanWith(l.iso) }
+
+// helperPlanWith is helperPlan with the namespaces iso.
+func (l *Launcher) helperPlanWith(iso *isolation) helperPlan {
+	return helperPlan{path: l.cfg.HelperPath, dir: l.cfg.Dir, name: filepath.Base(l.cfg.Command[0]), flags: iso.flags, userNS: iso.userNS}
 }
 
 // planHelper is the plan New and Run would start cfg's helper from, made
@@ -71,13 +74,47 @@ func planHelper(cfg Config) (helperPlan, bool) {
 // exec stage opened and checked as spawn does. The helper waits for its
 // spec and execs nothing without it; when its spec pipe closes (the
 // launcher dropped it, or died) it exits.
-func startHelper(plan helperPlan, grp *cgroup.Group) (*pending, error) {
+//
+// spec is its spec pipe, made ahead (sendPlanAhead); startHelper closes
+// it when no helper was started.
+func startHelper(plan helperPlan, grp *cgroup.Group, spec *specPipe) (*pending, error) {
 	stage, err := openExecStage(plan.path)
 	if err != nil {
+		spec.close()
 		return nil, err
 	}
 	defer stage.Close()
-	return spawnHelper(plan.path, stage, plan.dir, os.Stderr, plan.name, grp, &isolation{flags: plan.flags, userNS: plan.userNS})
+	return spawnHelper(plan.path, stage, plan.dir, os.Stderr, plan.name, grp, &isolation{flags: plan.flags, userNS: plan.userNS}, spec)
+}
+
+// sendPlanAhead writes the run's binary plan b into the spec pipe of the
+// helper PrepareLife clones, while its clone and its exec may still be
+// under way, when Run will take that helper over: Run took the prepared
+// group over, and the helper is planned as Run would start it (takeHelper
+// gives it to Run then, if its clone succeeded). The pipe holds the plan
+// until the init reads it. It reports whether the whole plan is in the
+// pipe; Run's sendSpec then does not send it again. A clone that failed
+// leaves the plan in a pipe nobody reads, and Run starts its own helper
+// and sends it its spec, as before. A plan larger than the pipe's buffer
+// waits here for the init to read it (or for the pipe's read end to close:
+// a clone that failed, an init that exited).
+func (p *PreparedLife) sendPlanAhead(plan helperPlan, b []byte) bool {
+	if p == nil || b == nil {
+		return false
+	}
+	<-p.specMade
+	p.mu.Lock()
+	sp := p.spec
+	ok := sp != nil && !p.helperTaken && p.lifeTaken && p.hplan == plan
+	p.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if _, err := sp.w.Write(b); err != nil {
+		return false
+	}
+	sp.sent.Store(true)
+	return true
 }
 
 // takeHelper hands Run the helper PrepareLife cloned, when Run took the

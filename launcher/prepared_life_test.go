@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,10 +11,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
 	"github.com/mcpwarden/mcpwarden/launcher/cgroup"
+	"github.com/mcpwarden/mcpwarden/launcher/ruleset"
+	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"golang.org/x/sys/unix"
 )
@@ -405,6 +409,149 @@ func TestPreparedProfile(t *testing.T) {
 		var se *StartError
 		if want == nil || got == nil || got.Error() != want.Error() || !errors.As(got, &se) {
 			t.Errorf("error %v, want %v (a StartError)", got, want)
+		}
+	})
+}
+
+// TestPlanAhead: Run writes the run's plan into the pipe of the helper
+// PrepareLife clones, while its clone may still be under way, only when
+// the run takes that helper over; that helper starts the server from it
+// with the go-ahead, and sendSpec does not send it again (a second copy
+// in the pipe would be read as the go-ahead, and the stage would refuse).
+// A helper planned otherwise gets nothing ahead; a helper gone before the
+// plan reached it gets nothing either, and the run fails as before, on
+// sending its spec. (New with the plan ahead: it does not build on the
+// code before.)
+func TestPlanAhead(t *testing.T) {
+	bin := testenv.Mcpwarden(t)
+	helper := filepath.Join(filepath.Dir(bin), testenv.HelperName)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	alog, err := auditlog.Open(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alog.Close() })
+	scope := &schema.CanonicalScope{Base: dir}
+	cfgOf := func(parent, cmd string) Config {
+		return Config{Scope: scope, Mode: schema.ModeEnforce, RunID: schema.NewID(), CgroupParent: parent,
+			Command: []string{cmd}, HelperPath: helper, Dir: dir, AuditLog: alog, Stdin: strings.NewReader(""), Stdout: io.Discard}
+	}
+	// setup prepares the run's life from prepared, builds the run's
+	// launcher from run and its plan, as Run does up to sendPlanAhead.
+	setup := func(t *testing.T, prepared, run Config) (*Launcher, *server, *ruleset.Ruleset, []byte) {
+		t.Helper()
+		p := PrepareLife(prepared)
+		t.Cleanup(func() { _ = p.Discard() })
+		l, err := New(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.cfg.Life = p
+		lf, err := l.newLife()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lf.close() })
+		srv := &server{l: l, life: lf, out: &watchWriter{w: io.Discard}}
+		tmp, err := filepath.EvalSymlinks(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.tmp = tmp
+		rs, err := l.resolve(tmp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := sandbox.EncodePlan(l.spec(rs, srv.env(), tmp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, srv, rs, plan
+	}
+	// runs launches the server of h and waits for its status.
+	runs := func(t *testing.T, srv *server, h *pending, rs *ruleset.Ruleset) {
+		t.Helper()
+		p, err := srv.launch(context.Background(), h, rs, nil)
+		if err != nil {
+			t.Fatalf("the helper did not start the server: %v", err)
+		}
+		<-p.done
+		if p.exit == nil || p.exit.Stage != sandbox.StageExit || p.exit.Code != 0 || p.exit.Signal != 0 {
+			t.Fatalf("the server's status %+v, want exit 0", p.exit)
+		}
+	}
+	t.Run("taken", func(t *testing.T) {
+		run := cfgOf(preparedParent(t), "/bin/true")
+		l, srv, rs, plan := setup(t, run, run)
+		if !l.cfg.Life.sendPlanAhead(l.helperPlan(), plan) {
+			t.Fatal("the plan was not sent ahead to the helper the run takes over")
+		}
+		h, err := srv.spawn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.ahead == nil || !h.ahead.sent.Load() {
+			t.Fatal("the run's helper is not the one the plan was sent ahead to")
+		}
+		if err := srv.sendSpec(h, rs, plan); err != nil {
+			t.Fatal(err)
+		}
+		runs(t, srv, h, rs)
+	})
+	t.Run("planned otherwise", func(t *testing.T) {
+		parent := preparedParent(t)
+		run := cfgOf(parent, "/bin/true")
+		prepared := run
+		prepared.Command = []string{"/bin/false"}
+		l, srv, rs, plan := setup(t, prepared, run)
+		if l.cfg.Life.sendPlanAhead(l.helperPlan(), plan) {
+			t.Fatal("the plan was sent ahead to a helper the run does not take over")
+		}
+		h, err := srv.spawn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.ahead != nil {
+			t.Fatal("the run's own helper has the prepared one's spec pipe")
+		}
+		if err := srv.sendSpec(h, rs, plan); err != nil {
+			t.Fatal(err)
+		}
+		runs(t, srv, h, rs)
+	})
+	t.Run("gone", func(t *testing.T) {
+		run := cfgOf(preparedParent(t), "/bin/true")
+		l, srv, rs, plan := setup(t, run, run)
+		p := l.cfg.Life
+		<-p.helperDone
+		if p.helper == nil {
+			t.Fatal("no helper was prepared")
+		}
+		pid := p.helper.p.cmd.Process.Pid
+		if err := p.helper.p.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		// Reaped (its end of the pipe closed) once kill(pid, 0) says so.
+		deadline := time.Now().Add(2 * time.Minute)
+		for unix.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("the killed helper %d is still there", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if p.sendPlanAhead(l.helperPlan(), plan) {
+			t.Fatal("the plan was sent ahead to a helper that is gone")
+		}
+		h, err := srv.spawn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var se *StartError
+		if err := srv.sendSpec(h, rs, plan); !errors.As(err, &se) || !strings.Contains(err.Error(), "send the fence helper its spec") {
+			t.Fatalf("sendSpec to a helper that is gone: %v, want the StartError of a spec that could not be sent", err)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -160,6 +161,11 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			plan = b
 		}
 	}
+	// The helper PrepareLife is cloning gets it at once, in its pipe, when
+	// the run takes that helper over: the init reads it right after its
+	// exec, not once this goroutine has heard that the clone returned.
+	// (From the namespaces as planned: spawn may be turning them off.)
+	cfg.Life.sendPlanAhead(l.helperPlanWith(&planned), plan)
 	sp := <-spawned
 	spawnDone = true
 	if sp.err != nil {
@@ -656,6 +662,7 @@ func (s *server) end(p *proc) {
 type pending struct {
 	p          *proc
 	specW      *os.File
+	ahead      *specPipe // its spec pipe, when made before its clone (PrepareLife)
 	statusR    *os.File
 	status     *bufio.Reader
 	errR       *os.File
@@ -700,13 +707,13 @@ func (s *server) spawn() (*pending, error) {
 		return nil, err
 	}
 	defer stage.Close()
-	h, err := spawnHelper(cfg.HelperPath, stage, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso)
+	h, err := spawnHelper(cfg.HelperPath, stage, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso, nil)
 	if err != nil && iso.flags != 0 {
 		if derr := iso.degrade(err, cfg.Scope); derr != nil {
 			return nil, derr
 		}
 		fmt.Fprintf(cfg.Stderr, "mcpwarden: WARNING: no namespaces (%s: %v); the server runs with Landlock and seccomp only, and sees the host's mounts, processes and network; --require-namespaces refuses instead\n", iso.nsReason, errors.Unwrap(err))
-		h, err = spawnHelper(cfg.HelperPath, stage, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso)
+		h, err = spawnHelper(cfg.HelperPath, stage, cfg.Dir, cfg.Stderr, filepath.Base(cfg.Command[0]), s.life.grp, iso, nil)
 	}
 	if err != nil {
 		return nil, err
@@ -727,12 +734,39 @@ func (s *server) spawned(h *pending) *pending {
 	return h
 }
 
+// specPipe is the spec pipe of the helper PrepareLife clones, made before
+// the clone, so that Run can write the run's plan into it while the clone
+// and the init's exec are still under way (PreparedLife.sendPlanAhead):
+// the pipe holds it until the init reads it, and the init no longer waits
+// for this process to hear that the clone returned.
+type specPipe struct {
+	r, w *os.File
+	sent atomic.Bool // the whole plan is in the pipe
+}
+
+func newSpecPipe() (*specPipe, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("spec pipe: %w", err)
+	}
+	return &specPipe{r: r, w: w}, nil
+}
+
+// close closes both ends (a helper that was not cloned).
+func (sp *specPipe) close() {
+	sp.r.Close()
+	sp.w.Close()
+}
+
 // spawnHelper starts helperPath as the fence helper, with the exec stage
 // stage, in dir, inside the
 // run's cgroup grp when there is one, in the namespaces iso asks for,
 // copying its stderr (later: the server's) to stderr as lines marked with
 // name and its pid (package serverlog).
-func spawnHelper(helperPath string, stage *os.File, dir string, stderr io.Writer, name string, grp *cgroup.Group, iso *isolation) (_ *pending, err error) {
+//
+// ahead, when not nil, is the spec pipe to use (made by PrepareLife before
+// the clone); spawnHelper closes it on failure, as its own pipes.
+func spawnHelper(helperPath string, stage *os.File, dir string, stderr io.Writer, name string, grp *cgroup.Group, iso *isolation, ahead *specPipe) (_ *pending, err error) {
 	var files []*os.File
 	defer func() {
 		if err != nil {
@@ -749,8 +783,11 @@ func spawnHelper(helperPath string, stage *os.File, dir string, stderr io.Writer
 		files = append(files, r, w)
 		return r, w, nil
 	}
-	specR, specW, err := pipe("spec")
-	if err != nil {
+	var specR, specW *os.File
+	if ahead != nil {
+		specR, specW = ahead.r, ahead.w
+		files = append(files, specR, specW)
+	} else if specR, specW, err = pipe("spec"); err != nil {
 		return nil, err
 	}
 	statusR, statusW, err := pipe("status")
@@ -813,6 +850,7 @@ func spawnHelper(helperPath string, stage *os.File, dir string, stderr io.Writer
 	h := &pending{
 		p:          p,
 		specW:      specW,
+		ahead:      ahead,
 		statusR:    statusR,
 		status:     bufio.NewReaderSize(statusR, 64<<10),
 		errR:       errR,
@@ -903,8 +941,19 @@ func (s *server) pinProc(h *pending, rs *ruleset.Ruleset) {
 // binary plan for rs encoded ahead from the namespaces as planned: it is
 // sent when the helper is the run's init (the namespaces were made as
 // planned: spawn only ever turns them all off).
+//
+// A plan PrepareLife's helper already has in its pipe (Run wrote it ahead,
+// PreparedLife.sendPlanAhead) is not sent again; it was the same plan,
+// for the same namespaces, or the run is refused.
 func (s *server) sendSpec(h *pending, rs *ruleset.Ruleset, plan []byte) error {
 	s.pinProc(h, rs)
+	if h.ahead != nil && h.ahead.sent.Load() {
+		if !s.l.iso.cInit() || plan == nil {
+			h.kill()
+			return &StartError{Err: errors.New("the fence helper was sent a plan ahead that is not the run's")}
+		}
+		return nil
+	}
 	var spec []byte
 	var err error
 	if s.l.iso.cInit() && plan != nil {
