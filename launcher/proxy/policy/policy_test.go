@@ -450,7 +450,8 @@ func TestPolicyHelpersAllocateNothing(t *testing.T) {
 // tool's arguments: when the call is allowed, every form of the string that
 // looks like a path resolves inside the scope and is not secret.
 func FuzzCheckArguments(f *testing.F) {
-	for _, s := range []string{"/etc/passwd", "../outside/probe.txt", "%2e%2e/x", "\uff0fetc", `..\x`, "file:///etc", "outside", "probe.txt", "~/x", "a\x00b"} {
+	for _, s := range []string{"/etc/passwd", "../outside/probe.txt", "%2e%2e/x", "\uff0fetc", `..\x`, "file:///etc", "outside", "probe.txt", "~/x", "a\x00b",
+		"ȺȺȺ/../../outside", "\u212a/..", "ｅｔｃ/passwd", "outside/ⱥ"} {
 		f.Add(s)
 	}
 	p, base := fixture(f)
@@ -465,7 +466,14 @@ func FuzzCheckArguments(f *testing.F) {
 			if err != nil {
 				return
 			}
-			if _, d := p.CheckArguments("other_tool", raw, eff); d != nil {
+			// A tool the proxy does not know, and one of the table's
+			// names with members the table does not name (read as an
+			// unknown tool's since the ninth round).
+			_, d := p.CheckArguments("other_tool", raw, eff)
+			if _, d2 := p.CheckArguments("read_text_file", raw, eff); d == nil || d2 == nil {
+				d = nil
+			}
+			if d != nil {
 				continue
 			}
 			for _, form := range []string{s, strings.ReplaceAll(s, `\`, "/")} {
