@@ -28,9 +28,11 @@ type scopeRun struct {
 	Findings uint64 `json:"findings"`
 	FirstNS  int64  `json:"first_ns"`
 	Host     string `json:"host"`
-	// LauncherUID: who launched the run, from the daemon's socket; -1
-	// when no launch record says.
-	LauncherUID int64 `json:"launcher_uid"`
+	// LauncherUID: who launched the run; -1 when no launch record says.
+	// LauncherUIDBy: whose word it is: "daemon" (its socket's peer
+	// credentials) or "launcher" (a `run --nats` publishing itself).
+	LauncherUID   int64  `json:"launcher_uid"`
+	LauncherUIDBy string `json:"launcher_uid_by"`
 }
 
 // scopeRuns polls `query runs --scope` until it has want runs of the scope
@@ -254,8 +256,8 @@ func TestKernelAuditLossIsAGap(t *testing.T) {
 	}
 	// Launched by root through the daemon's socket: the daemon says so.
 	for _, r := range rows {
-		if r.LauncherUID != 0 {
-			t.Errorf("run %s: launcher_uid %d, want 0 (root, through the daemon's socket)", r.RunID, r.LauncherUID)
+		if r.LauncherUID != 0 || r.LauncherUIDBy != "daemon" {
+			t.Errorf("run %s: launcher_uid %d by %q, want 0 (root) by the daemon (its socket's peer credentials)", r.RunID, r.LauncherUID, r.LauncherUIDBy)
 		}
 	}
 	if rows[1].Verdict == "CLEAN" {
@@ -263,5 +265,29 @@ func TestKernelAuditLossIsAGap(t *testing.T) {
 	}
 	if reasons := findingReasons(t, dsn, rows[1]); !slices.Contains(reasons, "OBSERVATION_GAP:"+daemon.GapKernelAuditLost) {
 		t.Errorf("no OBSERVATION_GAP %s on the run live during the loss: %v", daemon.GapKernelAuditLost, reasons)
+	}
+	// `query health` shows the host's loss too (the daemon's health
+	// report's drops_kernel_audit, schema_version 3): on the code before it
+	// had no such column.
+	var out []byte
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		out, err = exec.Command(bin, "query", "health", "--clickhouse", dsn, "--from", from.UTC().Format(time.RFC3339), "--json").Output()
+		var lostRecords uint64
+		if err == nil {
+			for _, h := range parseRows[struct {
+				Host             string `json:"host"`
+				DropsKernelAudit uint64 `json:"drops_kernel_audit"`
+			}](t, out) {
+				if h.Host == rows[1].Host {
+					lostRecords = h.DropsKernelAudit
+				}
+			}
+		}
+		if lostRecords > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("query health does not show the kernel's audit loss on %s within 3 minutes (err %v):\n%s", rows[1].Host, err, out)
+		}
 	}
 }

@@ -50,9 +50,11 @@ func TestHostWithoutADaemonIsAGap(t *testing.T) {
 	if reasons := findingReasons(t, dsn, rows[0]); !slices.Contains(reasons, "OBSERVATION_GAP:"+crosscheck.ReasonNoDaemon) {
 		t.Errorf("no OBSERVATION_GAP %s on the run: %v", crosscheck.ReasonNoDaemon, reasons)
 	}
-	// No daemon took its records: nothing says who launched it.
-	if rows[0].LauncherUID != -1 {
-		t.Errorf("launcher_uid %d without a daemon, want -1", rows[0].LauncherUID)
+	// No daemon took its records: the launcher says who launched it
+	// (itself, root here), and the row says whose word that is. On the
+	// code before it said nothing (-1).
+	if rows[0].LauncherUID != 0 || rows[0].LauncherUIDBy != "launcher" {
+		t.Errorf("launcher_uid %d by %q without a daemon, want 0 (root) by the launcher", rows[0].LauncherUID, rows[0].LauncherUIDBy)
 	}
 	if a := live.Do(`{"op":"pid"}`); !strings.Contains(a, `"ok":true`) {
 		t.Fatalf("naive: %q", a)

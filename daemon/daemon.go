@@ -433,9 +433,9 @@ func (d *Daemon) takeRecords(ctx context.Context, peer *localsock.Peer, events [
 			// never the launcher's: whatever it said is replaced.
 			uid := int(peer.UID)
 			l := *e.Launch
-			l.LauncherUID = &uid
+			l.LauncherUID, l.LauncherUIDBy = &uid, schema.LauncherUIDByDaemon
 			e.Launch = &l
-			e.SchemaVersion = max(e.SchemaVersion, 2)
+			e.SchemaVersion = max(e.SchemaVersion, 3)
 		}
 	}
 	// Through the processor: the kernel's records of the run read so far
@@ -811,6 +811,7 @@ func (d *Daemon) health() schema.Health {
 		DropsBPFReserve:  c.RingDrops + c.InflightFull + c.WatchFull,
 		DropsQueueFull:   c.QueueDrops + d.auditDrops.Load() + auditLost,
 		DropsPublishFail: d.publishFail.Load(),
+		DropsKernelAudit: d.kernelAuditLost.Load(),
 	}
 }
 

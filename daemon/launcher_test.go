@@ -212,8 +212,8 @@ func TestNonRootLaunchers(t *testing.T) {
 		t.Fatalf("the user's launch record: %v %s", err, out)
 	}
 	rec := h.sink.waitFor(t, "the user's launch record", func(e *schema.Event) bool { return e.RunID == recRun && e.Launch != nil })
-	if rec.Launch.LauncherUID == nil || *rec.Launch.LauncherUID != 65534 || rec.SchemaVersion < 2 {
-		t.Errorf("the launch record of a launcher run as 65534 says launcher_uid %v (schema_version %d), want 65534", rec.Launch.LauncherUID, rec.SchemaVersion)
+	if rec.Launch.LauncherUID == nil || *rec.Launch.LauncherUID != 65534 || rec.SchemaVersion < 3 || rec.Launch.LauncherUIDBy != schema.LauncherUIDByDaemon {
+		t.Errorf("the launch record of a launcher run as 65534 says launcher_uid %v by %q (schema_version %d), want 65534 by the daemon", rec.Launch.LauncherUID, rec.Launch.LauncherUIDBy, rec.SchemaVersion)
 	}
 
 	outsider := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
@@ -245,7 +245,7 @@ func recordsMain(socket string) int {
 	rec := launchRecord(os.Getenv("MCPWARDEN_DAEMON_TEST_RUN"), &cs)
 	if v := os.Getenv(forgeUIDEnv); v != "" {
 		uid, _ := strconv.Atoi(v)
-		rec.Launch.LauncherUID = &uid
+		rec.Launch.LauncherUID, rec.Launch.LauncherUIDBy = &uid, schema.LauncherUIDByLauncher
 	}
 	if err := sink.Publish(context.Background(), []schema.Event{rec}); err != nil {
 		fmt.Println(err)
@@ -267,7 +267,7 @@ func TestLauncherRecords(t *testing.T) {
 	rec := launchRecord(runID, cs)
 	rec.Host = "somewhere-else"
 	forged := 4242
-	rec.Launch.LauncherUID = &forged
+	rec.Launch.LauncherUID, rec.Launch.LauncherUIDBy = &forged, schema.LauncherUIDByLauncher
 	if err := sink.Publish(context.Background(), []schema.Event{rec}); err != nil {
 		t.Fatalf("the run's own launcher could not send a record: %v", err)
 	}
@@ -275,8 +275,11 @@ func TestLauncherRecords(t *testing.T) {
 	if got.Host != schema.LocalOrigin().Host {
 		t.Errorf("record published under host %q, the daemon's is %q", got.Host, schema.LocalOrigin().Host)
 	}
-	if got.Launch.LauncherUID == nil || *got.Launch.LauncherUID != os.Geteuid() {
-		t.Errorf("record published with launcher_uid %v, the launcher's uid is %d (it claimed 4242)", got.Launch.LauncherUID, os.Geteuid())
+	if got.Launch.LauncherUID == nil || *got.Launch.LauncherUID != os.Geteuid() || got.Launch.LauncherUIDBy != schema.LauncherUIDByDaemon {
+		t.Errorf("record published with launcher_uid %v by %q, the launcher's uid is %d, by the daemon (it claimed 4242, by itself)", got.Launch.LauncherUID, got.Launch.LauncherUIDBy, os.Geteuid())
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("the daemon published an invalid launch record: %v", err)
 	}
 
 	scope, _ := json.Marshal(cs)

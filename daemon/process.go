@@ -254,8 +254,9 @@ func (d *Daemon) process(ctx context.Context, readersDone <-chan struct{}) {
 				}
 			}
 			if h := d.health(); h.DropsBPFReserve != p.last.DropsBPFReserve ||
-				h.DropsQueueFull != p.last.DropsQueueFull || h.DropsPublishFail != p.last.DropsPublishFail {
-				p.d.log.Warn("events lost", "drops_bpf_reserve", h.DropsBPFReserve, "drops_queue_full", h.DropsQueueFull, "drops_publish_fail", h.DropsPublishFail)
+				h.DropsQueueFull != p.last.DropsQueueFull || h.DropsPublishFail != p.last.DropsPublishFail ||
+				h.DropsKernelAudit != p.last.DropsKernelAudit {
+				p.d.log.Warn("events lost", "drops_bpf_reserve", h.DropsBPFReserve, "drops_queue_full", h.DropsQueueFull, "drops_publish_fail", h.DropsPublishFail, "drops_kernel_audit", h.DropsKernelAudit)
 				if h.DropsBPFReserve > p.last.DropsBPFReserve || h.DropsQueueFull > p.last.DropsQueueFull {
 					p.kernelLoss(now)
 				}

@@ -3,8 +3,9 @@ package schema
 // EventSchemaVersion is bumped whenever a field is added, changes meaning or
 // is removed: decoders refuse members they do not know (DecodeBatch), and
 // collectors refuse versions they do not know, so collectors are upgraded
-// before the publishers. Version 2 added launch.launcher_uid.
-const EventSchemaVersion = 2
+// before the publishers. Version 2 added launch.launcher_uid, version 3
+// launch.launcher_uid_by and health.drops_kernel_audit.
+const EventSchemaVersion = 3
 
 // Kind names what an Event describes; it is also the last token of the NATS
 // subject the event travels on (mcpwarden.v1.<host>.<kind>).
@@ -96,13 +97,32 @@ type Launch struct {
 	// FileOwner is "uid:gid", the owner of the files the server creates in
 	// a write scope, when the identity layer chose one.
 	FileOwner string `json:"file_owner,omitempty"`
-	// LauncherUID is the uid of the process that sent the record to the
+	// LauncherUID is the uid of the process that launched the run, and
+	// LauncherUIDBy says who asserts it. Through a daemon (LauncherUIDBy
+	// "daemon") it is the uid of the process that sent the record to the
 	// daemon's socket, set by the daemon from the socket's peer credentials
-	// (SO_PEERCRED), never by the launcher: absent when the record did not
-	// come through a daemon (`run --nats` publishing itself). Since
-	// schema_version 2.
-	LauncherUID *int `json:"launcher_uid,omitempty"`
+	// (SO_PEERCRED, the kernel's word), replacing whatever the launcher
+	// wrote. A `run --nats` that publishes itself (LauncherUIDBy
+	// "launcher") states its own real uid: its word, and publishing at all
+	// took the host's publisher credentials (root-only on a single host).
+	// Absent when no one said (records of schema_version 1). Since
+	// schema_version 2; LauncherUIDBy since 3, and set with LauncherUID
+	// there (a version 2 record's uid is the daemon's).
+	LauncherUID   *int          `json:"launcher_uid,omitempty"`
+	LauncherUIDBy LauncherUIDBy `json:"launcher_uid_by,omitempty"`
 }
+
+// LauncherUIDBy names who asserts a launch record's launcher_uid.
+type LauncherUIDBy string
+
+const (
+	// LauncherUIDByDaemon: the daemon read it from its socket's peer
+	// credentials (SO_PEERCRED).
+	LauncherUIDByDaemon LauncherUIDBy = "daemon"
+	// LauncherUIDByLauncher: the launcher stated its own uid, publishing
+	// its records itself with the host's publisher credentials.
+	LauncherUIDByLauncher LauncherUIDBy = "launcher"
+)
 
 // Decision is the sanitized record of one proxied request.
 type Decision struct {
@@ -173,4 +193,11 @@ type Health struct {
 	DropsQueueFull   uint64   `json:"drops_queue_full"`
 	DropsPublishFail uint64   `json:"drops_publish_fail"`
 	SpoolDepth       uint64   `json:"spool_depth"`
+	// DropsKernelAudit counts the audit records the kernel lost (its
+	// audit status's `lost` counter grew, or was reset) while this daemon
+	// watched, cumulative like the other drop counters; each loss also
+	// put an OBSERVATION_GAP kernel_audit_lost on the runs live then. The
+	// counter is the host's: whichever program's records were lost. Since
+	// schema_version 3 (absent: 0, or a daemon of an older release).
+	DropsKernelAudit uint64 `json:"drops_kernel_audit,omitempty"`
 }

@@ -133,7 +133,8 @@ func validEvents() []Event {
 	mk := func(k Kind) Event { return o.NewEvent(k, NewID(), "scope-1", sh, now) }
 	l := mk(KindLaunch)
 	l.Launch = &Launch{Phase: "start", Mode: ModeAudit, LandlockABI: 7, ServerExe: "node", ServerName: "secure-filesystem-server", ServerVersion: "0.2.0", ProtocolEra: "legacy",
-		Layers: []Layer{{Name: LayerLandlock, State: LayerOn}, {Name: LayerNetNS, State: LayerOff, Reason: "scope_grants_network"}}, ServerUID: 1879048193, FileOwner: "1000:1000"}
+		Layers: []Layer{{Name: LayerLandlock, State: LayerOn}, {Name: LayerNetNS, State: LayerOff, Reason: "scope_grants_network"}}, ServerUID: 1879048193, FileOwner: "1000:1000",
+		LauncherUID: func() *int { u := 1000; return &u }(), LauncherUIDBy: LauncherUIDByDaemon}
 	d := mk(KindDecision)
 	d.Decision = &Decision{OpID: "op-1", Method: "tools/call", ProtocolEra: "legacy", ProtocolVersion: "2025-11-25", ServerOrigin: "stdio", Tool: "read_text_file", ActionClass: "read", Decision: "deny", Approval: "not_required", ErrorCode: string(ErrPathOutsideScope), PathHashes: []PathHash{h.Hash("/etc/passwd")}, CorrelationID: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", StartNS: 1, EndNS: 2}
 	f := mk(KindFileOp)
@@ -143,7 +144,7 @@ func validEvents() []Event {
 	fi := mk(KindFinding)
 	fi.Finding = &Finding{Type: FindingBlockedAttempt, Severity: SeverityMedium, EvidenceIDs: []string{f.EventID, ll.EventID}, Tool: "read_text_file", OpID: "op-1", Reason: "kernel_denied"}
 	he := mk(KindHealth)
-	he.Health = &Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on"}
+	he.Health = &Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on", DropsKernelAudit: 3}
 	return []Event{l, d, f, ll, fi, he}
 }
 
@@ -231,6 +232,26 @@ func TestValidateRefusesUnsanitized(t *testing.T) {
 		{"decision retry count beyond uint32", decision, func(e *Event) { e.Decision.RetryCount = 1 << 32 }},
 		{"decision negative latency", decision, func(e *Event) { e.Decision.LatencyMS = -0.5 }},
 		{"health landlock abi beyond uint8", health, func(e *Event) { e.Health.LandlockABI = 1000 }},
+		{"launcher uid asserted by an unknown party", launch, func(e *Event) {
+			e.Launch = cloneLaunch(e.Launch)
+			e.Launch.LauncherUIDBy = "kernel"
+		}},
+		{"launcher uid without who asserts it (schema version 3)", launch, func(e *Event) {
+			e.Launch = cloneLaunch(e.Launch)
+			e.Launch.LauncherUIDBy = ""
+		}},
+		{"who asserts a launcher uid, without it", launch, func(e *Event) {
+			e.Launch = cloneLaunch(e.Launch)
+			e.Launch.LauncherUID = nil
+		}},
+		{"who asserts a launcher uid in schema version 2", launch, func(e *Event) {
+			e.Launch = cloneLaunch(e.Launch)
+			e.SchemaVersion = 2
+		}},
+		{"kernel audit drops in schema version 2", health, func(e *Event) {
+			h := *e.Health
+			h.DropsKernelAudit, e.Health, e.SchemaVersion = 1, &h, 2
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Deep copy through JSON so mutations do not leak between cases.
@@ -338,6 +359,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(encodeV2(f, sameEnvelope()))
 	f.Add([]byte("{\"batch\":{\"format\":\"ndjson-v2\",\"schema_version\":1,\"host\":\"h\",\"boot_id\":\"\",\"kind\":\"health\"}}\n{\"event_id\":\"0123456789abcdef0123456789abcdef\",\"time_ns\":1,\"health\":{\"component\":\"x\"}}\n"))
 	f.Add([]byte(`{"event_id":"0123456789abcdef0123456789abcdef","schema_version":1,"host":"h","boot_id":"","kind":"health","time_ns":1,"health":{"component":"x","drops_bpf_reserve":0,"drops_queue_full":0,"drops_publish_fail":0,"spool_depth":0}}`))
+	f.Add([]byte(`{"event_id":"0123456789abcdef0123456789abcdef","schema_version":3,"host":"h","boot_id":"","kind":"health","time_ns":1,"health":{"component":"x","drops_bpf_reserve":0,"drops_queue_full":0,"drops_publish_fail":0,"spool_depth":0,"drops_kernel_audit":18446744073709551615}}`))
 	f.Add([]byte("{\"kind\":\"file_op\",\"file_op\":{\"comm\":\"/etc\"}}\n[]\nnull\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		evs, rejected, err := DecodeBatch(body)
@@ -546,7 +568,8 @@ func TestEventJSONSchemaBoundsMatchValidate(t *testing.T) {
 	for _, e := range validEvents() {
 		bodies[string(e.Kind)] = e
 	}
-	bodies[""] = bodies[string(KindLaunch)]
+	// The envelope's bounds on a body every schema_version takes.
+	bodies[""] = bodies[string(KindFileOp)]
 	// with sets member name of the event's body (or of the envelope when
 	// body is "") to the literal n and validates the result.
 	with := func(body, name, n string) error {

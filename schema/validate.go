@@ -249,6 +249,12 @@ func (e *Event) Validate() error {
 		if e.Launch.LauncherUID != nil && e.SchemaVersion < 2 {
 			return invalid("launch.launcher_uid", "needs schema_version 2")
 		}
+		if e.Launch.LauncherUIDBy != "" && e.SchemaVersion < 3 {
+			return invalid("launch.launcher_uid_by", "needs schema_version 3")
+		}
+		if e.SchemaVersion >= 3 && (e.Launch.LauncherUID != nil) != (e.Launch.LauncherUIDBy != "") {
+			return invalid("launch.launcher_uid_by", "launcher_uid and launcher_uid_by come together (schema_version 3)")
+		}
 		return e.Launch.validate()
 	case KindDecision:
 		if e.Decision == nil {
@@ -274,7 +280,7 @@ func (e *Event) Validate() error {
 		if e.Health == nil {
 			return invalid("health", "missing for kind health")
 		}
-		return e.Health.validate()
+		return e.Health.validate(e.SchemaVersion)
 	default:
 		return invalid("kind", "unknown kind %q", string(e.Kind))
 	}
@@ -304,6 +310,9 @@ func (l *Launch) validate() error {
 	}
 	if l.LauncherUID != nil && (*l.LauncherUID < 0 || *l.LauncherUID >= math.MaxUint32) {
 		return invalid("launch.launcher_uid", "must be a uid")
+	}
+	if err := oneOf("launch.launcher_uid_by", l.LauncherUIDBy, true, LauncherUIDByDaemon, LauncherUIDByLauncher); err != nil {
+		return err
 	}
 	for _, c := range []struct {
 		field     string
@@ -472,7 +481,10 @@ func (f *Finding) validate() error {
 	return optToken("finding.reason", f.Reason)
 }
 
-func (h *Health) validate() error {
+func (h *Health) validate(version int) error {
+	if h.DropsKernelAudit != 0 && version < 3 {
+		return invalid("health.drops_kernel_audit", "needs schema_version 3")
+	}
 	if err := reqToken("health.component", h.Component); err != nil {
 		return err
 	}

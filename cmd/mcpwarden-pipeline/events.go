@@ -173,7 +173,7 @@ func formatEvent(e *schema.Event) string {
 		fmt.Fprintf(&b, " evidence=%d", len(f.EvidenceIDs))
 	case e.Health != nil:
 		h := e.Health
-		fmt.Fprintf(&b, " %s hooks=%d landlock_abi=%d audit=%s drops(bpf=%d queue=%d publish=%d)", h.Component, len(h.Hooks), h.LandlockABI, h.AuditStream, h.DropsBPFReserve, h.DropsQueueFull, h.DropsPublishFail)
+		fmt.Fprintf(&b, " %s hooks=%d landlock_abi=%d audit=%s drops(bpf=%d queue=%d publish=%d kernel_audit=%d)", h.Component, len(h.Hooks), h.LandlockABI, h.AuditStream, h.DropsBPFReserve, h.DropsQueueFull, h.DropsPublishFail, h.DropsKernelAudit)
 	case e.Launch != nil:
 		l := e.Launch
 		fmt.Fprintf(&b, " %s mode=%s abi=%d degraded=%v", l.Phase, l.Mode, l.LandlockABI, l.Degraded)

@@ -32,7 +32,7 @@ func TestFormatEvent(t *testing.T) {
 		want string
 	}{
 		{fileOp, "05:00:00.000 file_op         run=01234567 blocked_by_kernel read   openat            outside   result=-13 pid=42 comm=node path=abababababab"},
-		{health, "05:00:00.000 health          run=         daemon hooks=2 landlock_abi=7 audit=on drops(bpf=3 queue=0 publish=0)"},
+		{health, "05:00:00.000 health          run=         daemon hooks=2 landlock_abi=7 audit=on drops(bpf=3 queue=0 publish=0 kernel_audit=0)"},
 		{denial, "05:00:00.000 landlock_denial run=01234567 domain=1a blockers=fs.read_file class=outside path="},
 		{finding, "05:00:00.000 finding         run=01234567 ESCAPE provisional severity=critical reason=succeeded_outside_scope tool=read_text_file class=outside path=cdcdcdcdcdcd evidence=1"},
 		{final, "05:00:00.000 finding         run=01234567 BLOCKED_ATTEMPT final severity=low reason=kernel_denied_at_startup evidence=0"},

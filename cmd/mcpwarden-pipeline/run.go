@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,18 +53,26 @@ func publishToNATS(ctx context.Context, rc *runcmd.Context, nf *cli.NATSFlags, s
 		nc.Close()
 		return nil, fmt.Errorf("the run is refused because its records could not be published: %w", err)
 	}
-	return &flushOnExit{p: p, nc: nc}, nil
+	return &flushOnExit{p: p, nc: nc, uid: os.Getuid()}, nil
 }
 
 // flushOnExit waits, after the run's exit record, until everything is
 // acknowledged or safely spooled, so the process can end without losing
 // records in flight.
 type flushOnExit struct {
-	p  *publish.Publisher
-	nc *nats.Conn
+	p   *publish.Publisher
+	nc  *nats.Conn
+	uid int // the launcher's real uid
 }
 
+// Publish publishes events, its launch records stamped with who launched
+// the run: this process's real uid, as the launcher's own word
+// (launcher_uid_by "launcher"): no daemon stands between it and NATS to
+// read its peer credentials. What it is worth: publishing at all took the
+// host's publisher credentials (root-only on a single host), whose holder
+// could write anything; docs/events.md, "Who asserts each field".
 func (f *flushOnExit) Publish(ctx context.Context, events []schema.Event) error {
+	events = stampLauncher(events, f.uid)
 	if err := f.p.Publish(ctx, events); err != nil {
 		return err
 	}
@@ -75,4 +85,26 @@ func (f *flushOnExit) Publish(ctx context.Context, events []schema.Event) error 
 		}
 	}
 	return nil
+}
+
+// stampLauncher returns events with every launch record saying uid
+// launched the run, in the launcher's own word; the caller's slice is left
+// as it was.
+func stampLauncher(events []schema.Event, uid int) []schema.Event {
+	out := events
+	for i := range events {
+		l := events[i].Launch
+		if l == nil {
+			continue
+		}
+		if &out[0] == &events[0] {
+			out = slices.Clone(events)
+		}
+		c := *l
+		u := uid
+		c.LauncherUID, c.LauncherUIDBy = &u, schema.LauncherUIDByLauncher
+		out[i].Launch = &c
+		out[i].SchemaVersion = max(out[i].SchemaVersion, 3)
+	}
+	return out
 }

@@ -24,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mcpwarden/mcpwarden/collector/store"
+	"github.com/mcpwarden/mcpwarden/schema"
 	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
 )
 
@@ -38,7 +39,7 @@ var List = []Canned{
 	{"findings", "findings by severity, type, host, scope and tool"},
 	{"denials", "denials by scope: the proxy's (by error code) and the kernel's (by path class)"},
 	{"timeline", "the per-call timeline of one run (--run RUN_ID)"},
-	{"health", "observation health by host: hooks, audit stream, drops, gap findings"},
+	{"health", "observation health by host: hooks, audit stream, drops, kernel audit loss, gap findings"},
 	{"inventory", "wrapped servers by host, protocol era and version (legacy servers still running)"},
 }
 
@@ -115,19 +116,26 @@ func Run(ctx context.Context, st *store.Store, name string, p Params) (*Result, 
 // launcherUIDChunk bounds the runs of one launcher_uid query.
 const launcherUIDChunk = 500
 
-// addLauncherUIDs appends the runs query's launcher_uid column: who launched
-// each run, from its launch records (set by the daemon from its socket's
-// peer credentials; -1 when no record says, e.g. a run that did not
-// register with a daemon or stored before schema_version 2). It reads the
-// launch records of the result's runs by their primary key (kind, host,
-// run_id), whenever they were made: the rollup does not hold it.
+// addLauncherUIDs appends the runs query's launcher_uid and
+// launcher_uid_by columns: who launched each run, and who says so, from
+// its launch records: "daemon" (its socket's peer credentials; every
+// schema_version 2 uid) or "launcher" (a `run --nats` publishing itself
+// states its own uid); -1 and "" when no record says (a record of
+// schema_version 1). When records of both kinds name one run, the
+// daemon's word is shown. It reads the launch records of the result's
+// runs by their primary key (kind, host, run_id), whenever they were made:
+// the rollup does not hold them.
 func addLauncherUIDs(ctx context.Context, st *store.Store, res *Result) error {
 	hostAt, runAt := slices.Index(res.Columns, "host"), slices.Index(res.Columns, "run_id")
 	if hostAt < 0 || runAt < 0 {
 		return fmt.Errorf("query runs: no host and run_id columns to find the launcher by")
 	}
 	type ref struct{ host, run string }
-	uids := map[ref]int64{}
+	type said struct {
+		uid int64
+		by  string
+	}
+	uids := map[ref]said{}
 	for lo := 0; lo < len(res.Rows); lo += launcherUIDChunk {
 		chunk := res.Rows[lo:min(lo+launcherUIDChunk, len(res.Rows))]
 		params := store.Params{}
@@ -137,20 +145,25 @@ func addLauncherUIDs(ctx context.Context, st *store.Store, res *Result) error {
 			params[h], params[r] = fmt.Sprint(row[hostAt]), fmt.Sprint(row[runAt])
 			tuples[i] = "({" + h + ":String}, {" + r + ":String})"
 		}
-		sql := "SELECT host, run_id, max(launcher_uid) FROM events WHERE kind = 'launch' AND launcher_uid >= 0 AND (host, run_id) IN (" +
-			strings.Join(tuples, ", ") + ") GROUP BY host, run_id"
+		sql := "SELECT host, run_id, toString(launcher_uid_by) AS by, max(launcher_uid) FROM events WHERE kind = 'launch' AND launcher_uid >= 0 AND (host, run_id) IN (" +
+			strings.Join(tuples, ", ") + ") GROUP BY host, run_id, by"
 		rows, err := st.Query(ctx, sql, params)
 		if err != nil {
 			return fmt.Errorf("query runs: launcher uids: %w", err)
 		}
 		for rows.Next() {
 			var k ref
-			var uid int64
-			if err := rows.Scan(&k.host, &k.run, &uid); err != nil {
+			var s said
+			if err := rows.Scan(&k.host, &k.run, &s.by, &s.uid); err != nil {
 				rows.Close()
 				return fmt.Errorf("query runs: launcher uids: %w", err)
 			}
-			uids[k] = uid
+			if s.by == "" {
+				s.by = string(schema.LauncherUIDByDaemon) // schema_version 2: only the daemon set it
+			}
+			if prev, ok := uids[k]; !ok || prev.by != string(schema.LauncherUIDByDaemon) {
+				uids[k] = s
+			}
 		}
 		err = rows.Err()
 		rows.Close()
@@ -158,13 +171,13 @@ func addLauncherUIDs(ctx context.Context, st *store.Store, res *Result) error {
 			return fmt.Errorf("query runs: launcher uids: %w", err)
 		}
 	}
-	res.Columns = append(res.Columns, "launcher_uid")
+	res.Columns = append(res.Columns, "launcher_uid", "launcher_uid_by")
 	for i, row := range res.Rows {
-		uid, ok := uids[ref{fmt.Sprint(row[hostAt]), fmt.Sprint(row[runAt])}]
+		s, ok := uids[ref{fmt.Sprint(row[hostAt]), fmt.Sprint(row[runAt])}]
 		if !ok {
-			uid = -1
+			s = said{uid: -1}
 		}
-		res.Rows[i] = append(row, uid)
+		res.Rows[i] = append(row, s.uid, s.by)
 	}
 	return nil
 }
@@ -275,7 +288,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 }
 
 func cell(col string, v any) string {
-	if col == "launcher_uid" && v == any(int64(-1)) {
+	if col == "launcher_uid" && v == any(int64(-1)) || col == "launcher_uid_by" && v == any("") {
 		return "-"
 	}
 	if col == "call_ns" {

@@ -55,7 +55,7 @@ func setup(t *testing.T) (*store.Store, *eventgen.Gen, []schema.Event) {
 	evs[0].Launch.Mode = schema.ModeAudit
 	// The daemon names who launched the run (its socket's peer uid).
 	launcher := 1000
-	evs[0].Launch.LauncherUID = &launcher
+	evs[0].Launch.LauncherUID, evs[0].Launch.LauncherUIDBy = &launcher, schema.LauncherUIDByDaemon
 	// What the proxy learned once the server answered initialize.
 	id := g.Origin.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, g.T0.Add(time.Millisecond))
 	id.Launch = &schema.Launch{Phase: schema.PhaseIdentified, Mode: schema.ModeAudit, LandlockABI: 7, ServerExe: "node",
@@ -75,7 +75,7 @@ func setup(t *testing.T) (*store.Store, *eventgen.Gen, []schema.Event) {
 	ll := g.Origin.NewEvent(schema.KindLandlockDenial, g.RunID, g.ScopeID, g.ScopeHash, g.T0.Add(time.Minute))
 	ll.LandlockDenial = &schema.LandlockDenial{Domain: "1a", Blockers: []string{"fs.read_file"}, PathHash: g.Hasher.Hash("/etc/shadow"), PathClass: schema.PathSecret, PID: 1}
 	h := g.Origin.NewEvent(schema.KindHealth, "", "", "", g.T0)
-	h.Health = &schema.Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on", DropsQueueFull: 2}
+	h.Health = &schema.Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on", DropsQueueFull: 2, DropsKernelAudit: 1877}
 	evs = append(evs, esc, den, ll, h)
 	evs = append(evs, crosscheck.Check(evs, crosscheck.Config{}, time.Now())...)
 	if err := st.Insert(ctx, evs); err != nil {
@@ -147,8 +147,8 @@ func TestCannedQueries(t *testing.T) {
 		}
 		// Who launched each run: the daemon's word, or -1 when no launch
 		// record says (the other run did not come through a daemon).
-		if num(rows[0]["launcher_uid"]) != 1000 || num(rows[1]["launcher_uid"]) != -1 {
-			t.Fatalf("launcher_uid %v and %v, want 1000 and -1", rows[0]["launcher_uid"], rows[1]["launcher_uid"])
+		if num(rows[0]["launcher_uid"]) != 1000 || num(rows[1]["launcher_uid"]) != -1 || rows[0]["launcher_uid_by"] != "daemon" || rows[1]["launcher_uid_by"] != "" {
+			t.Fatalf("launcher_uid %v (by %v) and %v (by %v), want 1000 (daemon) and -1", rows[0]["launcher_uid"], rows[0]["launcher_uid_by"], rows[1]["launcher_uid"], rows[1]["launcher_uid_by"])
 		}
 		if num(rows[0]["calls_denied"]) != 1 || num(rows[0]["findings"]) != float64(runFindings) || num(rows[0]["kernel_denials"]) != 1 {
 			t.Fatalf("counts: %v (want %d findings)", rows[0], runFindings)
@@ -244,7 +244,7 @@ func TestCannedQueries(t *testing.T) {
 	t.Run("health", func(t *testing.T) {
 		rows := runJSON(t, st, "health", Params{})
 		if len(rows) != 1 || rows[0]["host"] != "web-1" || num(rows[0]["drops_queue"]) != 2 || num(rows[0]["gap_findings"]) < 1 || rows[0]["audit_stream"] != "on" ||
-			num(rows[0]["unattributed_denials"]) != 1 {
+			num(rows[0]["unattributed_denials"]) != 1 || num(rows[0]["drops_kernel_audit"]) != 1877 {
 			t.Fatalf("%v", rows)
 		}
 	})

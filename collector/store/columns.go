@@ -25,8 +25,13 @@ var columns = []string{
 	"domain", "blockers",
 	"finding_type", "severity", "evidence_ids", "reason",
 	"component", "hooks", "audit_stream", "drops_bpf_reserve", "drops_queue_full", "drops_publish_fail", "spool_depth",
-	"layers", "server_uid", "file_owner", "launcher_uid",
+	"layers", "server_uid", "file_owner", "launcher_uid", "drops_kernel_audit", "launcher_uid_by",
 }
+
+// lateColumns are the columns migrations added after the table was made,
+// in order, at the end of columns: a database not migrated that far is
+// read and written without them (columnCount).
+var lateColumns = []string{"launcher_uid", "drops_kernel_audit", "launcher_uid_by"}
 
 // timeColumns are the columns holding instants: Int64 ns in the legacy
 // layout; DateTime64(9) in the current one, under other names (the legacy
@@ -104,6 +109,9 @@ type row struct {
 	serverUID   int64
 	fileOwner   string
 	launcherUID int64 // -1: not known (the record did not come through a daemon)
+
+	dropsKernelAudit uint64
+	launcherUIDBy    string // "" in records of schema_version 2 (the daemon's word) and where launcherUID is -1
 }
 
 func b2u(b bool) uint8 {
@@ -130,6 +138,7 @@ func flatten(e *schema.Event) row {
 		if l.LauncherUID != nil {
 			r.launcherUID = int64(*l.LauncherUID)
 		}
+		r.launcherUIDBy = string(l.LauncherUIDBy)
 		for _, ly := range l.Layers {
 			r.layers = append(r.layers, encodeLayer(ly))
 		}
@@ -159,6 +168,7 @@ func flatten(e *schema.Event) row {
 		r.component, r.landlockABI, r.auditStream = h.Component, uint8(h.LandlockABI), h.AuditStream
 		r.hooks = append(r.hooks, h.Hooks...)
 		r.dropsBPF, r.dropsQueue, r.dropsPublish, r.spool = h.DropsBPFReserve, h.DropsQueueFull, h.DropsPublishFail, h.SpoolDepth
+		r.dropsKernelAudit = h.DropsKernelAudit
 	}
 	return r
 }
@@ -175,7 +185,7 @@ func (r *row) pointers() []any {
 		&r.domain, &r.blockers,
 		&r.findingType, &r.severity, &r.evidenceIDs, &r.reason,
 		&r.component, &r.hooks, &r.auditStream, &r.dropsBPF, &r.dropsQueue, &r.dropsPublish, &r.spool,
-		&r.layers, &r.serverUID, &r.fileOwner, &r.launcherUID,
+		&r.layers, &r.serverUID, &r.fileOwner, &r.launcherUID, &r.dropsKernelAudit, &r.launcherUIDBy,
 	}
 }
 
@@ -231,6 +241,7 @@ func (r *row) event() schema.Event {
 		if r.launcherUID >= 0 {
 			uid := int(r.launcherUID)
 			e.Launch.LauncherUID = &uid
+			e.Launch.LauncherUIDBy = schema.LauncherUIDBy(r.launcherUIDBy)
 		}
 	case schema.KindDecision:
 		e.Decision = &schema.Decision{OpID: r.opID, Method: r.method, ProtocolEra: r.protoEra, ProtocolVersion: r.protocolVersion,
@@ -248,7 +259,8 @@ func (r *row) event() schema.Event {
 			OpID: r.opID, Reason: r.reason, PathHash: schema.PathHash(r.pathHash), PathClass: schema.PathClass(r.pathClass)}
 	case schema.KindHealth:
 		e.Health = &schema.Health{Component: r.component, Hooks: nonEmpty(r.hooks), LandlockABI: int(r.landlockABI), AuditStream: r.auditStream,
-			DropsBPFReserve: r.dropsBPF, DropsQueueFull: r.dropsQueue, DropsPublishFail: r.dropsPublish, SpoolDepth: r.spool}
+			DropsBPFReserve: r.dropsBPF, DropsQueueFull: r.dropsQueue, DropsPublishFail: r.dropsPublish, SpoolDepth: r.spool,
+			DropsKernelAudit: r.dropsKernelAudit}
 	}
 	return e
 }
@@ -361,8 +373,9 @@ func (s *Store) selectSQL() string {
 	return "SELECT " + strings.Join(columns[:s.columnCount()], ", ") + " FROM events"
 }
 
-// columnCount is how many of columns the events table has (all but
-// launcher_uid before migration 0006 is applied).
+// columnCount is how many of columns the events table has: all but the
+// lateColumns from the first one its migrations have not added yet (0006
+// launcher_uid, 0007 drops_kernel_audit, 0008 launcher_uid_by).
 func (s *Store) columnCount() int {
 	if s.ncols == 0 {
 		return len(columns)

@@ -90,15 +90,23 @@ func (s *Store) detect(ctx context.Context) error {
 	if tables == 0 {
 		return nil
 	}
-	var timeNS, timeCol, launcherUID uint64
-	if err := s.conn.QueryRow(ctx, "SELECT countIf(name = 'time_ns' AND default_kind = ''), countIf(name = 'time'), countIf(name = 'launcher_uid') FROM system.columns WHERE database = "+db+" AND table = 'events'").Scan(&timeNS, &timeCol, &launcherUID); err != nil {
+	var timeNS, timeCol uint64
+	if err := s.conn.QueryRow(ctx, "SELECT countIf(name = 'time_ns' AND default_kind = ''), countIf(name = 'time') FROM system.columns WHERE database = "+db+" AND table = 'events'").Scan(&timeNS, &timeCol); err != nil {
 		return fmt.Errorf("read the events table's columns: %w", err)
 	}
-	// A database not migrated to launcher_uid yet (a query, or a test
-	// migrating step by step) is read and written without it.
-	s.ncols = len(columns)
-	if launcherUID == 0 {
-		s.ncols--
+	// A database not migrated to the late columns yet (a query, or a test
+	// migrating step by step) is read and written without them: the
+	// columns up to the first one it lacks.
+	s.ncols = len(columns) - len(lateColumns)
+	for _, c := range lateColumns {
+		var n uint64
+		if err := s.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = "+db+" AND table = 'events' AND name = "+quote(c)).Scan(&n); err != nil {
+			return fmt.Errorf("read the events table's columns: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		s.ncols++
 	}
 	switch {
 	case timeNS > 0:

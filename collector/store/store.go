@@ -43,7 +43,7 @@ type Store struct {
 
 	version      serverVersion
 	layout       Layout
-	ncols        int  // the events columns the table has: columns, or all but its last (launcher_uid) before migration 0006
+	ncols        int  // the events columns the table has: columns, or the first ncols of them before the migrations of lateColumns
 	serverParams bool // the server takes query parameters ({name:Type})
 	distributed  bool // events is a Distributed table (a cluster)
 }

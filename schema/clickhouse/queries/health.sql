@@ -1,5 +1,7 @@
 -- health: observation health by host: what its observers run on (from the
--- latest health report), what they lost (highest drop counters), the
+-- latest health report), what they lost (highest drop counters; the
+-- daemon's drops_kernel_audit counts the audit records the kernel itself
+-- lost while it watched, whose runs carry kernel_audit_lost gaps), the
 -- OBSERVATION_GAP findings (degraded Landlock, runs without kernel events,
 -- drops), and the Landlock denials the daemon could not tie to any run
 -- (another program's domain, or a domain older than the daemon): these are
@@ -15,6 +17,7 @@ SELECT
     maxIf(drops_bpf_reserve, kind = 'health') AS drops_bpf,
     maxIf(drops_queue_full, kind = 'health') AS drops_queue,
     maxIf(drops_publish_fail, kind = 'health') AS drops_publish,
+    maxIf(drops_kernel_audit, kind = 'health') AS drops_kernel_audit,
     argMaxIf(spool_depth, time_ns, kind = 'health') AS spool_depth,
     maxIf(time_ns, kind = 'health') AS last_report_ns,
     uniqExactIf(cityHash64(event_id), kind = 'finding') AS gap_findings,
