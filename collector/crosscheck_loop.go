@@ -163,7 +163,7 @@ func (c *Collector) crossCheckPass(ctx context.Context, st *store.Store, from fu
 			if err != nil {
 				return now, err
 			}
-			findings = append(findings, crosscheck.CheckSilence(evs, hs, c.cfg.CrossCheckCfg, now)...)
+			findings = append(findings, crosscheck.CheckSilenceArrived(evs, arrived, hs, c.cfg.CrossCheckCfg, now)...)
 		}
 		for _, f := range findings {
 			if !emitted[f.EventID] {

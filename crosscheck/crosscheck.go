@@ -130,13 +130,22 @@ func Check(events []schema.Event, cfg Config, asOf time.Time) []schema.Event {
 // it arrived, so a backlog delivered late (a collector catching up, a
 // daemon re-reading the stream after a restart) is judged only once the
 // rest of it had a window to arrive too.
+//
+// Event times are the emitting host's clock, arrivals and asOf the
+// judge's. A host whose clock is ahead dates its evidence in the judge's
+// future: when arrivals say so (ClockOffset below zero), when it happened
+// is read on the judge's clock, so its findings are not held back by the
+// skew (up to the hour the collector takes; before, an ESCAPE on a host 30
+// minutes ahead was reported 30 minutes late).
 func CheckArrived(events []schema.Event, arrived map[string]int64, cfg Config, asOf time.Time) []schema.Event {
 	cfg = cfg.withDefaults()
 	cutoff := asOf.Add(-cfg.Window).UnixNano()
+	ahead, _ := ClockOffset(events, arrived)
+	ahead = min(ahead, 0)
 	all := checkAll(events, cfg)
 	out := all[:0]
 	for _, f := range all {
-		if settledAt(&f, arrived) <= cutoff {
+		if settledAt(&f, arrived, ahead) <= cutoff {
 			out = append(out, f)
 		}
 	}
@@ -144,10 +153,34 @@ func CheckArrived(events []schema.Event, arrived map[string]int64, cfg Config, a
 	return out
 }
 
-// settledAt is the later of when a finding's evidence happened (its time)
-// and when the last of its evidence arrived.
-func settledAt(f *schema.Event, arrived map[string]int64) int64 {
-	t := f.TimeNS
+// ClockOffset estimates how far the judge's clock is ahead of the clock
+// that dated events (Unix ns; negative: the emitting host's clock is
+// ahead), from the events whose arrival is known: the smallest arrival
+// minus time. Transport delay and a backlog only make it larger, never
+// smaller, so a correction by it never judges anything earlier than the
+// evidence could have arrived. ok is false when no arrival is known.
+func ClockOffset(events []schema.Event, arrived map[string]int64) (offset int64, ok bool) {
+	for i := range events {
+		e := &events[i]
+		if e.Kind == schema.KindFinding {
+			continue
+		}
+		a, known := arrived[e.EventID]
+		if !known {
+			continue
+		}
+		if d := a - e.TimeNS; !ok || d < offset {
+			offset, ok = d, true
+		}
+	}
+	return offset, ok
+}
+
+// settledAt is the later of when a finding's evidence happened (its time,
+// moved by ahead: the emitting clock's lead, ≤ 0) and when the last of its
+// evidence arrived.
+func settledAt(f *schema.Event, arrived map[string]int64, ahead int64) int64 {
+	t := f.TimeNS + ahead
 	for _, id := range f.Finding.EvidenceIDs {
 		if a, ok := arrived[id]; ok && a > t {
 			t = a

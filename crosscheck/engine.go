@@ -170,7 +170,7 @@ func (en *Engine) report(out []schema.Event, r *runState, now time.Time) []schem
 			break // sorted by time: the rest has not settled either
 		}
 		key := r.key(&f)
-		at := settledAt(&f, r.arrived)
+		at := settledAt(&f, r.arrived, 0) // the daemon dates and judges on one clock
 		switch {
 		case at > settled:
 			continue

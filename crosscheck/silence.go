@@ -48,6 +48,22 @@ const DefaultDaemonSilence = 3 * time.Minute
 // the last report before the silence, so the finding is the same row
 // whether the daemon later came back or not.
 func CheckSilence(run, health []schema.Event, cfg Config, asOf time.Time) []schema.Event {
+	return CheckSilenceArrived(run, nil, health, cfg, asOf)
+}
+
+// CheckSilenceArrived is CheckSilence for a run whose events' arrivals are
+// known (arrived: Unix ns by event id, the judge's clock). The reports are
+// dated by the host's clock and asOf is the judge's: the silence that is
+// still going on (since the last report) is measured up to asOf read on
+// the host's clock, by the offset the run's arrivals show (ClockOffset).
+// Before, a host whose clock was behind the collector's by more than
+// DaemonSilence and the window had its daemon look silent, and every clean
+// run live there got daemon_silent; one ahead had a dead daemon found that
+// much later.
+func CheckSilenceArrived(run []schema.Event, arrived map[string]int64, health []schema.Event, cfg Config, asOf time.Time) []schema.Event {
+	if off, ok := ClockOffset(run, arrived); ok {
+		asOf = asOf.Add(-time.Duration(off))
+	}
 	cfg = cfg.withDefaults()
 	if len(run) == 0 {
 		return nil

@@ -74,11 +74,11 @@ func TestInsertRoundTripAndDuplicatesCollapse(t *testing.T) {
 	f := o.NewEvent(schema.KindFinding, g.RunID, g.ScopeID, g.ScopeHash, now.Add(time.Second))
 	f.Finding = &schema.Finding{Type: schema.FindingBlockedAttempt, Severity: schema.SeverityMedium, EvidenceIDs: []string{d.EventID}, Reason: "kernel_denied", PathHash: d.LandlockDenial.PathHash, PathClass: schema.PathOutside}
 	h := o.NewEvent(schema.KindHealth, g.RunID, "", "", now.Add(2*time.Second))
-	h.Health = &schema.Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on", DropsQueueFull: 3}
+	h.Health = &schema.Health{Component: "daemon", Hooks: []string{"tracepoint/syscalls/sys_enter_openat"}, LandlockABI: 7, AuditStream: "on", DropsQueueFull: 3, DropsKernelAudit: 1877}
 	ex := o.NewEvent(schema.KindLaunch, g.RunID, g.ScopeID, g.ScopeHash, now.Add(3*time.Second))
 	ex.Launch = &schema.Launch{Phase: "exit", Mode: schema.ModeAudit, LandlockABI: 7, Degraded: true, DegradedReason: "net_tcp", ExitStatus: 1, ExitReason: "exited", DurationMS: 1234,
 		Layers:    []schema.Layer{{Name: schema.LayerLandlock, State: schema.LayerOn}, {Name: schema.LayerNetNS, State: schema.LayerOff, Reason: "scope_grants_network"}},
-		ServerUID: 1879048193, FileOwner: "1000:1000", LauncherUID: func() *int { u := 65534; return &u }()}
+		ServerUID: 1879048193, FileOwner: "1000:1000", LauncherUID: func() *int { u := 65534; return &u }(), LauncherUIDBy: schema.LauncherUIDByLauncher}
 	evs = append(evs, d, f, h, ex)
 	for i := range evs {
 		if err := evs[i].Validate(); err != nil {
