@@ -18,8 +18,9 @@ import (
 )
 
 // TestCleanRunsAreClean is issue 11's first promise, end to end: the
-// official filesystem server (node), go-sdk's everything-server (Go), the
-// naive Go test server and a Python server in a virtual environment, each wrapped by `mcpwarden run` with the
+// official filesystem server (node), the official everything and memory
+// servers (node), go-sdk's everything-server (Go), the naive Go test server
+// and a Python server in a virtual environment, each wrapped by `mcpwarden run` with the
 // default runtime profile and watched by the real daemon (eBPF probes,
 // Landlock audit records, its cross-check) and the collector, doing only
 // what their scope allows, come out CLEAN in `mcpwarden query runs`, in
@@ -31,8 +32,12 @@ func TestCleanRunsAreClean(t *testing.T) {
 	testenv.RequireRoot(t)
 	// Its daemon reads the kernel's audit log: no test may flood it meanwhile.
 	testenv.AuditUser(t)
-	fsServer := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
-	testenv.RequireFile(t, fsServer, "run scripts/test-env.sh install-npm")
+	official := func(name string) string {
+		js := filepath.Join(testenv.RepoRoot(), "deploy", "mcp-servers", "node_modules", "@modelcontextprotocol", name, "dist", "index.js")
+		testenv.RequireFile(t, js, "run scripts/test-env.sh install-npm")
+		return js
+	}
+	fsServer, everythingJS, memoryJS := official("server-filesystem"), official("server-everything"), official("server-memory")
 	node := testenv.RequireCommand(t, "node")
 	gopath, err := exec.Command("go", "env", "GOPATH").Output()
 	if err != nil {
@@ -43,9 +48,11 @@ func TestCleanRunsAreClean(t *testing.T) {
 	python := testenv.RequireCommand(t, "/usr/bin/python3")
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)
-	tr := testenv.NewTree(t, `{"scope_id":"clean-runs","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file","list_allowed_directories","test_simple_text","now"],"tool_classes":{"test_simple_text":"read","read_text_file":"read","now":"read"},"approval":"none","expires_after_minutes":30}`)
+	tr := testenv.NewTree(t, `{"scope_id":"clean-runs","allowed_paths":["ws"],"resource_refs":[],"access_mode":"read","tool_allowlist":["read_text_file","list_allowed_directories","test_simple_text","now","echo","read_graph"],"tool_classes":{"test_simple_text":"read","read_text_file":"read","now":"read","echo":"read","read_graph":"read"},"approval":"none","expires_after_minutes":30}`)
 	state, socket, base, ws, inside, scope := tr.State, tr.Socket, tr.Base, tr.WS, tr.Inside, tr.Scope
-	testenv.WriteFiles(t, map[string]string{inside: "INSIDE-CLEAN"})
+	// The memory server's graph, in the workspace (its MEMORY_FILE_PATH).
+	memoryFile := filepath.Join(ws, "memory.jsonl")
+	testenv.WriteFiles(t, map[string]string{inside: "INSIDE-CLEAN", memoryFile: `{"type":"entity","name":"clean-graph","entityType":"test","observations":["kept"]}` + "\n"})
 	naive := filepath.Join(tr.Root, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
 	venvServer := mcptest.InstallVenvServer(t, python, filepath.Join(tr.Root, "venv"))
@@ -58,9 +65,10 @@ func TestCleanRunsAreClean(t *testing.T) {
 		return []string{"run", "--proxy=" + map[bool]string{true: "true", false: "false"}[proxy], "--mode", mode, "--daemon-socket", socket, "--scope", scope, "--base", base, "--state-dir", state, "--"}
 	}
 	// mcpSession drives an MCP server through mcpwarden run.
-	mcpSession := func(t *testing.T, mode string, server []string, tool string, args map[string]any, want string) {
+	mcpSession := func(t *testing.T, mode string, server []string, env []string, tool string, args map[string]any, want string) {
 		cmd := exec.Command(bin, append(runArgs(mode, true), server...)...)
 		cmd.Dir = base
+		cmd.Env = append(os.Environ(), env...)
 		stderr := &testenv.LockedBuffer{}
 		cmd.Stderr = stderr
 		c, err := mcptest.Start(cmd, 3*time.Minute)
@@ -96,14 +104,20 @@ func TestCleanRunsAreClean(t *testing.T) {
 	start := time.Now().Add(-time.Minute)
 	for _, mode := range []string{"enforce", "audit"} {
 		t.Run("filesystem/"+mode, func(t *testing.T) {
-			mcpSession(t, mode, []string{node, fsServer, ws}, "read_text_file", map[string]any{"path": inside}, "INSIDE-CLEAN")
+			mcpSession(t, mode, []string{node, fsServer, ws}, nil, "read_text_file", map[string]any{"path": inside}, "INSIDE-CLEAN")
+		})
+		t.Run("server-everything/"+mode, func(t *testing.T) {
+			mcpSession(t, mode, []string{node, everythingJS, "stdio"}, nil, "echo", map[string]any{"message": "clean"}, "Echo: clean")
+		})
+		t.Run("server-memory/"+mode, func(t *testing.T) {
+			mcpSession(t, mode, []string{node, memoryJS}, []string{"MEMORY_FILE_PATH=" + memoryFile}, "read_graph", map[string]any{}, "clean-graph")
 		})
 		t.Run("everything-server/"+mode, func(t *testing.T) {
-			mcpSession(t, mode, []string{everything}, "test_simple_text", map[string]any{}, "simple text")
+			mcpSession(t, mode, []string{everything}, nil, "test_simple_text", map[string]any{}, "simple text")
 		})
 		t.Run("naive/"+mode, func(t *testing.T) { naiveSession(t, mode) })
 		t.Run("python-venv/"+mode, func(t *testing.T) {
-			mcpSession(t, mode, []string{venvServer}, "now", map[string]any{"tz": "Europe/Berlin"}, "+0")
+			mcpSession(t, mode, []string{venvServer}, nil, "now", map[string]any{"tz": "Europe/Berlin"}, "+0")
 		})
 	}
 
@@ -129,13 +143,13 @@ func TestCleanRunsAreClean(t *testing.T) {
 		if err == nil {
 			rows = parseRows[runRow](t, out)
 		}
-		if len(rows) == 8 && time.Since(settle) > 15*time.Second || time.Now().After(deadline) {
+		if len(rows) == 12 && time.Since(settle) > 15*time.Second || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(2 * time.Second)
 	}
-	if len(rows) != 8 {
-		t.Fatalf("query runs has %d runs of the scope, want 8: %+v", len(rows), rows)
+	if len(rows) != 12 {
+		t.Fatalf("query runs has %d runs of the scope, want 12: %+v", len(rows), rows)
 	}
 	type event struct {
 		Kind      string `json:"kind"`
@@ -171,8 +185,12 @@ func TestCleanRunsAreClean(t *testing.T) {
 	for _, r := range rows {
 		named[r.Server]++
 	}
-	if named["secure-filesystem-server"] != 2 || named[""] != 2 || len(named) != 4 {
-		t.Errorf("the SERVER column of query runs: %v, want the filesystem server's name twice, two more servers twice each, and the two relayed runs unnamed", named)
+	twice := len(named) == 6
+	for _, n := range named {
+		twice = twice && n == 2
+	}
+	if named["secure-filesystem-server"] != 2 || named[""] != 2 || !twice {
+		t.Errorf("the SERVER column of query runs: %v, want the filesystem server's name twice, four more servers twice each, and the two relayed runs unnamed", named)
 	}
 	// With its version and era; the relayed runs say they were never
 	// identified, and name their executable.

@@ -450,10 +450,11 @@ func serverName(info map[string]json.RawMessage) string {
 	if version != "" {
 		name += "@" + version
 	}
-	if len(name) > 128 {
-		name = name[:128]
-	}
-	return name
+	// A token, as every record field must be: the server's own strings
+	// may hold anything (the official everything server calls itself
+	// "mcp-servers/everything"), and a record the daemon or the collector
+	// refuses stops the run or is lost.
+	return schema.SanitizeToken(name)
 }
 
 func mustJSON(v any) json.RawMessage {
