@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
+	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -39,36 +40,38 @@ func TestCrossCheckUnderClockSkew(t *testing.T) {
 			c := e.collector(t, func(c *Config) {
 				c.CrossCheck = true
 				c.CrossCheckEvery = 200 * time.Millisecond
-				c.CrossCheckCfg = crosscheck.Config{Window: time.Second, DaemonSilence: 5 * time.Second}
+				// A silence bound no stall of a loaded machine between two
+				// reports reaches, far below the skew: on the code before, the
+				// 10 minutes were a silence.
+				c.CrossCheckCfg = crosscheck.Config{Window: time.Second, DaemonSilence: 2 * time.Minute}
 			})
 			start(t, c)
 			host := "skewed-" + map[bool]string{true: "ahead", false: "behind"}[tc.skew > 0]
-			hostNow := func() time.Time { return time.Now().Add(tc.skew) }
+			// The host's clock reads base now; its events are dated over
+			// the 3 s before, in the order a live run makes them.
+			base := time.Now().Add(tc.skew).Add(-3 * time.Second)
 			g := eventgen.New(host)
-			report := func() schema.Event {
-				h := g.Origin.NewEvent(schema.KindHealth, "", "", "", hostNow())
+			report := func(at time.Time) schema.Event {
+				h := g.Origin.NewEvent(schema.KindHealth, "", "", "", at)
 				h.Health = &schema.Health{Component: "daemon", LandlockABI: 7, AuditStream: "on"}
 				return h
 			}
 			// The daemon reported before the run and goes on reporting
-			// (every 500 ms, far within the silence) while it is live.
-			first := report()
-			publishValid(t, e, []schema.Event{first})
-			g.T0 = time.Unix(0, first.TimeNS).Add(time.Millisecond)
+			// (every 500 ms, far within the silence bound) while it is live.
+			evs := []schema.Event{report(base)}
+			g.T0 = base.Add(time.Millisecond)
 			run := g.Mixed(1) // the run's launch, a call, its file operations
-			publishValid(t, e, run)
-			var esc schema.Event
-			for i := range 6 {
-				time.Sleep(500 * time.Millisecond)
-				evs := []schema.Event{report()}
-				if tc.escape && i == 3 {
-					esc = g.FileOp(1)
-					esc.TimeNS = hostNow().UnixNano()
-					esc.FileOp.PathClass, esc.FileOp.Verdict, esc.FileOp.PathHash = schema.PathOutside, "escape", g.Hasher.Hash("/etc/passwd")
-					evs = append(evs, esc)
-				}
-				publishValid(t, e, evs)
+			evs = append(evs, run...)
+			for i := 1; i <= 6; i++ {
+				evs = append(evs, report(base.Add(time.Duration(i)*500*time.Millisecond)))
 			}
+			if tc.escape {
+				esc := g.FileOp(1)
+				esc.TimeNS = base.Add(2 * time.Second).UnixNano()
+				esc.FileOp.PathClass, esc.FileOp.Verdict, esc.FileOp.PathHash = schema.PathOutside, "escape", g.Hasher.Hash("/etc/passwd")
+				evs = append(evs, esc)
+			}
+			publishValid(t, e, evs)
 			stored := uint64(len(run)) + 1 + 6 + map[bool]uint64{true: 1}[tc.escape]
 			if got := waitCount(t, st, fmt.Sprintf("SELECT uniqExact(event_id) FROM events WHERE host = '%s' AND kind != 'finding'", host), stored, 3*time.Minute); got != stored {
 				t.Fatalf("%d events stored, want %d (stats %+v)", got, stored, c.Stats())
@@ -95,6 +98,17 @@ func TestCrossCheckUnderClockSkew(t *testing.T) {
 				t.Fatal(err)
 			}
 			if gaps != 0 {
+				evs, err := st.ReadRun(context.Background(), store.RunRef{Host: host, RunID: g.RunID}, 1000)
+				for _, e := range evs {
+					if e.Finding != nil {
+						t.Logf("finding %s %s at %s (the run's first event at %s), evidence %v", e.Finding.Type, e.Finding.Reason, time.Unix(0, e.TimeNS).UTC().Format(time.RFC3339Nano), time.Unix(0, evs[0].TimeNS).UTC().Format(time.RFC3339Nano), e.Finding.EvidenceIDs)
+					}
+				}
+				hs, _ := st.ReadHealthSince(context.Background(), 0)
+				for _, h := range hs {
+					t.Logf("report at %s", time.Unix(0, h.TimeNS).UTC().Format(time.RFC3339Nano))
+				}
+				t.Logf("read: %v", err)
 				t.Fatalf("%d silence gaps on the live run of a host whose daemon reports, its clock %v behind the collector's", gaps, -tc.skew)
 			}
 		})
