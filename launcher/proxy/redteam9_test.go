@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/approval"
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -192,6 +194,23 @@ func ninthServer(logPath string) {
 				// name under its working directory.
 				target, _ := m.Params.Arguments["target"].(string)
 				b, err := os.ReadFile(target)
+				if err != nil {
+					result(`{"content":[{"type":"text","text":"ERR"}],"isError":true}`)
+					return
+				}
+				result(`{"content":[{"type":"text","text":` + q(string(b)) + `}]}`)
+				return
+			case "read_expanded":
+				// A server that expands "~user" as Python's
+				// os.path.expanduser does.
+				path, _ := m.Params.Arguments["path"].(string)
+				if strings.HasPrefix(path, "~") && !strings.HasPrefix(path, "~/") {
+					name, rest, _ := strings.Cut(path[1:], "/")
+					if u, err := user.Lookup(name); err == nil {
+						path = u.HomeDir + "/" + rest
+					}
+				}
+				b, err := os.ReadFile(path)
 				if err != nil {
 					result(`{"content":[{"type":"text","text":"ERR"}],"isError":true}`)
 					return
@@ -396,5 +415,25 @@ func TestTableNameOtherSchema(t *testing.T) {
 	r = c.tool("read_text_file", map[string]any{"path": in, "head": "redteam9_test.go"})
 	if denialCode(r) != string(schema.ErrPathOutsideScope) {
 		t.Fatalf("head naming a file under the server's working directory = %+v", r)
+	}
+}
+
+// TestTildeUserExpanded: "~root/.profile" is a relative name to the
+// filesystem server but root's home to a server that expands it
+// (Python's os.path.expanduser): in a scope that holds the base, it is
+// refused (PATH_OUTSIDE_SCOPE), as /root/.profile. Before: it was
+// checked as a relative name only (inside the scope), and the server
+// returned /root/.profile.
+func TestTildeUserExpanded(t *testing.T) {
+	testenv.RequireFile(t, "/root/.profile", "root's home on Debian holds .profile")
+	f, _ := scriptedSecretFixture(t, ninthEnv, "ninth.log", []string{"read_expanded"}, func(s *schema.Scope) { s.AllowedPaths = []string{"."} })
+	c := f.client
+	c.initLegacy(false)
+	if r := c.tool("read_expanded", map[string]any{"path": filepath.Join(f.base, "allowed", "probe.txt")}); r.text() != "MARKER-ALLOWED-7f3a" {
+		t.Fatalf("a read inside the scope = %+v", r)
+	}
+	r := c.tool("read_expanded", map[string]any{"path": "~root/.profile"})
+	if denialCode(r) != string(schema.ErrPathOutsideScope) {
+		t.Fatalf("~root/.profile = %+v", r)
 	}
 }

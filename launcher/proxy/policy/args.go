@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -411,6 +412,14 @@ func (c *argChecker) path(ptr []string, s string) *Denial {
 			return d
 		}
 	}
+	if home, rest, ok := tildeUser(s); ok {
+		// "~user/…" is a relative name to the filesystem server, but
+		// that user's home to one that expands it (Python's
+		// os.path.expanduser, a shell): checked both ways.
+		if d := c.one(ptr, home+rest, c.relTo); d != nil {
+			return d
+		}
+	}
 	if d := c.one(ptr, s, c.relTo); d != nil {
 		return d
 	}
@@ -418,6 +427,25 @@ func (c *argChecker) path(ptr []string, s string) *Denial {
 		return c.one(ptr, s, c.alt)
 	}
 	return nil
+}
+
+// tildeUser reports whether s starts with "~user" ("~user" alone or
+// followed by '/') for a user of this host with a home directory, and
+// returns that home and what follows the name. A name no user has is
+// left as it is by the servers that expand the others.
+func tildeUser(s string) (home, rest string, ok bool) {
+	if len(s) < 2 || s[0] != '~' || s[1] == '/' {
+		return "", "", false
+	}
+	name := s[1:]
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		name, rest = name[:i], name[i:]
+	}
+	u, err := user.Lookup(name)
+	if err != nil || u.HomeDir == "" || !filepath.IsAbs(u.HomeDir) {
+		return "", "", false
+	}
+	return u.HomeDir, rest, true
 }
 
 // one checks s as a path with relative names resolved by relTo.

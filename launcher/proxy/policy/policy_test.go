@@ -451,7 +451,7 @@ func TestPolicyHelpersAllocateNothing(t *testing.T) {
 // looks like a path resolves inside the scope and is not secret.
 func FuzzCheckArguments(f *testing.F) {
 	for _, s := range []string{"/etc/passwd", "../outside/probe.txt", "%2e%2e/x", "\uff0fetc", `..\x`, "file:///etc", "outside", "probe.txt", "~/x", "a\x00b",
-		"ȺȺȺ/../../outside", "\u212a/..", "ｅｔｃ/passwd", "outside/ⱥ"} {
+		"ȺȺȺ/../../outside", "\u212a/..", "ｅｔｃ/passwd", "outside/ⱥ", "~root/.profile", "~ȺȺ/x"} {
 		f.Add(s)
 	}
 	p, base := fixture(f)

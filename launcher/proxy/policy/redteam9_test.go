@@ -59,3 +59,37 @@ func TestTableToolsOtherMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestTildeUserPaths: "~user/…" of a user of this host is checked also as
+// that user's home (a server may expand it), for a table tool's path as
+// for any string; "~" names no user here, and a name no user has stays a
+// relative name. Before: only the relative name was checked, inside the
+// scope's directories.
+func TestTildeUserPaths(t *testing.T) {
+	p, base := fixture(t)
+	eff := []string{filepath.Join(base, "allowed")}
+	j := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
+	for _, tc := range []struct {
+		tool, path string
+		want       schema.ErrorCode
+	}{
+		{"read_text_file", "~root/.profile", schema.ErrPathOutsideScope},
+		{"read_text_file", "~root", schema.ErrPathOutsideScope},
+		{"other", "~root/.profile", schema.ErrPathOutsideScope},
+		{"read_text_file", "~no-such-user-rt9/x", ""},
+		{"read_text_file", "~ȺȺ/x", ""},
+	} {
+		_, d := p.CheckArguments(tc.tool, j(map[string]any{"path": tc.path}), eff)
+		if tc.want == "" && d != nil {
+			t.Errorf("%s %q: denied: %v", tc.tool, tc.path, d)
+		}
+		if tc.want != "" && (d == nil || d.Code != tc.want) {
+			t.Errorf("%s %q: got %v, want %s", tc.tool, tc.path, d, tc.want)
+		}
+	}
+	for _, s := range []string{"~", "~/x", "x~", "~\x00/x"} {
+		if _, _, ok := tildeUser(s); ok {
+			t.Errorf("tildeUser(%q) names a user", s)
+		}
+	}
+}
