@@ -51,7 +51,7 @@ const (
 	DefaultRootsTimeout     = 10 * time.Second
 	DefaultProbeTimeout     = 3 * time.Second
 	DefaultWarmupTimeout    = 2 * time.Second
-	DefaultRestartTimeout   = 30 * time.Second
+	DefaultRestartTimeout   = 2 * time.Minute
 	DefaultAskTimeout       = 500 * time.Millisecond
 )
 
