@@ -267,7 +267,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	cfg := Config{
 		Scope: cs, RunID: "run-" + schema.NewID()[:8], Origin: schema.Origin{Host: "test", BootID: "b"},
 		Hasher: h, Sink: sink, ServerOrigin: "test-server",
-		RootsTimeout: 10 * time.Second, WarmupTimeout: 5 * time.Second,
+		RootsTimeout: 10 * time.Second, WarmupTimeout: 30 * time.Second,
 	}
 	if testing.Verbose() {
 		cfg.Logger = testLogger(t)

@@ -32,7 +32,7 @@ func approvalServer(t *testing.T) (*approval.Server, string, string) {
 // pendingOp polls the approval socket until one call is pending.
 func pendingOp(t *testing.T, dir, runID string) approval.Pending {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		resp, err := approval.Send(context.Background(), dir, runID, approval.Request{Action: approval.ActionList})
 		if err != nil {

@@ -50,7 +50,7 @@ const (
 	DefaultApprovalTimeout  = 2 * time.Minute
 	DefaultRootsTimeout     = 10 * time.Second
 	DefaultProbeTimeout     = 3 * time.Second
-	DefaultWarmupTimeout    = 2 * time.Second
+	DefaultWarmupTimeout    = 10 * time.Second
 	DefaultRestartTimeout   = 2 * time.Minute
 	DefaultAskTimeout       = 500 * time.Millisecond
 )

@@ -615,19 +615,25 @@ func TestMalformedServerAnswers(t *testing.T) {
 
 // TestApprovalRacesExpiry: a write waiting for an approval when the scope
 // expires is answered SCOPE_EXPIRED, leaves the pending list, and an
-// approval sent after that writes nothing (guard: held before).
+// approval sent after that reaches nothing (guard: held before). The
+// server is a scripted one that starts at once: the scope's expiry is a
+// fixed time, and the real filesystem server took longer than the window
+// to start at load 26-50, so the session expired during its handshake.
 func TestApprovalRacesExpiry(t *testing.T) {
 	srv, dir, runID := approvalServer(t)
+	logPath := t.TempDir() + "/plain.log"
 	f := newFixture(t, fixtureOpts{
 		keepClientOpen: true,
 		scope: func(s *schema.Scope) {
 			s.Approval = schema.ApprovalRequiredForWrite
-			// Expires 8 s from now: long enough for the handshake and
-			// the write to be waiting under any load seen here.
-			issued := time.Now().Add(-60*time.Minute + 8*time.Second)
+			// Expires 20 s from now: the handshake with a server that
+			// starts at once and the write reaching the approval queue
+			// take well under that at any load seen here.
+			issued := time.Now().Add(-60*time.Minute + 20*time.Second)
 			s.IssuedAt = &issued
 		},
-		config: func(c *Config) { c.Approvals = srv; c.ApprovalTimeout = 10 * time.Minute },
+		config:   func(c *Config) { c.Approvals = srv; c.ApprovalTimeout = 10 * time.Minute },
+		upstream: func(t testing.TB) *procUpstream { return startScripted(t, plainEnv+"="+logPath) },
 	})
 	c := f.client
 	c.initLegacy(false)
@@ -642,8 +648,12 @@ func TestApprovalRacesExpiry(t *testing.T) {
 	if resp, err := approval.Send(context.Background(), dir, runID, approval.Request{Action: approval.ActionList}); err == nil && len(resp.Pending) > 0 {
 		t.Fatalf("still pending after expiry: %+v", resp.Pending)
 	}
-	if _, err := os.Stat(target); err == nil {
-		t.Fatal("the write ran after the scope expired")
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), `"tools/call"`) {
+		t.Fatal("the write reached the server after the scope expired")
 	}
 }
 

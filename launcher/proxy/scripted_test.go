@@ -25,7 +25,7 @@ var scriptedServers = []struct {
 	{modernTasksEnv, modernTasksServer},
 	{floodEnv, floodServer},
 	{appEnv, appServer},
-	{slowStartEnv, slowStartServer},
+	{plainEnv, plainServer},
 	{ninthEnv, ninthServer},
 }
 

@@ -2,21 +2,28 @@ package proxy
 
 import (
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 )
 
-const slowStartEnv = "MCPWARDEN_PROXY_TEST_SLOW_START_SERVER"
+const (
+	plainEnv      = "MCPWARDEN_PROXY_TEST_PLAIN_SERVER"
+	plainDelayEnv = "MCPWARDEN_PROXY_TEST_PLAIN_DELAY" // a duration the server reads nothing for first
+)
 
 // slowStart is longer than the 30 s the proxy once gave a server to
 // answer its initialize.
 const slowStart = 35 * time.Second
 
-// slowStartServer is a legacy server that reads nothing for slowStart (a
-// runtime starting on a loaded host), then answers initialize and
-// tools/list.
-func slowStartServer(logPath string) {
-	time.Sleep(slowStart)
+// plainServer is a legacy server that starts at once (or after
+// plainDelayEnv: a runtime starting on a loaded host), answers initialize
+// and tools/list, and every tools/call with "CALLED"; it touches no file.
+// Every frame it receives is in its log.
+func plainServer(logPath string) {
+	if d, err := time.ParseDuration(os.Getenv(plainDelayEnv)); err == nil {
+		time.Sleep(d)
+	}
 	serveScript(logPath, "", func(line string, send func(string)) {
 		var m struct {
 			ID     json.RawMessage `json:"id"`
@@ -29,6 +36,8 @@ func slowStartServer(logPath string) {
 			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"slow","version":"1"}}}`)
 		case m.Method == "tools/list":
 			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"tools":[]}}`)
+		case m.Method == "tools/call":
+			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[{"type":"text","text":"CALLED"}]}}`)
 		default:
 			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32601,"message":"no"}}`)
 		}
@@ -44,7 +53,9 @@ func TestSlowStartingServerIsWaitedFor(t *testing.T) {
 	t.Parallel()
 	logPath := t.TempDir() + "/slow.log"
 	f := newFixture(t, fixtureOpts{
-		upstream: func(t testing.TB) *procUpstream { return startScripted(t, slowStartEnv+"="+logPath) },
+		upstream: func(t testing.TB) *procUpstream {
+			return startScripted(t, plainEnv+"="+logPath, plainDelayEnv+"="+slowStart.String())
+		},
 	})
 	c := f.client
 	c.initLegacy(false)
