@@ -355,6 +355,9 @@ func (c *argChecker) table(spec ArgSpec, ptr []string, kind byte, s string) *Den
 		return nil
 	}
 	if spec.Kind == ArgScalar {
+		if kind == '"' && len(ptr) == 1 && slices.Contains(scalarWords[spec.Name], s) {
+			return nil // the filesystem server's own word (sortBy "name")
+		}
 		if kind == '"' || kind == kindName {
 			return c.loose(ptr, s, kind == '"')
 		}

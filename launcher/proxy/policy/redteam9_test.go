@@ -21,8 +21,10 @@ func TestTableToolsOtherMembers(t *testing.T) {
 	_, base := fixture(t)
 	eff := []string{filepath.Join(base, "allowed")}
 	work := filepath.Join(base, "outside")
-	if err := os.WriteFile(filepath.Join(work, "notes.txt"), []byte("out"), 0o644); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{"notes.txt", "name", "size"} {
+		if err := os.WriteFile(filepath.Join(work, n), []byte("out"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sc, err := schema.Canonicalize(&schema.Scope{ScopeID: "t", AllowedPaths: []string{"allowed"}, AccessMode: schema.AccessWrite,
 		ToolAllowlist: []string{"read_text_file"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 5}, base, time.Now())
@@ -47,6 +49,11 @@ func TestTableToolsOtherMembers(t *testing.T) {
 		{"search_files", j(map[string]any{"path": eff[0], "pattern": "*.md", "root": "notes.txt"}), schema.ErrPathOutsideScope},
 		{"move_file", j(map[string]any{"source": in, "destination": filepath.Join(eff[0], "p2.txt"), "via": "notes.txt"}), schema.ErrPathOutsideScope},
 		{"read_text_file", j(map[string]any{"path": in, "head": 5}), ""},
+		// The real server's own words, though files of those names are
+		// under the working directory.
+		{"list_directory_with_sizes", j(map[string]any{"path": eff[0], "sortBy": "name"}), ""},
+		{"list_directory_with_sizes", j(map[string]any{"path": eff[0], "sortBy": "size"}), ""},
+		{"read_text_file", j(map[string]any{"path": in, "head": "size"}), schema.ErrPathOutsideScope},
 		{"read_text_file", j(map[string]any{"path": "probe.txt"}), ""}, // the server's own rule: under its directory
 		{"write_file", j(map[string]any{"path": in, "content": "notes.txt"}), ""},
 	} {
