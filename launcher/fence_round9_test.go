@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 )
 
@@ -298,5 +299,44 @@ func TestLifePrivateTmpCountsInTheMemoryLimit(t *testing.T) {
 	s.Close()
 	if !strings.Contains(s.Stderr(), "mcpwarden: WARNING: the run hit its memory limit (32 MiB)") {
 		t.Errorf("the limit hit was not reported: %s", s.Stderr())
+	}
+}
+
+// TestLifeOpenFilesBounded: the host's file table (fs.file-max) is one
+// budget for every process of the host. A run's processes inherited the
+// launcher's hard RLIMIT_NOFILE (20,000 here: 512 processes could hold
+// 10 million files, four times this host's table, and leave every
+// unprivileged process of the host with ENFILE). Now their hard limit is
+// the run's share (openFilesCeiling), which the server cannot raise.
+// Fails before: the server's hard limit is the launcher's.
+func TestLifeOpenFilesBounded(t *testing.T) { fencetest.ForEachLayering(t, testLifeOpenFilesBounded) }
+
+func testLifeOpenFilesBounded(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	var own unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &own); err != nil {
+		t.Fatal(err)
+	}
+	want := min(own.Max, launcher.OpenFilesCeiling(launcher.DefaultLimits.MaxProcesses))
+	if own.Max <= want {
+		t.Fatalf("this process's hard RLIMIT_NOFILE (%d) is not above the run's ceiling (%d): the test cannot show the bound; raise it (ulimit -Hn)", own.Max, want)
+	}
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	r := s.Do(map[string]any{"op": "nofile_limit"})
+	if !r.OK {
+		t.Fatalf("nofile_limit: %+v", r)
+	}
+	var cur, hard uint64
+	if _, err := fmt.Sscanf(r.Data, "%d %d", &cur, &hard); err != nil {
+		t.Fatalf("nofile_limit answered %q: %v", r.Data, err)
+	}
+	if hard != want || cur > hard {
+		t.Fatalf("ESCAPE: the server's RLIMIT_NOFILE is %d (hard %d), want a hard limit of %d (the launcher's is %d)", cur, hard, want, own.Max)
+	}
+	if r := s.Do(map[string]any{"op": "nofile_limit", "n": int(own.Max)}); r.OK || r.Errno != "EPERM" {
+		t.Fatalf("ESCAPE: the server raised its RLIMIT_NOFILE back to %d: %+v", own.Max, r)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -484,4 +486,38 @@ func ProbeCgroup(lim Limits, parent string) cgroup.Report {
 	}
 	_ = g.Remove(killTimeout)
 	return g.Report()
+}
+
+// minOpenFiles is the least RLIMIT_NOFILE a run's processes get: enough
+// for any MCP server seen (node raises its soft limit to the hard one).
+const minOpenFiles = 1024
+
+// openFilesCeiling is the run's RLIMIT_NOFILE ceiling. The host's file
+// table (fs.file-max) is one budget for every process of the host: once
+// it is used up, every process without CAP_SYS_ADMIN gets ENFILE. A run
+// holds at most maxProcs times the ceiling, which is an eighth of the
+// table shared by its processes, and never below minOpenFiles (a run
+// without a process limit, or a table that could not be read, gets that).
+func openFilesCeiling(fileMax uint64, maxProcs int64) uint64 {
+	if fileMax == 0 || maxProcs <= 0 {
+		return minOpenFiles
+	}
+	return max(minOpenFiles, fileMax/8/uint64(maxProcs))
+}
+
+// OpenFilesCeiling is the RLIMIT_NOFILE ceiling of a run with a limit of
+// maxProcs processes on this host (openFilesCeiling of fs.file-max).
+func OpenFilesCeiling(maxProcs int64) uint64 { return openFilesCeiling(hostFileMax(), maxProcs) }
+
+// hostFileMax is fs.file-max, or 0 if it cannot be read.
+func hostFileMax() uint64 {
+	b, err := os.ReadFile("/proc/sys/fs/file-max")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }

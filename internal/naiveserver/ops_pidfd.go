@@ -141,6 +141,20 @@ var pidfdOps = map[string]op{
 		lim := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
 		return "", unix.Setrlimit(unix.RLIMIT_CORE, &lim)
 	},
+	// RLIMIT_NOFILE as "soft hard"; with N > 0, first try to raise both to
+	// N (above the hard limit that needs CAP_SYS_RESOURCE).
+	"nofile_limit": func(r Request) (string, error) {
+		if r.N > 0 {
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(r.N), Max: uint64(r.N)}); err != nil {
+				return "", err
+			}
+		}
+		var lim unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d %d", lim.Cur, lim.Max), nil
+	},
 	// Raise the soft and hard RLIMIT_RTPRIO (Name "rtprio") or RLIMIT_NICE
 	// ("nice") to 1, then (rtprio) run SCHED_FIFO: real-time threads
 	// starve the host's CPUs.

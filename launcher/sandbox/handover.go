@@ -56,6 +56,7 @@ const (
 	hoTmp      = 19
 	hoRule     = 20
 	hoPort     = 21
+	hoNoFile   = 22
 )
 
 const (
@@ -65,6 +66,7 @@ const (
 	hoFSeccomp  = 1 << 3
 	hoFIdentity = 1 << 4
 	hoFFSize    = 1 << 5
+	hoFNoFile   = 1 << 6
 )
 
 // Namespace flags (hoNS).
@@ -113,6 +115,7 @@ type handover struct {
 	enforce, dropCaps bool
 	identity          *Identity
 	fileSize          uint64
+	openFiles         uint64
 	landlock          bool
 	restrictFlags     uint32
 	filter            []unix.SockFilter
@@ -171,6 +174,9 @@ func (h *handover) flags() uint32 {
 	}
 	if h.fileSize > 0 {
 		flags |= hoFFSize
+	}
+	if h.openFiles > 0 {
+		flags |= hoFNoFile
 	}
 	return flags
 }
@@ -254,6 +260,10 @@ func encodeHandover(h *handover) ([]byte, error) {
 	}
 	if err := h.encodeSetup(rec); err != nil {
 		return nil, err
+	}
+	// Records go in tag order; this one came after the set-up's.
+	if flags&hoFNoFile != 0 {
+		rec(hoNoFile, binary.LittleEndian.AppendUint64(nil, h.openFiles))
 	}
 	if len(b)-hoHeaderSize > hoMaxBody {
 		return nil, errors.New("the server's command and environment are too large")

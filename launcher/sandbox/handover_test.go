@@ -104,14 +104,17 @@ func dump(h *handover) string {
 		uid, gid = uint32(h.identity.UID), uint32(h.identity.GID)
 	}
 	var b strings.Builder
-	fileSize, restrict := uint64(0), uint32(0)
+	fileSize, openFiles, restrict := uint64(0), uint64(0), uint32(0)
 	if flags&hoFFSize != 0 {
 		fileSize = h.fileSize
+	}
+	if flags&hoFNoFile != 0 {
+		openFiles = h.openFiles
 	}
 	if flags&hoFLandlock != 0 {
 		restrict = h.restrictFlags
 	}
-	fmt.Fprintf(&b, "ok flags=%d uid=%d gid=%d fsize=%d landlock=%d filter=", flags, uid, gid, fileSize, restrict)
+	fmt.Fprintf(&b, "ok flags=%d uid=%d gid=%d fsize=%d nofile=%d landlock=%d filter=", flags, uid, gid, fileSize, openFiles, restrict)
 	if flags&hoFSeccomp != 0 {
 		for _, in := range h.filter {
 			fmt.Fprintf(&b, "%04x%02x%02x%08x", in.Code, in.Jt, in.Jf, in.K)
@@ -167,7 +170,7 @@ func dump(h *handover) string {
 func undump(tb testing.TB, line string) *handover {
 	tb.Helper()
 	f := strings.Fields(line)
-	if len(f) < 7 || f[0] != "ok" {
+	if len(f) < 8 || f[0] != "ok" {
 		tb.Fatalf("not an ok line: %q", line)
 	}
 	num := func(field, key string) uint64 {
@@ -180,16 +183,17 @@ func undump(tb testing.TB, line string) *handover {
 	}
 	flags := num(f[1], "flags")
 	h := &handover{
-		enforce:  flags&hoFEnforce != 0,
-		dropCaps: flags&hoFDropCaps != 0,
-		landlock: flags&hoFLandlock != 0,
-		fileSize: num(f[4], "fsize"),
+		enforce:   flags&hoFEnforce != 0,
+		dropCaps:  flags&hoFDropCaps != 0,
+		landlock:  flags&hoFLandlock != 0,
+		fileSize:  num(f[4], "fsize"),
+		openFiles: num(f[5], "nofile"),
 	}
 	if flags&hoFIdentity != 0 {
 		h.identity = &Identity{UID: int(num(f[2], "uid")), GID: int(num(f[3], "gid"))}
 	}
-	h.restrictFlags = uint32(num(f[5], "landlock"))
-	prog, _ := strings.CutPrefix(f[6], "filter=")
+	h.restrictFlags = uint32(num(f[6], "landlock"))
+	prog, _ := strings.CutPrefix(f[7], "filter=")
 	for i := 0; i+16 <= len(prog); i += 16 {
 		c, _ := strconv.ParseUint(prog[i:i+4], 16, 16)
 		jt, _ := strconv.ParseUint(prog[i+4:i+6], 16, 8)
@@ -220,7 +224,7 @@ func undump(tb testing.TB, line string) *handover {
 		return string(b)
 	}
 	id := func(uid, gid uint64) Identity { return Identity{UID: int(uid), GID: int(gid)} }
-	for _, kv := range f[7:] {
+	for _, kv := range f[8:] {
 		k, v, _ := strings.Cut(kv, "=")
 		pre, post, _ := strings.Cut(v, ":")
 		switch k {
@@ -292,7 +296,7 @@ func validHandovers() []*handover {
 		{exe: "/bin/true", argv: []string{"true"}, staging: "/s"},
 		{enforce: true, exe: "/usr/bin/node", argv: []string{"node", "", "server.js"}, env: []string{"PATH=/usr/bin", "HOME=/tmp/x"}, dir: "/work/space", staging: "/tmp/mcpwarden-run-1"},
 		{
-			enforce: true, dropCaps: true, identity: &Identity{UID: 0, GID: 0}, fileSize: 1 << 30,
+			enforce: true, dropCaps: true, identity: &Identity{UID: 0, GID: 0}, fileSize: 1 << 30, openFiles: 1024,
 			landlock: true, restrictFlags: 7, filter: testFilter,
 			dir: "/", exe: "/x", argv: []string{"x", "é\x01\"\\"}, env: []string{"A=\xff"},
 			ns: hoNSNet | hoNSMemfdNoexec | hoNSNoUserNS, hostname: "mcpwarden", initID: &Identity{UID: 7, GID: 8},
@@ -411,7 +415,7 @@ func TestHandoverRefusedByC(t *testing.T) {
 		{"out of order", frame(enforce(0), arg, exe), "out of order"},
 		{"env before arg", frame(enforce(0), exe, rec(hoEnv, []byte("A=1")), arg), "out of order"},
 		{"flags of 3 bytes", frame(rec(hoFlags, []byte{1, 0, 0}), exe, arg), "flags record of the wrong size"},
-		{"unknown flag", frame(enforce(1<<6), exe, arg), "unknown flags"},
+		{"unknown flag", frame(enforce(1<<7), exe, arg), "unknown flags"},
 		{"fence without enforce", frame(rec(hoFlags, u32(hoFSeccomp)), rec(hoSeccomp, make([]byte, 8)), exe, arg), "fence flags without enforce"},
 		{"identity without flag", frame(enforce(0), rec(hoIdentity, make([]byte, 8)), exe, arg), "identity record without its flag"},
 		{"identity flag without record", frame(enforce(hoFIdentity), exe, arg), "identity flag without its record"},
@@ -422,6 +426,10 @@ func TestHandoverRefusedByC(t *testing.T) {
 		{"fsize flag without record", frame(enforce(hoFFSize), exe, arg), "file size flag without its record"},
 		{"fsize 0", frame(enforce(hoFFSize), rec(hoFSize, make([]byte, 8)), exe, arg), "file size limit 0"},
 		{"fsize of 4 bytes", frame(enforce(hoFFSize), rec(hoFSize, u32(1)), exe, arg), "file size record of the wrong size"},
+		{"nofile without flag", frame(enforce(0), rec(hoNoFile, make([]byte, 8)), exe, arg), "open files record without its flag"},
+		{"nofile flag without record", frame(enforce(hoFNoFile), exe, arg), "open files flag without its record"},
+		{"nofile 0", frame(enforce(hoFNoFile), rec(hoNoFile, make([]byte, 8)), exe, arg), "open files limit 0"},
+		{"nofile of 4 bytes", frame(enforce(hoFNoFile), rec(hoNoFile, u32(1)), exe, arg), "open files record of the wrong size"},
 		{"landlock without flag", frame(enforce(0), rec(hoLandlock, u32(0)), exe, arg), "landlock record without its flag"},
 		{"landlock flag without record", frame(enforce(hoFLandlock), exe, arg), "landlock flag without its record"},
 		{"landlock of 8 bytes", frame(enforce(hoFLandlock), rec(hoLandlock, make([]byte, 8)), exe, arg), "landlock record of the wrong size"},
@@ -439,7 +447,7 @@ func TestHandoverRefusedByC(t *testing.T) {
 		{"NUL in env", frame(enforce(0), exe, arg, rec(hoEnv, []byte("LD_PRELOAD=/x\x00A=1"))), "NUL"},
 		{"no exe", frame(enforce(0), arg), "no executable"},
 		{"no argv", frame(enforce(0), exe), "no argv"},
-		{"unknown record", frame(enforce(0), exe, arg, ns0, rec(22, nil)), "unknown record"},
+		{"unknown record", frame(enforce(0), exe, arg, ns0, rec(23, nil)), "unknown record"},
 		{"record 0", frame(rec(0, nil), enforce(0), exe, arg), "out of order"},
 		{"trailing byte", frame(enforce(0), exe, arg, []byte{0}), "truncated record header"},
 		// The run's set-up.

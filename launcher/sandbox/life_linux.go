@@ -17,7 +17,8 @@ import (
 // limit fails with EFBIG instead of killing the writer; and RLIMIT_CORE 0:
 // a crashing server leaves no core file with its memory in it; and
 // RLIMIT_RTPRIO and RLIMIT_NICE 0, whatever the launcher was given: no
-// real-time scheduling, no nice below the default.
+// real-time scheduling, no nice below the default; and RLIMIT_NOFILE
+// lowered to the run's share of the host's file table.
 func setLimits(l Limits) error {
 	for _, z := range []struct {
 		name string
@@ -33,6 +34,17 @@ func setLimits(l Limits) error {
 		}
 		// An ignored signal stays ignored across execve.
 		signal.Ignore(syscall.SIGXFSZ)
+	}
+	if l.OpenFiles > 0 {
+		var nf unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nf); err != nil {
+			return fmt.Errorf("read RLIMIT_NOFILE: %w", err)
+		}
+		nf.Max = min(nf.Max, l.OpenFiles)
+		nf.Cur = min(nf.Cur, nf.Max)
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &nf); err != nil {
+			return fmt.Errorf("set RLIMIT_NOFILE: %w", err)
+		}
 	}
 	return nil
 }

@@ -42,6 +42,7 @@ func planOf(s *Spec) (*handover, error) {
 		dropCaps:      s.DropCaps,
 		identity:      s.Identity,
 		fileSize:      s.Limits.FileSizeBytes,
+		openFiles:     s.Limits.OpenFiles,
 		landlock:      s.Enforce && s.ABI > 0,
 		restrictFlags: s.RestrictFlag,
 		dir:           s.Dir,

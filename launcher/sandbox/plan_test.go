@@ -103,7 +103,7 @@ func TestPlanOf(t *testing.T) {
 func TestPlanCarriesEverySpecField(t *testing.T) {
 	for typ, want := range map[reflect.Type][]string{
 		reflect.TypeFor[Spec]():         {"Exe", "Argv", "Env", "Enforce", "ABI", "HandledFS", "HandledNet", "Scoped", "RestrictFlag", "Paths", "Ports", "Seccomp", "Filter", "DropCaps", "Dir", "Identity", "NS", "Limits"},
-		reflect.TypeFor[Limits]():       {"FileSizeBytes", "TmpSizeBytes"},
+		reflect.TypeFor[Limits]():       {"FileSizeBytes", "OpenFiles", "TmpSizeBytes"},
 		reflect.TypeFor[Namespaces]():   {"User", "Mount", "PID", "IPC", "UTS", "Net", "Hostname", "MemfdNoexec", "NoNestedUserNS", "Root", "Server"},
 		reflect.TypeFor[Root]():         {"Staging", "Mounts", "Links", "Dirs", "Tmp", "TmpSize", "TmpOwner"},
 		reflect.TypeFor[Mount]():        {"Path", "Dir", "Write", "Exec", "Dev", "Idmap", "Mask"},

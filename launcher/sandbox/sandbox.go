@@ -103,6 +103,9 @@ type Limits struct {
 	// FileSizeBytes is RLIMIT_FSIZE, the largest file the server may write
 	// (0: unchanged). SIGXFSZ is ignored: a write past it fails with EFBIG.
 	FileSizeBytes uint64 `json:"file_size_bytes,omitempty"`
+	// OpenFiles caps RLIMIT_NOFILE: the soft and hard limits are lowered
+	// to it when above (0: unchanged).
+	OpenFiles uint64 `json:"open_files,omitempty"`
 	// TmpSizeBytes is the size of the private /tmp tmpfs, when the mount
 	// namespace makes one (0: the kernel's default).
 	TmpSizeBytes uint64 `json:"tmp_size_bytes,omitempty"`

@@ -51,8 +51,8 @@ int main(void)
 		if (err != NULL) {
 			printf("refused %s\n", err);
 		} else {
-			printf("ok flags=%u uid=%u gid=%u fsize=%llu landlock=%u filter=", h.flags, h.uid, h.gid,
-			       (unsigned long long)h.fsize, h.landlock_flags);
+			printf("ok flags=%u uid=%u gid=%u fsize=%llu nofile=%llu landlock=%u filter=", h.flags, h.uid,
+			       h.gid, (unsigned long long)h.fsize, (unsigned long long)h.nofile, h.landlock_flags);
 			for (size_t i = 0; i < h.filter_len; i++)
 				printf("%04x%02x%02x%08x", h.filter[i].code, h.filter[i].jt, h.filter[i].jf, h.filter[i].k);
 			if (h.dir != NULL)

@@ -201,6 +201,15 @@ static const char *parse(const unsigned char *b, size_t n, struct handover *h)
 			if (h->fsize == 0)
 				return "file size limit 0";
 			break;
+		case HO_NOFILE:
+			if (len != 8)
+				return "open files record of the wrong size";
+			if (!(h->flags & HO_F_NOFILE))
+				return "open files record without its flag";
+			h->nofile = get64(v);
+			if (h->nofile == 0)
+				return "open files limit 0";
+			break;
 		case HO_LANDLOCK:
 			if (len != 4)
 				return "landlock record of the wrong size";
@@ -407,6 +416,7 @@ static const char *parse(const unsigned char *b, size_t n, struct handover *h)
 	} need[] = {
 		{HO_F_IDENTITY, HO_IDENTITY, "identity flag without its record"},
 		{HO_F_FSIZE, HO_FSIZE, "file size flag without its record"},
+		{HO_F_NOFILE, HO_NOFILE, "open files flag without its record"},
 		{HO_F_LANDLOCK, HO_LANDLOCK, "landlock flag without its record"},
 		{HO_F_SECCOMP, HO_SECCOMP, "seccomp flag without its record"},
 		{HO_F_LANDLOCK, HO_RULESET, "landlock flag without its ruleset"},

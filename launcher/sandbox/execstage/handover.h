@@ -52,6 +52,7 @@ enum ho_tag {
 	HO_TMP = 19,      /* u64 size, u32 uid, u32 gid, path: the private TMPDIR's tmpfs */
 	HO_RULE = 20,     /* u64 access, u32 HO_R_*, path: a Landlock path rule */
 	HO_PORT = 21,     /* u64 access, u16 port: a Landlock TCP port rule */
+	HO_NOFILE = 22,   /* u64 RLIMIT_NOFILE ceiling, > 0: soft and hard are lowered to it (with HO_F_NOFILE; last, as tags go in order) */
 };
 
 enum ho_ns_flag {
@@ -84,7 +85,8 @@ enum ho_flag {
 	HO_F_SECCOMP = 1u << 3,
 	HO_F_IDENTITY = 1u << 4,
 	HO_F_FSIZE = 1u << 5,
-	HO_F_ALL = (1u << 6) - 1,
+	HO_F_NOFILE = 1u << 6,
+	HO_F_ALL = (1u << 7) - 1,
 };
 
 /* Descriptors: of the init, the launcher's; of the stage after its fork. */
@@ -104,6 +106,7 @@ struct handover {
 	uint32_t flags;
 	uint32_t uid, gid;
 	uint64_t fsize;
+	uint64_t nofile;
 	uint32_t landlock_flags;
 	struct ho_filter_insn *filter;
 	size_t filter_len;

@@ -216,6 +216,19 @@ static int apply(const struct handover *h)
 		 * limit fails with EFBIG instead of killing the writer. */
 		signal(SIGXFSZ, SIG_IGN);
 	}
+	if (h->flags & HO_F_NOFILE) {
+		/* The host's file table is one budget for every process: a run
+		 * holds at most its process limit times this many open files. */
+		struct rlimit nf;
+		if (getrlimit(RLIMIT_NOFILE, &nf) != 0)
+			return fail("privileges", errno, NULL, "read RLIMIT_NOFILE");
+		if (nf.rlim_max > h->nofile)
+			nf.rlim_max = h->nofile;
+		if (nf.rlim_cur > nf.rlim_max)
+			nf.rlim_cur = nf.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &nf) != 0)
+			return fail("privileges", errno, NULL, "set RLIMIT_NOFILE");
+	}
 	int rc;
 	/* Others never get write through a creation mode: S_IWOTH joins the
 	 * inherited umask (022 or 077 stay as they are, 0 or 020 gain it), and
