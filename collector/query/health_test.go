@@ -3,15 +3,11 @@ package query
 import (
 	"context"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/mcpwarden/mcpwarden/collector/internal/chtest"
-	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
 	"github.com/mcpwarden/mcpwarden/schema"
-	chschema "github.com/mcpwarden/mcpwarden/schema/clickhouse"
 )
 
 // TestSchemaVersion3MigratesForward: a database an earlier release left
@@ -25,30 +21,7 @@ import (
 // test-go, 18.16 in test-clickhouse-legacy).
 func TestSchemaVersion3MigratesForward(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, chtest.Database(t), true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ms, err := chschema.Migrations(string(st.Layout()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	version := 0
-	for _, m := range ms {
-		if m.Name == "drops_kernel_audit" {
-			version = m.Version
-		}
-	}
-	if version == 0 {
-		t.Fatalf("the %s layout has no drops_kernel_audit migration", st.Layout())
-	}
-	if _, err := st.MigrateWith(ctx, store.MigrateOptions{Through: version - 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CheckMigrated(ctx); err == nil || !strings.Contains(err.Error(), "drops_kernel_audit") || !strings.Contains(err.Error(), "collect --migrate") {
-		t.Fatalf("a database without drops_kernel_audit is not refused clearly: %v", err)
-	}
+	st, ms, version := storeBefore(t, "drops_kernel_audit")
 
 	// What a schema_version 2 daemon and collector stored.
 	g := eventgen.New("web-1")

@@ -50,6 +50,40 @@ func compareWithScan(t *testing.T, st *store.Store, name, scanSQL string, p Para
 	}
 }
 
+// storeBefore opens a database of its own migrated up to the one before
+// the migration called name (what an earlier release left), checks that
+// `mcpwarden query` refuses it naming that migration, and returns it with
+// the layout's migrations and that one's version.
+func storeBefore(t *testing.T, name string) (*store.Store, []chschema.Migration, int) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, chtest.Database(t), true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ms, err := chschema.Migrations(string(st.Layout()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := 0
+	for _, m := range ms {
+		if m.Name == name {
+			version = m.Version
+		}
+	}
+	if version == 0 {
+		t.Fatalf("the %s layout has no %s migration", st.Layout(), name)
+	}
+	if _, err := st.MigrateWith(ctx, store.MigrateOptions{Through: version - 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CheckMigrated(ctx); err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "collect --migrate") {
+		t.Fatalf("a database without %s is not refused clearly: %v", name, err)
+	}
+	return st, ms, version
+}
+
 // rerunMigration applies the statements of migration name again, as a
 // crash before its record or two collectors migrating at once would: its
 // backfill adds rows the materialized view already made.
@@ -271,30 +305,7 @@ func checkServers(t *testing.T, res *Result) {
 // refuses the database, naming the migration.
 func TestRunsServerMigratesForward(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, chtest.Database(t), true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ms, err := chschema.Migrations(string(st.Layout()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	version := 0
-	for _, m := range ms {
-		if m.Name == "runs_server" {
-			version = m.Version
-		}
-	}
-	if version == 0 {
-		t.Fatalf("the %s layout has no runs_server migration", st.Layout())
-	}
-	if _, err := st.MigrateWith(ctx, store.MigrateOptions{Through: version - 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CheckMigrated(ctx); err == nil || !strings.Contains(err.Error(), "runs_server") || !strings.Contains(err.Error(), "collect --migrate") {
-		t.Fatalf("a database without runs_server is not refused clearly: %v", err)
-	}
+	st, ms, version := storeBefore(t, "runs_server")
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Minute).Add(17*time.Second + 123456789)
 	evs := rollupScenario(t0)
 	half := len(evs) / 2
