@@ -71,7 +71,7 @@ func TestDashboardSQL(t *testing.T) {
 		e.Finding = &schema.Finding{Type: schema.FindingEscape, Severity: schema.SeverityHigh, Status: schema.StatusFinal, Reason: "succeeded_outside_scope", EvidenceIDs: []string{schema.NewID()}}
 	})
 	add(schema.KindHealth, "", "", func(e *schema.Event) {
-		e.Health = &schema.Health{Component: "daemon", Hooks: []string{"tp_btf:sys_enter"}, AuditStream: "on"}
+		e.Health = &schema.Health{Component: "daemon", Hooks: []string{"tp_btf:sys_enter"}, AuditStream: "on", DropsKernelAudit: 1877}
 	})
 	for i := range evs {
 		if err := evs[i].Validate(); err != nil {
@@ -104,6 +104,10 @@ func TestDashboardSQL(t *testing.T) {
 			}
 			if n == 0 {
 				t.Errorf("no rows from the fixture's events:\n%s", sql)
+			}
+			// The host table shows the kernel's audit loss (schema_version 3).
+			if q.Panel == "Observation health by host" && !slices.Contains(cols, "kernel_audit_lost") {
+				t.Errorf("the host health table has no kernel_audit_lost column: %v", cols)
 			}
 			if slices.Contains(cols, "path_hash") || slices.Contains(cols, "path_hashes") {
 				t.Errorf("the panel shows path hashes: %v", cols)
