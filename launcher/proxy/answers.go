@@ -214,12 +214,28 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 	if m.Error == nil && s.legacyInputRound(rq, m.Result) {
 		return // the proxy plays the round and sends the call again
 	}
+	result := m.Result
+	if m.Error == nil && rq.rule.answer != nil {
+		// A list filtered by the scope (resources/list and
+		// resources/templates/list drop an entry whose URI runs code).
+		result = rq.rule.answer(s, rq, m.Result)
+	}
+	if m.Error == nil && !rq.rule.results {
+		// Any other result: a uri a client may render as a link must not
+		// run code in it (results of the methods above got this check
+		// with their file URIs').
+		if d := policy.CheckActiveURIs(result); d != nil {
+			s.log.Warn("server answer refused: it holds a URI that runs code in a client", "method", rq.method, "error_code", string(d.Code))
+			s.deny(rq, d.Code, d.Reason)
+			return
+		}
+	}
 	var frame []byte
 	switch {
 	case m.Error != nil:
 		frame = jsonrpc.Forward(m, rq.id)
 	case rq.rule.answer != nil:
-		frame = jsonrpc.Result(rq.id, s.complete(rq, rq.rule.answer(s, rq, m.Result)))
+		frame = jsonrpc.Result(rq.id, s.complete(rq, result))
 	case rq.era == eraModern && mayHold(m.Result, "input_required"):
 		frame = jsonrpc.Result(rq.id, s.complete(rq, s.tagRootsRound(m.Result)))
 	case rq.era == eraModern:
@@ -356,7 +372,7 @@ func (s *session) filterResources(_ *request, result json.RawMessage) json.RawMe
 		if strictjson.Unmarshal(r, &u, strictjson.AllowUnknownMembers()) != nil {
 			continue
 		}
-		if _, d := s.pol.CheckURI(u.URI, eff); d == nil {
+		if _, d := s.pol.CheckURI(u.URI, eff); d == nil && policy.CheckActiveURIs(r) == nil {
 			out = append(out, r)
 		}
 	}
@@ -385,7 +401,9 @@ func (s *session) filterTemplates(_ *request, result json.RawMessage) json.RawMe
 		if strictjson.Unmarshal(r, &u, strictjson.AllowUnknownMembers()) != nil {
 			continue
 		}
-		if s.pol.TemplateAllowed(u.URITemplate, eff) {
+		if s.pol.TemplateAllowed(u.URITemplate, eff) && policy.CheckActiveURIs(r) == nil {
+			// (javascript:{x}: an expansion runs code in a client that
+			// opens it.)
 			out = append(out, r)
 		}
 	}

@@ -27,6 +27,7 @@ var scriptedServers = []struct {
 	{appEnv, appServer},
 	{plainEnv, plainServer},
 	{ninthEnv, ninthServer},
+	{uriEnv, uriServer},
 }
 
 func TestMain(m *testing.M) {

@@ -766,8 +766,19 @@ func (p *Policy) CheckValues(raw json.RawMessage, effective []string) ([]string,
 // the proxy never saw). "url" is a URL-mode elicitation's (2025-11-25): a
 // client opens it. URIs of other schemes are the server's own names,
 // except a URL-mode elicitation's url, which must be http or https
-// (CheckOpenURLs: a client opens it).
+// (CheckOpenURLs: a client opens it), and a "uri" or "uriTemplate" that
+// runs code in a client that opens it (CheckActiveURIs: javascript:,
+// vbscript:, an active data: document).
 func (p *Policy) CheckResultURIs(raw json.RawMessage, effective []string) ([]string, *Denial) {
+	if d := CheckActiveURIs(raw); d != nil {
+		return nil, d
+	}
+	return p.checkFileURIs(raw, effective)
+}
+
+// checkFileURIs is CheckResultURIs without the check of active URIs (a
+// client's answer goes to the server, which does not open links).
+func (p *Policy) checkFileURIs(raw json.RawMessage, effective []string) ([]string, *Denial) {
 	if d := CheckOpenURLs(raw); d != nil {
 		return nil, d
 	}
@@ -884,7 +895,7 @@ func endsWithFile(b []byte) bool {
 // name a user or a model typed there is one the server would then read).
 // A model's free text is not read for names.
 func (p *Policy) CheckClientAnswer(raw json.RawMessage, effective []string) ([]string, *Denial) {
-	paths, d := p.CheckResultURIs(raw, effective)
+	paths, d := p.checkFileURIs(raw, effective)
 	if d != nil {
 		// (CheckResultURIs words its reason for a server's answer.)
 		return paths, &Denial{Code: d.Code, Reason: "it links or embeds a file URI the scope does not allow"}

@@ -121,3 +121,114 @@ func CheckOpenURLs(raw []byte) *Denial {
 	}
 	return nil
 }
+
+// URIs a server hands the client. A resource's uri (a resource_link in a
+// tool's result or a prompt's messages, an embedded resource, an entry of
+// resources/list, a template's uriTemplate, a notification's) is the
+// server's name for it, and 2025-11-25 lets it use any scheme, custom
+// ones included (test://, git://, postgres://): those pass. But a client
+// may render such a URI as a link and open it, so the schemes that run
+// code in the client's page are refused wherever one reaches the client:
+// javascript: and vbscript:, and a data: URI whose document is not inert
+// (text/html, image/svg+xml, XML, PDF, script, anything but plain text,
+// JSON, CSV, raster images, audio, video, fonts and octet streams). file:
+// follows the path rules (CheckResultURIs).
+
+// inertDataTypes are the media types of a data: document a client shows
+// without running anything in it (WHATWG's default, text/plain, when the
+// type is empty).
+var inertDataTypes = map[string]bool{
+	"text/plain": true, "text/csv": true, "application/json": true,
+	"application/octet-stream": true,
+	"image/png":                true, "image/jpeg": true, "image/gif": true, "image/webp": true,
+	"image/avif": true, "image/bmp": true,
+}
+
+// inertDataPrefixes are whole families that carry no script.
+var inertDataPrefixes = []string{"audio/", "video/", "font/"}
+
+// ActiveURI reports the scheme of s when a client that opened s would
+// run code in its page: javascript:, vbscript:, or a data: URI whose
+// media type is not inert (see inertDataTypes; a data: URI with no comma,
+// which a browser refuses, is refused too). s is read as a WHATWG URL
+// parser reads it (urlClean: leading and trailing C0 controls and spaces
+// stripped, every tab and line break removed; the scheme in any case).
+// "" means s may reach the client.
+func ActiveURI(s string) string {
+	scheme, rest, ok := urlScheme(urlClean(s))
+	if !ok {
+		return ""
+	}
+	switch {
+	case strings.EqualFold(scheme, "javascript"), strings.EqualFold(scheme, "vbscript"):
+		return strings.ToLower(scheme)
+	case strings.EqualFold(scheme, "data"):
+		if inertData(rest) {
+			return ""
+		}
+		return "data"
+	}
+	return ""
+}
+
+// inertData: the media type of a data: URI's header (WHATWG's data: URL
+// processor: what precedes the first comma, HTTP white space trimmed, its
+// parameters after ';') is one a client shows without running it.
+func inertData(rest string) bool {
+	header, _, ok := strings.Cut(rest, ",")
+	if !ok {
+		return false
+	}
+	mt, _, _ := strings.Cut(header, ";")
+	mt = asciiLower(strings.Trim(mt, " \t\n\r\f"))
+	if mt == "" {
+		return true // text/plain;charset=US-ASCII
+	}
+	if inertDataTypes[mt] {
+		return true
+	}
+	for _, p := range inertDataPrefixes {
+		if strings.HasPrefix(mt, p) && len(mt) > len(p) && !strings.ContainsAny(mt[len(p):], "/ \t") {
+			return true
+		}
+	}
+	return false
+}
+
+// mayHoldURIMember is a quick test that raw may hold a member "uri" or
+// "uriTemplate", written as is or with a \u escape of one of its letters.
+func mayHoldURIMember(raw []byte) bool {
+	return bytes.Contains(raw, []byte(`"uri`)) || HasEscapedASCII(raw, "uriTemplate")
+}
+
+// CheckActiveURIs refuses raw (a server's result, an error's data, a
+// request's or a notification's params) when a member named "uri" or
+// "uriTemplate", at any depth, is a string ActiveURI refuses: a client
+// that renders it as a link and opens it runs the server's code. Other
+// members named "url" are the server's data (a scraper's list of a
+// page's links holds javascript:void(0)), except a URL-mode
+// elicitation's (CheckOpenURLs) and an implementation's websiteUrl
+// (FilterIcons).
+func CheckActiveURIs(raw []byte) *Denial {
+	if !mayHoldURIMember(raw) {
+		return nil
+	}
+	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
+		if kind != '"' || len(ptr) == 0 {
+			return nil
+		}
+		switch ptr[len(ptr)-1] {
+		case "uri", "uriTemplate":
+		default:
+			return nil
+		}
+		if scheme := ActiveURI(s); scheme != "" {
+			return deny(schema.ErrMalformedRequest, "the server's answer holds a %s: URI in %q, which runs code in a client that opens it", scheme, ptr[len(ptr)-1])
+		}
+		return nil
+	})
+	if err != nil {
+		return deny(schema.ErrMalformedRequest, "the server's answer is not valid JSON")
+	}
+	return d
+}
