@@ -195,10 +195,42 @@ func inertData(rest string) bool {
 	return false
 }
 
-// mayHoldURIMember is a quick test that raw may hold a member "uri" or
-// "uriTemplate", written as is or with a \u escape of one of its letters.
-func mayHoldURIMember(raw []byte) bool {
-	return bytes.Contains(raw, []byte(`"uri`)) || HasEscapedASCII(raw, "uriTemplate")
+// mayHoldActiveURI is a quick test that raw may hold a member "uri" or
+// "uriTemplate" (written as is or with a \u escape of one of its
+// letters) whose value is an active URI: one ending "script:" or "data:"
+// in any case, or any JSON escape (a \t, \n, \r a URL parser removes,
+// or a \u escape of a letter, may split or spell the scheme).
+func mayHoldActiveURI(raw []byte) bool {
+	if !bytes.Contains(raw, []byte(`"uri`)) && !HasEscapedASCII(raw, "uriTemplate") {
+		return false
+	}
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		return true
+	}
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(raw[i:], ':')
+		if j < 0 {
+			return false
+		}
+		i += j
+		if endsWithFold(raw[:i], "script") || endsWithFold(raw[:i], "data") {
+			return true
+		}
+	}
+}
+
+// endsWithFold: b ends with word (lower-case ASCII) in any ASCII case.
+func endsWithFold(b []byte, word string) bool {
+	if len(b) < len(word) {
+		return false
+	}
+	b = b[len(b)-len(word):]
+	for i := range len(word) {
+		if b[i]|0x20 != word[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckActiveURIs refuses raw (a server's result, an error's data, a
@@ -210,7 +242,7 @@ func mayHoldURIMember(raw []byte) bool {
 // elicitation's (CheckOpenURLs) and an implementation's websiteUrl
 // (FilterIcons).
 func CheckActiveURIs(raw []byte) *Denial {
-	if !mayHoldURIMember(raw) {
+	if !mayHoldActiveURI(raw) {
 		return nil
 	}
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
