@@ -35,6 +35,22 @@ func (d Data) Bytes() []byte {
 // (or that could not end in a return).
 var ErrBadProgram = errors.New("invalid seccomp program")
 
+// jumpTaken reports whether the conditional jump in takes its true branch
+// with acc in the accumulator.
+func jumpTaken(in unix.SockFilter, acc uint32) bool {
+	switch in.Code {
+	case opJeq:
+		return acc == in.K
+	case opJge:
+		return acc >= in.K
+	case opJgt:
+		return acc > in.K
+	case opJset:
+		return acc&in.K != 0
+	}
+	return false
+}
+
 // Eval runs a classic-BPF seccomp program over d the way the kernel does,
 // for the instructions this package emits (32-bit absolute loads, AND,
 // conditional and unconditional forward jumps, returns), and returns the
@@ -59,19 +75,8 @@ func Eval(prog []unix.SockFilter, d Data) (uint32, error) {
 			}
 			pc += int(in.K)
 		case opJeq, opJge, opJgt, opJset:
-			var taken bool
-			switch in.Code {
-			case opJeq:
-				taken = acc == in.K
-			case opJge:
-				taken = acc >= in.K
-			case opJgt:
-				taken = acc > in.K
-			case opJset:
-				taken = acc&in.K != 0
-			}
 			off := int(in.Jf)
-			if taken {
+			if jumpTaken(in, acc) {
 				off = int(in.Jt)
 			}
 			if pc+1+off >= len(prog) {

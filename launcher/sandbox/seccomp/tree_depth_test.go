@@ -61,18 +61,7 @@ func comparisonsToDecide(prog []unix.SockFilter, d Data) (n int, ok bool) {
 			pc += int(in.K)
 		case opJeq, opJge, opJgt, opJset:
 			n++
-			var taken bool
-			switch in.Code {
-			case opJeq:
-				taken = acc == in.K
-			case opJge:
-				taken = acc >= in.K
-			case opJgt:
-				taken = acc > in.K
-			case opJset:
-				taken = acc&in.K != 0
-			}
-			if taken {
+			if jumpTaken(in, acc) {
 				pc += int(in.Jt)
 			} else {
 				pc += int(in.Jf)
