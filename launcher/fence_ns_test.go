@@ -216,11 +216,7 @@ func TestNSNetworkGrantKeepsTheHostNetwork(t *testing.T) {
 func TestNSPlanting(t *testing.T) { fencetest.ForEachLayering(t, testNSPlanting) }
 
 func testNSPlanting(t *testing.T, noNS bool) {
-	fencetest.RequireFence(t)
-	b := fencetest.Build(t)
-	w := newWorkspace(t)
-	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	s, w := startWriteSession(t, noNS)
 	tmp := envOf(t, s, "TMPDIR")
 	dir := filepath.Join(tmp, "plant")
 	for _, req := range []map[string]any{

@@ -33,11 +33,7 @@ import (
 func TestFenceHostDevices(t *testing.T) { fencetest.ForEachLayering(t, testFenceHostDevices) }
 
 func testFenceHostDevices(t *testing.T, noNS bool) {
-	fencetest.RequireFence(t)
-	b := fencetest.Build(t)
-	w := newWorkspace(t)
-	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	s, _ := startWriteSession(t, noNS)
 	refused := []string{"EROFS"}
 	if noNS {
 		refused = []string{"EPERM"}
@@ -128,11 +124,7 @@ func testFenceSyscallVariants(t *testing.T, noNS bool) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the i386 and x32 ABIs are x86_64's")
 	}
-	fencetest.RequireFence(t)
-	b := fencetest.Build(t)
-	w := newWorkspace(t)
-	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	s, _ := startWriteSession(t, noNS)
 	enosys, eperm := []string{"ENOSYS"}, []string{"EPERM"}
 	abi := func(name string, nr int, args ...string) map[string]any {
 		return map[string]any{"op": "abi_syscall", "name": name, "n": nr, "args": args}
@@ -195,11 +187,7 @@ func TestFenceDeviceNodesAndHostFiles(t *testing.T) {
 }
 
 func testFenceDeviceNodesAndHostFiles(t *testing.T, noNS bool) {
-	fencetest.RequireFence(t)
-	b := fencetest.Build(t)
-	w := newWorkspace(t)
-	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	s, w := startWriteSession(t, noNS)
 	tmp := envOf(t, s, "TMPDIR")
 	cases := []fenceCase{
 		{name: "a whiteout in the workspace", req: map[string]any{"op": "mknod_char", "path": filepath.Join(w.allowed, "wh"), "n": 0}, errno: []string{"EACCES"}, exact: true},

@@ -168,11 +168,7 @@ func testFenceSocketFamilies(t *testing.T, noNS bool) {
 func TestFenceKernelInterfaces(t *testing.T) { fencetest.ForEachLayering(t, testFenceKernelInterfaces) }
 
 func testFenceKernelInterfaces(t *testing.T, noNS bool) {
-	fencetest.RequireFence(t)
-	b := fencetest.Build(t)
-	w := newWorkspace(t)
-	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	s, _ := startWriteSession(t, noNS)
 	var cases []fenceCase
 	for _, name := range []string{"add_key", "keyctl", "request_key", "userfaultfd", "perf_event_open", "bpf",
 		"fsopen", "fspick", "open_tree", "move_mount", "mount_setattr", "mount", "umount", "pivot_root", "chroot",
@@ -195,11 +191,7 @@ func testFenceKernelInterfaces(t *testing.T, noNS bool) {
 func TestFenceHostFilesAsRoot(t *testing.T) { fencetest.ForEachLayering(t, testFenceHostFilesAsRoot) }
 
 func testFenceHostFilesAsRoot(t *testing.T, noNS bool) {
-	fencetest.RequireFence(t)
-	b := fencetest.Build(t)
-	w := newWorkspace(t)
-	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+	s, _ := startWriteSession(t, noNS)
 	write := func(p string) map[string]any { return map[string]any{"op": "open_write", "path": p} }
 	read := func(p string) map[string]any { return map[string]any{"op": "read", "path": p} }
 	var cases []fenceCase

@@ -25,6 +25,18 @@ type workspace struct {
 	base, allowed, sibling, outside, secret, deep1, deep10 string
 }
 
+// startWriteSession runs the naive server under `mcpwarden run` with a
+// write scope of the workspace's "allowed" directory, with the run's
+// namespaces or (noNS) Landlock and seccomp alone.
+func startWriteSession(t *testing.T, noNS bool) (*fencetest.Session, workspace) {
+	t.Helper()
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	return fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS}), w
+}
+
 func newWorkspace(t *testing.T) workspace {
 	t.Helper()
 	root := t.TempDir()
