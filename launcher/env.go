@@ -139,7 +139,7 @@ func passwordParam(v string) bool {
 			continue
 		}
 		for _, key := range []string{"password=", "pwd="} {
-			if rest := v[i:]; len(rest) > len(key) && asciiEqualFold(rest[:len(key)], key) {
+			if rest := v[i:]; len(rest) > len(key) && strings.EqualFold(rest[:len(key)], key) {
 				if c := rest[len(key)]; c != ';' && c != '&' && !isBlank(c) {
 					return true
 				}
@@ -154,21 +154,6 @@ func passwordParam(v string) bool {
 func webhookURL(v string) bool {
 	return strings.Contains(v, "hooks.slack.com/services/") || strings.Contains(v, "discord.com/api/webhooks/") ||
 		strings.Contains(v, "discordapp.com/api/webhooks/")
-}
-
-// asciiEqualFold compares a with the lowercase ASCII b, ignoring the case
-// of ASCII letters only.
-func asciiEqualFold(a, b string) bool {
-	for i := 0; i < len(a); i++ {
-		c := a[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // urlWithPassword finds SCHEME://USER:PASSWORD@ (the scheme starting with a

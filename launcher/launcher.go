@@ -189,6 +189,7 @@ type Launcher struct {
 	// (credentials, runtime variables), by name.
 	droppedEnv []string
 	limits     Limits // the operator's, narrowed by the scope's
+	openFiles  uint64 // the run's RLIMIT_NOFILE ceiling (OpenFilesCeiling of limits), read once
 	// requireProcs, requireMemory: the run is refused when that limit cannot be enforced.
 	requireProcs, requireMemory bool
 	lifeLayer                   *schema.Layer  // the cgroup layer, once the run's cgroup exists
@@ -337,7 +338,7 @@ func New(cfg Config) (*Launcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Launcher{cfg: cfg, env: env, droppedEnv: dropped, limits: limits}
+	l := &Launcher{cfg: cfg, env: env, droppedEnv: dropped, limits: limits, openFiles: OpenFilesCeiling(limits.MaxProcesses)}
 	l.requireProcs = cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxProcesses > 0)
 	l.requireMemory = cfg.RequireLimits || (cfg.Scope.Limits != nil && cfg.Scope.Limits.MaxMemoryMB > 0)
 	if cfg.Mode == schema.ModeEnforce {

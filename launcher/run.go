@@ -466,7 +466,7 @@ func (l *Launcher) specWith(iso *isolation, rs *ruleset.Ruleset, env []string, t
 	if mb := l.limits.MaxFileSizeMB; mb > 0 {
 		s.Limits = sandbox.Limits{FileSizeBytes: uint64(mb) << 20, TmpSizeBytes: uint64(mb) << 20}
 	}
-	s.Limits.OpenFiles = OpenFilesCeiling(l.limits.MaxProcesses)
+	s.Limits.OpenFiles = l.openFiles
 	s.NS = iso.namespaces(rs, l.profile, tmp, l.cfg.Dir, int64(s.Limits.TmpSizeBytes))
 	l.secretsMu.Lock()
 	if s.NS != nil && l.secrets != nil {

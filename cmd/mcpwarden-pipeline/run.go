@@ -91,18 +91,16 @@ func (f *flushOnExit) Publish(ctx context.Context, events []schema.Event) error 
 // launched the run, in the launcher's own word; the caller's slice is left
 // as it was.
 func stampLauncher(events []schema.Event, uid int) []schema.Event {
-	out := events
-	for i := range events {
-		l := events[i].Launch
-		if l == nil {
+	if !slices.ContainsFunc(events, func(e schema.Event) bool { return e.Launch != nil }) {
+		return events
+	}
+	out := slices.Clone(events)
+	for i := range out {
+		if out[i].Launch == nil {
 			continue
 		}
-		if &out[0] == &events[0] {
-			out = slices.Clone(events)
-		}
-		c := *l
-		u := uid
-		c.LauncherUID, c.LauncherUIDBy = &u, schema.LauncherUIDByLauncher
+		c := *out[i].Launch
+		c.LauncherUID, c.LauncherUIDBy = &uid, schema.LauncherUIDByLauncher
 		out[i].Launch = &c
 		out[i].SchemaVersion = max(out[i].SchemaVersion, 3)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -97,13 +98,17 @@ func (s *Store) detect(ctx context.Context) error {
 	// A database not migrated to the late columns yet (a query, or a test
 	// migrating step by step) is read and written without them: the
 	// columns up to the first one it lacks.
+	late := make([]string, len(lateColumns))
+	for i, c := range lateColumns {
+		late[i] = quote(c)
+	}
+	var have []string
+	if err := s.conn.QueryRow(ctx, "SELECT groupArray(name) FROM system.columns WHERE database = "+db+" AND table = 'events' AND name IN ("+strings.Join(late, ", ")+")").Scan(&have); err != nil {
+		return fmt.Errorf("read the events table's columns: %w", err)
+	}
 	s.ncols = len(columns) - len(lateColumns)
 	for _, c := range lateColumns {
-		var n uint64
-		if err := s.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = "+db+" AND table = 'events' AND name = "+quote(c)).Scan(&n); err != nil {
-			return fmt.Errorf("read the events table's columns: %w", err)
-		}
-		if n == 0 {
+		if !slices.Contains(have, c) {
 			break
 		}
 		s.ncols++

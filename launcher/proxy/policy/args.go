@@ -206,9 +206,9 @@ func (c *argChecker) unknown() *argChecker {
 
 // newChecker is an argChecker whose relative names resolve with relTo
 // and, for a server that is not the filesystem server, also against the
-// server's working directory.
+// server's working directory; fsTool: a call of a built-in table tool.
 func (p *Policy) newChecker(relTo func(string) string, effective []string, fsTool bool) *argChecker {
-	c := &argChecker{p: p, eff: effective, relTo: relTo}
+	c := &argChecker{p: p, eff: effective, relTo: relTo, builtin: fsTool}
 	if !fsTool {
 		c.alt = p.workRel
 	}
@@ -251,7 +251,6 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 	c := p.newChecker(relTo, effective, builtin)
 	c.moves = t.Moves || MovesByName(name)
 	declared := p.pathArgs[name]
-	c.builtin = builtin
 	var segs segmentArrays
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
 		if len(ptr) == 0 {

@@ -23,13 +23,13 @@ const (
 	ArgScalar
 )
 
-// ArgSpec names one argument of a table tool.
 // scalarWords are the words the filesystem server takes in an ArgScalar
 // argument (its schema's enum): they pass as they are, since a file of
 // that name under the server's working directory would otherwise refuse
 // the real server's own call.
 var scalarWords = map[string][]string{"sortBy": {"name", "size"}}
 
+// ArgSpec names one argument of a table tool.
 type ArgSpec struct {
 	Name string
 	Kind ArgKind
