@@ -2,6 +2,7 @@ package procinfo
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 )
 
 func pidfd(t *testing.T, pid int) *os.File {
@@ -62,7 +65,7 @@ func TestFromPidfd(t *testing.T) {
 func TestCgroupID(t *testing.T) {
 	mnt, err := cgroup2Mount()
 	if err != nil || mnt == "" {
-		t.Skipf("no cgroup v2 mount: %v", err)
+		testenv.Missing(t, fmt.Sprintf("no cgroup v2 mount (%v)", err))
 	}
 	p, err := Of(os.Getpid(), nil)
 	if err != nil {

@@ -346,9 +346,7 @@ func TestCredentialsFiles(t *testing.T) {
 			}
 		}, "no nkey user seed"},
 		{"seed of someone else", func(t *testing.T, dir string) {
-			if os.Geteuid() != 0 {
-				t.Skip("needs root to chown")
-			}
+			testenv.RequireRoot(t) // to chown
 			if err := os.Chown(stream.SeedFile(dir, stream.RoleReader), 65534, 65534); err != nil {
 				t.Fatal(err)
 			}
