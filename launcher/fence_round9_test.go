@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 )
@@ -326,5 +327,35 @@ func testLifeOpenFilesBounded(t *testing.T, noNS bool) {
 	}
 	if r := s.Do(map[string]any{"op": "nofile_limit", "n": int(own.Max)}); r.OK || r.Errno != "EPERM" {
 		t.Fatalf("ESCAPE: the server raised its RLIMIT_NOFILE back to %d: %+v", own.Max, r)
+	}
+}
+
+// TestLifeOpenFilesKeepsALowerLimit: the exec stage and the Go helper only
+// lower RLIMIT_NOFILE: a launcher started under a hard limit below the
+// run's ceiling (prlimit --nofile=512) gives the server that limit, not
+// the ceiling.
+func TestLifeOpenFilesKeepsALowerLimit(t *testing.T) {
+	fencetest.ForEachLayering(t, testLifeOpenFilesKeepsALowerLimit)
+}
+
+func testLifeOpenFilesKeepsALowerLimit(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	prlimit := testenv.RequireCommand(t, "prlimit")
+	const lower = 512
+	if c := launcher.OpenFilesCeiling(launcher.DefaultLimits.MaxProcesses); c <= lower {
+		t.Fatalf("the run's ceiling (%d) is not above %d: the test cannot tell a kept limit from the ceiling", c, lower)
+	}
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS,
+		Wrapper: []string{prlimit, fmt.Sprintf("--nofile=%d:%d", lower, lower), "--"}})
+	r := s.Do(map[string]any{"op": "nofile_limit"})
+	var cur, hard uint64
+	if _, err := fmt.Sscanf(r.Data, "%d %d", &cur, &hard); !r.OK || err != nil {
+		t.Fatalf("nofile_limit: %+v %v", r, err)
+	}
+	if hard != lower || cur != lower {
+		t.Fatalf("the server's RLIMIT_NOFILE is %d (hard %d) under a launcher limited to %d: a lower limit must be kept", cur, hard, lower)
 	}
 }
