@@ -17,6 +17,7 @@ import (
 	"github.com/mcpwarden/mcpwarden/collector/store"
 	"github.com/mcpwarden/mcpwarden/crosscheck"
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
@@ -37,7 +38,7 @@ func natsOpts(e *env) stream.ConnOptions { return stream.ConnOptions{URL: e.nats
 
 func newEnvTB(t testing.TB, dsn string) *env {
 	t.Helper()
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), Port: -1, NoAuth: true})
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/runtimeprofile"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -129,7 +130,7 @@ func TestWhyFromTheStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, Auth: creds, EventHost: "web-1"})
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, Auth: creds, EventHost: "web-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/adopt/probe"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -77,7 +78,7 @@ func TestLearnWithDaemon(t *testing.T) {
 	testenv.RequireRoot(t)
 	c, ws := needy(t)
 	root := c.Base
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, NoAuth: true})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

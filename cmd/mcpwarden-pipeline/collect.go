@@ -39,6 +39,7 @@ func cmdCollect(ctx context.Context, args []string) int {
 	manageStream := fs.Bool("manage-stream", true, "create or update the JetStream stream at start-up")
 	replicas := fs.Int("stream-replicas", 0, "stream replicas when --manage-stream (0: 3 when the NATS server is part of a cluster, 1 on a single server)")
 	maxAge := fs.Duration("stream-max-age", 7*24*time.Hour, "how long the stream keeps events")
+	maxBytes := fs.Int64("stream-max-bytes", 0, "the stream's cap in bytes when --manage-stream; when full it refuses new messages (hosts spool) (0: keep an existing stream's cap, 10 GiB for a new one; the NATS server's JetStream store, max_file_store, must hold it)")
 	perSubject := fs.Int64("stream-max-msgs-per-subject", stream.DefaultMaxMsgsPerSubject, "messages the stream keeps of one kind from one host; at the cap that host's new messages of the kind are refused (it spools), so one host cannot fill the stream for all")
 	noXcheck := fs.Bool("no-crosscheck", false, "do not run the cross-check")
 	window := fs.Duration("crosscheck-window", 2*time.Minute, "late-event window of the cross-check")
@@ -112,8 +113,11 @@ func cmdCollect(ctx context.Context, args []string) int {
 	if *perSubject < 1 {
 		return fs.UsageError("--stream-max-msgs-per-subject %d: give at least 1", *perSubject)
 	}
+	if *maxBytes < 0 {
+		return fs.UsageError("--stream-max-bytes %d: give a size in bytes, or 0 for the default", *maxBytes)
+	}
 	if *manageStream {
-		cfg.Stream = &stream.Config{Replicas: *replicas, MaxAge: *maxAge, MaxMsgsPerSubject: *perSubject}
+		cfg.Stream = &stream.Config{Replicas: *replicas, MaxAge: *maxAge, MaxBytes: *maxBytes, MaxMsgsPerSubject: *perSubject}
 	}
 	c, err := collector.New(cfg)
 	if err != nil {

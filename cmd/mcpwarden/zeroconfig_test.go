@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/daemon/client"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/internal/pintest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -64,7 +65,7 @@ func TestZeroConfigDaemon(t *testing.T) {
 	root, _ := filepath.EvalSymlinks(t.TempDir())
 	naive := filepath.Join(root, "naiveserver")
 	testenv.MustGoBuild(t, naive, "./internal/naiveserver")
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, NoAuth: true})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func startFleetNATS(tb testing.TB, names []string) *fleet {
 	cp := stream.CollectorPermissions()
 	conf := fmt.Sprintf(`server_name: loadgen
 listen: 127.0.0.1:-1
-jetstream { store_dir: %q }
+jetstream { store_dir: %q, max_file_store: 20G }
 accounts {
   MCPWARDEN: {
     jetstream: enabled

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/crosscheck"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
 	"github.com/mcpwarden/mcpwarden/transport/publish"
@@ -29,7 +30,7 @@ func BenchmarkEvidenceToProvisional(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, Auth: creds, EventHost: "here"})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, Auth: creds, EventHost: "here"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/crosscheck"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
@@ -34,7 +35,7 @@ func (s *memSink) Publish(_ context.Context, evs []schema.Event) error {
 // scope for this host and one for another host to a real JetStream, and
 // expects exactly one ESCAPE finding: this host's.
 func TestLoopFindsEscapeOfThisHost(t *testing.T) {
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), Port: -1, NoAuth: true})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func testLoopSurvivesLostConsumer(t *testing.T, noticeDelay time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), Port: -1, Auth: creds, EventHost: "here"})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(root, "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, Auth: creds, EventHost: "here"})
 	if err != nil {
 		t.Fatal(err)
 	}

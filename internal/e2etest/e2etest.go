@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -22,7 +23,7 @@ import (
 // stopped: cleanups run last-in first-out.
 func NATS(tb testing.TB, dir string) string {
 	tb.Helper()
-	ns, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: -1, NoAuth: true})
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: dir, MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		tb.Fatalf("embedded NATS: %v", err)
 	}

@@ -16,6 +16,12 @@ import (
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
 
+// StoreBytes is the JetStream store every test server gets (nothing is
+// allocated up front). Left unset, a server's store is 75% of the disk free
+// when it starts, and a stream's default cap (10 GiB) is refused on a host
+// with less than ~14 GB free: tests must not pass or fail with the disk.
+const StoreBytes = 20 << 30
+
 // Violations collects the permission violations reported to a connection.
 type Violations struct{ ch chan error }
 

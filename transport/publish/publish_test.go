@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/internal/eventgen"
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 	"github.com/mcpwarden/mcpwarden/transport/natsserver"
@@ -21,7 +22,7 @@ import (
 
 func startNATS(t testing.TB, dir string, port int) *natsserver.Server {
 	t.Helper()
-	s, err := natsserver.Start(natsserver.Config{StoreDir: dir, Port: port, NoAuth: true})
+	s, err := natsserver.Start(natsserver.Config{StoreDir: dir, MaxStoreBytes: natstest.StoreBytes, Port: port, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

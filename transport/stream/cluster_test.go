@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -219,7 +220,7 @@ func clusterPermissions(t *testing.T, bin string) {
 // TestSingleServerReplicas: on a single server a stream asked for no
 // replicas gets one, and one asked for three is refused with what to do.
 func TestSingleServerReplicas(t *testing.T) {
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), Port: -1, NoAuth: true})
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +239,57 @@ func TestSingleServerReplicas(t *testing.T) {
 	}
 	if got := s.CachedInfo().Config.Replicas; got != 1 {
 		t.Fatalf("a single server's stream has %d replicas, want 1", got)
+	}
+}
+
+// TestStreamCapFitsTheServersStore: on a server whose JetStream store is
+// smaller than the default cap (what a host with under ~14 GB free gets by
+// default), a new stream at the default cap is refused with what to do; a
+// stream made to fit (as the daemon's embedded server does) is kept at its
+// cap by a later Ensure that names none (the collector's), and a cap given
+// again is applied.
+func TestStreamCapFitsTheServersStore(t *testing.T) {
+	const store = 1 << 30
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), MaxStoreBytes: store, Port: -1, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, _ := natstest.Connect(t, srv.Client(stream.RoleCollector, "test"))
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = stream.Ensure(ctx, js, stream.Config{})
+	if err == nil {
+		t.Fatalf("a %d-byte stream on a %d-byte store was created", int64(stream.DefaultMaxBytes), store)
+	}
+	for _, want := range []string{"max_file_store", "--stream-max-bytes", strconv.Itoa(stream.DefaultMaxBytes)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q: %v", want, err)
+		}
+	}
+	if _, err := js.Stream(ctx, stream.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("after the refusal, looking the stream up: %v, want not found", err)
+	}
+	for _, c := range []struct {
+		name      string
+		give, cap int64
+	}{
+		{"the daemon's fitted cap", srv.StreamBytes(), srv.StreamBytes()},
+		{"no cap named keeps it", 0, srv.StreamBytes()},
+		{"a cap given is applied", 256 << 20, 256 << 20},
+		{"and kept again", 0, 256 << 20},
+	} {
+		s, err := stream.Ensure(ctx, js, stream.Config{MaxBytes: c.give})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := s.CachedInfo().Config.MaxBytes; got != c.cap {
+			t.Fatalf("%s: the stream's cap is %d, want %d", c.name, got, c.cap)
+		}
+	}
+	if got := srv.StreamBytes(); got >= store || got <= 0 {
+		t.Fatalf("the embedded server fits the stream to %d bytes on a %d-byte store", got, store)
 	}
 }
 

@@ -98,7 +98,8 @@ type Config struct {
 	// MaxAge is how long events stay in the stream once consumed or not;
 	// default 7 days, so a collector can be down for days without loss.
 	MaxAge time.Duration
-	// MaxBytes caps the stream; default 10 GiB. When full the stream refuses
+	// MaxBytes caps the stream; 0 keeps an existing stream's cap and gives
+	// a new one DefaultMaxBytes (10 GiB). When full the stream refuses
 	// new messages (DiscardNew) so publishers spool instead of the stream
 	// silently dropping old, possibly unconsumed, events.
 	MaxBytes int64
@@ -181,19 +182,52 @@ func DefaultReplicas(nc *nats.Conn) int {
 	return 1
 }
 
+// The JetStream API error codes Ensure explains: the server's (or the
+// cluster's) JetStream store has no room for the stream's cap.
+const (
+	errCodeStoreExceeded         jetstream.ErrorCode = 10047 // JSStorageResourcesExceededErr
+	errCodeInsufficientResources jetstream.ErrorCode = 10023 // JSInsufficientResourcesErr
+)
+
 // Ensure creates the stream, or updates it to cfg when it exists (an
 // existing stream's replicas are changed to cfg's). Replicas 0 is
-// DefaultReplicas of js's connection.
+// DefaultReplicas of js's connection. MaxBytes 0 keeps an existing
+// stream's cap (the embedded server's daemon sizes it to the disk it has)
+// and gives a new one DefaultMaxBytes; a server whose JetStream store is
+// smaller than the cap refuses, and the error says how to fix it (nothing
+// is shrunk behind the operator's back).
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = DefaultReplicas(js.Conn())
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+		s, err := js.Stream(ctx, Name)
+		switch {
+		case err == nil:
+			if b := s.CachedInfo().Config.MaxBytes; b > 0 {
+				cfg.MaxBytes = b
+			}
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("look up JetStream stream %s: %w (does this NATS account have JetStream enabled?)", Name, err)
+		}
 	}
 	s, err := js.CreateOrUpdateStream(ctx, cfg.JetStream())
 	if err != nil {
 		hint := "does this NATS account have JetStream enabled and the right to manage streams?"
 		var apiErr *jetstream.APIError
-		if cfg.Replicas > 1 && errors.As(err, &apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamNotFound {
-			hint = fmt.Sprintf("%d replicas need a NATS cluster of at least %d servers with JetStream, all up; on a single server use --stream-replicas 1", cfg.Replicas, cfg.Replicas)
+		isAPI := errors.As(err, &apiErr)
+		replicasHint := fmt.Sprintf("%d replicas need a NATS cluster of at least %d servers with JetStream, all up; on a single server use --stream-replicas 1", cfg.Replicas, cfg.Replicas)
+		switch {
+		case isAPI && (apiErr.ErrorCode == errCodeStoreExceeded || apiErr.ErrorCode == errCodeInsufficientResources):
+			hint = fmt.Sprintf("the NATS server's JetStream store has less room than the stream's cap of %d bytes: "+
+				"raise max_file_store in the server's jetstream block (left unset it is 75%% of the disk free when the server started), "+
+				"free disk under its store_dir, or give a smaller cap with --stream-max-bytes", cfg.MaxBytes)
+			if cfg.Replicas > 1 {
+				hint += "; or " + replicasHint
+			}
+		case cfg.Replicas > 1 && isAPI && apiErr.ErrorCode != jetstream.JSErrCodeStreamNotFound:
+			hint = replicasHint
 		}
 		return nil, fmt.Errorf("create or update JetStream stream %s with %d replicas: %w (%s)", Name, cfg.Replicas, err, hint)
 	}
