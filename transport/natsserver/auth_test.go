@@ -37,7 +37,7 @@ func startWithAuth(t *testing.T) (*Server, *Credentials) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Start(Config{StoreDir: filepath.Join(root, "nats"), Port: -1, Auth: creds, EventHost: testHost})
+	s, err := Start(Config{StoreDir: filepath.Join(root, "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, Auth: creds, EventHost: testHost})
 	if err != nil {
 		t.Fatal(err)
 	}

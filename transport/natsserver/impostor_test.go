@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -40,7 +41,7 @@ func runImpostor(arg string) int {
 	// No authentication, but a nonce in its greeting, so that clients
 	// holding an nkey sign it and go on (a server without one they leave).
 	ns, err := server.NewServer(&server.Options{ServerName: "impostor", Host: "127.0.0.1", Port: a.Port,
-		JetStream: true, StoreDir: filepath.Join(a.Dir, "nats"), NoSigs: true, AlwaysEnableNonce: true})
+		JetStream: true, StoreDir: filepath.Join(a.Dir, "nats"), JetStreamMaxStore: natstest.StoreBytes, NoSigs: true, AlwaysEnableNonce: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -157,7 +158,7 @@ func TestImpostorOnTheLoopbackPortIsRefused(t *testing.T) {
 	t.Run("reconnection", func(t *testing.T) {
 		port := testenv.FreePort(t)
 		store := filepath.Join(root, "nats")
-		s, err := Start(Config{StoreDir: store, Port: port, Auth: creds, EventHost: testHost, ServerName: "real"})
+		s, err := Start(Config{StoreDir: store, MaxStoreBytes: natstest.StoreBytes, Port: port, Auth: creds, EventHost: testHost, ServerName: "real"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +195,7 @@ func TestImpostorOnTheLoopbackPortIsRefused(t *testing.T) {
 		}
 		stop()
 		// The real server back on its port: the client reconnects to it.
-		s, err = Start(Config{StoreDir: store, Port: port, Auth: creds, EventHost: testHost, ServerName: "real"})
+		s, err = Start(Config{StoreDir: store, MaxStoreBytes: natstest.StoreBytes, Port: port, Auth: creds, EventHost: testHost, ServerName: "real"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,10 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 )
 
 func TestStartServesJetStream(t *testing.T) {
-	s, err := Start(Config{StoreDir: t.TempDir(), Port: -1, NoAuth: true})
+	s, err := Start(Config{StoreDir: t.TempDir(), MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestStartRefuses(t *testing.T) {
 
 func TestDataSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Start(Config{StoreDir: dir, Port: -1, NoAuth: true})
+	s, err := Start(Config{StoreDir: dir, MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestDataSurvivesRestart(t *testing.T) {
 	nc.Close()
 	s.Shutdown()
 
-	s2, err := Start(Config{StoreDir: dir, Port: -1, NoAuth: true})
+	s2, err := Start(Config{StoreDir: dir, MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mcpwarden/mcpwarden/internal/natstest"
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -26,7 +27,7 @@ import (
 func TestEmbeddedSpeaksNoTLSAndJoinsNoCluster(t *testing.T) {
 	for _, host := range []string{"", "::1"} {
 		t.Run("host="+host, func(t *testing.T) {
-			s, err := Start(Config{StoreDir: t.TempDir(), Host: host, Port: -1, NoAuth: true})
+			s, err := Start(Config{StoreDir: t.TempDir(), MaxStoreBytes: natstest.StoreBytes, Host: host, Port: -1, NoAuth: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +91,7 @@ func TestEmbeddedSpeaksNoTLSAndJoinsNoCluster(t *testing.T) {
 // ever, 250 ms between attempts, through the list).
 func TestClientReconnectsForEverThroughTheList(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Start(Config{StoreDir: dir, Port: -1, NoAuth: true})
+	s, err := Start(Config{StoreDir: dir, MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestClientReconnectsForEverThroughTheList(t *testing.T) {
 	if nc.IsClosed() || !nc.IsReconnecting() {
 		t.Fatalf("after 20 s without a server: status %v, want still reconnecting", nc.Status())
 	}
-	s2, err := Start(Config{StoreDir: dir, Port: port, NoAuth: true})
+	s2, err := Start(Config{StoreDir: dir, MaxStoreBytes: natstest.StoreBytes, Port: port, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
