@@ -19,7 +19,7 @@ TESTFLAGS ?=
 # Each package's tests may take a while on 2 cores with real services.
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test test-go test-clickhouse-legacy deploy-check deps lint bench bench-fleet generate generate-check demo clean
+.PHONY: all build check-machine test test-go test-clickhouse-legacy deploy-check deps lint bench bench-fleet generate generate-check demo clean
 
 all: build
 
@@ -45,7 +45,13 @@ build:
 deps:
 	scripts/test-env.sh install
 
-test: deps build
+# check-machine fails before anything is installed or built when the
+# machine lacks what the tests need (docs/pipeline.md, "What the CI machine
+# must have"), naming each thing and how to fix it.
+check-machine:
+	@scripts/test-env.sh check
+
+test: check-machine deps build
 	@scripts/test-env.sh up
 	@rc=0; $(MAKE) --no-print-directory lint deploy-check generate-check test-go test-clickhouse-legacy || rc=$$?; \
 		scripts/test-env.sh down; exit $$rc

@@ -6,6 +6,9 @@
 #                (install also installs deploy/interop: the interop tests' clients)
 #   up           start services that are not running; remember which we started
 #   down         stop only what `up` started
+#   check        what the machine must have for `make test` (docs/pipeline.md,
+#                "What the CI machine must have"): fails, naming each thing
+#                missing and how to fix it, before anything is built or run
 #   check-current CMD...
 #                run CMD (tests against ClickHouse 26.7); if it fails and the
 #                engine (chdb-listen) died, print the engine's fatal report
@@ -140,6 +143,37 @@ clickhouse_drop_test_dbs() {
 	done
 }
 
+# port_holder PORT names the process that listens on PORT ("" when none).
+port_holder() {
+	ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'users:(("[^"]*"' | head -n 1 | cut -d'"' -f2
+}
+
+# check_ports: the tests' two ClickHouse ports are free (up starts the
+# servers) or held by the server the tests expect; anything else on them is
+# named before anything is started (tests against another server, or
+# against no ClickHouse at all, fail one by one on its version). The holder
+# is told by its process name; a ClickHouse server there must also report
+# the expected version when it answers (a busy one that does not answer
+# in time is left to the tests, which wait for it).
+check_ports() {
+	local bad=0 spec port comm want what holder v
+	[ "$(id -u)" -eq 0 ] || return 0
+	for spec in "9000 clickhouse-serv 18. Debian's clickhouse-server 18.16" "$CH_CURRENT_PORT chdb-listen 26. chdb-listen (ClickHouse 26.7)"; do
+		read -r port comm want what <<<"$spec"
+		holder=$(port_holder "$port")
+		[ -n "$holder" ] || continue
+		if [ "$holder" = "$comm" ]; then
+			v=$(timeout 60 clickhouse-client --port "$port" --query 'SELECT version()' 2>/dev/null </dev/null || true)
+			case "$v" in "" | "$want"*) continue ;; esac
+			echo "test-env: port $port, where the tests expect $what, is held by a ClickHouse $v: stop it (ss -ltnp 'sport = :$port' names it), then run make test again" >&2
+		else
+			echo "test-env: port $port, where the tests expect $what, is held by $holder: stop it (ss -ltnp 'sport = :$port' names it), then run make test again" >&2
+		fi
+		bad=1
+	done
+	return "$bad"
+}
+
 clickhouse_up() {
 	command -v clickhouse-server >/dev/null || return 0
 	[ "$(id -u)" -eq 0 ] || return 0
@@ -236,11 +270,79 @@ clickhouse_down() {
 	rm -f "$STATE/clickhouse.started"
 }
 
+# What `make test` needs of the machine, checked up front (docs/pipeline.md,
+# "What the CI machine must have"): each missing thing is named with how to
+# fix it, and the run stops before anything is built (fail closed: under
+# CI=true a test missing any of this fails, and a run that fails an hour in
+# says less). MCPWARDEN_CHECK_MIN_FREE_GIB / MCPWARDEN_CHECK_MIN_TMP_GIB set
+# the free-disk floors.
+CHECK_MIN_FREE_GIB=${MCPWARDEN_CHECK_MIN_FREE_GIB:-5}
+CHECK_MIN_TMP_GIB=${MCPWARDEN_CHECK_MIN_TMP_GIB:-2}
+check_failed=0
+check_fail() { echo "test-env check: $*" >&2; check_failed=1; }
+
+# free_gib DIR prints the GiB free (for root) on DIR's file system.
+free_gib() { df -P -k "$1" 2>/dev/null | awk 'NR==2 { printf "%d", $4 / 1048576 }'; }
+
+check_host() {
+	local ci=0 h tmp gocache free
+	case "${CI:-}" in true | 1) ci=1 ;; esac
+	if [ "$(id -u)" -ne 0 ]; then
+		# Outside CI, tests that need root skip, saying so; under CI they fail.
+		[ "$ci" -eq 1 ] && check_fail "not root (uid $(id -u)): CI runs every test, and the kernel tests (BPF, Landlock, namespaces, cgroups, audit) need root: run .ci/run as root"
+		[ "$ci" -eq 1 ] || echo "test-env check: not root: the tests that need root will skip" >&2
+	fi
+	# The daemon refuses a host name holding anything but letters, digits,
+	# '.' and '-' (schema.CheckHost: with '_', web_1 would publish as web.1):
+	# every test that starts a daemon would fail.
+	h=$(uname -n)
+	if ! printf '%s' "$h" | grep -Eq '^[A-Za-z0-9.-]{1,253}$'; then
+		check_fail "the host name \"$h\" holds a character other than letters, digits, '.' and '-': the daemon refuses to start on it (schema.CheckHost), so every daemon test fails; rename the host (hostnamectl set-hostname ${h//_/-})"
+	fi
+	# IPv6 loopback: the embedded NATS and the local-server owner check are
+	# tested on ::1 as well as 127.0.0.1.
+	if ! grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null; then
+		check_fail "no IPv6 loopback (::1 is not on lo): tests of the embedded NATS and of the local server check listen on ::1; enable IPv6 on lo (sysctl -w net.ipv6.conf.lo.disable_ipv6=0 net.ipv6.conf.all.disable_ipv6=0; not ipv6.disable=1 on the kernel command line)"
+	fi
+	# Free disk: the race-enabled test binaries, the go build cache, the
+	# services' data and the tests' temporary directories. The embedded NATS
+	# stores of the tests are capped (natstest.StoreBytes, fitted to the disk
+	# in the daemon), so this is what the run writes, not a share of it.
+	gocache=$(go env GOCACHE 2>/dev/null || echo "$ROOT")
+	mkdir -p "$gocache" 2>/dev/null || true
+	for dir in "$ROOT" "$gocache"; do
+		free=$(free_gib "$dir")
+		if [ -n "$free" ] && [ "$free" -lt "$CHECK_MIN_FREE_GIB" ]; then
+			check_fail "$dir has $free GiB free, make test needs $CHECK_MIN_FREE_GIB GiB (the go build cache with the race detector, test binaries, ClickHouse data): free some, or move GOCACHE elsewhere"
+		fi
+	done
+	tmp=${TMPDIR:-/tmp}
+	free=$(free_gib "$tmp")
+	if [ -n "$free" ] && [ "$free" -lt "$CHECK_MIN_TMP_GIB" ]; then
+		check_fail "TMPDIR ($tmp) has $free GiB free, the tests' temporary directories need $CHECK_MIN_TMP_GIB GiB: free some, or point TMPDIR at a larger file system"
+	fi
+	[ "$(id -u)" -eq 0 ] || return 0
+	# Kernel features the fence and the daemon are tested on.
+	if ! grep -qw landlock /sys/kernel/security/lsm 2>/dev/null; then
+		check_fail "Landlock is not an active LSM (/sys/kernel/security/lsm: $(cat /sys/kernel/security/lsm 2>/dev/null || echo unreadable)): boot with lsm=landlock,... (a kernel of 6.7 or later)"
+	fi
+	if ! grep -qw cgroup2 /proc/mounts; then
+		check_fail "no cgroup v2 hierarchy is mounted: the launcher's run groups and the daemon's cgroup ids need one (mount -t cgroup2 none /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host)"
+	fi
+	# A launcher that is not root fences its server in a user namespace of
+	# its own: the tests of non-root launchers need unprivileged user
+	# namespaces that can mount (Ubuntu 24.04 restricts them by AppArmor).
+	if ! setpriv --reuid=65534 --regid=65534 --clear-groups -- unshare --user --map-root-user --mount true 2>/dev/null; then
+		check_fail "unprivileged user namespaces are restricted (uid 65534 cannot unshare --user --map-root-user --mount): the tests of non-root launchers need them; sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu 24.04+), kernel.unprivileged_userns_clone=1 (Debian's older kernels), user.max_user_namespaces above 0"
+	fi
+}
+
 case "${1:-}" in
 install) install_apt; install_npm; install_interop; install_clickhouse_current; install_nats_debian; install_go_tools ;;
 install-npm) install_npm ;;
-up) mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
+check) check_host; [ "$check_failed" -eq 0 ] || { echo "test-env check: the machine lacks what make test needs (above; docs/pipeline.md, \"What the CI machine must have\")" >&2; exit 1; } ;;
+up) check_ports; mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
 down) clickhouse_down; clickhouse_current_down ;;
 check-current) shift; check_current "$@" ;;
-*) echo "usage: $0 install|install-npm|up|down|check-current CMD..." >&2; exit 64 ;;
+*) echo "usage: $0 install|install-npm|check|up|down|check-current CMD..." >&2; exit 64 ;;
 esac
