@@ -276,8 +276,8 @@ clickhouse_down() {
 # CI=true a test missing any of this fails, and a run that fails an hour in
 # says less). MCPWARDEN_CHECK_MIN_FREE_GIB / MCPWARDEN_CHECK_MIN_TMP_GIB set
 # the free-disk floors.
-CHECK_MIN_FREE_GIB=${MCPWARDEN_CHECK_MIN_FREE_GIB:-5}
-CHECK_MIN_TMP_GIB=${MCPWARDEN_CHECK_MIN_TMP_GIB:-2}
+CHECK_MIN_FREE_GIB=${MCPWARDEN_CHECK_MIN_FREE_GIB:-4}
+CHECK_MIN_TMP_GIB=${MCPWARDEN_CHECK_MIN_TMP_GIB:-1}
 check_failed=0
 check_fail() { echo "test-env check: $*" >&2; check_failed=1; }
 
@@ -322,7 +322,9 @@ check_host() {
 		check_fail "TMPDIR ($tmp) has $free GiB free, the tests' temporary directories need $CHECK_MIN_TMP_GIB GiB: free some, or point TMPDIR at a larger file system"
 	fi
 	[ "$(id -u)" -eq 0 ] || return 0
-	# Kernel features the fence and the daemon are tested on.
+	# Kernel features the fence and the daemon are tested on (securityfs,
+	# where the LSMs are listed, is mounted as up mounts it).
+	mount_kernel_fs
 	if ! grep -qw landlock /sys/kernel/security/lsm 2>/dev/null; then
 		check_fail "Landlock is not an active LSM (/sys/kernel/security/lsm: $(cat /sys/kernel/security/lsm 2>/dev/null || echo unreadable)): boot with lsm=landlock,... (a kernel of 6.7 or later)"
 	fi
