@@ -69,8 +69,13 @@ test: check-machine deps build
 CLICKHOUSE_CURRENT_ADDR := 127.0.0.1:19000
 CLICKHOUSE_LEGACY_ADDR  := 127.0.0.1:9000
 CLICKHOUSE_PKGS := ./collector ./collector/loadgen ./collector/query ./collector/store
+# The tests run under umask 022 whatever the caller's: tests make
+# directories and copy binaries for another user (nobody, a run's own uid)
+# with os.Mkdir(0755)-style modes, which a umask of 077 turns into 0700
+# (TestNSWithoutUserNamespaces: "the fence helper ... is missing
+# (permission denied)").
 test-go:
-	MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_CURRENT_ADDR) \
+	umask 022; MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_CURRENT_ADDR) \
 		MCPWARDEN_CLICKHOUSE_EXPECT_VERSION=26. \
 		MCPWARDEN_CLICKHOUSE_LISTEN_BIN=$(CURDIR)/build/clickhouse-current/chdb-listen \
 		scripts/test-env.sh check-current $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
@@ -83,7 +88,7 @@ test-go:
 # collector test here).
 CLICKHOUSE_SERVER_TESTS := ^(TestDeployClickHouseUsers|TestClickHouseCluster.*|TestNATSClusterNodeKilledMidStream|TestDaemonBinaryIntoNATSClusterLeaderKilled|TestDeployNATSCluster)$$
 test-clickhouse-legacy:
-	MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_LEGACY_ADDR) \
+	umask 022; MCPWARDEN_BIN=$(CURDIR)/$(BIN) MCPWARDEN_CLICKHOUSE_ADDR=$(CLICKHOUSE_LEGACY_ADDR) \
 		MCPWARDEN_CLICKHOUSE_EXPECT_VERSION=18. \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -skip '$(CLICKHOUSE_SERVER_TESTS)' $(CLICKHOUSE_PKGS)
 
