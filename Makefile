@@ -16,6 +16,11 @@ PKGS      := ./...
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 TESTFLAGS ?=
+# The tests need tools from sbin (mkfs.ext4, mkfs.btrfs, useradd, runuser,
+# bpftool): a runner whose PATH lacks those directories (a service manager's
+# or su's) gets them appended. Without them TestFenceFilesystemIoctls failed
+# under CI ("mkfs.btrfs is not installed").
+export PATH := $(PATH):/usr/local/sbin:/usr/sbin:/sbin
 # Each package's tests may take a while on 2 cores with real services.
 TEST_TIMEOUT ?= 30m
 
