@@ -36,7 +36,9 @@ func runCheck(t *testing.T, prefix string, attr *syscall.SysProcAttr, env ...str
 // passes. Before, there was no check: the run failed an hour later in the
 // tests (a host named ci_runner_01: every daemon test; no ::1: the embedded
 // NATS and local-server tests; restricted user namespaces: the non-root
-// launcher tests).
+// launcher tests; a long TMPDIR: approval sockets over 107 bytes in the
+// launcher and collector tests; a TMPDIR of mode 0755: the non-root
+// launchers' temporary directories).
 func TestCheckNamesWhatTheMachineLacks(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommand(t, "setpriv")
@@ -44,11 +46,21 @@ func TestCheckNamesWhatTheMachineLacks(t *testing.T) {
 	if out, err := runCheck(t, "", nil); err != nil {
 		t.Fatalf("the check fails on this machine: %v\n%s", err, out)
 	}
-	small := t.TempDir()
-	if err := syscall.Mount("tmpfs", small, "tmpfs", 0, "size=64m"); err != nil {
+	// A short path of mode 1777 (the check wants TMPDIR like /tmp), small.
+	small, err := os.MkdirTemp("/tmp", "ck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(small) })
+	if err := syscall.Mount("tmpfs", small, "tmpfs", 0, "size=64m,mode=1777"); err != nil {
 		t.Fatalf("mount a small tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(small, syscall.MNT_DETACH) })
+	private, err := os.MkdirTemp("/tmp", "ck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(private) })
 	const nobody = 65534
 	cases := []struct {
 		name   string
@@ -65,6 +77,10 @@ func TestCheckNamesWhatTheMachineLacks(t *testing.T) {
 			[]string{"no IPv6 loopback", "disable_ipv6=0"}},
 		{"a small TMPDIR", "", nil, []string{"TMPDIR=" + small},
 			[]string{"TMPDIR (" + small + ") has 0 GiB free", "point TMPDIR at a larger file system"}},
+		{"a long TMPDIR", "", nil, []string{"TMPDIR=/tmp/a-long-temp-dir"},
+			[]string{"TMPDIR (/tmp/a-long-temp-dir) is 20 bytes long", "at most 9 bytes"}},
+		{"a TMPDIR others cannot write", "", nil, []string{"TMPDIR=" + private},
+			[]string{"TMPDIR (" + private + ") has mode 700, not 1777"}},
 		// As on Ubuntu 24.04 (AppArmor) or with kernel.unprivileged_userns_clone=0:
 		// no user namespace can be made below this one (its own limit, not the host's).
 		{"unprivileged user namespaces restricted", "echo 0 >/proc/sys/user/max_user_namespaces && ",

@@ -282,7 +282,7 @@ check_failed=0
 check_fail() { echo "test-env check: $*" >&2; check_failed=1; }
 
 # free_gib DIR prints the GiB free (for root) on DIR's file system.
-free_gib() { df -P -k "$1" 2>/dev/null | awk 'NR==2 { printf "%d", $4 / 1048576 }'; }
+free_gib() { df -P -k "$1" 2>/dev/null | awk 'NR==2 { printf "%d", $4 / 1048576 }' || true; }
 
 check_host() {
 	local ci=0 h tmp gocache free
@@ -317,6 +317,19 @@ check_host() {
 		fi
 	done
 	tmp=${TMPDIR:-/tmp}
+	# Tests put unix sockets (at most 107 bytes of path) in state
+	# directories under TMPDIR: with TMPDIR=/mnt/ci-env-10/tmp2 (18 bytes)
+	# runs refused their approval socket as too long; 9 bytes pass.
+	if [ "${#tmp}" -gt 9 ]; then
+		check_fail "TMPDIR ($tmp) is ${#tmp} bytes long: tests put unix sockets (at most 107 bytes of path) in directories under it; use a TMPDIR of at most 9 bytes (unset it for /tmp)"
+	fi
+	# Non-root launchers in the tests make their run's temporary directory
+	# in TMPDIR, as their own user.
+	if [ ! -d "$tmp" ]; then
+		check_fail "TMPDIR ($tmp) is not a directory: make it (mode 1777), or unset TMPDIR for /tmp"
+	elif [ "$(stat -c %a "$tmp")" != 1777 ]; then
+		check_fail "TMPDIR ($tmp) has mode $(stat -c %a "$tmp"), not 1777: the tests' non-root launchers make their run's temporary directory in it (chmod 1777 $tmp, or unset TMPDIR for /tmp)"
+	fi
 	free=$(free_gib "$tmp")
 	if [ -n "$free" ] && [ "$free" -lt "$CHECK_MIN_TMP_GIB" ]; then
 		check_fail "TMPDIR ($tmp) has $free GiB free, the tests' temporary directories need $CHECK_MIN_TMP_GIB GiB: free some, or point TMPDIR at a larger file system"
