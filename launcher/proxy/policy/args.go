@@ -184,6 +184,8 @@ type argChecker struct {
 	// other checks the rest (unknown).
 	builtin bool
 	other   *argChecker
+	// depth counts the JSON documents in strings being read (embedded.go).
+	depth int
 }
 
 // unknown is the checker of what the table does not read as the
@@ -510,10 +512,21 @@ func (c *argChecker) loose(ptr []string, s string, probe bool) *Denial {
 			return d
 		}
 	}
+	if jsonDocument(s) {
+		// A JSON document in a string: a server that parses it reads its
+		// strings as arguments (embedded.go).
+		if d := c.looseJSON(ptr, s, probe); d != nil {
+			return d
+		}
+	}
 	if probe && hasWildcard(s) {
 		// A glob a server may expand: what it would match under the
-		// scope must not be a secret (wildcards.go).
-		return c.globSecrets(ptr, s)
+		// scope must not be a secret (wildcards.go), also as a part of
+		// a value a server takes apart ("--include=*.pem").
+		if d := c.globSecrets(ptr, s); d != nil {
+			return d
+		}
+		return c.partGlobs(ptr, s)
 	}
 	return nil
 }
@@ -593,6 +606,13 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 				add(f)
 			}
 		}
+	}
+	// A path inside a string a server takes apart or decodes: an option
+	// ("--config=/etc/x", "-f/etc/x"), a key=value or separated list, a
+	// JSON document in a string (a lenient parser's too), a URL a WHATWG
+	// parser reads past leading controls, base64 or hex (embedded.go).
+	if err := c.embeddedForms(s, probe, add); err != nil {
+		return nil, err
 	}
 	if len(out) == 0 && probe && namesSecret(c.p, s) {
 		// ".env", "sub/id_rsa", "credentials.json": a secret's name,
