@@ -38,7 +38,8 @@ const uriEnv = "MCPWARDEN_PROXY_TEST_URI_SERVER"
 
 // allURIs is what uriServer hands out: the index "i" (a tool's argument,
 // a prompt's argument, a list's cursor) picks one.
-var allURIs = append(append([]string{}, activeURIs...), passingURIs...)
+// (relativeURIs, round ten, come last.)
+var allURIs = append(append(append([]string{}, activeURIs...), passingURIs...), relativeURIs...)
 
 // uriServer is a legacy server whose answers carry the URI allURIs[i]:
 // "link" a resource_link, "embed" an embedded resource, "annotated" a
@@ -113,7 +114,7 @@ func TestActiveURIsToTheClient(t *testing.T) {
 	})
 	c := f.client
 	c.initLegacy(false)
-	for i, u := range allURIs {
+	for i, u := range allURIs[:len(activeURIs)+len(passingURIs)] {
 		active := i < len(activeURIs)
 		idx := strconv.Itoa(i)
 		for _, tool := range []string{"link", "embed", "annotated"} {

@@ -28,6 +28,7 @@ var scriptedServers = []struct {
 	{plainEnv, plainServer},
 	{ninthEnv, ninthServer},
 	{uriEnv, uriServer},
+	{tenthEnv, tenthServer},
 }
 
 func TestMain(m *testing.M) {

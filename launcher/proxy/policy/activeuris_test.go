@@ -162,8 +162,9 @@ func FuzzActiveURI(f *testing.F) {
 		}
 		b, _ := json.Marshal(s)
 		for _, raw := range []string{`{"uri":` + string(b) + `}`, `{"a":[{"uri":` + escapeFirst(string(b)) + `}]}`} {
-			if d := CheckActiveURIs([]byte(raw)); (d != nil) != (got != "") {
-				t.Fatalf("CheckActiveURIs(%s) = %+v but ActiveURI = %q", raw, d, got)
+			// (A "uri" must also be absolute: round ten.)
+			if d := CheckActiveURIs([]byte(raw)); (d != nil) != (got != "" || relativeURI(s)) {
+				t.Fatalf("CheckActiveURIs(%s) = %+v but ActiveURI = %q, relative %v", raw, d, got, relativeURI(s))
 			}
 		}
 	})
@@ -186,6 +187,7 @@ func FuzzCheckActiveURIs(f *testing.F) {
 		`{"uri":"javascript:x"}`, `{"\u0075ri":"java\tscript:x"}`, `{"a":[{"uriTemplate":"DATA:text/html,{x}"}]}`,
 		`{"uri":"test://x"}`, `{"uri":"data\u003atext/html,x"}`, `{"uri":"\u0020jAvAsCrIpT:x"}`, `[{"uri":"ȺȺ:x"}]`,
 		`{"uri":"data:image/png;base64,AA"}`, `{"url":"javascript:void(0)"}`,
+		`{"uri":"/etc/passwd"}`, `{"uri" : "//host/x"}`, `{"uri":"\u0001file:///x"}`, `{"u\u0072i":"x"}`, `{"uri":""}`, `["uri",{"uri":"a:b"}]`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -202,6 +204,9 @@ func FuzzCheckActiveURIs(f *testing.F) {
 					if s, ok := e.(string); ok && (k == "uri" || k == "uriTemplate") && ActiveURI(s) != "" {
 						t.Fatalf("%s: %s %q passed", raw, k, s)
 					}
+					if s, ok := e.(string); ok && k == "uri" && relativeURI(s) {
+						t.Fatalf("%s: a uri with no scheme %q passed", raw, s)
+					}
 					visit(e)
 				}
 			case []any:
@@ -212,4 +217,10 @@ func FuzzCheckActiveURIs(f *testing.F) {
 		}
 		visit(v)
 	})
+}
+
+// relativeURI: s, as a URL parser reads it, has no scheme.
+func relativeURI(s string) bool {
+	_, _, ok := urlScheme(urlClean(s))
+	return !ok
 }

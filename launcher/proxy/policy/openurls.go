@@ -219,6 +219,45 @@ func mayHoldActiveURI(raw []byte) bool {
 	}
 }
 
+// mayHoldRelativeURI is a quick test that raw may hold a member "uri"
+// whose value is not an absolute URI: a "uri" member (or a \u escape of
+// one of its letters, which may spell one) whose string value does not
+// start with scheme characters and ':' — a value that starts with an
+// escape or white space is walked (a URL parser strips them).
+func mayHoldRelativeURI(raw []byte) bool {
+	if HasEscapedASCII(raw, "uri") {
+		return true
+	}
+	for i := 0; ; {
+		j := bytes.Index(raw[i:], []byte(`"uri"`))
+		if j < 0 {
+			return false
+		}
+		i += j + len(`"uri"`)
+		k := skipJSONSpace(raw, i)
+		if k >= len(raw) || raw[k] != ':' {
+			continue // "uri" as a value, not a member name
+		}
+		if k = skipJSONSpace(raw, k+1); k >= len(raw) || raw[k] != '"' {
+			continue // not a string
+		}
+		n := k + 1
+		for n < len(raw) && (isLetter(raw[n]) || n > k+1 && (raw[n] >= '0' && raw[n] <= '9' || raw[n] == '+' || raw[n] == '-' || raw[n] == '.')) {
+			n++
+		}
+		if n == k+1 || n >= len(raw) || raw[n] != ':' {
+			return true
+		}
+	}
+}
+
+func skipJSONSpace(raw []byte, i int) int {
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
+	}
+	return i
+}
+
 // endsWithFold: b ends with word (lower-case ASCII) in any ASCII case.
 func endsWithFold(b []byte, word string) bool {
 	if len(b) < len(word) {
@@ -241,8 +280,16 @@ func endsWithFold(b []byte, word string) bool {
 // page's links holds javascript:void(0)), except a URL-mode
 // elicitation's (CheckOpenURLs) and an implementation's websiteUrl
 // (FilterIcons).
+//
+// A "uri" (not a uriTemplate) must moreover be an absolute URI — a
+// scheme, then ':' — as the schema's "format": "uri" requires of a
+// resource's, a link's and a resource contents' uri (round ten): a
+// reference with no scheme ("/etc/passwd", "../../.ssh/id_rsa",
+// "//host/share/x", "") is resolved by a client against its own page,
+// which is a file: URL in a desktop client, so it names a file of the
+// client's host the path rules never saw.
 func CheckActiveURIs(raw []byte) *Denial {
-	if !mayHoldActiveURI(raw) {
+	if !mayHoldActiveURI(raw) && !mayHoldRelativeURI(raw) {
 		return nil
 	}
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
@@ -256,6 +303,11 @@ func CheckActiveURIs(raw []byte) *Denial {
 		}
 		if scheme := ActiveURI(s); scheme != "" {
 			return deny(schema.ErrMalformedRequest, "the server's answer holds a %s: URI in %q, which runs code in a client that opens it", scheme, ptr[len(ptr)-1])
+		}
+		if ptr[len(ptr)-1] == "uri" {
+			if _, _, ok := urlScheme(urlClean(s)); !ok {
+				return deny(schema.ErrMalformedRequest, "the server's answer holds a \"uri\" with no scheme, which a client resolves against its own page (a file: page names a file of the client's host); a resource's uri must be an absolute URI")
+			}
 		}
 		return nil
 	})
