@@ -114,6 +114,49 @@ func TestDaemonStartsOnASmallDisk(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := testenv.Mcpwarden(t)
 	tmp := t.TempDir()
+	state := smallDisk(t, tmp)
+	socket := filepath.Join(tmp, "sock", "daemon.sock")
+	stop := startDaemonOn(t, bin, state, socket, testenv.FreePort(t))
+	stop()
+}
+
+// TestDaemonRestartsAfterItsDiskFilled: a daemon restarted after its disk
+// filled up (a 700 MiB file on its 1 GiB state disk) starts and serves its
+// socket. Its first start capped the stream at nine tenths of the store
+// fitted to the disk then (~690 MiB); the server it restarted with fitted
+// its store to the disk free now (~230 MiB), below what the stored stream
+// reserves, and nats-server refuses every change to a stream while the
+// loaded streams reserve more than the store: the daemon could not lower
+// its cap and exited ("insufficient storage resources", before). The
+// store now never falls below the stored streams' caps, and the daemon
+// lowers its cap to the smaller disk.
+func TestDaemonRestartsAfterItsDiskFilled(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.Mcpwarden(t)
+	tmp := t.TempDir()
+	state := smallDisk(t, tmp)
+	socket := filepath.Join(tmp, "sock", "daemon.sock")
+	port := testenv.FreePort(t)
+	startDaemonOn(t, bin, state, socket, port)()
+	f, err := os.Create(filepath.Join(state, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for range 700 {
+		if _, err := f.Write(chunk); err != nil {
+			t.Fatalf("fill the state disk: %v", err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	startDaemonOn(t, bin, state, socket, port)()
+}
+
+// smallDisk mounts a 1 GiB tmpfs as the daemon state directory under tmp.
+func smallDisk(t *testing.T, tmp string) string {
+	t.Helper()
 	state := filepath.Join(tmp, "state")
 	mkdir(t, state)
 	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=1g,mode=0700"); err != nil {
@@ -121,21 +164,45 @@ func TestDaemonStartsOnASmallDisk(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
 	pintest.Unload(t, state)
-	socket := filepath.Join(tmp, "sock", "daemon.sock")
+	return state
+}
+
+// startDaemonOn starts the daemon with its state in state and waits until
+// it serves socket (a socket left by an earlier daemon is removed first);
+// the test fails if it exits first. stop stops it (SIGTERM) and waits for
+// it to exit.
+func startDaemonOn(t *testing.T, bin, state, socket string, port int) (stop func()) {
+	t.Helper()
+	_ = os.Remove(socket)
 	cmd := exec.Command(bin, "daemon", "--state-dir", state, "--socket", socket,
-		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), "--no-crosscheck")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), "--no-crosscheck")
+	out := &testenv.LockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	defer func() { _ = cmd.Process.Kill(); <-exited }()
+	var once bool
+	stop = func() {
+		if once {
+			return
+		}
+		once = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(3 * time.Minute):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("the daemon did not exit within 3 minutes of SIGTERM: %s", out.String())
+		}
+	}
+	t.Cleanup(stop)
 	deadline := time.After(3 * time.Minute)
 	for {
 		if _, err := os.Stat(socket); err == nil {
-			return
+			return stop
 		}
 		select {
 		case err := <-exited:

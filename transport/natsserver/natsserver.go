@@ -9,6 +9,7 @@
 package natsserver
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"golang.org/x/sys/unix"
 
 	"github.com/mcpwarden/mcpwarden/transport/stream"
 )
@@ -44,8 +46,10 @@ type Config struct {
 	// NoAuth lets anyone connect with every right: for tests that need a
 	// plain JetStream server, never for the daemon.
 	NoAuth bool
-	// MaxStoreBytes caps JetStream's disk use; 0 lets the server pick (a
-	// share of the free disk).
+	// MaxStoreBytes caps JetStream's disk use; 0 fits it to the disk:
+	// three quarters of the space free under StoreDir (the server's own
+	// default), and never less than the caps of the streams already
+	// stored there (see fitStore).
 	MaxStoreBytes int64
 	// ServerName identifies the server in JetStream; default "mcpwarden-<hostname>".
 	ServerName string
@@ -58,6 +62,9 @@ type Config struct {
 type Server struct {
 	ns  *server.Server
 	cfg Config
+	// fit is the store fitted to the free disk (0: the server's own);
+	// StreamBytes caps the stream by it.
+	fit int64
 }
 
 // Start starts the server and waits until it accepts client connections.
@@ -87,13 +94,17 @@ func Start(cfg Config) (*Server, error) {
 		h, _ := os.Hostname()
 		name = "mcpwarden-" + h
 	}
+	store, fit := cfg.MaxStoreBytes, int64(0)
+	if store == 0 {
+		store, fit = fitStore(cfg.StoreDir)
+	}
 	opts := &server.Options{
 		ServerName:        name,
 		Host:              host,
 		Port:              port,
 		JetStream:         true,
 		StoreDir:          filepath.Clean(cfg.StoreDir),
-		JetStreamMaxStore: cfg.MaxStoreBytes,
+		JetStreamMaxStore: store,
 		NoSigs:            true, // the daemon owns signal handling
 		NoSystemAccount:   true,
 		HTTPPort:          0, // no monitoring port
@@ -128,7 +139,49 @@ func Start(cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("embedded NATS: JetStream did not start on %s: check that the directory is writable and has free space", cfg.StoreDir)
 	}
-	return &Server{ns: ns, cfg: cfg}, nil
+	return &Server{ns: ns, cfg: cfg, fit: fit}, nil
+}
+
+// fitStore sizes the JetStream store of a server whose configuration names
+// none: fit is three quarters of the space free under dir, what the server
+// itself would take. But the server refuses every change to a stream while
+// the streams it loaded reserve more than its store (nats-server's
+// checkBytesLimits), so a daemon restarted after its disk filled up (by
+// anything) could not even lower its stream's cap to the smaller disk: it
+// exited ("insufficient storage resources"). The store is therefore never
+// below the caps the stored streams already reserve; StreamBytes caps the
+// stream by fit, so the stream is lowered to what the disk holds now.
+// Both are 0 when the free space cannot be read (the server decides).
+func fitStore(dir string) (store, fit int64) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, 0
+	}
+	fit = int64(st.Bavail) * int64(st.Bsize) / 4 * 3
+	return max(fit, reservedBytes(dir)), fit
+}
+
+// reservedBytes sums the caps (max_bytes) of the file streams stored under
+// dir (jetstream/ACCOUNT/streams/NAME/meta.inf). A file it cannot read or
+// parse counts nothing: the server reads it again and says what is wrong.
+func reservedBytes(dir string) int64 {
+	metas, _ := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "*", "meta.inf"))
+	var sum int64
+	for _, m := range metas {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		var c struct {
+			MaxBytes int64  `json:"max_bytes"`
+			Storage  string `json:"storage"`
+		}
+		if json.Unmarshal(b, &c) != nil || c.MaxBytes <= 0 || c.Storage != "file" {
+			continue
+		}
+		sum += c.MaxBytes
+	}
+	return sum
 }
 
 // ClientURL is the nats:// URL clients connect to.
@@ -136,13 +189,19 @@ func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
 // StreamBytes is the cap for the event stream on this server: the
 // stream's default, or nine tenths of the server's JetStream store when
-// that is smaller (left to the server, the store is a share of the free
-// disk, and a stream asking for more than the store is refused: a host
-// with less than ~14 GB free could not start the daemon). The tenth left
-// holds the consumers' state.
+// that is smaller (a store fitted to the disk is a share of the free disk,
+// and a stream asking for more than the store is refused: a host with less
+// than ~14 GB free could not start the daemon). The tenth left holds the
+// consumers' state. A fitted store counts the disk free now, not the caps
+// stored streams reserve (fitStore): after the disk filled up, the daemon
+// lowers its stream's cap to it. The stream discards new messages, so a
+// stream holding more than its lowered cap keeps every stored event and
+// takes new ones once its readers have made room.
 func (s *Server) StreamBytes() int64 {
 	limit := int64(stream.DefaultMaxBytes)
-	if js := s.ns.JetStreamConfig(); js != nil && js.MaxStore > 0 {
+	if s.fit > 0 {
+		limit = min(limit, s.fit/10*9)
+	} else if js := s.ns.JetStreamConfig(); js != nil && js.MaxStore > 0 {
 		limit = min(limit, js.MaxStore/10*9)
 	}
 	return limit
