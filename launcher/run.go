@@ -250,6 +250,18 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	code, reason, auditErr := srv.supervise(ctx)
 	close(stopReaping)
 	<-reaped
+	// The run's processes are gone, so the server's stderr ends: its copier
+	// writes what it held and how much it dropped before Run returns (a
+	// launcher that exited first lost that line: TestServerStderrFlood
+	// failed 1 time in 4). Bounded, as is the wait below, in case the pipe
+	// outlives the run.
+	srv.mu.Lock()
+	cur := srv.cur
+	srv.mu.Unlock()
+	select {
+	case <-cur.stderrDone:
+	case <-time.After(2 * time.Second):
+	}
 	l.reportLimitHits(lf.stats())
 	// Nothing of the run is left (supervise killed its cgroup): the temp
 	// dir, the cgroup and the watcher go while the exit record is written
