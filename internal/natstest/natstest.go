@@ -58,7 +58,10 @@ func (v *Violations) Wait(t testing.TB, subject string) {
 func Connect(t testing.TB, o stream.ConnOptions) (*nats.Conn, *Violations) {
 	t.Helper()
 	v := &Violations{ch: make(chan error, 64)}
-	nc, err := stream.Connect(o, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0),
+	// One attempt, so a handshake gets minutes, not nats.go's 2 s: at a
+	// load of 30 on two cores TestDeployNATSCluster's connection to a TLS
+	// node timed out ("read tcp ...: i/o timeout").
+	nc, err := stream.Connect(o, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0), nats.Timeout(2*time.Minute),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case v.ch <- err:
