@@ -28,11 +28,15 @@
 #
 # Builds nothing: `make demo` builds bin/ and installs the pinned npm
 # servers first. MCPWARDEN_BIN names another mcpwarden (with
-# mcpwarden-pipeline next to it).
+# mcpwarden-pipeline next to it). MCPWARDEN_DEMO_PROBE_TIMEOUT is how long
+# wrap's probe waits for each answer of the server (wrap's default, 30s;
+# the tests give minutes: on a loaded machine the server's first answer
+# under the fence took longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BIN=${MCPWARDEN_BIN:-$ROOT/bin/mcpwarden}
+PROBE_TIMEOUT=${MCPWARDEN_DEMO_PROBE_TIMEOUT:-30s}
 SERVERS="$ROOT/deploy/mcp-servers/node_modules"
 FS_SERVER="$SERVERS/@modelcontextprotocol/server-filesystem/dist/index.js"
 CLIENT="$ROOT/scripts/demo-client.mjs"
@@ -172,8 +176,8 @@ fi
 
 say "1) mcpwarden wrap: every stdio server of the file runs under 'mcpwarden run',"
 say "   with a starting scope from a tools/list probe of the server under the fence"
-"$BIN" wrap --dry-run --base "$WS" --scope-dir "$WORK/scopes" "$CFG" | sed 's/^/    /'
-"$BIN" wrap --base "$WS" --scope-dir "$WORK/scopes" "$CFG" >"$WORK/wrap.out" 2>&1 ||
+"$BIN" wrap --dry-run --probe-timeout "$PROBE_TIMEOUT" --base "$WS" --scope-dir "$WORK/scopes" "$CFG" | sed 's/^/    /'
+"$BIN" wrap --probe-timeout "$PROBE_TIMEOUT" --base "$WS" --scope-dir "$WORK/scopes" "$CFG" >"$WORK/wrap.out" 2>&1 ||
 	{ cat "$WORK/wrap.out" >&2; die "wrap failed"; }
 SCOPE=$("$NODE" -e '
 const a = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).mcpServers.filesystem.args;

@@ -23,7 +23,7 @@ func demo(t *testing.T, tmp string, prefix ...string) string {
 	root := testenv.RepoRoot()
 	testenv.RequireCommand(t, "node")
 	testenv.RequireFile(t, filepath.Join(root, "deploy/mcp-servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"), "run scripts/test-env.sh install-npm")
-	argv := append(prefix, "env", "MCPWARDEN_BIN="+testenv.Mcpwarden(t), "TMPDIR="+tmp, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME="+tmp, filepath.Join(root, "scripts/demo.sh"))
+	argv := append(prefix, "env", "MCPWARDEN_BIN="+testenv.Mcpwarden(t), "TMPDIR="+tmp, "MCPWARDEN_DEMO_PROBE_TIMEOUT=5m", "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME="+tmp, filepath.Join(root, "scripts/demo.sh"))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
