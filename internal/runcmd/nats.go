@@ -32,6 +32,20 @@ func (e *natsExtension) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&e.spoolMax, "spool-max-bytes", 64<<20, "bound of the on-disk spool used while NATS is unreachable; when full, new calls are denied")
 }
 
+// ownFiles are the credential files the publisher reads (only when it
+// publishes): a server that read one could publish forged records.
+func (e *natsExtension) ownFiles() []ownFile {
+	if e.nf.URL == "" {
+		return nil
+	}
+	var own []ownFile
+	for _, f := range []struct{ path, flag string }{{e.nf.Creds, "--nats-creds"}, {e.nf.NKey, "--nats-nkey"},
+		{e.nf.PasswordFile, "--nats-password-file"}, {e.nf.Key, "--nats-tls-key"}} {
+		own = append(own, ownFile{f.path, f.flag, "put it elsewhere", false})
+	}
+	return own
+}
+
 func (e *natsExtension) Configure(ctx context.Context, rc *Context) error {
 	if e.nf.URL == "" {
 		return nil

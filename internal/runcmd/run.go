@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/mcpwarden/mcpwarden/hostconfig"
 	"github.com/mcpwarden/mcpwarden/internal/cli"
 	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/launcher/auditlog"
@@ -189,10 +190,22 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 	if *pathKey == "" {
 		*pathKey = filepath.Join(*stateDir, "path.key")
 	}
-	for _, p := range []struct{ path, flag string }{{*auditLog, "--audit-log"}, {*stateDir, "--state-dir"}, {*pathKey, "--path-key"}} {
-		if insideScope(scope, p.path) {
-			return cli.Fail(cli.ExitBadScope, fmt.Errorf("%s lies inside the scope's allowed paths, where the server could read or rewrite it; put it elsewhere with %s", p.flag, p.flag))
+	own := []ownFile{
+		{*auditLog, "--audit-log", "put it elsewhere with --audit-log", false},
+		{*stateDir, "--state-dir", "put it elsewhere with --state-dir", false},
+		{*pathKey, "--path-key", "put it elsewhere with --path-key", false},
+		{*scopeFile, "the scope record (--scope)", "keep scope records outside the paths they grant (mcpwarden wrap writes them to /etc/mcpwarden/scopes, or ~/.config/mcpwarden/scopes)", true},
+	}
+	if hc, err := cli.HostConfig(); err == nil && hc.Path != "" {
+		own = append(own, ownFile{hc.Path, "the host configuration " + hc.Path, "move it out of the scope, or name another with $" + hostconfig.EnvFile, !hc.Found})
+	}
+	for _, ext := range runExtensions {
+		if o, ok := ext.(interface{ ownFiles() []ownFile }); ok {
+			own = append(own, o.ownFiles()...)
 		}
+	}
+	if err := checkOwnFiles(scope, own); err != nil {
+		return cli.Fail(cli.ExitBadScope, err)
 	}
 	alog, err := auditlog.Open(*auditLog)
 	if err != nil {
@@ -268,6 +281,44 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 		return cli.Fail(exitCodeOf(err), err)
 	}
 	return cli.ExitOK
+}
+
+// ownFile is a file (or directory) of mcpwarden's own that a run reads:
+// its records, keys, configuration and the scope record itself. A server
+// that could rewrite one would widen its own next run (a scope record
+// granting more, a configuration that turns the daemon off or moves the
+// state directory), rewrite its records or read a key.
+type ownFile struct {
+	path, what, fix string
+	// writeOnly: only a scope that grants writing may not hold it (a
+	// server reading its own scope record learns nothing it may not know).
+	writeOnly bool
+}
+
+// checkOwnFiles refuses a run whose scope holds one of mcpwarden's own
+// files: inside an allowed path (a symlink on the way resolved), or, when
+// the scope grants writing, a regular file with more than one name (a hard
+// link, which may be inside the scope under another name: a path check
+// cannot see it). A missing path is checked where it would be created.
+func checkOwnFiles(scope *schema.CanonicalScope, files []ownFile) error {
+	write := scope.AccessMode == schema.AccessWrite
+	for _, f := range files {
+		if f.path == "" || (f.writeOnly && !write) {
+			continue
+		}
+		if insideScope(scope, f.path) {
+			verb := "read or rewrite"
+			if f.writeOnly {
+				verb = "rewrite"
+			}
+			return fmt.Errorf("%s lies inside the scope's allowed paths, where the server could %s it; %s", f.what, verb, f.fix)
+		}
+		var st syscall.Stat_t
+		if write && syscall.Stat(f.path, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
+			return fmt.Errorf("%s has %d names (hard links): one may lie inside the scope's write paths, where the server could rewrite it; give it a single name (copy it and remove the links)", f.what, st.Nlink)
+		}
+	}
+	return nil
 }
 
 // insideScope reports whether path (which may not exist yet) resolves into

@@ -1,0 +1,187 @@
+package launcher_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+)
+
+// Session 10's attacks on the fence: what leaked (each fails on the code
+// before) and the guards that held.
+
+// ownFileCase is one of mcpwarden's own files placed where the scope lets
+// the server reach it.
+type ownFileCase struct {
+	name string
+	// setup places the file and returns the run's scope file and the extra
+	// launcher arguments and environment.
+	setup func(t *testing.T, w workspace) (scope string, args, env []string)
+	// attack is what the server does with the file on a run that was not
+	// refused; it returns what it got (or "" when nothing).
+	attack func(t *testing.T, s *fencetest.Session, w workspace) string
+	// refused: the run must be refused (exit 65) naming want; else it must
+	// run (a guard against refusing too much).
+	refused bool
+	want    string
+}
+
+// TestFenceOwnFilesOutsideTheScope: the launcher refused its audit log,
+// state directory and path key inside the scope's allowed paths, but not
+// the scope record it enforces, nor the host configuration, nor the NATS
+// credentials it publishes with. A server with a write scope holding its
+// own scope record rewrote it to grant the whole base, and the next run
+// under the same record read the sibling directory (both layerings: the
+// record is a plain file of the workspace); through a hard link of the
+// record in the workspace the same; it rewrote the host configuration
+// (daemon_socket off: every later run unobserved) and read the NATS
+// credentials (forged records). Now each is refused before anything starts
+// (exit 65, naming the file and what to do); a read scope holding its own
+// record still runs.
+func TestFenceOwnFilesOutsideTheScope(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceOwnFiles)
+}
+
+func testFenceOwnFiles(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	writeScope := map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"}
+	widened := map[string]any{"scope_id": "test-scope", "resource_refs": []string{}, "access_mode": "write",
+		"tool_allowlist": []string{"read_text_file"}, "approval": "none", "expires_after_minutes": 30,
+		"allowed_paths": []string{"."}}
+	// rewriteScope rewrites the scope record in place through path (the
+	// inode stays: a hard link sees it) to grant the whole base.
+	rewriteScope := func(path string) func(t *testing.T, s *fencetest.Session, w workspace) string {
+		return func(t *testing.T, s *fencetest.Session, w workspace) string {
+			body, _ := json.Marshal(widened)
+			if r := s.Do(map[string]any{"op": "write", "path": path, "data": string(body)}); !r.OK {
+				return ""
+			}
+			return "rewrote the scope record"
+		}
+	}
+	cases := []ownFileCase{
+		{
+			name: "the scope record in its own write path",
+			setup: func(t *testing.T, w workspace) (string, []string, []string) {
+				return fencetest.WriteScope(t, w.allowed, writeScope), nil, nil
+			},
+			refused: true, want: "the scope record (--scope) lies inside the scope's allowed paths",
+		},
+		{
+			name: "a hard link of the scope record in its write path",
+			setup: func(t *testing.T, w workspace) (string, []string, []string) {
+				scope := fencetest.WriteScope(t, t.TempDir(), writeScope)
+				if err := os.Link(scope, filepath.Join(w.allowed, "notes.json")); err != nil {
+					t.Fatal(err)
+				}
+				return scope, nil, nil
+			},
+			refused: true, want: "the scope record (--scope) has 2 names (hard links)",
+		},
+		{
+			name: "the host configuration in the write path",
+			setup: func(t *testing.T, w workspace) (string, []string, []string) {
+				cfg := filepath.Join(w.allowed, "mcpwarden.json")
+				testenv.WriteFiles(t, map[string]string{cfg: "{}\n"})
+				if err := os.Chmod(cfg, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return fencetest.WriteScope(t, t.TempDir(), writeScope), nil, []string{"MCPWARDEN_CONFIG=" + cfg}
+			},
+			attack: func(t *testing.T, s *fencetest.Session, w workspace) string {
+				if r := s.Do(map[string]any{"op": "write", "path": filepath.Join(w.allowed, "mcpwarden.json"), "data": `{"daemon_socket":"off"}`}); r.OK {
+					return "rewrote the host configuration (daemon_socket off)"
+				}
+				return ""
+			},
+			refused: true, want: "the host configuration",
+		},
+		{
+			name: "the NATS credentials in a read path",
+			setup: func(t *testing.T, w workspace) (string, []string, []string) {
+				creds := filepath.Join(w.allowed, "fleet.creds")
+				testenv.WriteFiles(t, map[string]string{creds: "NATS-SEED-SECRET-42\n"})
+				scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+				port := testenv.FreePort(t)
+				return scope, []string{"--nats", fmt.Sprintf("nats://127.0.0.1:%d", port), "--nats-creds", creds, "--state-dir", t.TempDir()}, nil
+			},
+			attack: func(t *testing.T, s *fencetest.Session, w workspace) string {
+				r := s.Do(map[string]any{"op": "read", "path": filepath.Join(w.allowed, "fleet.creds")})
+				if strings.Contains(r.Data, "NATS-SEED-SECRET-42") {
+					return "read the NATS credentials"
+				}
+				return ""
+			},
+			refused: true, want: "--nats-creds lies inside the scope's allowed paths",
+		},
+		{
+			name: "the scope record in its own read path (a guard: reading it is harmless)",
+			setup: func(t *testing.T, w workspace) (string, []string, []string) {
+				return fencetest.WriteScope(t, w.allowed, map[string]any{"allowed_paths": []string{"allowed"}}), nil, nil
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorkspace(t)
+			scope, args, env := c.setup(t, w)
+			start := func() (*fencetest.Session, bool) {
+				s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, ExtraArgs: args, Env: env})
+				if err := s.Send([]byte(`{"op":"ping"}` + "\n")); err != nil {
+					return s, false
+				}
+				line, ok := s.ReadLine(2 * time.Minute)
+				return s, ok && strings.Contains(line, "pong")
+			}
+			s, started := start()
+			if !started {
+				code := s.Wait()
+				if !c.refused {
+					t.Fatalf("the run was refused (exit %d): %s", code, s.Stderr())
+				}
+				if code != 65 || !strings.Contains(s.Stderr(), c.want) {
+					t.Fatalf("refused with exit %d, want 65 naming %q: %s", code, c.want, s.Stderr())
+				}
+				return
+			}
+			if !c.refused {
+				if code := s.Close(); code != 0 {
+					t.Errorf("exit %d: %s", code, s.Stderr())
+				}
+				return
+			}
+			// Not refused: show what the server did with the file.
+			attack := c.attack
+			if attack == nil {
+				path := scope
+				if strings.Contains(c.name, "hard link") {
+					path = filepath.Join(w.allowed, "notes.json")
+				}
+				attack = rewriteScope(path)
+			}
+			got := attack(t, s, w)
+			s.Close()
+			if got == "" {
+				t.Fatalf("the run was not refused (want exit 65 naming %q): %s", c.want, s.Stderr())
+			}
+			if c.attack == nil {
+				// The next run under the rewritten record.
+				s2, ok := start()
+				if ok {
+					if r := s2.Do(map[string]any{"op": "read", "path": filepath.Join(w.sibling, "s.txt")}); strings.Contains(r.Data, "SIBLING-SECRET-42") {
+						got += "; the next run read the sibling directory"
+					}
+				}
+				s2.Close()
+			}
+			t.Errorf("ESCAPE: the run was not refused; the server %s", got)
+		})
+	}
+}
