@@ -185,3 +185,41 @@ func testFenceOwnFiles(t *testing.T, noNS bool) {
 		})
 	}
 }
+
+// TestFenceSecretsClientConfigsAndFleetCredentials: the MCP clients' server
+// lists that mcpwarden wrap edits (they hold the servers' tokens and the
+// `mcpwarden run` wrapper: a server with a write scope holding one could
+// drop its own wrapper for its next start), mcpwarden's fleet credentials
+// (a NATS .creds file, an nkey seed) and other credential stores and
+// histories the built-in patterns did not name, in a scope at a home
+// directory: the server read every one of them (the proxy served them to
+// a client). Now each is masked with the namespaces (EACCES) and counted
+// unmasked, with a warning, under --no-namespaces.
+func TestFenceSecretsClientConfigsAndFleetCredentials(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		testFenceSecretFiles(t, noNS, map[string]string{
+			".config/Claude/claude_desktop_config.json": `{"mcpServers":{"gh":{"env":{"GITHUB_TOKEN":"DESKTOP-SECRET-42"}}}}`,
+			"proj/.mcp.json":                            `{"mcpServers":{"db":{"env":{"DB_TOKEN":"PROJECT-SECRET-42"}}}}`,
+			".claude.json":                              `{"mcpServers":{"x":{"headers":{"Authorization":"CLAUDE-CODE-SECRET-42"}}}}`,
+			".cursor/mcp.json":                          `{"mcpServers":{"x":{"env":{"K":"CURSOR-SECRET-42"}}}}`,
+			"proj/.vscode/mcp.json":                     `{"servers":{"x":{"env":{"K":"VSCODE-SECRET-42"}}}}`,
+			".config/Code/User/mcp.json":                `{"servers":{"x":{"env":{"K":"VSCODE-USER-SECRET-42"}}}}`,
+			"fleet/collect.creds":                       "-----BEGIN USER NKEY SEED-----\nSUACREDS-SECRET-42",
+			"fleet/nats-auth/publisher.nk":              "SUANKEY-SECRET-42",
+			".yarnrc.yml":                               "npmAuthToken: YARN-SECRET-42",
+			".m2/settings.xml":                          "<password>MAVEN-SECRET-42</password>",
+			".gradle/gradle.properties":                 "signing.password=GRADLE-SECRET-42",
+			".sentryclirc":                              "token=SENTRY-SECRET-42",
+			".kaggle/kaggle.json":                       `{"key":"KAGGLE-SECRET-42"}`,
+			".config/stripe/config.toml":                "live_mode_api_key = 'STRIPE-SECRET-42'",
+			".supabase/access-token":                    "SUPABASE-SECRET-42",
+			".fly/config.yml":                           "access_token: FLY-SECRET-42",
+			".wakatime.cfg":                             "api_key = WAKATIME-SECRET-42",
+			".config/helm/repositories.yaml":            "password: HELM-SECRET-42",
+			".config/netlify/config.json":               `{"token":"NETLIFY-SECRET-42"}`,
+			".local/share/fish/fish_history":            "- cmd: mysql -pFISH-SECRET-42",
+			".rediscli_history":                         "AUTH REDIS-SECRET-42",
+			".python_history":                           "login('PYTHON-SECRET-42')",
+		})
+	})
+}

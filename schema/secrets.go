@@ -43,6 +43,21 @@ var DefaultSecretPatterns = []string{
 	"ngrok.yml", ".oci", "settings-security.xml", "etc/wireguard", ".local/share/keyrings", ".mozilla",
 	".thunderbird", ".config/google-chrome", ".config/chromium", ".config/bravesoftware", ".config/microsoft-edge",
 	".bash_history", ".zsh_history", ".sh_history", ".psql_history", ".mysql_history",
+	// Since session 10: the MCP clients' server lists that mcpwarden wrap
+	// edits (Claude Desktop's, Claude Code's project .mcp.json and user
+	// .claude.json, Cursor's, VS Code's workspace and profile mcp.json):
+	// they hold the servers' tokens (env, headers) and the `mcpwarden run`
+	// wrapper itself, which a server with a write scope holding one
+	// removed for its own next start; mcpwarden's fleet credentials (NATS
+	// .creds files and nkey seeds); more credential stores (Yarn's
+	// npmAuthToken, Maven's and Gradle's user settings, Sentry's, Kaggle's,
+	// Stripe's, Supabase's, Fly.io's, WakaTime's, Netlify's tokens, Helm's
+	// repository passwords) and the remaining interactive histories.
+	".mcp.json", "claude_desktop_config.json", ".claude.json", ".cursor/mcp.json", ".vscode/mcp.json",
+	"code/user/mcp.json", "*.creds", "*.nk", ".yarnrc.yml", ".m2/settings.xml", ".gradle/gradle.properties",
+	".sentryclirc", ".kaggle", ".config/stripe", ".supabase/access-token", ".fly", ".wakatime.cfg",
+	"helm/repositories.yaml", ".config/netlify", "fish_history", ".rediscli_history", ".node_repl_history",
+	".python_history", ".sqlite_history", ".dbshell", "mongosh_repl_history",
 }
 
 // DefaultSecrets is DefaultSecretPatterns compiled.

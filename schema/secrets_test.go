@@ -33,6 +33,21 @@ func TestSecretsCompiled(t *testing.T) {
 		"/w/auth.json": false, "/w/.codex/config.toml": false, "/w/src/token": false, "/w/huggingface/model.bin": false,
 		"/w/containers/list.json": false, "/w/keytab.md": false, "/h/.config/hubble": false, "/w/age/keys.txt": false,
 		"/w/history.md": false, "/w/.config/chromium-docs": false,
+		// Session 10: the MCP clients' server lists, fleet credentials,
+		// more stores and histories, and near misses.
+		"/w/.mcp.json": true, "/h/Library/claude_desktop_config.json": true, "/h/.claude.json": true,
+		"/h/.cursor/mcp.json": true, "/w/.vscode/mcp.json": true, "/h/.config/Code/User/mcp.json": true,
+		"/w/fleet.CREDS": true, "/s/nats-auth/collect.nk": true, "/w/.yarnrc.yml": true, "/h/.m2/settings.xml": true,
+		"/h/.gradle/gradle.properties": true, "/h/.sentryclirc": true, "/h/.kaggle/kaggle.json": true,
+		"/h/.config/stripe/config.toml": true, "/h/.supabase/access-token": true, "/h/.fly/config.yml": true,
+		"/h/.wakatime.cfg": true, "/h/.config/helm/repositories.yaml": true, "/h/.config/netlify/config.json": true,
+		"/h/.local/share/fish/fish_history": true, "/h/.rediscli_history": true, "/h/.node_repl_history": true,
+		"/h/.python_history": true, "/h/.sqlite_history": true, "/h/.dbshell": true,
+		"/h/.mongodb/mongosh/mongosh_repl_history": true,
+		"/w/mcp.json": false, "/w/.claude/settings.json": false, "/w/.vscode/settings.json": false,
+		"/w/claude_desktop_config.json.md": false, "/w/docs/mcp.json": false, "/w/nats.conf": false,
+		"/w/creds.md": false, "/w/nk": false, "/w/.yarnrc": false, "/w/settings.xml": false,
+		"/w/gradle.properties": false, "/w/helm/values.yaml": false, "/w/fly.toml": false, "/w/.config/netlify-docs": false,
 	} {
 		if got := s.Match(p); got != want {
 			t.Errorf("Match(%q) = %v, want %v", p, got, want)
