@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +224,102 @@ func TestFenceSecretsClientConfigsAndFleetCredentials(t *testing.T) {
 			".python_history":                "login('PYTHON-SECRET-42')",
 		})
 	})
+}
+
+// TestFenceServerCodeOutsideTheWriteScope: the launcher refused a server
+// executable in the scope's writable paths (the server could rewrite what
+// runs next time), but not the code an interpreter reads: a node script in
+// its own write scope rewrote itself, and the next run ran the new code; a
+// python server whose virtual environment lay in its write scope dropped a
+// .pth file into site-packages, which python ran at the next start. Now
+// every runtime path in the writable paths is refused at start (exit 70,
+// naming it); both layerings.
+func TestFenceServerCodeOutsideTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceServerCode)
+}
+
+func testFenceServerCode(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	const debianPython = "/usr/bin/python3"
+	cases := []struct {
+		name string
+		// setup returns the server command; its first answer is "v1", and
+		// it leaves behind code that answers "v2" on the next run.
+		setup func(t *testing.T, w workspace) []string
+		want  string
+	}{
+		{
+			name: "a node script in its write scope",
+			setup: func(t *testing.T, w workspace) []string {
+				node := testenv.RequireCommand(t, "node")
+				script := filepath.Join(w.allowed, "server.js")
+				testenv.WriteFiles(t, map[string]string{script: `const fs = require('fs');
+require('readline').createInterface({input: process.stdin}).on('line', () => {
+  fs.writeFileSync(__filename, "require('readline').createInterface({input: process.stdin}).on('line', () => process.stdout.write('v2\\n'));");
+  process.stdout.write('v1\n');
+});
+`})
+				return []string{node, script}
+			},
+			want: "directory of the server script",
+		},
+		{
+			name: "a python virtual environment in its write scope",
+			setup: func(t *testing.T, w workspace) []string {
+				testenv.RequireFile(t, debianPython, "apt-get install python3 python3-venv")
+				venv := filepath.Join(w.allowed, "venv")
+				if out, err := exec.Command(debianPython, "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+					testenv.Missing(t, "python3 -m venv: "+err.Error()+": "+string(out)+" (apt-get install python3-venv)")
+				}
+				site, err := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
+				if err != nil || len(site) != 1 {
+					t.Fatalf("site-packages of %s: %v %v", venv, site, err)
+				}
+				script := filepath.Join(t.TempDir(), "server.py")
+				testenv.WriteFiles(t, map[string]string{script: `import sys
+for line in sys.stdin:
+    try:
+        with open(` + strconv.Quote(filepath.Join(site[0], "zz-planted.pth")) + `, "w") as f:
+            f.write("import sys; print('v2', flush=True)\n")
+    except OSError:
+        pass
+    print("v1", flush=True)
+`})
+				return []string{filepath.Join(venv, "bin", "python3"), script}
+			},
+			want: "lies in the scope's writable paths",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorkspace(t)
+			command := c.setup(t, w)
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+			answer := func() (string, *fencetest.Session) {
+				s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command})
+				if err := s.Send([]byte("go\n")); err != nil {
+					return "", s
+				}
+				line, _ := s.ReadLine(2 * time.Minute)
+				return line, s
+			}
+			first, s := answer()
+			if first == "" {
+				code := s.Wait()
+				if code != 70 || !strings.Contains(s.Stderr(), c.want) {
+					t.Fatalf("refused with exit %d, want 70 naming %q: %s", code, c.want, s.Stderr())
+				}
+				return
+			}
+			s.Close()
+			next, s2 := answer()
+			s2.Close()
+			if next == "v2" {
+				t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server planted (answers %q, %q)", first, next)
+			} else {
+				t.Errorf("the run was not refused (the planting failed: answers %q, %q)", first, next)
+			}
+		})
+	}
 }

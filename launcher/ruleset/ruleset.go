@@ -127,6 +127,12 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 			if (e.Class == runtimeprofile.ClassExec || e.Class == runtimeprofile.ClassExecTree) && scope.AccessMode == schema.AccessWrite && scope.Contains(e.Path) {
 				return nil, fmt.Errorf("runtime program %s (%s) lies in the scope's writable paths: the server could rewrite what runs next time; install it outside the scope", e.Path, e.Reason)
 			}
+			// The same for the code an interpreter reads: the server's
+			// script and its package, node_modules, a virtual environment's
+			// site-packages (a .pth file there runs at every start).
+			if e.Class != runtimeprofile.ClassDevice && scope.AccessMode == schema.AccessWrite && scope.Contains(e.Path) {
+				return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could rewrite the code it runs next time; install the server outside the scope", e.Path, e.Reason)
+			}
 			var a landlock.AccessFSSet
 			switch e.Class {
 			case runtimeprofile.ClassExec:
