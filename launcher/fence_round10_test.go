@@ -323,3 +323,55 @@ for line in sys.stdin:
 		})
 	}
 }
+
+// TestFenceAllowRuntimeOutsideTheWriteScope: an operator's --allow-runtime
+// directory inside a write scope's path (or holding one) adds Landlock's
+// execute right where the scope grants writing: under --no-namespaces the
+// server wrote a program there and ran it (exec of code that is not the
+// runtime's). With the namespaces the runtime's read-only bind over the
+// workspace held (EROFS). Now the run is refused at start in both
+// layerings (exit 70, naming the overlap).
+func TestFenceAllowRuntimeOutsideTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceAllowRuntime)
+}
+
+func testFenceAllowRuntime(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	for _, c := range []struct {
+		name    string
+		scope   string // the write scope's path
+		runtime string // --allow-runtime, relative to the base
+		program string // where the server writes its program, relative to the base
+	}{
+		{"a runtime directory inside the write path", "allowed", "allowed/bin", "allowed/bin/tool"},
+		{"the write path itself", "allowed", "allowed", "allowed/tool"},
+		{"a runtime directory holding the write path", "allowed/d1", "allowed", "allowed/d1/tool"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorkspace(t)
+			if err := os.MkdirAll(filepath.Join(w.base, c.runtime), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{c.scope}, "access_mode": "write"})
+			s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS,
+				ExtraArgs: []string{"--allow-runtime", filepath.Join(w.base, c.runtime)}})
+			if err := s.Send([]byte(`{"op":"ping"}` + "\n")); err == nil {
+				if line, ok := s.ReadLine(2 * time.Minute); ok && strings.Contains(line, "pong") {
+					program := filepath.Join(w.base, c.program)
+					copied := s.Do(map[string]any{"op": "copy", "path": b.Naive, "to": program})
+					ran := s.Do(map[string]any{"op": "exec", "path": program, "args": []string{"not-a-mode"}})
+					s.Close()
+					if copied.OK && ran.OK {
+						t.Fatalf("ESCAPE: the run was not refused; the server wrote a program into its write path and ran it")
+					}
+					t.Fatalf("the run was not refused (copy %+v, exec %+v)", copied, ran)
+				}
+			}
+			code := s.Wait()
+			if code != 70 || !strings.Contains(s.Stderr(), "overlaps the scope's writable path") {
+				t.Fatalf("refused with exit %d, want 70 naming the overlap: %s", code, s.Stderr())
+			}
+		})
+	}
+}

@@ -172,6 +172,16 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 				return nil, fmt.Errorf("--allow-runtime %s: granting %s wholesale is refused; name the files the runtime needs", p, real)
 			}
 		}
+		// An executable runtime path where the server may write is a place
+		// to write a program and run it (Landlock adds the rules' rights):
+		// inside a write scope's path, or a directory holding one.
+		if scope.AccessMode == schema.AccessWrite {
+			for _, sp := range scope.AllowedPaths {
+				if schema.IsWithin(sp.Path, real) || (kind == schema.KindDir && schema.IsWithin(real, sp.Path)) {
+					return nil, fmt.Errorf("--allow-runtime %s overlaps the scope's writable path %s: the server could write a program there and run it; grant a runtime path outside the writable paths", p, sp.Path)
+				}
+			}
+		}
 		a := landlock.AccessFSSet(runtimeExec)
 		if kind == schema.KindDir {
 			a = runtimeReadTree | ll.AccessFSExecute
