@@ -375,3 +375,47 @@ func testFenceAllowRuntime(t *testing.T, noNS bool) {
 		})
 	}
 }
+
+// TestFenceLauncherProgramsOutsideTheWriteScope: mcpwarden installed inside
+// a write scope's path (a home directory's bin, a tools directory the
+// server may write). The server replaced the exec stage or the fence
+// helper next to the launcher by a rename (no ETXTBSY for a new inode):
+// the next run would run its program as root before the fence. Now the
+// run is refused (exit 65, naming the directory); both layerings.
+func TestFenceLauncherProgramsOutsideTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		fencetest.RequireFence(t)
+		b := fencetest.Build(t)
+		w := newWorkspace(t)
+		dir := filepath.Join(w.allowed, "tools")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		installed := b
+		for _, p := range []*string{&installed.Mcpwarden, &installed.Fence, &installed.ExecStage} {
+			to := filepath.Join(dir, filepath.Base(*p))
+			if out, err := exec.Command("cp", *p, to).CombinedOutput(); err != nil {
+				t.Fatalf("cp %s: %v %s", *p, err, out)
+			}
+			*p = to
+		}
+		scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+		s := fencetest.Start(t, installed, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS})
+		if err := s.Send([]byte(`{"op":"ping"}` + "\n")); err == nil {
+			if line, ok := s.ReadLine(2 * time.Minute); ok && strings.Contains(line, "pong") {
+				var replaced []string
+				for _, p := range []string{installed.ExecStage, installed.Fence} {
+					if s.Do(map[string]any{"op": "copy", "path": b.Naive, "to": p + ".new"}).OK &&
+						s.Do(map[string]any{"op": "rename", "path": p + ".new", "to": p}).OK {
+						replaced = append(replaced, filepath.Base(p))
+					}
+				}
+				s.Close()
+				t.Fatalf("ESCAPE: the run was not refused; the server replaced %v", replaced)
+			}
+		}
+		if code := s.Wait(); code != 65 || !strings.Contains(s.Stderr(), "the directory of mcpwarden's programs") {
+			t.Fatalf("refused with exit %d, want 65 naming the directory: %s", code, s.Stderr())
+		}
+	})
+}

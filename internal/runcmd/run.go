@@ -196,6 +196,12 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 		{*pathKey, "--path-key", "put it elsewhere with --path-key", false},
 		{*scopeFile, "the scope record (--scope)", "keep scope records outside the paths they grant (mcpwarden wrap writes them to /etc/mcpwarden/scopes, or ~/.config/mcpwarden/scopes)", true},
 	}
+	if exe, err := os.Executable(); err == nil {
+		// The fence helper and the exec stage run next to it, as root
+		// before the fence when the launcher is root, and publishing
+		// execs mcpwarden-pipeline from there.
+		own = append(own, ownFile{filepath.Dir(exe), "the directory of mcpwarden's programs (" + filepath.Dir(exe) + ")", "install mcpwarden outside the scope", true})
+	}
 	if hc, err := cli.HostConfig(); err == nil && hc.Path != "" {
 		own = append(own, ownFile{hc.Path, "the host configuration " + hc.Path, "move it out of the scope, or name another with $" + hostconfig.EnvFile, !hc.Found})
 	}
@@ -291,7 +297,8 @@ func Run(ctx context.Context, args []string, publish Publish) int {
 type ownFile struct {
 	path, what, fix string
 	// writeOnly: only a scope that grants writing may not hold it (a
-	// server reading its own scope record learns nothing it may not know).
+	// server reading its own scope record or mcpwarden's programs learns
+	// nothing it may not know).
 	writeOnly bool
 }
 
