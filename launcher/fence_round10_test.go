@@ -419,3 +419,26 @@ func TestFenceLauncherProgramsOutsideTheWriteScope(t *testing.T) {
 		}
 	})
 }
+
+// TestLifeLauncherSIGKILLedWithoutNamespaces guards (held in session 10)
+// the other row of the table in "When the launcher itself is SIGKILLed":
+// without a pid namespace, with the cgroup, the server dies by its
+// parent-death signal and the watcher kills the rest, a daemonised
+// grandchild in a process group of its own and a child whose main thread
+// exited among them.
+func TestLifeLauncherSIGKILLedWithoutNamespaces(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: true})
+	server := pidOf(t, fencetest.Response{OK: true, Data: strings.Fields(s.Do(map[string]any{"op": "pid"}).Data)[0]})
+	leader := pidOf(t, s.Do(map[string]any{"op": "leaderexit"}))
+	daemon := pidOf(t, s.Do(map[string]any{"op": "daemon", "name": "sleep"}))
+	waitMainThreadExited(t, leader)
+	if err := s.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s.Wait()
+	waitGone(t, "after the launcher was SIGKILLed (no namespaces)", server, leader, daemon)
+}
