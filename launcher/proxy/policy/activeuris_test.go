@@ -92,6 +92,18 @@ func TestCheckActiveURIs(t *testing.T) {
 		{`{"uri":"JAVASCRIPT:x"}`, true},
 		{`{"uri":"DaTa:text/html,x"}`, true},
 		{`{"uri":"data:text/html,x"}`, true},
+		// A uri must be absolute (round ten), except in a tool's own
+		// structuredContent.
+		{`{"content":[{"type":"resource_link","uri":"/etc/passwd","name":"x"}]}`, true},
+		{`{"contents":[{"uri":"../../.ssh/id_rsa","text":"x"}]}`, true},
+		{`{"uri" : "//host/share/x"}`, true},
+		{`{"uri":"\u0001/etc/passwd"}`, true},
+		{`{"uri":""}`, true},
+		{`{"u\u0072i":"x"}`, true},
+		{`{"structuredContent":{"uri":"docs/readme.md"}}`, false},
+		{`{"uri":"urn:isbn:0451450523"}`, false},
+		{`{"uri":"mailto:a@b"}`, false},
+		{`{"name":"uri","uriTemplate":"{+path}"}`, false},
 	} {
 		if d := CheckActiveURIs([]byte(tc.raw)); (d != nil) != tc.refuse {
 			t.Errorf("CheckActiveURIs(%s) = %+v, want refused %v", tc.raw, d, tc.refuse)
@@ -187,7 +199,7 @@ func FuzzCheckActiveURIs(f *testing.F) {
 		`{"uri":"javascript:x"}`, `{"\u0075ri":"java\tscript:x"}`, `{"a":[{"uriTemplate":"DATA:text/html,{x}"}]}`,
 		`{"uri":"test://x"}`, `{"uri":"data\u003atext/html,x"}`, `{"uri":"\u0020jAvAsCrIpT:x"}`, `[{"uri":"ȺȺ:x"}]`,
 		`{"uri":"data:image/png;base64,AA"}`, `{"url":"javascript:void(0)"}`,
-		`{"uri":"/etc/passwd"}`, `{"uri" : "//host/x"}`, `{"uri":"\u0001file:///x"}`, `{"u\u0072i":"x"}`, `{"uri":""}`, `["uri",{"uri":"a:b"}]`,
+		`{"uri":"/etc/passwd"}`, `{"uri" : "//host/x"}`, `{"structuredContent":{"uri":"x","a":{"uri":"/y"}}}`, `{"uri":"\u0001file:///x"}`, `{"u\u0072i":"x"}`, `{"uri":""}`, `["uri",{"uri":"a:b"}]`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -196,26 +208,26 @@ func FuzzCheckActiveURIs(f *testing.F) {
 		if json.Unmarshal(raw, &v) != nil || CheckActiveURIs(raw) != nil {
 			return
 		}
-		var visit func(any)
-		visit = func(v any) {
+		var visit func(any, bool)
+		visit = func(v any, structured bool) {
 			switch v := v.(type) {
 			case map[string]any:
 				for k, e := range v {
 					if s, ok := e.(string); ok && (k == "uri" || k == "uriTemplate") && ActiveURI(s) != "" {
 						t.Fatalf("%s: %s %q passed", raw, k, s)
 					}
-					if s, ok := e.(string); ok && k == "uri" && relativeURI(s) {
+					if s, ok := e.(string); ok && k == "uri" && !structured && relativeURI(s) {
 						t.Fatalf("%s: a uri with no scheme %q passed", raw, s)
 					}
-					visit(e)
+					visit(e, structured || k == "structuredContent")
 				}
 			case []any:
 				for _, e := range v {
-					visit(e)
+					visit(e, structured)
 				}
 			}
 		}
-		visit(v)
+		visit(v, false)
 	})
 }
 

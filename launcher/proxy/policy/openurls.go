@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -304,7 +305,10 @@ func CheckActiveURIs(raw []byte) *Denial {
 		if scheme := ActiveURI(s); scheme != "" {
 			return deny(schema.ErrMalformedRequest, "the server's answer holds a %s: URI in %q, which runs code in a client that opens it", scheme, ptr[len(ptr)-1])
 		}
-		if ptr[len(ptr)-1] == "uri" {
+		if ptr[len(ptr)-1] == "uri" && !slices.Contains(ptr, "structuredContent") {
+			// (A tool's structuredContent is its own data, in the shape
+			// of its outputSchema: a member named uri there is not a
+			// resource's.)
 			if _, _, ok := urlScheme(urlClean(s)); !ok {
 				return deny(schema.ErrMalformedRequest, "the server's answer holds a \"uri\" with no scheme, which a client resolves against its own page (a file: page names a file of the client's host); a resource's uri must be an absolute URI")
 			}
