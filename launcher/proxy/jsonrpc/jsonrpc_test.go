@@ -321,3 +321,77 @@ func TestReaderSplitAtEveryByte(t *testing.T) {
 		t.Fatalf("one byte per read: frames %q", got)
 	}
 }
+
+// wouldBlockReader returns its data in pieces of the sizes in cuts, with
+// an ErrWouldBlock before every piece (a non-blocking pipe the writer
+// fills a bit at a time).
+type wouldBlockReader struct {
+	data    []byte
+	cuts    []byte
+	blocked bool
+}
+
+func (w *wouldBlockReader) Read(p []byte) (int, error) {
+	if len(w.data) == 0 {
+		return 0, io.EOF
+	}
+	if !w.blocked {
+		w.blocked = true
+		return 0, ErrWouldBlock
+	}
+	w.blocked = false
+	n := len(w.data)
+	if len(w.cuts) > 0 {
+		n = min(n, int(w.cuts[0])%97+1)
+		w.cuts = w.cuts[1:]
+	}
+	n = copy(p, w.data[:n])
+	w.data = w.data[n:]
+	return n, nil
+}
+
+// frames reads every frame of r until EOF, going on after ErrWouldBlock;
+// an oversized frame is its head and tail.
+func readAll(t *testing.T, r *Reader) []string {
+	var got []string
+	for i := 0; ; i++ {
+		if i > 1<<20 {
+			t.Fatal("reader did not reach EOF")
+		}
+		fr, err := r.Next()
+		switch {
+		case errors.Is(err, ErrWouldBlock):
+			continue
+		case errors.Is(err, io.EOF):
+			return got
+		case errors.Is(err, ErrFrameTooLarge):
+			got = append(got, "TOO LARGE "+string(r.Head)+"…"+string(r.Tail))
+		case err != nil:
+			t.Fatal(err)
+		default:
+			got = append(got, string(fr))
+		}
+	}
+}
+
+// FuzzReaderResumesAfterWouldBlock: a stream read from a source that says
+// ErrWouldBlock before every piece (pieces of any size, cut anywhere: in a
+// frame, in an oversized one, between '\r' and '\n') reads as the same
+// frames as from one that never does. The server's stdout is read so
+// (uppipe.go): the client's reader may take a frame's first part and the
+// server's reader its rest.
+func FuzzReaderResumesAfterWouldBlock(f *testing.F) {
+	f.Add([]byte("{\"a\":1}\r\n\n{\"id\":1,\"method\":\"x\"}\n  {\"b\":[1,2]}"), []byte{3, 0, 7, 1}, 64)
+	f.Add([]byte(strings.Repeat("a", 300)+"\n{}\n"+strings.Repeat("b", 70)), []byte{5, 90, 2}, 16)
+	f.Add([]byte("{}\n{}\r\n\n"), []byte{0}, 8)
+	f.Fuzz(func(t *testing.T, data, cuts []byte, max int) {
+		if max <= 0 || max > 1<<16 {
+			max = 64
+		}
+		want := readAll(t, NewReader(bytes.NewReader(data), max))
+		got := readAll(t, NewReader(&wouldBlockReader{data: data, cuts: cuts}, max))
+		if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+			t.Fatalf("with ErrWouldBlock: %q\nwithout: %q", got, want)
+		}
+	})
+}
