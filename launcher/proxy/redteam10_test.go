@@ -44,6 +44,12 @@ func tenthServer(logPath string) {
 			switch m.Params.Arguments["how"] {
 			case "option": // --file=PATH
 				_, path, _ = strings.Cut(v, "=")
+			case "cmdline": // a command line's --file=PATH
+				for _, w := range strings.Fields(v) {
+					if p, ok := strings.CutPrefix(w, "--file="); ok {
+						path = p
+					}
+				}
 			case "short": // -fPATH
 				path = strings.TrimPrefix(v, "-f")
 			case "list": // the last of a comma-separated list
@@ -92,6 +98,7 @@ func TestPathsInsideStrings(t *testing.T) {
 	for _, tc := range []struct{ how, value, allowed string }{
 		{"option", "--file=" + out, "--file=" + in},
 		{"short", "-f" + out, "-f" + in},
+		{"cmdline", "grep -n --file=" + out + " x", "grep -n --file=" + in + " x"},
 		{"list", in + "," + out, in + "," + in},
 		{"pathlist", in + ":" + out, in + ":" + in},
 		{"at", "@" + out, "@" + in},

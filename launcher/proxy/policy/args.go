@@ -521,11 +521,14 @@ func (c *argChecker) loose(ptr []string, s string, probe bool) *Denial {
 	}
 	if probe && hasWildcard(s) {
 		// A glob a server may expand: what it would match under the
-		// scope must not be a secret (wildcards.go), also as a part of
-		// a value a server takes apart ("--include=*.pem").
+		// scope must not be a secret (wildcards.go).
 		if d := c.globSecrets(ptr, s); d != nil {
 			return d
 		}
+	}
+	if probe && (strings.ContainsAny(s, "*?") || hasExtglob(s)) {
+		// Also as a part of a value a server takes apart
+		// ("--include=*.pem", "grep --include=*.pem x").
 		return c.partGlobs(ptr, s)
 	}
 	return nil

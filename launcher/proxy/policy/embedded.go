@@ -30,9 +30,10 @@ import (
 // Each part that looks like a path (absolute, '~', "./", "../", a ".."
 // component, file:, $VAR; or a secret's name) is checked as one. A string
 // with white space is text (a sentence, a command line, code): only a
-// JSON document is read in it; its words are not (see docs/proxy.md,
-// Known limits: a tool that runs commands builds any path it likes, and
-// the fence is what holds).
+// JSON document and a command line's options and unquoted assignments
+// ("--file=/x", "-f/x", "CONF=/x") are read in it; its other words are
+// not (see docs/proxy.md, Known limits: a tool that runs commands builds
+// any path it likes, and the fence is what holds).
 
 // maxEmbedded bounds the length of a string that is taken apart, and
 // maxEmbeddedDepth the JSON documents nested in strings that are read.
@@ -49,7 +50,7 @@ const separators = "=,;|@(){}[]'\"`"
 // forms pathForms finds for it. A string of one token only: white space
 // makes it text.
 func (c *argChecker) embeddedForms(s string, probe bool, add func(string)) error {
-	if len(s) < 3 || len(s) > maxEmbedded {
+	if len(s) < 2 || len(s) > maxEmbedded {
 		return nil
 	}
 	if t := urlClean(s); t != s && hasFileScheme(t) {
@@ -58,6 +59,15 @@ func (c *argChecker) embeddedForms(s string, probe bool, add func(string)) error
 		add(t)
 	}
 	if strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+		// Text, but a command line's options and assignments are read:
+		// "grep --file=/etc/x pat", "run -f/etc/x", "env CONF=/etc/x".
+		for word := range strings.FieldsSeq(s) {
+			if optionWord(word) {
+				if err := c.embeddedForms(word, probe, add); err != nil {
+					return err
+				}
+			}
+		}
 		return nil
 	}
 	if glued(s) {
@@ -87,6 +97,25 @@ func (c *argChecker) embeddedForms(s string, probe bool, add func(string)) error
 		}
 	}
 	return nil
+}
+
+// optionWord: a word of a command line that hands a value to a program:
+// an option ("-f/x", "--file=/x") or an unquoted assignment ("CONF=/x";
+// not markup's href="/x").
+func optionWord(w string) bool {
+	if len(w) > 2 && w[0] == '-' {
+		return strings.IndexByte(w, '=') > 0 || glued(w)
+	}
+	eq := strings.IndexByte(w, '=')
+	if eq <= 0 || eq == len(w)-1 || w[eq+1] == '"' || w[eq+1] == '\'' {
+		return false
+	}
+	for i := 0; i < eq; i++ {
+		if b := w[i]; !(isLetter(b) || b == '_' || i > 0 && (b >= '0' && b <= '9' || b == '.' || b == '-')) {
+			return false
+		}
+	}
+	return true
 }
 
 // glued: s is a short option glued to a path ("-f/etc/passwd",
@@ -273,7 +302,18 @@ func (c *argChecker) looseJSON(ptr []string, s string, probe bool) *Denial {
 // partGlobs checks the parts of s (split as embeddedForms splits it) that
 // are globs: what each would match under the scope must not be a secret.
 func (c *argChecker) partGlobs(ptr []string, s string) *Denial {
-	if len(s) > maxEmbedded || strings.IndexFunc(s, unicode.IsSpace) >= 0 || hasURLScheme(s) && !hasFileScheme(s) {
+	if len(s) > maxEmbedded || hasURLScheme(s) && !hasFileScheme(s) {
+		return nil
+	}
+	if strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+		// Text: its options and assignments only (embeddedForms).
+		for word := range strings.FieldsSeq(s) {
+			if optionWord(word) {
+				if d := c.partGlobs(ptr, word); d != nil {
+					return d
+				}
+			}
+		}
 		return nil
 	}
 	var first *Denial

@@ -74,6 +74,13 @@ func TestPathsInsideStrings(t *testing.T) {
 		{`{"a":1,"b":[true,null]}`, ""},
 		{"[1,2,3]", ""},
 		{"see /etc/passwd for the format", ""}, // text: words are not read (Known limits)
+		// A command line's options and assignments are.
+		{"grep --file=" + out + " pattern", schema.ErrPathOutsideScope},
+		{"tar -f" + out + " -x", schema.ErrPathOutsideScope},
+		{"env CONF=" + out + " run", schema.ErrPathOutsideScope},
+		{"grep --file=" + in + " pattern", ""},
+		{`<a href="/etc/passwd">x</a> and x = 1 and a=b`, ""},
+		{"use -v or --verbose=2 for more", ""},
 	} {
 		args, _ := json.Marshal(map[string]any{"q": tc.s})
 		_, d := p.CheckArguments("other_tool", args, eff)
@@ -117,7 +124,7 @@ func FuzzEmbeddedPaths(f *testing.F) {
 			return
 		}
 		// s is one token without separators: wrapped, it stays refused.
-		for _, w := range []string{"--opt=" + s, "k=" + s + ",m=r", "a," + s, "@" + s} {
+		for _, w := range []string{"--opt=" + s, "k=" + s + ",m=r", "a," + s, "@" + s, "cmd --opt=" + s + " x"} {
 			if !refused(w) {
 				t.Fatalf("%q is refused but %q passes", s, w)
 			}
