@@ -585,6 +585,16 @@ var execStageBuild struct {
 	err  error
 }
 
+// TestMain removes the exec stage execStageBin built, once the package's
+// tests are done (it is built once for all of them).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if b := execStageBuild.bin; b != "" {
+		os.RemoveAll(filepath.Dir(b))
+	}
+	os.Exit(code)
+}
+
 // execStageBin is the exec stage built as `make build` builds it.
 func execStageBin(tb testing.TB) string {
 	tb.Helper()
