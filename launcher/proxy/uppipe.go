@@ -100,21 +100,16 @@ func newUpPipe(v io.Reader, max int) *upPipe {
 	if !ok {
 		return nil
 	}
+	st, ok := fstat(f)
+	if !ok || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return nil
+	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil
 	}
 	dup := -1
-	// (Not f.Fd(): it would put the open file into blocking mode.)
 	if cerr := rc.Control(func(fd uintptr) {
-		var st unix.Stat_t
-		if err = unix.Fstat(int(fd), &st); err != nil {
-			return
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFIFO {
-			err = errNotAPipe
-			return
-		}
 		dup, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
 	}); cerr != nil || err != nil {
 		return nil
@@ -167,9 +162,6 @@ func readable(fd int) bool {
 	n, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
 	return e == 0 && n > 0
 }
-
-// errNotAPipe: newUpPipe takes pipes only.
-var errNotAPipe = errors.New("not a pipe")
 
 // errPipeClosed: the upPipe was closed.
 var errPipeClosed = errors.New("the server's stdout was closed")
