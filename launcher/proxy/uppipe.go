@@ -30,10 +30,10 @@ import (
 // running. Measured side by side (docs/benchmarks-proxy.md, Session 10):
 // a C relay doing the same (two threads; the second waits in poll and
 // then takes a lock, the first spins 50 µs after each request) is 16–22
-// µs faster at p50 than the plain relay, and 19–20 µs with 12 µs of work
-// spun on the path; the proxy's p50 over the C relay went from +31..+41
-// to +3..+14 µs with the machine's load kept off (real-time priority),
-// and from +79..+91 to +58..+60 at load 28–30 with the back-off below.
+// µs faster at p50 than the plain relay, with or without 12 µs of work
+// spun on the path; the proxy's p50 over the C relay went from +42..+53
+// to +12..+25 µs with the machine's load kept off (real-time priority),
+// and from +79..+91 to +58..+60 at load 25–30 with the back-off below.
 //
 // Whoever reads holds mu, the read token: the pipe is read non-blocking
 // (the open file is the proxy's own, see newUpPipe) into one
@@ -82,7 +82,7 @@ const spinFor = 50 * time.Microsecond
 // for nothing, and on a loaded machine takes it from the server and the
 // client: after missAfter such spins in a row the next skipAfterMisses
 // forwarded requests do not spin (one caught answer ends the streak).
-// Measured at load 28–30: spinning after every request made the p50 over
+// Measured at load 25–30: spinning after every request made the p50 over
 // the C relay +104 to +111 µs, against +79 to +91 for the binary before;
 // with this back-off +58 to +60 (docs/benchmarks-proxy.md, Session 10).
 const (
