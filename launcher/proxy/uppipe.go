@@ -62,11 +62,8 @@ type upPipe struct {
 	idle    bool
 
 	// misses: spins in a row that found no answer; skip: requests left
-	// that do not spin; lastSpin: when the client's reader last came to
-	// spin. Under mu.
+	// that do not spin. Under mu.
 	misses, skip int
-	lastSpin     time.Time
-	pauseAfter   time.Duration // idleAfter (tests set another)
 
 	pmu    sync.Mutex // polled and closed
 	polled *os.File   // while idle: a descriptor of the same open file, in the poller
@@ -119,7 +116,7 @@ func newUpPipe(v io.Reader, max int) *upPipe {
 		return nil
 	}
 	_ = f.Close()
-	u := &upPipe{fd: dup, pauseAfter: idleAfter}
+	u := &upPipe{fd: dup}
 	// os.NewFile would put a non-blocking descriptor into the poller (an
 	// epoll wake-up of its own for every message the server writes, with
 	// nobody waiting): the file is made while the descriptor is blocking.
@@ -334,23 +331,14 @@ func (u *upPipe) serve(h frameHandler) {
 
 // spin is the client's reader's turn (see upPipe): it reads and handles
 // frames until it handled a response or until passed. It never waits for
-// the token, does not spin after a pause longer than idleAfter, and backs
-// off after missAfter spins in a row that caught no answer.
+// the token, and backs off after missAfter spins in a row that caught no
+// answer.
 func (u *upPipe) spin(until time.Time, h frameHandler) {
 	if !u.mu.TryLock() {
 		return
 	}
 	defer u.mu.Unlock()
 	if u.closed {
-		return
-	}
-	// A request after a pause (a client at a model's pace) does not
-	// spin: its server waits in the poller too and is slow to answer, and
-	// spins there cost processor time without a measured gain.
-	now := time.Now()
-	paused := u.lastSpin.IsZero() || now.Sub(u.lastSpin) > u.pauseAfter
-	u.lastSpin = now
-	if paused {
 		return
 	}
 	if u.skip > 0 {
