@@ -27,13 +27,10 @@ import (
 // client's next one, reads the server's stdout itself for up to spinFor:
 // a trivial server answers in that time, and the answer is then read,
 // completed and written to the client by a thread that is already
-// running. Measured side by side (docs/benchmarks-proxy.md, Session 10):
-// a C relay doing the same (two threads; the second waits in poll and
-// then takes a lock, the first spins 50 µs after each request) is 16–22
-// µs faster at p50 than the plain relay, with or without 12 µs of work
-// spun on the path; the proxy's p50 over the C relay went from +42..+53
-// to +12..+25 µs with the machine's load kept off (real-time priority),
-// and from +79..+91 to +58..+60 at load 25–30 with the back-off below.
+// running. Measured with a C relay that does the same (two threads, the
+// second waits in poll and then takes a lock, the first spins 50 µs after
+// each request): 16–22 µs off the relay's p50, with or without the
+// proxy's 12 µs of work on the path (docs/benchmarks-proxy.md, Session 10).
 //
 // Whoever reads holds mu, the read token: the pipe is read non-blocking
 // (the open file is the proxy's own, see newUpPipe) into one
@@ -61,10 +58,6 @@ type upPipe struct {
 	last    time.Time // when a wait last returned
 	idle    bool
 
-	// misses: spins in a row that found no answer; skip: requests left
-	// that do not spin. Under mu.
-	misses, skip int
-
 	pmu    sync.Mutex // polled and closed
 	polled *os.File   // while idle: a descriptor of the same open file, in the poller
 }
@@ -74,18 +67,6 @@ type upPipe struct {
 // Each spin costs at most that much processor time, and no more than the
 // server takes to answer when it answers sooner.
 const spinFor = 50 * time.Microsecond
-
-// A spin that finds no answer in time costs spinFor of processor time
-// for nothing, and on a loaded machine takes it from the server and the
-// client: after missAfter such spins in a row the next skipAfterMisses
-// forwarded requests do not spin (one caught answer ends the streak).
-// Measured at load 25–30: spinning after every request made the p50 over
-// the C relay +104 to +111 µs, against +79 to +91 for the binary before;
-// with this back-off +58 to +60 (docs/benchmarks-proxy.md, Session 10).
-const (
-	missAfter       = 4
-	skipAfterMisses = 16
-)
 
 // newUpPipe takes over the read end of a pipe from v as takeBlocking does
 // (a duplicate of the proxy's own, v closed), in non-blocking mode: the
@@ -331,8 +312,7 @@ func (u *upPipe) serve(h frameHandler) {
 
 // spin is the client's reader's turn (see upPipe): it reads and handles
 // frames until it handled a response or until passed. It never waits for
-// the token, and backs off after missAfter spins in a row that caught no
-// answer.
+// the token.
 func (u *upPipe) spin(until time.Time, h frameHandler) {
 	if !u.mu.TryLock() {
 		return
@@ -341,15 +321,7 @@ func (u *upPipe) spin(until time.Time, h frameHandler) {
 	if u.closed {
 		return
 	}
-	if u.skip > 0 {
-		u.skip--
-		return
-	}
-	if _, answered := u.drain(until, h); answered {
-		u.misses = 0
-	} else if u.misses++; u.misses >= missAfter {
-		u.skip = skipAfterMisses
-	}
+	u.drain(until, h)
 }
 
 // drain reads and handles the frames there are, under u.mu. With a zero

@@ -330,38 +330,3 @@ func socketPair() (*os.File, *os.File, error) {
 	}
 	return fa, fb, nil
 }
-
-// After missAfter spins in a row that caught no answer, the next
-// skipAfterMisses requests do not spin (they leave the pipe to the
-// server's reader), and the spin after them reads again; a caught answer
-// ends the streak.
-func TestUpPipeSpinBacksOffAfterMisses(t *testing.T) {
-	u, w := newTestUpPipe(t, 1024)
-	defer u.Close()
-	var log frameLog
-	for range missAfter {
-		log.spin(u, time.Microsecond) // nothing written: a miss
-	}
-	if _, err := fmt.Fprintln(w, `{"jsonrpc":"2.0","id":1,"result":{}}`); err != nil {
-		t.Fatal(err)
-	}
-	for i := range skipAfterMisses {
-		log.spin(u, time.Minute)
-		if n := log.count(); n != 0 {
-			t.Fatalf("spin %d after %d misses read %d frames; want it skipped", i+1, missAfter, n)
-		}
-	}
-	log.spin(u, time.Minute)
-	if n := log.count(); n != 1 {
-		t.Fatalf("the spin after the skipped ones read %d frames, want 1", n)
-	}
-	// The answer ended the streak: one miss does not start skipping.
-	log.spin(u, time.Microsecond)
-	if _, err := fmt.Fprintln(w, `{"jsonrpc":"2.0","id":2,"result":{}}`); err != nil {
-		t.Fatal(err)
-	}
-	log.spin(u, time.Minute)
-	if n := log.count(); n != 2 {
-		t.Fatalf("a spin after one miss read %d frames in all, want 2", n)
-	}
-}
