@@ -100,12 +100,7 @@ func (s *session) admit(rq *request, a admission, inline bool) {
 			checked = 0 // check the paths again: the wait may have been long
 			continue
 		}
-		if ok, u, gen, w := s.forwardIfCurrent(rq, checked); ok {
-			if inline {
-				// The client's reader waits for nothing else now: it
-				// reads the answer itself if it comes soon (uppipe.go).
-				s.spinForAnswer(u, gen, w)
-			}
+		if s.forwardIfCurrent(rq, checked) {
 			return
 		}
 		// The scope changed or the upstream stopped being ready between
@@ -217,23 +212,21 @@ func (s *session) waitReady(rq *request) error {
 // scope is still generation checked and the upstream is ready; it reports
 // whether it did. The decision is taken under the scope and upstream locks
 // (in that order); the write happens after they are released, to the
-// process that was current then, and returns that process's reader (nil
-// when it is not a pipe, or the request was not written) with its
-// generation and writer. A restart that begins after the decision
+// process that was current then. A restart that begins after the decision
 // answers the request with an error (it is registered with its process's
 // generation), so a request is never silently served by a process that was
 // replaced.
-func (s *session) forwardIfCurrent(rq *request, checked uint64) (bool, *upPipe, uint64, *jsonrpc.Writer) {
+func (s *session) forwardIfCurrent(rq *request, checked uint64) bool {
 	s.scope.mu.Lock()
 	if s.scope.gen != checked || s.scope.tracker.Pending() || s.isStopped() {
 		s.scope.mu.Unlock()
-		return false, nil, 0, nil
+		return false
 	}
 	s.upst.mu.Lock()
 	if !s.upst.ready || s.upst.restart {
 		s.upst.mu.Unlock()
 		s.scope.mu.Unlock()
-		return false, nil, 0, nil
+		return false
 	}
 	s.pend.mu.Lock()
 	if rq.cancelled {
@@ -241,7 +234,7 @@ func (s *session) forwardIfCurrent(rq *request, checked uint64) (bool, *upPipe, 
 		s.pend.mu.Unlock()
 		s.upst.mu.Unlock()
 		s.scope.mu.Unlock()
-		return false, nil, 0, nil
+		return false
 	}
 	id := s.newID()
 	rq.upID = id
@@ -252,10 +245,6 @@ func (s *session) forwardIfCurrent(rq *request, checked uint64) (bool, *upPipe, 
 	s.pend.up[id] = &upCall{gen: s.upst.gen, req: rq}
 	s.pend.mu.Unlock()
 	w, era, gen := s.upst.w, s.upst.era, s.upst.gen
-	var rd *upPipe
-	if s.upst.rdGen == gen {
-		rd = s.upst.rd
-	}
 	s.upst.mu.Unlock()
 	s.scope.mu.Unlock()
 	if s.isStopped() {
@@ -265,10 +254,10 @@ func (s *session) forwardIfCurrent(rq *request, checked uint64) (bool, *upPipe, 
 		if _, ok := s.pend.takeUp(id, gen); ok {
 			s.answerStopped(rq)
 		}
-		return true, nil, 0, nil
+		return true
 	}
 	s.toServer(w, s.upstreamFrame(rq, era, id))
-	return true, rd, gen, w
+	return true
 }
 
 // dropCancelled ends a request the client cancelled before it was

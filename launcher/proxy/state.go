@@ -82,10 +82,6 @@ type upstreamState struct {
 	rootsUser  bool                       // the server asks for roots (seen once)
 	rootsKnown bool                       // whether the server asks for roots is known
 	fence      []schema.CanonicalPath     // the paths the running process was started with
-	// rd reads process rdGen's stdout (uppipe.go): the client's reader
-	// spins on it after forwarding a request to that process.
-	rd    *upPipe
-	rdGen uint64
 }
 
 // upCall is a request the proxy sent to the server.

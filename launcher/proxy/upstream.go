@@ -476,17 +476,6 @@ var idPatterns = sync.OnceValues(func() (head, tail *regexp.Regexp) {
 
 // readUpstream reads one server process's stdout (generation gen).
 func (s *session) readUpstream(gen uint64, out io.Reader, w *jsonrpc.Writer) {
-	if u := newUpPipe(out, s.cfg.MaxMessageBytes); u != nil {
-		s.readUpstreamPipe(gen, u, w)
-	} else {
-		s.readUpstreamFile(gen, out, w)
-	}
-	s.upstreamEnded(gen)
-}
-
-// readUpstreamFile reads a server's stdout that is not a pipe (a socket)
-// with blocking reads, on this goroutine alone.
-func (s *session) readUpstreamFile(gen uint64, out io.Reader, w *jsonrpc.Writer) {
 	in := takeBlocking(out)
 	if c, ok := in.(io.Closer); ok && in != out {
 		defer c.Close()
@@ -499,33 +488,22 @@ func (s *session) readUpstreamFile(gen uint64, out io.Reader, w *jsonrpc.Writer)
 			continue
 		}
 		if err != nil {
-			return
+			break
 		}
-		s.handleUpstreamFrame(gen, w, frame)
+		m, perr := jsonrpc.Parse(frame)
+		if perr != nil {
+			s.onMalformedUpstream(gen, frame, perr)
+			continue
+		}
+		switch m.Kind {
+		case jsonrpc.KindResponse:
+			s.onUpstreamResponse(gen, m, len(frame))
+		case jsonrpc.KindRequest:
+			s.onUpstreamRequest(gen, w, m)
+		case jsonrpc.KindNotification:
+			s.onUpstreamNotification(gen, m)
+		}
 	}
-}
-
-// handleUpstreamFrame decides and forwards one frame of server process
-// gen, and returns its kind (0 when it was malformed).
-func (s *session) handleUpstreamFrame(gen uint64, w *jsonrpc.Writer, frame []byte) jsonrpc.Kind {
-	m, perr := jsonrpc.Parse(frame)
-	if perr != nil {
-		s.onMalformedUpstream(gen, frame, perr)
-		return 0
-	}
-	switch m.Kind {
-	case jsonrpc.KindResponse:
-		s.onUpstreamResponse(gen, m, len(frame))
-	case jsonrpc.KindRequest:
-		s.onUpstreamRequest(gen, w, m)
-	case jsonrpc.KindNotification:
-		s.onUpstreamNotification(gen, m)
-	}
-	return m.Kind
-}
-
-// upstreamEnded: server process gen's stdout ended.
-func (s *session) upstreamEnded(gen uint64) {
 	// The process's stdout ended: nothing more can come from it. Unless it
 	// is being replaced (a restart moves the generation on before it stops
 	// the old process), the run is over. The session ends now, not once the

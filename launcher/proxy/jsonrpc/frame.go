@@ -19,19 +19,11 @@ const DefaultMaxFrame = 16 << 20
 // limit. The frame has been skipped; the next call reads the frame after it.
 var ErrFrameTooLarge = errors.New("jsonrpc: frame larger than the size limit")
 
-// ErrWouldBlock is what a Reader's source returns when it has nothing to
-// read now (a non-blocking descriptor). Next returns it too, and keeps the
-// part of a frame it read so far: the next call goes on where it stopped.
-var ErrWouldBlock = errors.New("jsonrpc: nothing to read yet")
-
 // Reader splits a byte stream into frames at '\n'.
 type Reader struct {
 	br  *bufio.Reader
 	max int
 	buf []byte
-	// resume: the last Next stopped on ErrWouldBlock inside a frame (buf,
-	// Head, Tail and tooLarge hold what it read of it).
-	resume, tooLarge bool
 	// Head and Tail keep the first and last bytes of the last oversized frame,
 	// so that a caller can still find the id of a response that was too large.
 	Head, Tail []byte
@@ -53,13 +45,9 @@ const keepBytes = 256
 // a final frame without a newline is returned first.
 func (r *Reader) Next() ([]byte, error) {
 	for {
-		tooLarge := r.tooLarge
-		if !r.resume {
-			r.buf = r.buf[:0]
-			tooLarge = false
-			r.Head, r.Tail = r.Head[:0], r.Tail[:0]
-		}
-		r.resume, r.tooLarge = false, false
+		r.buf = r.buf[:0]
+		tooLarge := false
+		r.Head, r.Tail = r.Head[:0], r.Tail[:0]
 		for {
 			chunk, err := r.br.ReadSlice('\n')
 			if !tooLarge {
@@ -70,26 +58,19 @@ func (r *Reader) Next() ([]byte, error) {
 				if len(r.buf)+n > r.max {
 					tooLarge = true
 					r.Head = append(r.Head, r.buf[:min(len(r.buf), keepBytes)]...)
-					r.Tail = appendTail(r.Tail, r.buf[max(0, len(r.buf)-keepBytes):])
+					if len(r.Head) < keepBytes {
+						r.Head = append(r.Head, chunk[:min(len(chunk), keepBytes-len(r.Head))]...)
+					}
 					r.buf = r.buf[:0]
 				} else {
 					r.buf = append(r.buf, chunk...)
 				}
 			}
 			if tooLarge {
-				// Head is the frame's first keepBytes bytes, however
-				// many reads they came in.
-				if len(r.Head) < keepBytes {
-					r.Head = append(r.Head, chunk[:min(len(chunk), keepBytes-len(r.Head))]...)
-				}
 				r.Tail = appendTail(r.Tail, chunk)
 			}
 			if errors.Is(err, bufio.ErrBufferFull) {
 				continue
-			}
-			if errors.Is(err, ErrWouldBlock) {
-				r.resume, r.tooLarge = true, tooLarge
-				return nil, ErrWouldBlock
 			}
 			if err != nil {
 				if tooLarge {
@@ -113,11 +94,6 @@ func (r *Reader) Next() ([]byte, error) {
 		return line, nil
 	}
 }
-
-// Buffered is the number of bytes read from the source and not yet
-// returned in a frame (a frame begun and stopped on ErrWouldBlock is not
-// counted: it was taken out of the buffer).
-func (r *Reader) Buffered() int { return r.br.Buffered() }
 
 func appendTail(tail, chunk []byte) []byte {
 	tail = append(tail, chunk...)
