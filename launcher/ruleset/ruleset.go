@@ -124,13 +124,14 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 			if kind == schema.KindDir && schema.IsWithin(scope.Base, e.Path) && !scope.Contains(e.Path) && !covered(in.AllowRuntime, e.Path) {
 				return nil, fmt.Errorf("runtime directory %s (%s) lies inside the approved base but outside the scope; granting it would widen the scope: install the server outside the base, or grant it explicitly with --allow-runtime %s", e.Path, e.Reason, e.Path)
 			}
-			if (e.Class == runtimeprofile.ClassExec || e.Class == runtimeprofile.ClassExecTree) && scope.AccessMode == schema.AccessWrite && scope.Contains(e.Path) {
-				return nil, fmt.Errorf("runtime program %s (%s) lies in the scope's writable paths: the server could rewrite what runs next time; install it outside the scope", e.Path, e.Reason)
-			}
-			// The same for the code an interpreter reads: the server's
+			// A program, or the code an interpreter reads (the server's
 			// script and its package, node_modules, a virtual environment's
-			// site-packages (a .pth file there runs at every start).
+			// site-packages, where a .pth file runs at every start), in a
+			// writable path could be rewritten for the next run.
 			if e.Class != runtimeprofile.ClassDevice && scope.AccessMode == schema.AccessWrite && scope.Contains(e.Path) {
+				if e.Class == runtimeprofile.ClassExec || e.Class == runtimeprofile.ClassExecTree {
+					return nil, fmt.Errorf("runtime program %s (%s) lies in the scope's writable paths: the server could rewrite what runs next time; install it outside the scope", e.Path, e.Reason)
+				}
 				return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could rewrite the code it runs next time; install the server outside the scope", e.Path, e.Reason)
 			}
 			var a landlock.AccessFSSet
