@@ -151,3 +151,51 @@ exit $rc`
 		t.Errorf("up started a server on a held port:\n%s", out.String())
 	}
 }
+
+// TestCheckPortsPassesWithThePortsFree: on a machine where nothing holds
+// the tests' ClickHouse ports yet (a fresh CI machine; here a network
+// namespace of the test's own, then with only one port held), the ports
+// check passes without a word, so `up` goes on to start the servers.
+// Before, finding no listener ended `up` with status 1 and no message
+// (pipefail: grep matched nothing), and the official CI of 3badea1 failed
+// 50 s in; every run here had the shared servers up.
+func TestCheckPortsPassesWithThePortsFree(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "ss")
+	script := filepath.Join(testenv.RepoRoot(), "scripts/test-env.sh")
+	for _, c := range []struct{ name, hold string }{
+		{"both free", ""},
+		{"only 9000 held, by a web server", "python3 -m http.server --bind 127.0.0.1 9000 >/dev/null 2>&1 & a=$!; until ss -ltnH 'sport = :9000' | grep -q .; do kill -0 $a || exit 91; sleep 0.1; done;"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.hold != "" {
+				testenv.RequireCommand(t, "python3")
+			}
+			line := `ip link set lo up || exit 90
+` + c.hold + `
+"$1" check-ports; rc=$?
+[ -z "$a" ] || { kill $a; wait; }
+exit $rc`
+			cmd := exec.Command("/bin/sh", "-c", line, "sh", script)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() >= 90 {
+				t.Fatalf("setting up the ports: %v\n%s", err, out.String())
+			}
+			if c.hold == "" {
+				if err != nil || out.Len() != 0 {
+					t.Fatalf("check-ports with both ports free: %v, want success without output:\n%s", err, out.String())
+				}
+				return
+			}
+			if err == nil || !strings.Contains(out.String(), "port 9000, where the tests expect Debian's clickhouse-server 18.16, is held by python3") {
+				t.Fatalf("check-ports with 9000 held: %v, want a failure naming python3:\n%s", err, out.String())
+			}
+			if strings.Contains(out.String(), "19000") {
+				t.Errorf("check-ports names the free port 19000:\n%s", out.String())
+			}
+		})
+	}
+}

@@ -9,6 +9,8 @@
 #   check        what the machine must have for `make test` (docs/pipeline.md,
 #                "What the CI machine must have"): fails, naming each thing
 #                missing and how to fix it, before anything is built or run
+#   check-ports  the ClickHouse ports are free or held by the expected servers
+#                (up checks this first)
 #   check-current CMD...
 #                run CMD (tests against ClickHouse 26.7); if it fails and the
 #                engine (chdb-listen) died, print the engine's fatal report
@@ -144,8 +146,12 @@ clickhouse_drop_test_dbs() {
 }
 
 # port_holder PORT names the process that listens on PORT ("" when none).
+# It never fails: with pipefail, grep finding no listener made the caller's
+# assignment fail and set -e end `up` with status 1 and no word on a machine
+# where nothing held the ports yet (a fresh CI machine: the official CI of
+# 3badea1 stopped there after 50 s).
 port_holder() {
-	ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'users:(("[^"]*"' | head -n 1 | cut -d'"' -f2
+	{ ss -ltnpH "sport = :$1" 2>/dev/null || true; } | { grep -o 'users:(("[^"]*"' || true; } | head -n 1 | cut -d'"' -f2
 }
 
 # check_ports: the tests' two ClickHouse ports are free (up starts the
@@ -356,8 +362,9 @@ case "${1:-}" in
 install) install_apt; install_npm; install_interop; install_clickhouse_current; install_nats_debian; install_go_tools ;;
 install-npm) install_npm ;;
 check) check_host; [ "$check_failed" -eq 0 ] || { echo "test-env check: the machine lacks what make test needs (above; docs/pipeline.md, \"What the CI machine must have\")" >&2; exit 1; } ;;
+check-ports) check_ports ;;
 up) check_ports; mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
 down) clickhouse_down; clickhouse_current_down ;;
 check-current) shift; check_current "$@" ;;
-*) echo "usage: $0 install|install-npm|check|up|down|check-current CMD..." >&2; exit 64 ;;
+*) echo "usage: $0 install|install-npm|check|check-ports|up|down|check-current CMD..." >&2; exit 64 ;;
 esac
