@@ -13,7 +13,7 @@ EXECSTAGE_CFLAGS := -std=gnu11 -O2 -Wall -Wextra -Werror -static -s
 PIPELINE  := bin/mcpwarden-pipeline
 LOADGEN   := bin/mcpwarden-loadgen
 PKGS      := ./...
-VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+VERSION   ?= $(shell git -c safe.directory='$(CURDIR)' describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 TESTFLAGS ?=
 # The tests need tools from sbin (mkfs.ext4, mkfs.btrfs, useradd, runuser,
@@ -21,6 +21,22 @@ TESTFLAGS ?=
 # or su's) gets them appended. Without them TestFenceFilesystemIoctls failed
 # under CI ("mkfs.btrfs is not installed").
 export PATH := $(PATH):/usr/local/sbin:/usr/sbin:/sbin
+# A runner without HOME (a service manager's environment, env -i): go has
+# no build cache then (GOCACHE=off, "build cache is required") and no
+# GOPATH for its tools. HOME is then the user's home from the user database
+# (scripts/test-env.sh does the same).
+ifeq ($(strip $(HOME)),)
+export HOME := $(shell getent passwd $$(id -u) | cut -d: -f6)
+endif
+# A checkout owned by another user than the one running make (a runner
+# that checks out as one user and tests as root): git refuses to read it
+# ("detected dubious ownership"), which failed generate-check's git diff.
+# This checkout is trusted for this make's commands only (the environment
+# form of git -c, which git honours for safe.directory), not in any
+# git configuration file.
+export GIT_CONFIG_COUNT := 1
+export GIT_CONFIG_KEY_0 := safe.directory
+export GIT_CONFIG_VALUE_0 := $(CURDIR)
 # Each package's tests may take a while on 2 cores with real services.
 TEST_TIMEOUT ?= 30m
 
@@ -101,7 +117,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	$$($(GO) env GOPATH)/bin/staticcheck $(PKGS)
+	$$(scripts/test-env.sh gobin)/staticcheck $(PKGS)
 
 # bench runs every Go benchmark; docs/benchmarks.md summarises the figures
 # against the targets and names the exact command behind each.

@@ -40,12 +40,7 @@ func TestCleanRunsAreClean(t *testing.T) {
 	}
 	fsServer, everythingJS, memoryJS := official("server-filesystem"), official("server-everything"), official("server-memory")
 	node := testenv.RequireCommand(t, "node")
-	gopath, err := exec.Command("go", "env", "GOPATH").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	everything := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "everything-server")
-	testenv.RequireFile(t, everything, "run scripts/test-env.sh install")
+	everything := testenv.GoTool(t, "everything-server")
 	python := testenv.RequireCommand(t, "/usr/bin/python3")
 	dsn := chtest.Database(t)
 	bin := testenv.Mcpwarden(t)

@@ -23,21 +23,13 @@ import (
 const chart = "deploy/helm/mcpwarden"
 
 // helmBin is helm from PATH or from `go install` (scripts/test-env.sh
-// install puts it in $(go env GOPATH)/bin).
+// install puts it where go install does: testenv.GoTool).
 func helmBin(t *testing.T) string {
 	t.Helper()
 	if p, err := exec.LookPath("helm"); err == nil {
 		return p
 	}
-	out, err := exec.Command("go", "env", "GOPATH").Output()
-	if err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "helm")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	testenv.Missing(t, "helm (scripts/test-env.sh install: go install helm.sh/helm/v3/cmd/helm)")
-	return ""
+	return testenv.GoTool(t, "helm")
 }
 
 // kubeVersion is the Kubernetes release the chart is rendered for: the

@@ -5,10 +5,12 @@
 #   install-npm  only the pinned npm MCP servers (for `make demo`)
 #                (install also installs deploy/interop: the interop tests' clients)
 #   up           start services that are not running; remember which we started
-#   down         stop only what `up` started
+#   down         stop only what `up` started (a server recorded by pid and
+#                start time, while that pid is still that process)
 #   check        what the machine must have for `make test` (docs/pipeline.md,
 #                "What the CI machine must have"): fails, naming each thing
 #                missing and how to fix it, before anything is built or run
+#   gobin        where install puts the Go tools (staticcheck, helm, ...)
 #   check-ports  the ClickHouse ports are free or held by the expected servers
 #                (up checks this first)
 #   check-current CMD...
@@ -23,7 +25,18 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 STATE="$ROOT/build/test-env"
 mkdir -p "$STATE"
-GOBIN_DIR="$(go env GOPATH)/bin"
+# A runner without HOME (a service manager's environment, env -i): go then
+# has no build cache (GOCACHE=off: "build cache is required") and no GOPATH,
+# so every build and tool install failed, and GOBIN_DIR was /bin. HOME is
+# then the user's home from the user database (the Makefile does the same).
+if [ -z "${HOME:-}" ]; then
+	HOME=$({ getent passwd "$(id -u)" || true; } | cut -d: -f6)
+	export HOME
+fi
+# Where `go install` puts the Go tools: GOBIN when set (the tools were put
+# there, and then looked for in GOPATH/bin), else the first GOPATH entry's bin.
+GOBIN_DIR=$(go env GOBIN)
+[ -n "$GOBIN_DIR" ] || GOBIN_DIR="$(go env GOPATH | cut -d: -f1)/bin"
 
 APT_PACKAGES=(gcc libc6-dev clang llvm libbpf-dev bpftool clickhouse-server clickhouse-client docker-compose python3 python3-venv util-linux git systemd zookeeper btrfs-progs e2fsprogs)
 # Installed without their recommendations: prometheus recommends
@@ -180,28 +193,113 @@ check_ports() {
 	return "$bad"
 }
 
+# The servers up starts are recorded in $STATE/NAME.started as "PID START"
+# (START: the process's start time in clock ticks since boot), and down
+# stops a recorded server only while that pid is still the process up
+# started: a pid alone, once its process is gone (a crash, a reboot, a
+# checkout copied with its build/), may name an unrelated process that was
+# given the same pid, which down used to kill.
+
+# proc_start PID prints the start time of process PID ("" when there is
+# none, or only its zombie).
+proc_start() {
+	{ sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null || true; } | awk '$1 != "Z" { print $20 }'
+}
+
+# record_started NAME PID
+record_started() { echo "$2 $(proc_start "$2")" >"$STATE/$1.started"; }
+
+# started_pid NAME prints the pid of the server up started as NAME while it
+# runs ("" when none was started, or it is gone).
+started_pid() {
+	local f="$STATE/$1.started" pid="" start="" pidfile
+	[ -f "$f" ] || return 0
+	read -r pid start _ <"$f" || true
+	case "$pid" in
+	/*) # an earlier test-env.sh recorded clickhouse-server's pid file
+		pidfile=$pid pid="" start=""
+		[ -f "$pidfile" ] && read -r pid _ <"$pidfile"
+		case "$pid" in '' | *[!0-9]*) return 0 ;; esac
+		[ "$(cat "/proc/$pid/comm" 2>/dev/null || true)" = clickhouse-serv ] && echo "$pid"
+		return 0 ;;
+	'' | *[!0-9]*) return 0 ;;
+	esac
+	[ -n "$start" ] && [ "$(proc_start "$pid")" = "$start" ] && echo "$pid"
+	return 0
+}
+
+# stop_started NAME stops the server up started as NAME, if it still runs
+# (SIGTERM, then SIGKILL after 2 minutes), and forgets it.
+stop_started() {
+	local pid start
+	pid=$(started_pid "$1")
+	if [ -n "$pid" ]; then
+		start=$(proc_start "$pid")
+		kill "$pid" 2>/dev/null || true
+		for _ in $(seq 1 240); do
+			[ "$(proc_start "$pid")" = "$start" ] || break
+			sleep 0.5
+		done
+		if [ "$(proc_start "$pid")" = "$start" ]; then
+			echo "test-env: $1 (pid $pid) did not stop within 2 minutes of SIGTERM: killing it" >&2
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+	fi
+	rm -f "$STATE/$1.started"
+}
+
+# Servers this invocation of up started: a failing up stops these (and only
+# these) before it exits, so nothing it started is left behind unrecorded
+# or running for a run that never comes.
+STARTED_NOW=()
+
+CH_DATA=/var/lib/clickhouse
+CH_LOG=/var/log/clickhouse-server
+
 clickhouse_up() {
 	command -v clickhouse-server >/dev/null || return 0
 	[ "$(id -u)" -eq 0 ] || return 0
 	if clickhouse-client --query 'SELECT 1' >/dev/null 2>&1; then clickhouse_drop_test_dbs; return 0; fi
 	echo "test-env: starting clickhouse-server"
-	mkdir -p /var/run/clickhouse-server
-	chown clickhouse:clickhouse /var/run/clickhouse-server 2>/dev/null || true
-	local pidfile=/var/run/clickhouse-server/mcpwarden-test.pid
-	if id clickhouse >/dev/null 2>&1; then
-		runuser -u clickhouse -- clickhouse-server --config-file=/etc/clickhouse-server/config.xml --daemon --pid-file="$pidfile"
-	else
-		clickhouse-server --config-file=/etc/clickhouse-server/config.xml --daemon --pid-file="$pidfile"
+	local user=root owner pidfile=/var/run/clickhouse-server/mcpwarden-test.pid pid=""
+	id clickhouse >/dev/null 2>&1 && user=clickhouse
+	# Debian's package makes the log directory (postinst) and the data
+	# directory (the user's home); a machine may lack either (removed,
+	# a tmpfs), and clickhouse-server then exits at once.
+	mkdir -p /var/run/clickhouse-server "$CH_LOG" "$CH_DATA"
+	chown "$user:" /var/run/clickhouse-server "$CH_LOG"
+	owner=$(stat -c %U "$CH_DATA")
+	if [ "$owner" != "$user" ]; then
+		if [ -z "$(ls -A "$CH_DATA")" ]; then
+			chown "$user:" "$CH_DATA"
+		else
+			echo "test-env: $CH_DATA belongs to $owner, not to $user, who runs clickhouse-server: it cannot use its data (chown -R $user: $CH_DATA, or remove it for an empty one)" >&2
+			return 1
+		fi
 	fi
-	for _ in $(seq 1 120); do
-		clickhouse-client --query 'SELECT 1' >/dev/null 2>&1 && {
-			echo "$pidfile" > "$STATE/clickhouse.started"
+	rm -f "$pidfile"
+	runuser -u "$user" -- clickhouse-server --config-file=/etc/clickhouse-server/config.xml --daemon --pid-file="$pidfile"
+	# Up to 5 minutes (a loaded machine), while the server lives. The
+	# server writes its pid file as it starts; it is recorded before up
+	# goes on (it may answer before the file shows here).
+	for _ in $(seq 1 600); do
+		if [ -z "$pid" ] && [ -s "$pidfile" ]; then
+			read -r pid _ <"$pidfile" || true
+			record_started clickhouse "$pid"
+			STARTED_NOW+=(clickhouse)
+		fi
+		if [ -n "$pid" ] && clickhouse-client --query 'SELECT 1' >/dev/null 2>&1; then
 			clickhouse_drop_test_dbs
 			return 0
-		}
+		fi
+		if [ -n "$pid" ] && [ -z "$(started_pid clickhouse)" ]; then
+			echo "test-env: clickhouse-server exited while starting; it logged last ($CH_LOG/clickhouse-server.err.log):" >&2
+			tail -n 20 "$CH_LOG/clickhouse-server.err.log" >&2 2>/dev/null || true
+			return 1
+		fi
 		sleep 0.5
 	done
-	echo "test-env: clickhouse-server did not answer within 60 s; see /var/log/clickhouse-server/clickhouse-server.err.log" >&2
+	echo "test-env: clickhouse-server did not answer within 5 minutes; see $CH_LOG/clickhouse-server.err.log" >&2
 	return 1
 }
 
@@ -210,7 +308,10 @@ clickhouse_current_answers() {
 }
 
 clickhouse_current_up() {
-	[ -x "$CH_CURRENT_BIN" ] || return 0
+	if [ ! -x "$CH_CURRENT_BIN" ]; then
+		echo "test-env: $CH_CURRENT_BIN is not built: run scripts/test-env.sh install (make deps)" >&2
+		return 1
+	fi
 	clickhouse_current_answers && return 0
 	echo "test-env: starting the current ClickHouse release (chdb-listen on 127.0.0.1:$CH_CURRENT_PORT)"
 	local data="$STATE/clickhouse-current"
@@ -218,27 +319,22 @@ clickhouse_current_up() {
 	mkdir -p "$data"
 	setsid "$CH_CURRENT_BIN" --path="$data/" --tcp_port=$CH_CURRENT_PORT \
 		--logger.log="$data/server.log" --log-level=warning </dev/null >"$data/stdout.log" 2>&1 &
-	echo $! > "$STATE/clickhouse-current.started"
-	for _ in $(seq 1 120); do
+	record_started clickhouse-current "$!"
+	STARTED_NOW+=(clickhouse-current)
+	# Up to 5 minutes (a loaded machine), while the server lives.
+	for _ in $(seq 1 600); do
 		clickhouse_current_answers && return 0
-		kill -0 "$(cat "$STATE/clickhouse-current.started")" 2>/dev/null || break
+		[ -n "$(started_pid clickhouse-current)" ] || break
 		sleep 0.5
 	done
 	echo "test-env: chdb-listen did not answer on 127.0.0.1:$CH_CURRENT_PORT; see $data/server.log and $data/stdout.log" >&2
 	return 1
 }
 
-clickhouse_current_down() {
-	[ -f "$STATE/clickhouse-current.started" ] || return 0
-	local pid; pid=$(cat "$STATE/clickhouse-current.started")
-	kill "$pid" 2>/dev/null || true
-	for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-	rm -f "$STATE/clickhouse-current.started"
-}
+clickhouse_current_down() { stop_started clickhouse-current; }
 
 clickhouse_current_crashed() {
-	[ -f "$STATE/clickhouse-current.started" ] || return 1
-	! kill -0 "$(cat "$STATE/clickhouse-current.started")" 2>/dev/null
+	[ -f "$STATE/clickhouse-current.started" ] && [ -z "$(started_pid clickhouse-current)" ]
 }
 
 # clickhouse_current_report prints what a crashed chdb-listen logged last and
@@ -266,14 +362,17 @@ check_current() {
 	return "$rc"
 }
 
-clickhouse_down() {
-	[ -f "$STATE/clickhouse.started" ] || return 0
-	local pidfile; pidfile=$(cat "$STATE/clickhouse.started")
-	if [ -f "$pidfile" ]; then
-		kill "$(cat "$pidfile")" 2>/dev/null || true
-		for _ in $(seq 1 60); do kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null || break; sleep 0.5; done
-	fi
-	rm -f "$STATE/clickhouse.started"
+clickhouse_down() { stop_started clickhouse; }
+
+# up_failed stops what this up started, when it fails.
+up_failed() {
+	local rc=$? name
+	[ "$rc" -ne 0 ] || return 0
+	for name in "${STARTED_NOW[@]}"; do
+		echo "test-env: up failed: stopping the $name it started" >&2
+		stop_started "$name"
+	done
+	exit "$rc"
 }
 
 # What `make test` needs of the machine, checked up front (docs/pipeline.md,
@@ -314,8 +413,13 @@ check_host() {
 	# services' data and the tests' temporary directories. The embedded NATS
 	# stores of the tests are capped (natstest.StoreBytes, fitted to the disk
 	# in the daemon), so this is what the run writes, not a share of it.
-	gocache=$(go env GOCACHE 2>/dev/null || echo "$ROOT")
-	mkdir -p "$gocache" 2>/dev/null || true
+	gocache=$(go env GOCACHE 2>/dev/null || true)
+	case "$gocache" in
+	/*) mkdir -p "$gocache" 2>/dev/null || true ;;
+	*)
+		check_fail "go has no build cache (GOCACHE=${gocache:-unset}; HOME is ${HOME:-unset}): set HOME to a home directory, or GOCACHE to a directory"
+		gocache=$ROOT ;;
+	esac
 	for dir in "$ROOT" "$gocache"; do
 		free=$(free_gib "$dir")
 		if [ -n "$free" ] && [ "$free" -lt "$CHECK_MIN_FREE_GIB" ]; then
@@ -363,8 +467,9 @@ install) install_apt; install_npm; install_interop; install_clickhouse_current; 
 install-npm) install_npm ;;
 check) check_host; [ "$check_failed" -eq 0 ] || { echo "test-env check: the machine lacks what make test needs (above; docs/pipeline.md, \"What the CI machine must have\")" >&2; exit 1; } ;;
 check-ports) check_ports ;;
-up) check_ports; mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
+gobin) echo "$GOBIN_DIR" ;;
+up) trap up_failed EXIT; check_ports; mount_kernel_fs; clickhouse_up; clickhouse_current_up ;;
 down) clickhouse_down; clickhouse_current_down ;;
 check-current) shift; check_current "$@" ;;
-*) echo "usage: $0 install|install-npm|check|check-ports|up|down|check-current CMD..." >&2; exit 64 ;;
+*) echo "usage: $0 install|install-npm|check|check-ports|gobin|up|down|check-current CMD..." >&2; exit 64 ;;
 esac

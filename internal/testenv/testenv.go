@@ -55,6 +55,32 @@ func RequireFile(t testing.TB, path, hint string) {
 	}
 }
 
+// GoTool demands a Go tool that scripts/test-env.sh install puts where
+// `go install` does (GOBIN when set, else the first GOPATH entry's bin:
+// staticcheck, helm, go-sdk's everything-server) and returns its path.
+// Tests looked in GOPATH/bin only, and missed the tools on a runner that
+// sets GOBIN.
+func GoTool(tb testing.TB, name string) string {
+	tb.Helper()
+	dir := ""
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		if len(lines) == 2 {
+			dir = lines[0]
+			if first, _, _ := strings.Cut(lines[1], string(filepath.ListSeparator)); dir == "" && first != "" {
+				dir = filepath.Join(first, "bin")
+			}
+		}
+	}
+	if dir == "" {
+		Missing(tb, "go env names no GOBIN nor GOPATH for "+name)
+		return ""
+	}
+	p := filepath.Join(dir, name)
+	RequireFile(tb, p, "run scripts/test-env.sh install")
+	return p
+}
+
 // FreePort returns a loopback TCP port that nothing listened on a moment
 // ago, never one it returned before in this process nor one another live
 // test process holds (a flock on HostLockDir()/ports/PORT, kept until the

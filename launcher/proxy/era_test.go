@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,13 +22,7 @@ func modernMeta() map[string]any {
 
 func everythingServer(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command("go", "env", "GOPATH").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(strings.TrimSpace(string(out)), "bin", "everything-server")
-	testenv.RequireFile(t, p, "run scripts/test-env.sh install")
-	return p
+	return testenv.GoTool(t, "everything-server")
 }
 
 func resultMap(t testing.TB, m *jsonrpc.Message) map[string]json.RawMessage {

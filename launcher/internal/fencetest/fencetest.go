@@ -294,16 +294,10 @@ func PinnedServer(tb testing.TB, name string) string {
 }
 
 // GoSDKEverythingServer is go-sdk's conformance everything-server,
-// installed into $(go env GOPATH)/bin by scripts/test-env.sh install.
+// installed where go install puts it by scripts/test-env.sh install.
 func GoSDKEverythingServer(tb testing.TB) string {
 	tb.Helper()
-	out, err := exec.Command("go", "env", "GOPATH").Output()
-	if err != nil {
-		tb.Fatalf("go env GOPATH: %v", err)
-	}
-	p := filepath.Join(strings.TrimSpace(string(out)), "bin", "everything-server")
-	testenv.RequireFile(tb, p, "run scripts/test-env.sh install")
-	return p
+	return testenv.GoTool(tb, "everything-server")
 }
 
 // ContainsAll reports whether s contains every part.

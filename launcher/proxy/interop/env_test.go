@@ -95,8 +95,7 @@ func newWorld(tb testing.TB) *world {
 
 // goSDKServer is go-sdk's conformance everything-server (both eras).
 func (w *world) goSDKServer() server {
-	bin := filepath.Join(goPath(w.tb), "bin", "everything-server")
-	testenv.RequireFile(w.tb, bin, "run scripts/test-env.sh install")
+	bin := testenv.GoTool(w.tb, "everything-server")
 	return server{name: "go-sdk-everything", argv: []string{bin}, modern: true, scope: map[string]any{
 		"allowed_paths": []string{"work"},
 		"access_mode":   "write",
@@ -171,14 +170,6 @@ func (w *world) filesystemServer(rootsOnly bool) server {
 func (w *world) wrap(s server) []string {
 	scope := fencetest.WriteScope(w.tb, w.state, s.scope)
 	return append([]string{w.bins.Mcpwarden, "run", "--scope", scope, "--base", w.base, "--state-dir", w.state, "--"}, s.argv...)
-}
-
-func goPath(tb testing.TB) string {
-	out, err := exec.Command("go", "env", "GOPATH").Output()
-	if err != nil {
-		tb.Fatalf("go env GOPATH: %v", err)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // shellJoin quotes argv for a shell (supergateway runs its --stdio command
