@@ -58,6 +58,13 @@ var DefaultSecretPatterns = []string{
 	".sentryclirc", ".kaggle", ".config/stripe", ".supabase/access-token", ".fly", ".wakatime.cfg",
 	"helm/repositories.yaml", ".config/netlify", "fish_history", ".rediscli_history", ".node_repl_history",
 	".python_history", ".sqlite_history", ".dbshell", "mongosh_repl_history",
+	// Since session 11: the shells' start-up files. They export tokens
+	// (`export GITHUB_TOKEN=...` in .bashrc is the common way to hand one
+	// to CLI tools), and they are code the user's next shell runs outside
+	// every fence: a server with a write scope at a home directory that
+	// appended a line to .bashrc ran it as the user at the next login.
+	".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".bash_aliases", ".profile", ".zshrc",
+	".zshenv", ".zprofile", ".zlogin", ".zlogout", ".kshrc", ".mkshrc", "fish/config.fish",
 }
 
 // DefaultSecrets is DefaultSecretPatterns compiled.

@@ -48,6 +48,13 @@ func TestSecretsCompiled(t *testing.T) {
 		"/w/claude_desktop_config.json.md": false, "/w/docs/mcp.json": false, "/w/nats.conf": false,
 		"/w/creds.md": false, "/w/nk": false, "/w/.yarnrc": false, "/w/settings.xml": false,
 		"/w/gradle.properties": false, "/w/helm/values.yaml": false, "/w/fly.toml": false, "/w/.config/netlify-docs": false,
+		// Session 11: the shells' start-up files, and near misses.
+		"/h/.bashrc": true, "/h/.BASH_PROFILE": true, "/h/.bash_login": true, "/h/.bash_logout": true,
+		"/h/.bash_aliases": true, "/h/.profile": true, "/h/.zshrc": true, "/h/.zshenv": true, "/h/.zprofile": true,
+		"/h/.zlogin": true, "/h/.zlogout": true, "/h/.kshrc": true, "/h/.mkshrc": true,
+		"/h/.config/fish/config.fish": true,
+		"/w/bashrc.md":                false, "/w/profile": false, "/w/.profile.d/x": false, "/w/docs/.bashrc.example": false,
+		"/w/config.fish": false, "/w/.zshrc.d/x": false,
 	} {
 		if got := s.Match(p); got != want {
 			t.Errorf("Match(%q) = %v, want %v", p, got, want)

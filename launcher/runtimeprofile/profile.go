@@ -326,7 +326,72 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 	if ver, ok := pythonVersion(exe); ok {
 		return b.addPython(invoked, exe, ver, args)
 	}
+	if depth == 0 && (isShell(exe) || isShell(invoked)) {
+		// "sh script", "bash script": the shell reads the script as a
+		// "#!" line would make it (at depth > 0 the script is exe's
+		// own, already added). It is the server's code: granted for
+		// reading, which also puts it under the ruleset's refusal of
+		// runtime paths in a write scope, and its helpers as for a
+		// "#!" script.
+		if script := shellScriptArg(args, b.opt.Dir, b.opt.PATH); script != "" {
+			b.add(script, ClassRead, "shell script the server runs")
+			b.setKind(KindShell)
+			return b.addScriptHelpers(script)
+		}
+	}
 	return nil
+}
+
+// shells are the POSIX-style shells whose first operand is a script file.
+var shells = map[string]bool{"sh": true, "dash": true, "bash": true, "ash": true, "zsh": true, "ksh": true,
+	"ksh93": true, "mksh": true, "lksh": true, "pdksh": true, "yash": true, "posh": true, "rbash": true}
+
+func isShell(exe string) bool { return shells[filepath.Base(exe)] }
+
+// shellScriptArg returns the script a POSIX-style shell runs: its first
+// operand, unless -c (the command is inline) or -s (commands from stdin)
+// is among the options before it. Options taking a value (-o, +o, -O, +O,
+// bash's --rcfile and --init-file) are skipped with it. Like bash, an
+// operand without a '/' that is not in dir is looked up on PATH.
+func shellScriptArg(args []string, dir, path string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--" || a == "-":
+			if i+1 < len(args) {
+				return shellScriptFile(args[i+1], dir, path)
+			}
+			return ""
+		case a == "--rcfile" || a == "--init-file":
+			i++
+		case strings.HasPrefix(a, "--"):
+		case strings.HasPrefix(a, "-") || strings.HasPrefix(a, "+"):
+			opts := a[1:]
+			if a[0] == '-' && strings.ContainsAny(opts, "cs") {
+				return ""
+			}
+			if strings.ContainsAny(opts, "oO") {
+				i++
+			}
+		default:
+			return shellScriptFile(a, dir, path)
+		}
+	}
+	return ""
+}
+
+func shellScriptFile(name, dir, path string) string {
+	if f := regularFile(name, dir); f != "" || strings.Contains(name, "/") {
+		return f
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d != "" && filepath.IsAbs(d) {
+			if f := regularFile(filepath.Join(d, name), "/"); f != "" {
+				return f
+			}
+		}
+	}
+	return ""
 }
 
 // scriptKind marks a "#!" script run by an interpreter that is neither

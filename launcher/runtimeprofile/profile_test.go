@@ -267,3 +267,82 @@ func TestPythonVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestShellScriptArg: the script a shell runs is its first operand unless
+// -c or -s come first; options that take a value are skipped with it. It
+// fails on the code before (session 11): "sh script" added nothing, so a
+// script in a write scope was not refused and its helpers not granted.
+func TestShellScriptArg(t *testing.T) {
+	dir := t.TempDir()
+	bin := t.TempDir()
+	script := filepath.Join(dir, "run.sh")
+	onPath := filepath.Join(bin, "tool.sh")
+	for _, f := range []string{script, onPath} {
+		if err := os.WriteFile(f, []byte("echo hi\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run.sh"}, script},
+		{[]string{script, "arg"}, script},
+		{[]string{"-e", "run.sh"}, script},
+		{[]string{"-eux", "run.sh"}, script},
+		{[]string{"+x", "run.sh"}, script},
+		{[]string{"-o", "pipefail", "run.sh"}, script},
+		{[]string{"-eo", "pipefail", "run.sh"}, script},
+		{[]string{"+O", "extglob", "run.sh"}, script},
+		{[]string{"--norc", "--rcfile", "x", "run.sh"}, script},
+		{[]string{"--", "run.sh"}, script},
+		{[]string{"-", "run.sh"}, script},
+		{[]string{"tool.sh"}, onPath},
+		{[]string{"./tool.sh"}, ""},
+		{[]string{"-c", "run.sh"}, ""},
+		{[]string{"-ec", "echo", "run.sh"}, ""},
+		{[]string{"-s", "run.sh"}, ""},
+		{[]string{"-o", "run.sh"}, ""},
+		{[]string{"missing.sh"}, ""},
+		{[]string{}, ""},
+		{[]string{"."}, ""},
+	}
+	for _, c := range cases {
+		if got := shellScriptArg(c.args, dir, "relative:"+bin); got != c.want {
+			t.Errorf("shellScriptArg(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+// TestResolveShellScriptOperand: "sh script" and "bash script" grant the
+// script for reading (the ruleset then refuses it in a write scope) and
+// the programs it names, as for a "#!" script; "sh -c" adds no script.
+func TestResolveShellScriptOperand(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "server.sh")
+	if err := os.WriteFile(script, []byte("#no shebang\nexec cat\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := filepath.EvalSymlinks("/bin/cat")
+	if err != nil {
+		t.Fatal(err) // coreutils is on every Debian host
+	}
+	for _, shell := range []string{"sh", "bash"} {
+		testenv.RequireCommand(t, shell)
+		p, err := Resolve([]string{shell, "server.sh"}, Options{PATH: "/usr/bin:/bin", Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := entryPaths(p)
+		if m[script] != ClassRead || m[cat] != ClassExec || p.Kind != KindShell {
+			t.Errorf("%s server.sh: script %v, cat %v, kind %q", shell, m[script], m[cat], p.Kind)
+		}
+		p, err = Resolve([]string{shell, "-c", "exec cat", script}, Options{PATH: "/usr/bin:/bin", Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := entryPaths(p)[script]; ok {
+			t.Errorf("%s -c: the operand after the command was taken for a script", shell)
+		}
+	}
+}

