@@ -2,6 +2,7 @@ package launcher_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -172,6 +173,75 @@ func TestFenceLauncherProcessFiles(t *testing.T) {
 		runCases(t, s, cases)
 		if code := s.Close(); code != 0 {
 			t.Errorf("exit %d: %s", code, s.Stderr())
+		}
+	})
+}
+
+// TestFenceOwnFilesHardLinkedIntoAReadScope: mcpwarden refused its own
+// files (keys, credentials, records) inside the scope's allowed paths by
+// path, and a second name (a hard link) of them only when the scope
+// grants writing. A hard link of the NATS credentials the run publishes
+// with, of the path-hash key or of the audit log, under a harmless name in
+// a read scope: the server read the credentials (forged fleet records)
+// and the key (every path hash reversed by guessing); the audit log's own
+// check already refused a second name (exit 74, a guard). Now a second name of a file the server may not read refuses the
+// run (exit 65, naming it); both layerings (a group-readable file: the
+// dedicated uid of the namespaces layering reads it as "others").
+func TestFenceOwnFilesHardLinkedIntoAReadScope(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		fencetest.RequireFence(t)
+		b := fencetest.Build(t)
+		cases := []struct {
+			name, content, want string
+			args                func(file string) []string
+		}{
+			{"the NATS credentials", "-----BEGIN USER NKEY SEED-----\nSUAHARDLINK-SECRET-42\n", "--nats-creds has 2 names", func(file string) []string {
+				return []string{"--nats", fmt.Sprintf("nats://127.0.0.1:%d", testenv.FreePort(t)), "--nats-creds", file, "--state-dir", t.TempDir()}
+			}},
+			{"the path-hash key", strings.Repeat("K", 24) + "SECRET42", "--path-key has 2 names", func(file string) []string {
+				return []string{"--path-key", file}
+			}},
+			{"the audit log", `{"kind":"launch","note":"AUDIT-SECRET-42"}` + "\n", "--audit-log has 2 names", func(file string) []string {
+				return []string{"--audit-log", file}
+			}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				w := newWorkspace(t)
+				file := filepath.Join(t.TempDir(), "own-file")
+				testenv.WriteFiles(t, map[string]string{file: c.content})
+				if err := os.Chmod(file, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				link := filepath.Join(w.allowed, "notes.txt")
+				if err := os.Link(file, link); err != nil {
+					t.Fatal(err)
+				}
+				scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+				o := fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, ExtraArgs: c.args(file)}
+				if c.name == "the audit log" {
+					o.AuditLog = file
+					o.ExtraArgs = nil
+				}
+				s := fencetest.Start(t, b, o)
+				if err := s.Send([]byte(`{"op":"ping"}` + "\n")); err == nil {
+					if line, ok := s.ReadLine(2 * time.Minute); ok && strings.Contains(line, "pong") {
+						r := s.Do(map[string]any{"op": "read", "path": link})
+						s.Close()
+						if strings.Contains(r.Data, "SECRET") {
+							t.Fatalf("ESCAPE: the run was not refused; the server read %s through a hard link in its read scope", c.name)
+						}
+						t.Fatalf("the run was not refused (want exit 65 naming %q; the read: %s %s): %s", c.want, r.Errno, r.Error, s.Stderr())
+					}
+				}
+				code := s.Wait()
+				if c.name == "the audit log" && code == 74 && strings.Contains(s.Stderr(), "audit log has 2 links") {
+					return // a guard: the audit log's own check (before this one ran first) held
+				}
+				if code != 65 || !strings.Contains(s.Stderr(), c.want) {
+					t.Fatalf("refused with exit %d, want 65 naming %q: %s", code, c.want, s.Stderr())
+				}
+			})
 		}
 	})
 }

@@ -303,10 +303,10 @@ type ownFile struct {
 }
 
 // checkOwnFiles refuses a run whose scope holds one of mcpwarden's own
-// files: inside an allowed path (a symlink on the way resolved), or, when
-// the scope grants writing, a regular file with more than one name (a hard
-// link, which may be inside the scope under another name: a path check
-// cannot see it). A missing path is checked where it would be created.
+// files: inside an allowed path (a symlink on the way resolved), or a
+// regular file with more than one name (a hard link, which may be inside
+// the scope under another name: a path check cannot see it) when the
+// scope grants writing, or when the server may not read the file either. A missing path is checked where it would be created.
 func checkOwnFiles(scope *schema.CanonicalScope, files []ownFile) error {
 	write := scope.AccessMode == schema.AccessWrite
 	for _, f := range files {
@@ -320,8 +320,13 @@ func checkOwnFiles(scope *schema.CanonicalScope, files []ownFile) error {
 			}
 			return fmt.Errorf("%s lies inside the scope's allowed paths, where the server could %s it; %s", f.what, verb, f.fix)
 		}
+		// A file the server may not even read (a key, credentials, the
+		// records) may not have a second name in a read scope either.
 		var st syscall.Stat_t
-		if write && syscall.Stat(f.path, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
+		if (write || !f.writeOnly) && syscall.Stat(f.path, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
+			if !write {
+				return fmt.Errorf("%s has %d names (hard links): one may lie inside the scope's paths, where the server could read it; give it a single name (copy it and remove the links)", f.what, st.Nlink)
+			}
 			return fmt.Errorf("%s has %d names (hard links): one may lie inside the scope's write paths, where the server could rewrite it; give it a single name (copy it and remove the links)", f.what, st.Nlink)
 		}
 	}
