@@ -245,3 +245,91 @@ func TestFenceOwnFilesHardLinkedIntoAReadScope(t *testing.T) {
 		}
 	})
 }
+
+// TestFenceInterpreterCodeOutsideTheWriteScope: session 10 refused a node
+// or python script in a write scope, but not the code the interpreter
+// loads by other arguments: "python3 -m server" started in a write scope
+// imports server.py from the working directory (sys.path[0] is the working
+// directory with -m and -c), and "node -r ./hook.js server.js" preloads a
+// module the runtime profile skipped; the server rewrote that code and the
+// next run ran it. Both layerings.
+func TestFenceInterpreterCodeOutsideTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceInterpreterCode)
+}
+
+func testFenceInterpreterCode(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	const debianPython = "/usr/bin/python3"
+	cases := []struct {
+		name string
+		// setup returns the server command and its working directory; its
+		// first answer is "v1", and it leaves behind code that answers
+		// "v2" on the next run.
+		setup func(t *testing.T, w workspace) ([]string, string)
+		want  string
+	}{
+		{
+			name: "python3 -m from a working directory in the write scope",
+			setup: func(t *testing.T, w workspace) ([]string, string) {
+				testenv.RequireFile(t, debianPython, "apt-get install python3")
+				testenv.WriteFiles(t, map[string]string{filepath.Join(w.allowed, "mserver.py"): `import sys
+sys.stdin.readline()
+with open(__file__, "w") as f:
+    f.write("print('v2', flush=True)\n")
+print("v1", flush=True)
+`})
+				return []string{debianPython, "-m", "mserver"}, w.allowed
+			},
+			want: "working directory",
+		},
+		{
+			name: "node -r of a module in the write scope",
+			setup: func(t *testing.T, w workspace) ([]string, string) {
+				node := testenv.RequireCommand(t, "node")
+				hook := filepath.Join(w.allowed, "hook.js")
+				testenv.WriteFiles(t, map[string]string{hook: "globalThis.answer = 'v1';\n"})
+				script := filepath.Join(t.TempDir(), "server.js")
+				testenv.WriteFiles(t, map[string]string{script: `const fs = require('fs');
+require('readline').createInterface({input: process.stdin}).on('line', () => {
+  try { fs.writeFileSync(` + fmt.Sprintf("%q", hook) + `, "globalThis.answer = 'v2';\n"); } catch (e) {}
+  process.stdout.write(globalThis.answer + '\n');
+});
+`})
+				return []string{node, "-r", hook, script}, ""
+			},
+			want: "module node preloads",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorkspace(t)
+			command, dir := c.setup(t, w)
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+			answer := func() (string, *fencetest.Session) {
+				s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command, Dir: dir})
+				if err := s.Send([]byte("go\n")); err != nil {
+					return "", s
+				}
+				line, _ := s.ReadLine(2 * time.Minute)
+				return line, s
+			}
+			first, s := answer()
+			if first == "" {
+				code := s.Wait()
+				if code != 70 || !strings.Contains(s.Stderr(), c.want) {
+					t.Fatalf("refused with exit %d, want 70 naming %q: %s", code, c.want, s.Stderr())
+				}
+				return
+			}
+			s.Close()
+			next, s2 := answer()
+			s2.Close()
+			if next == "v2" {
+				t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server planted (answers %q, %q)", first, next)
+			} else {
+				t.Errorf("the run was not refused (answers %q, %q): %s", first, next, s.Stderr())
+			}
+		})
+	}
+}

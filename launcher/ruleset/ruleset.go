@@ -113,6 +113,11 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 		add(Rule{Path: p.Path, Kind: p.Kind, Access: a, Origin: OriginScope})
 	}
 	if in.Profile != nil {
+		for _, e := range in.Profile.CodeDirs {
+			if scope.AccessMode == schema.AccessWrite && scope.Contains(e.Path) {
+				return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could plant the code it runs next time; start it from a directory outside the writable paths", e.Path, e.Reason)
+			}
+		}
 		for _, e := range in.Profile.Entries {
 			kind, err := kindOf(e.Path)
 			if err != nil {

@@ -65,6 +65,11 @@ type Profile struct {
 	// minimal root (the launcher's mount namespace) reproduces the symlinks
 	// along them. They grant nothing by themselves.
 	Names []string `json:"names,omitempty"`
+	// CodeDirs are directories the runtime loads code from that the
+	// profile does not grant (CPython's working directory, sys.path[0]
+	// with -m or -c): reachable only when a scope path holds them, and
+	// refused by the ruleset when a writable one does.
+	CodeDirs []Entry `json:"code_dirs,omitempty"`
 }
 
 // Options are the inputs besides the command line.
@@ -159,17 +164,19 @@ func Resolve(argv []string, opt Options) (*Profile, error) {
 	p.Env = b.env
 	p.Entries = b.entries
 	p.Names = b.names
+	p.CodeDirs = b.codeDirs
 	return p, nil
 }
 
 type builder struct {
-	opt     Options
-	entries []Entry
-	seen    map[string]int  // path → index in entries
-	kind    string          // how the server is launched (Kind*)
-	helpers map[string]bool // helper programs granted
-	env     []string        // Profile.Env
-	names   []string        // Profile.Names
+	opt      Options
+	entries  []Entry
+	seen     map[string]int  // path → index in entries
+	kind     string          // how the server is launched (Kind*)
+	helpers  map[string]bool // helper programs granted
+	env      []string        // Profile.Env
+	names    []string        // Profile.Names
+	codeDirs []Entry         // Profile.CodeDirs
 }
 
 // name records a literal path that resolved to another.
@@ -319,6 +326,9 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 	b.setKind(KindELF)
 	if isNode(exe) {
 		b.setKind(KindNode)
+		for _, m := range nodePreloads(args, b.opt.Dir) {
+			b.add(m, ClassRead, "module node preloads or environment file it reads (-r, --import, --loader, --env-file)")
+		}
 		if script := firstScriptArg(args, b.opt.Dir); script != "" {
 			return b.addNodeScript(script)
 		}
@@ -510,6 +520,51 @@ func firstScriptArg(args []string, dir string) string {
 		return ""
 	}
 	return ""
+}
+
+// nodePreloads returns the files node reads code from besides its script,
+// named by options before it: the modules of -r/--require, --import,
+// --loader and --experimental-loader given as paths (./x, ../x, /x,
+// file:///x; a bare name is a package, found in the node_modules the
+// script's package grants), and the --env-file files, whose NODE_OPTIONS
+// node applies. Each is the server's code: granted for reading, and so
+// refused in a write scope.
+func nodePreloads(args []string, dir string) []string {
+	loaders := map[string]bool{"-r": true, "--require": true, "--import": true, "--loader": true, "--experimental-loader": true}
+	envFiles := map[string]bool{"--env-file": true, "--env-file-if-exists": true}
+	withValue := map[string]bool{"-C": true, "--conditions": true, "--input-type": true, "--title": true}
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-e" || a == "--eval" || a == "-p" || a == "--print" {
+			break
+		}
+		name, value, hasValue := strings.Cut(a, "=")
+		if !loaders[name] && !envFiles[name] {
+			if withValue[a] {
+				i++
+			}
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				break
+			}
+			i++
+			value = args[i]
+		}
+		if loaders[name] {
+			if rest, ok := strings.CutPrefix(value, "file://"); ok {
+				value = rest
+			} else if !strings.HasPrefix(value, "/") && !strings.HasPrefix(value, "./") && !strings.HasPrefix(value, "../") {
+				continue // a package name
+			}
+		}
+		if f := regularFile(value, dir); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // addNodeScript grants what node reads to run script:

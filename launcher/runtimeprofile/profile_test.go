@@ -346,3 +346,82 @@ func TestResolveShellScriptOperand(t *testing.T) {
 		}
 	}
 }
+
+// TestNodePreloads: the modules node loads by option before its script (as
+// paths; a bare name is a package) and its --env-file files. It fails on
+// the code before (session 11): "node -r ./hook.js" in a write scope was
+// not refused, and the next run ran the hook the server rewrote.
+func TestNodePreloads(t *testing.T) {
+	dir := t.TempDir()
+	hook := filepath.Join(dir, "hook.js")
+	env := filepath.Join(dir, "run.env")
+	for _, f := range []string{hook, env} {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-r", "./hook.js", "server.js"}, []string{hook}},
+		{[]string{"--require=./hook.js", "server.js"}, []string{hook}},
+		{[]string{"--import", "file://" + hook, "server.js"}, []string{hook}},
+		{[]string{"--loader", hook, "--env-file", "run.env", "server.js"}, []string{hook, env}},
+		{[]string{"--env-file-if-exists=run.env", "server.js"}, []string{env}},
+		{[]string{"-r", "dotenv/config", "server.js"}, nil},
+		{[]string{"-r", "hook.js", "server.js"}, nil}, // a package named hook.js
+		{[]string{"server.js", "-r", "./hook.js"}, nil},
+		{[]string{"-e", "1", "-r", "./hook.js"}, nil},
+		{[]string{"-C", "-r", "server.js"}, nil},
+		{[]string{"-r"}, nil},
+		{[]string{"-r", "./missing.js"}, nil},
+	}
+	for _, c := range cases {
+		if got := nodePreloads(c.args, dir); !slices.Equal(got, c.want) {
+			t.Errorf("nodePreloads(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+// TestPythonCodeDirs: with -m or -c (no script) CPython's sys.path[0] is
+// the working directory: the profile names it as a code directory (which
+// the ruleset refuses in a write scope), unless -P or -I keep it off.
+func TestPythonCodeDirs(t *testing.T) {
+	const python = "/usr/bin/python3"
+	testenv.RequireFile(t, python, "apt-get install python3")
+	dir := t.TempDir()
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "s.py")
+	if err := os.WriteFile(script, []byte("pass\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-m", "server"}, true},
+		{[]string{"-c", "pass"}, true},
+		{[]string{"-u", "-m", "server"}, true},
+		{[]string{"-W", "ignore", "-m", "server"}, true},
+		{[]string{}, true},
+		{[]string{"-P", "-m", "server"}, false},
+		{[]string{"-I", "-c", "pass"}, false},
+		{[]string{"-uP", "-m", "server"}, false},
+		{[]string{"-Im", "server"}, false},
+		{[]string{"-mP"}, true}, // the module named "P"
+		{[]string{"s.py"}, false},
+	} {
+		p, err := Resolve(append([]string{python}, c.args...), Options{PATH: "/usr/bin:/bin", Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := len(p.CodeDirs) == 1 && p.CodeDirs[0].Path == real
+		if got != c.want || len(p.CodeDirs) > 1 {
+			t.Errorf("python3 %q: code dirs %v, want the working directory: %v", c.args, p.CodeDirs, c.want)
+		}
+	}
+}

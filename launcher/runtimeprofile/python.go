@@ -77,8 +77,44 @@ func (b *builder) addPython(invoked, exe, ver string, args []string) error {
 	}
 	if script := pythonScriptArg(args, b.opt.Dir); script != "" {
 		b.add(filepath.Dir(script), ClassReadTree, "directory of the server script (python's sys.path[0])")
+	} else if !pythonSafePath(args) {
+		// -m, -c or commands from stdin: sys.path[0] is the working
+		// directory, searched before the standard library.
+		dir := b.opt.Dir
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = real
+		}
+		b.codeDirs = append(b.codeDirs, Entry{Path: dir, Class: ClassReadTree, Reason: "the working directory, python's sys.path[0] with -m or -c"})
 	}
 	return nil
+}
+
+// pythonSafePath reports whether an option before the script, -m or -c
+// keeps the working directory off sys.path: -P (safe path) or -I
+// (isolated), alone or in a group of short options.
+func pythonSafePath(args []string) bool {
+	withValue := map[string]bool{"-W": true, "-X": true, "--check-hash-based-pycs": true}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case withValue[a]:
+			i++
+		case strings.HasPrefix(a, "--") || a == "-":
+			return false
+		case strings.HasPrefix(a, "-"):
+			for _, c := range a[1:] {
+				switch c {
+				case 'P', 'I':
+					return true
+				case 'c', 'm', 'W', 'X':
+					return false // the rest is its value
+				}
+			}
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // venvConfig is what the launcher needs from pyvenv.cfg.
