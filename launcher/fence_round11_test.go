@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -331,5 +332,45 @@ require('readline').createInterface({input: process.stdin}).on('line', () => {
 				t.Errorf("the run was not refused (answers %q, %q): %s", first, next, s.Stderr())
 			}
 		})
+	}
+}
+
+// TestNSNoExecOfReadScopeBytes (guard, session 11): an ELF file that lies
+// in a read scope (a project's build output) run through the granted ELF
+// loader, or directly: the read scope is a noexec mount in the minimal
+// root, as the workspace is (TestNSNoExecOfWorkspaceBytes). Under
+// --no-namespaces the loader runs such bytes (Known limits).
+func TestNSNoExecOfReadScopeBytes(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	cat := testenv.RequireCommand(t, "cat")
+	cat, _ = filepath.EvalSymlinks(cat)
+	loader := map[string]string{"amd64": "/lib64/ld-linux-x86-64.so.2", "arm64": "/lib/ld-linux-aarch64.so.1"}[runtime.GOARCH]
+	if loader == "" {
+		t.Skipf("no glibc loader path known for %s", runtime.GOARCH)
+	}
+	testenv.RequireFile(t, loader, "a glibc system")
+	payload := filepath.Join(w.allowed, "payload")
+	data, err := os.ReadFile(cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(payload, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, ExtraArgs: []string{"--allow-exec", "cat"}})
+	if r := s.Do(map[string]any{"op": "exec", "path": cat, "args": []string{w.deep1}}); !r.OK || r.Data != "inside" {
+		t.Fatalf("the granted cat does not run: %+v", r)
+	}
+	if r := s.Do(map[string]any{"op": "exec", "path": loader, "args": []string{payload, w.deep1}}); r.OK || strings.Contains(r.Data, "inside") {
+		t.Fatalf("ESCAPE: the ELF loader ran read-scope bytes: %+v", r)
+	}
+	if r := s.Do(map[string]any{"op": "exec", "path": payload, "args": []string{w.deep1}}); r.OK {
+		t.Fatalf("ESCAPE: read-scope bytes ran: %+v", r)
+	}
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
 	}
 }
