@@ -9,6 +9,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/unixsock"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,15 +25,10 @@ type Conn struct {
 
 // Dial connects to the socket at path.
 func Dial(ctx context.Context, path string) (*Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	// At any path length (internal/unixsock).
+	uc, err := unixsock.Dial(ctx, path)
 	if err != nil {
 		return nil, err
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("%s is not a unix socket", path)
 	}
 	return &Conn{c: uc, r: bufio.NewReaderSize(uc, 64<<10)}, nil
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mcpwarden/mcpwarden/internal/unixsock"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,7 +119,10 @@ func Listen(cfg Config, h Handler) (*Server, error) {
 		if st.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket: remove it or choose another path", cfg.Path)
 		}
-		if c, err := net.DialTimeout("unix", cfg.Path, time.Second); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := unixsock.Dial(ctx, cfg.Path)
+		cancel()
+		if err == nil {
 			c.Close()
 			return nil, fmt.Errorf("another process is serving %s: stop it or choose another path", cfg.Path)
 		}
@@ -126,7 +130,7 @@ func Listen(cfg Config, h Handler) (*Server, error) {
 			return nil, fmt.Errorf("remove stale socket %s: %w", cfg.Path, err)
 		}
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Path, Net: "unix"})
+	ln, err := unixsock.Listen(cfg.Path) // at any path length
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Path, err)
 	}

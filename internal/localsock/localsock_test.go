@@ -172,6 +172,28 @@ func TestExistingFiles(t *testing.T) {
 	})
 }
 
+// TestLongPath: a socket whose path is over the 107 bytes a socket
+// address holds (a daemon's --socket in a deep state directory, a test's
+// under a long TMPDIR) is served and reached, a live one is still told
+// from a stale one, and Close removes it. Before, Listen failed with
+// "bind: invalid argument".
+func TestLongPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), strings.Repeat("d", 150), "s.sock")
+	serve(t, Config{Path: path})
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Dial over a path of %d bytes: %v", len(path), err)
+	}
+	var resp echo
+	if err := c.Do(context.Background(), time.Minute, map[string]string{"ping": "1"}, &resp); err != nil || !resp.OK {
+		t.Fatalf("a request over a path of %d bytes: %+v, %v", len(path), resp, err)
+	}
+	c.Close()
+	if _, err := Listen(Config{Path: path}, nil); err == nil || !strings.Contains(err.Error(), "another process") {
+		t.Fatalf("a second listener on the live long socket: %v", err)
+	}
+}
+
 func TestRequests(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.sock")
 	serve(t, Config{Path: path, MaxLine: 1024, MaxFDs: 1})

@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/unixsock"
 	"github.com/mcpwarden/mcpwarden/schema/strictjson"
 )
 
@@ -86,17 +87,15 @@ func SocketPath(stateDir, runID string) (string, error) {
 	if !validID(runID) {
 		return "", fmt.Errorf("run id %q is not valid; copy it from the run's launch record", runID)
 	}
+	// The state dir may be of any length (internal/unixsock binds and
+	// connects a long path through its directory); the socket's own name
+	// must fit (run ids are 32 hex digits).
 	path := filepath.Join(stateDir, "approvals", runID+".sock")
-	if len(path) > maxSocketPath {
-		return "", fmt.Errorf("the run's approval socket would be %d bytes long, over the %d a Unix socket path may have: choose a state dir of at most %d bytes (--state-dir or state_dir in the configuration)",
-			len(path), maxSocketPath, maxSocketPath-(len(path)-len(stateDir)))
+	if err := unixsock.CheckPath(path); err != nil {
+		return "", fmt.Errorf("run id %q is too long for its approval socket: %w", runID, err)
 	}
 	return path, nil
 }
-
-// maxSocketPath is the longest path a Unix socket may have on Linux
-// (sun_path holds 108 bytes with its terminating NUL).
-const maxSocketPath = 107
 
 // Server accepts approvals for one run.
 type Server struct {
@@ -134,7 +133,7 @@ func Listen(stateDir, runID string, log *slog.Logger, onRevoke func()) (*Server,
 	// launcher's other goroutines create files and directories meanwhile
 	// (a directory made under 0177 has no search bit). The directory is
 	// 0700, so nobody else reaches the socket before the chmod below.
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := unixsock.Listen(path)
 	if err != nil {
 		return nil, fmt.Errorf("listen on approval socket (is the state dir writable?): %w", err)
 	}
@@ -309,8 +308,7 @@ func Send(ctx context.Context, stateDir, runID string, req Request) (Response, e
 	if err != nil {
 		return Response{}, err
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	c, err := unixsock.Dial(ctx, path)
 	if err != nil {
 		return Response{}, fmt.Errorf("connect to run %s (is it running, and is --state-dir the run's?): %w", runID, err)
 	}

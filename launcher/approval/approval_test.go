@@ -230,27 +230,46 @@ func TestListAll(t *testing.T) {
 	}
 }
 
-// TestLongStateDirIsRefused: a state dir that would push the socket past
-// the Unix path limit is refused by name, before anything listens (the bind
-// itself fails with a bare EINVAL, and the run died with nothing to say).
-func TestLongStateDirIsRefused(t *testing.T) {
+// TestLongStateDir: under a state dir of any length (here over 150
+// bytes, so the socket's path is over the 107 bytes a socket address
+// holds) the run's socket is made, answers Send and ListAll, and Close
+// removes it. Before, such a state dir was refused ("choose a state dir
+// of at most 59 bytes"). A run id too long for a socket's name is still
+// refused by name, before anything listens.
+func TestLongStateDir(t *testing.T) {
 	runID := strings.Repeat("a", 32)
-	for _, tc := range []struct {
-		dirLen int
-		ok     bool
-	}{{107 - len("/approvals/") - len(runID) - len(".sock"), true}, {108 - len("/approvals/") - len(runID) - len(".sock"), false}} {
-		dir := "/" + strings.Repeat("d", tc.dirLen-1)
-		_, err := SocketPath(dir, runID)
-		if (err == nil) != tc.ok {
-			t.Errorf("state dir of %d bytes: %v, want ok=%v", tc.dirLen, err, tc.ok)
-		}
-		if err != nil && !strings.Contains(err.Error(), "choose a state dir of at most 59 bytes") {
-			t.Errorf("the refusal does not say how long the state dir may be: %v", err)
-		}
+	for _, n := range []int{1, 59, 60, 150, 250} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			dir := t.TempDir()
+			state := filepath.Join(dir, strings.Repeat("d", n))
+			s, err := Listen(state, runID, nil, nil)
+			if err != nil {
+				t.Fatalf("Listen under a state dir of %d bytes: %v", len(state), err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go s.Serve(ctx)
+			s.Register(Pending{OpID: "op1", Tool: "write_file", Class: "destructive"})
+			resp, err := Send(ctx, state, runID, Request{Action: ActionList})
+			if err != nil || len(resp.Pending) != 1 || resp.Pending[0].OpID != "op1" {
+				t.Fatalf("Send list under a state dir of %d bytes = %+v, %v", len(state), resp, err)
+			}
+			got, errs := ListAll(ctx, state)
+			if len(errs) != 0 || len(got) != 1 || got[0].RunID != runID {
+				t.Fatalf("ListAll = %+v, %v", got, errs)
+			}
+			s.Close()
+			if _, err := os.Lstat(s.Path()); !os.IsNotExist(err) {
+				t.Errorf("the socket is left after Close: %v", err)
+			}
+		})
 	}
-	long := filepath.Join(t.TempDir(), strings.Repeat("s", 100))
-	if _, err := Listen(long, runID, nil, nil); err == nil || !strings.Contains(err.Error(), "--state-dir") {
-		t.Fatalf("Listen under a long state dir = %v, want a refusal naming --state-dir", err)
+	long := strings.Repeat("r", 100)
+	if _, err := SocketPath("/"+strings.Repeat("d", 100), long); err == nil || !strings.Contains(err.Error(), "too long for its approval socket") {
+		t.Errorf("SocketPath with a run id of 100 bytes under a long state dir = %v, want a refusal", err)
+	}
+	if _, err := Listen(filepath.Join(t.TempDir(), strings.Repeat("d", 100)), long, nil, nil); err == nil {
+		t.Error("Listen with a run id of 100 bytes under a long state dir succeeded")
 	}
 }
 
