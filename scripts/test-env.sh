@@ -427,9 +427,10 @@ check_host() {
 		fi
 	done
 	tmp=${TMPDIR:-/tmp}
-	# Tests put unix sockets (at most 107 bytes of path) in state
-	# directories under TMPDIR: with TMPDIR=/mnt/ci-env-10/tmp2 (18 bytes)
-	# runs refused their approval socket as too long; 9 bytes pass.
+	# Tests bind unix sockets of their own (at most 107 bytes of path) in
+	# t.TempDir()s under TMPDIR (the product's approval and daemon sockets
+	# take any length since session 11, the tests' fixtures do not): with
+	# a TMPDIR of 18 bytes launcher tests failed; 9 bytes pass.
 	if [ "${#tmp}" -gt 9 ]; then
 		check_fail "TMPDIR ($tmp) is ${#tmp} bytes long: tests put unix sockets (at most 107 bytes of path) in directories under it; use a TMPDIR of at most 9 bytes (unset it for /tmp)"
 	fi
