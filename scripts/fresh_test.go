@@ -203,6 +203,9 @@ exit 0`
 func runMake(t *testing.T, dir string, unset []string, env []string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command("make", append([]string{"-s", "--no-print-directory", "-C", dir}, args...)...)
+	// Not the flags and variables of a make this test runs under (make
+	// test-go): the jobserver's descriptors, PKGS=... overrides.
+	unset = append(unset, "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		keep := true
