@@ -374,3 +374,80 @@ func TestNSNoExecOfReadScopeBytes(t *testing.T) {
 		t.Errorf("exit %d: %s", code, s.Stderr())
 	}
 }
+
+// TestFenceServerCodeHardLinkedIntoTheWriteScope: the server's code
+// outside its write scope, with a second name (a hard link) inside it:
+// the ruleset refused the code's path in a write scope, not another name
+// of the same file. The server rewrote the file in place through the link
+// and the next run ran it: a node script; a shell script given as an
+// operand (which the shell could not read before session 11). Now a code
+// file with more than one name refuses a write-scope run (exit 70, naming
+// it); both layerings. The interpreters themselves may have several names
+// (Debian's bash and libc do): only the server's own files are checked; a
+// native program cannot be written while it runs (ETXTBSY).
+func TestFenceServerCodeHardLinkedIntoTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		fencetest.RequireFence(t)
+		b := fencetest.Build(t)
+		cases := []struct {
+			name string
+			// setup returns the server command; its first answer is "v1",
+			// and it rewrites its code, through link, to answer "v2".
+			setup func(t *testing.T, dir, link string) []string
+		}{
+			{"a node script", func(t *testing.T, dir, link string) []string {
+				node := testenv.RequireCommand(t, "node")
+				script := filepath.Join(dir, "server.js")
+				testenv.WriteFiles(t, map[string]string{script: `const fs = require('fs');
+require('readline').createInterface({input: process.stdin}).on('line', () => {
+  try { fs.writeFileSync(` + fmt.Sprintf("%q", link) + `, "require('readline').createInterface({input: process.stdin}).on('line', () => process.stdout.write('v2\\n'));"); } catch (e) {}
+  process.stdout.write('v1\n');
+});
+`})
+				return []string{node, script}
+			}},
+			{"a shell script operand", func(t *testing.T, dir, link string) []string {
+				sh := testenv.RequireCommand(t, "sh")
+				script := filepath.Join(dir, "server.sh")
+				testenv.WriteFiles(t, map[string]string{script: "read line\nprintf 'read line\\necho v2\\n' > " + link + "\necho v1\n"})
+				return []string{sh, script}
+			}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				w := newWorkspace(t)
+				dir := t.TempDir()
+				link := filepath.Join(w.allowed, "code.txt")
+				command := c.setup(t, dir, link)
+				if err := os.Link(command[len(command)-1], link); err != nil {
+					t.Fatal(err)
+				}
+				scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+				answer := func() (string, *fencetest.Session) {
+					s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command})
+					if err := s.Send([]byte("go\n")); err != nil {
+						return "", s
+					}
+					line, _ := s.ReadLine(2 * time.Minute)
+					return line, s
+				}
+				first, s := answer()
+				if first == "" {
+					code := s.Wait()
+					if code != 70 || !strings.Contains(s.Stderr(), "has 2 names (hard links)") {
+						t.Fatalf("refused with exit %d, want 70 naming the second name: %s", code, s.Stderr())
+					}
+					return
+				}
+				s.Close()
+				next, s2 := answer()
+				s2.Close()
+				if next == "v2" {
+					t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server rewrote through the link (answers %q, %q)", first, next)
+				} else {
+					t.Errorf("the run was not refused (answers %q, %q): %s", first, next, s.Stderr())
+				}
+			})
+		}
+	})
+}

@@ -319,3 +319,52 @@ func TestRuntimeProgramInWritableScope(t *testing.T) {
 		}
 	}
 }
+
+// TestServerCodeWithSecondNameOrCodeDir (session 11): a code file of the
+// server with a second name, or a directory the runtime loads code from
+// (CPython's working directory with -m), refuses a write scope and only
+// a write scope. It fails on the code before (no such check).
+func TestServerCodeWithSecondNameOrCodeDir(t *testing.T) {
+	base := t.TempDir()
+	ws := filepath.Join(base, "ws")
+	outside := t.TempDir()
+	code := filepath.Join(outside, "server.js")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(code, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	single := &runtimeprofile.Profile{CodeFiles: []string{code}}
+	linked := &runtimeprofile.Profile{CodeFiles: []string{filepath.Join(outside, "linked.js")}}
+	if err := os.WriteFile(linked.CodeFiles[0], []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(linked.CodeFiles[0], filepath.Join(ws, "other-name")); err != nil {
+		t.Fatal(err)
+	}
+	cwdIn := &runtimeprofile.Profile{CodeDirs: []runtimeprofile.Entry{{Path: ws, Class: runtimeprofile.ClassReadTree, Reason: "the working directory"}}}
+	cwdOut := &runtimeprofile.Profile{CodeDirs: []runtimeprofile.Entry{{Path: outside, Class: runtimeprofile.ClassReadTree, Reason: "the working directory"}}}
+	for _, c := range []struct {
+		name string
+		prof *runtimeprofile.Profile
+		want string // for a write scope; "" runs
+	}{
+		{"a code file with one name", single, ""},
+		{"a code file with two names", linked, "has 2 names (hard links)"},
+		{"a code directory in the write path", cwdIn, "the working directory"},
+		{"a code directory outside", cwdOut, ""},
+	} {
+		for _, mode := range []schema.AccessMode{schema.AccessRead, schema.AccessWrite} {
+			scope := &schema.CanonicalScope{Base: base, AccessMode: mode, AllowedPaths: []schema.CanonicalPath{{Path: ws, Kind: schema.KindDir}}}
+			_, err := Derive(scope, Input{Profile: c.prof})
+			want := c.want
+			if mode == schema.AccessRead {
+				want = ""
+			}
+			if (err != nil) != (want != "") || err != nil && !strings.Contains(err.Error(), want) {
+				t.Errorf("%s, %s scope: %v, want %q", c.name, mode, err, want)
+			}
+		}
+	}
+}

@@ -70,6 +70,12 @@ type Profile struct {
 	// with -m or -c): reachable only when a scope path holds them, and
 	// refused by the ruleset when a writable one does.
 	CodeDirs []Entry `json:"code_dirs,omitempty"`
+	// CodeFiles are the server's own code files (its script, node's
+	// preloaded modules; not the interpreters, whose other names are the
+	// distribution's, nor a native program, which the kernel keeps from
+	// being written while it runs: ETXTBSY): with a second name (a hard
+	// link) one may lie in a writable path, which the ruleset refuses.
+	CodeFiles []string `json:"code_files,omitempty"`
 }
 
 // Options are the inputs besides the command line.
@@ -165,18 +171,20 @@ func Resolve(argv []string, opt Options) (*Profile, error) {
 	p.Entries = b.entries
 	p.Names = b.names
 	p.CodeDirs = b.codeDirs
+	p.CodeFiles = b.codeFiles
 	return p, nil
 }
 
 type builder struct {
-	opt      Options
-	entries  []Entry
-	seen     map[string]int  // path → index in entries
-	kind     string          // how the server is launched (Kind*)
-	helpers  map[string]bool // helper programs granted
-	env      []string        // Profile.Env
-	names    []string        // Profile.Names
-	codeDirs []Entry         // Profile.CodeDirs
+	opt       Options
+	entries   []Entry
+	seen      map[string]int  // path → index in entries
+	kind      string          // how the server is launched (Kind*)
+	helpers   map[string]bool // helper programs granted
+	env       []string        // Profile.Env
+	names     []string        // Profile.Names
+	codeDirs  []Entry         // Profile.CodeDirs
+	codeFiles []string        // Profile.CodeFiles
 }
 
 // name records a literal path that resolved to another.
@@ -286,6 +294,7 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 	}
 	if isScript {
 		// The kernel runs "interp [iarg] exe args..."; the script itself is read.
+		b.code(exe)
 		iInvoked, ip, err := b.lookPath(interp)
 		if err != nil {
 			return fmt.Errorf("%s: interpreter: %w", filepath.Base(exe), err)
@@ -328,6 +337,7 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 		b.setKind(KindNode)
 		for _, m := range nodePreloads(args, b.opt.Dir) {
 			b.add(m, ClassRead, "module node preloads or environment file it reads (-r, --import, --loader, --env-file)")
+			b.code(m)
 		}
 		if script := firstScriptArg(args, b.opt.Dir); script != "" {
 			return b.addNodeScript(script)
@@ -345,11 +355,19 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 		// "#!" script.
 		if script := shellScriptArg(args, b.opt.Dir, b.opt.PATH); script != "" {
 			b.add(script, ClassRead, "shell script the server runs")
+			b.code(script)
 			b.setKind(KindShell)
 			return b.addScriptHelpers(script)
 		}
 	}
 	return nil
+}
+
+// code records a file of the server's own code (Profile.CodeFiles).
+func (b *builder) code(p string) {
+	if !slices.Contains(b.codeFiles, p) {
+		b.codeFiles = append(b.codeFiles, p)
+	}
 }
 
 // shells are the POSIX-style shells whose first operand is a script file.
@@ -575,6 +593,7 @@ func nodePreloads(args []string, dir string) []string {
 //
 // If no package.json is found, only the script's directory is granted.
 func (b *builder) addNodeScript(script string) error {
+	b.code(script)
 	parts := strings.Split(script, "/")
 	if i := slices.Index(parts, "node_modules"); i > 0 {
 		nm := strings.Join(parts[:i+1], "/")

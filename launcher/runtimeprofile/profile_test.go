@@ -334,8 +334,8 @@ func TestResolveShellScriptOperand(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := entryPaths(p)
-		if m[script] != ClassRead || m[cat] != ClassExec || p.Kind != KindShell {
-			t.Errorf("%s server.sh: script %v, cat %v, kind %q", shell, m[script], m[cat], p.Kind)
+		if m[script] != ClassRead || m[cat] != ClassExec || p.Kind != KindShell || !slices.Equal(p.CodeFiles, []string{script}) {
+			t.Errorf("%s server.sh: script %v, cat %v, kind %q, code files %q", shell, m[script], m[cat], p.Kind, p.CodeFiles)
 		}
 		p, err = Resolve([]string{shell, "-c", "exec cat", script}, Options{PATH: "/usr/bin:/bin", Dir: dir})
 		if err != nil {

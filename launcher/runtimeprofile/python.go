@@ -77,6 +77,7 @@ func (b *builder) addPython(invoked, exe, ver string, args []string) error {
 	}
 	if script := pythonScriptArg(args, b.opt.Dir); script != "" {
 		b.add(filepath.Dir(script), ClassReadTree, "directory of the server script (python's sys.path[0])")
+		b.code(script)
 	} else if !pythonSafePath(args) {
 		// -m, -c or commands from stdin: sys.path[0] is the working
 		// directory, searched before the standard library.
