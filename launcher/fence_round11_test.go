@@ -2,6 +2,7 @@ package launcher_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -450,4 +451,64 @@ require('readline').createInterface({input: process.stdin}).on('line', () => {
 			})
 		}
 	})
+}
+
+// TestFenceIOUringFastOpenPort (guard, session 11): with
+// "allow_io_uring": true and a TCP grant, TCP Fast Open by an
+// IORING_OP_SENDMSG (MSG_FASTOPEN, the destination in the message)
+// connects inside sendmsg, without connect(), and the filter's
+// no-tcp-fast-open check sees syscalls only. Landlock's port rule holds
+// there too (EACCES); to the granted port it connects (the op does what
+// it says).
+func TestFenceIOUringFastOpenPort(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	listen := func() (int, net.Listener, chan string) {
+		port := testenv.FreePort(t)
+		ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		got := make(chan string, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			got <- "accepted"
+		}()
+		return port, ln, got
+	}
+	granted, _, gotGranted := listen()
+	other, otherLn, gotOther := listen()
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "allow_io_uring": true,
+		"network": map[string]any{"connect_tcp": []int{granted}}})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
+	// io_uring tries the send without blocking: without a Fast Open
+	// cookie the SYN goes out and the completion says EINPROGRESS.
+	if r := s.Do(map[string]any{"op": "uring_fastopen", "addr": fmt.Sprintf("127.0.0.1:%d", granted), "data": "GRANTED-42"}); !r.OK && r.Errno != "EINPROGRESS" {
+		t.Fatalf("io_uring TCP Fast Open to the granted port: %+v", r)
+	}
+	select {
+	case <-gotGranted:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the granted port's listener was never connected to")
+	}
+	r := s.Do(map[string]any{"op": "uring_fastopen", "addr": fmt.Sprintf("127.0.0.1:%d", other), "data": "FASTOPEN-42"})
+	code := s.Close()
+	otherLn.Close()
+	select {
+	case <-gotOther:
+		t.Fatalf("ESCAPE: io_uring TCP Fast Open connected to a port the scope does not grant (the server: %+v)", r)
+	default:
+	}
+	if r.OK || r.Errno != "EACCES" {
+		t.Fatalf("io_uring TCP Fast Open to a port the scope does not grant: %+v, want EACCES (Landlock)", r)
+	}
+	if code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
 }
