@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"golang.org/x/sys/unix"
 )
 
 // Session 11's attacks on the fence: what leaked (each fails on the code
@@ -488,9 +490,10 @@ func TestFenceIOUringFastOpenPort(t *testing.T) {
 		"network": map[string]any{"connect_tcp": []int{granted}}})
 	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base})
 	// io_uring tries the send without blocking: without a Fast Open
-	// cookie the SYN goes out and the completion says EINPROGRESS.
-	if r := s.Do(map[string]any{"op": "uring_fastopen", "addr": fmt.Sprintf("127.0.0.1:%d", granted), "data": "GRANTED-42"}); !r.OK && r.Errno != "EINPROGRESS" {
-		t.Fatalf("io_uring TCP Fast Open to the granted port: %+v", r)
+	// cookie the SYN goes out, the completion says EINPROGRESS and the
+	// op waits for the connection.
+	if r := s.Do(map[string]any{"op": "uring_fastopen", "addr": fmt.Sprintf("127.0.0.1:%d", granted), "data": "GRANTED-42"}); !r.OK {
+		t.Fatalf("io_uring TCP Fast Open to the granted port: %+v (net.ipv4.tcp_fastopen must allow clients, the default)", r)
 	}
 	select {
 	case <-gotGranted:
@@ -511,4 +514,35 @@ func TestFenceIOUringFastOpenPort(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit %d: %s", code, s.Stderr())
 	}
+}
+
+// TestFenceNewNamespaces (guard, session 11): unshare() of each namespace
+// kind the table's rows did not name one by one (mount, pid, network, ipc,
+// uts), and clone() with CLONE_NEWPID or CLONE_NEWNS: the filter's
+// namespace check refuses every CLONE_NEW* flag (EPERM); both layerings.
+func TestFenceNewNamespaces(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		s, _ := startWriteSession(t, noNS)
+		raw := func(nr int, args ...int) map[string]any {
+			var a []string
+			for _, v := range args {
+				a = append(a, strconv.Itoa(v))
+			}
+			return map[string]any{"op": "raw_syscall", "n": nr, "args": a}
+		}
+		eperm := []string{"EPERM"}
+		var cases []fenceCase
+		for _, ns := range []struct {
+			name string
+			flag int
+		}{{"mount", unix.CLONE_NEWNS}, {"pid", unix.CLONE_NEWPID}, {"network", unix.CLONE_NEWNET}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}} {
+			cases = append(cases,
+				fenceCase{name: "unshare " + ns.name, req: raw(unix.SYS_UNSHARE, ns.flag), errno: eperm, exact: true},
+				fenceCase{name: "clone with a new " + ns.name + " namespace", req: raw(unix.SYS_CLONE, ns.flag|int(unix.SIGCHLD)), errno: eperm, exact: true})
+		}
+		runCases(t, s, cases)
+		if code := s.Close(); code != 0 {
+			t.Errorf("exit %d: %s", code, s.Stderr())
+		}
+	})
 }

@@ -91,6 +91,19 @@ var uringOps = map[string]op{
 		if err != nil {
 			return "", err
 		}
+		if res == -int32(unix.EINPROGRESS) {
+			// Without a Fast Open cookie the SYN went out and the data
+			// waits: wait for the connection (or its error) before the
+			// socket is closed, so that the peer sees it either way.
+			fds := []unix.PollFd{{Fd: int32(s), Events: unix.POLLOUT}}
+			if n, err := unix.Poll(fds, 120_000); err != nil || n == 0 {
+				return "", unix.ETIMEDOUT
+			}
+			if e, err := unix.GetsockoptInt(s, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != 0 {
+				return "", unix.Errno(e)
+			}
+			return "connected", nil
+		}
 		if res < 0 {
 			return "", unix.Errno(-res)
 		}
