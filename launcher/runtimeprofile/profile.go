@@ -336,7 +336,7 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 	if isNode(exe) {
 		b.setKind(KindNode)
 		for _, m := range nodePreloads(args, b.opt.Dir) {
-			b.add(m, ClassRead, "module node preloads or environment file it reads (-r, --import, --loader, --env-file)")
+			b.add(m, ClassRead, "module node preloads or file deciding what it runs (-r, --import, --loader, --env-file, --snapshot-blob, --openssl-config)")
 			b.code(m)
 		}
 		if script := firstScriptArg(args, b.opt.Dir); script != "" {
@@ -544,12 +544,16 @@ func firstScriptArg(args []string, dir string) string {
 // named by options before it: the modules of -r/--require, --import,
 // --loader and --experimental-loader given as paths (./x, ../x, /x,
 // file:///x; a bare name is a package, found in the node_modules the
-// script's package grants), and the --env-file files, whose NODE_OPTIONS
-// node applies. Each is the server's code: granted for reading, and so
-// refused in a write scope.
+// script's package grants), and the files that decide what it runs:
+// --env-file (whose NODE_OPTIONS node applies), --snapshot-blob,
+// --openssl-config. Each is the server's code: granted for reading, and
+// so refused in a write scope.
 func nodePreloads(args []string, dir string) []string {
 	loaders := map[string]bool{"-r": true, "--require": true, "--import": true, "--loader": true, "--experimental-loader": true}
-	envFiles := map[string]bool{"--env-file": true, "--env-file-if-exists": true}
+	// Files node reads that decide what runs: env files (NODE_OPTIONS),
+	// a V8 start-up snapshot, an OpenSSL configuration (its engines and
+	// providers are native code).
+	envFiles := map[string]bool{"--env-file": true, "--env-file-if-exists": true, "--snapshot-blob": true, "--openssl-config": true}
 	withValue := map[string]bool{"-C": true, "--conditions": true, "--input-type": true, "--title": true}
 	var out []string
 	for i := 0; i < len(args); i++ {

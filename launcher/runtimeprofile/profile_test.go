@@ -369,6 +369,7 @@ func TestNodePreloads(t *testing.T) {
 		{[]string{"--import", "file://" + hook, "server.js"}, []string{hook}},
 		{[]string{"--loader", hook, "--env-file", "run.env", "server.js"}, []string{hook, env}},
 		{[]string{"--env-file-if-exists=run.env", "server.js"}, []string{env}},
+		{[]string{"--snapshot-blob", "run.env", "--openssl-config=" + hook, "server.js"}, []string{env, hook}},
 		{[]string{"-r", "dotenv/config", "server.js"}, nil},
 		{[]string{"-r", "hook.js", "server.js"}, nil}, // a package named hook.js
 		{[]string{"server.js", "-r", "./hook.js"}, nil},
