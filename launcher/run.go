@@ -87,6 +87,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	// this copy, which the plan is encoded from while the helper's clone
 	// finishes (below).
 	planned := *l.iso
+	if !planned.cInit() {
+		warmSpecJSON()
+	}
 	spawned := make(chan spawnResult, 1)
 	go func() {
 		h, err := srv.spawn()

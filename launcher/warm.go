@@ -17,10 +17,16 @@ import (
 //     the helper's spawn blocks on it, and on busy cores the vfork'd
 //     child waits for one (1 ms in a trace at load 13);
 //   - encoding/json builds a type's encoder or decoder on its first use:
-//     the helper's spec (encoded once the ruleset is known), its status
-//     lines (the "ready" and "started" the launch waits for) and the
-//     launch records (the start record must be on disk before the
-//     go-ahead).
+//     the helper's status lines (the "ready" and "started" the launch
+//     waits for).
+//
+// Two encoders are not built here any more, each about a quarter of a
+// millisecond of CPU per launch that most runs never used: the Go
+// helper's JSON spec (a run with its namespaces, the default, sends the
+// run's init the binary plan; a run planned without them warms it in Run,
+// warmSpecJSON) and the launch records' (the local audit log writes them
+// by hand; a run whose records go to the daemon or to NATS, which encode
+// them with encoding/json, warms it with WarmRecordJSON).
 //
 // It changes nothing a run does or records. The channel is closed when it
 // is done (a caller need not wait for it).
@@ -31,10 +37,23 @@ func WarmUp() <-chan struct{} {
 		if p, err := os.FindProcess(os.Getpid()); err == nil {
 			_ = p.Release()
 		}
-		_, _ = json.Marshal(&sandbox.Spec{})
-		_, _ = json.Marshal(&schema.Event{})
 		var st sandbox.Status
 		_ = json.Unmarshal([]byte(`{"stage":"ready"}`), &st)
 	}()
 	return done
+}
+
+// warmSpecJSON builds encoding/json's encoder of the Go helper's spec on
+// another goroutine, for a run planned without namespaces (the only runs
+// that encode it), while the helper is cloned.
+func warmSpecJSON() {
+	go func() { _, _ = json.Marshal(&sandbox.Spec{}) }()
+}
+
+// WarmRecordJSON builds encoding/json's encoder of the launch records on
+// another goroutine, for a run whose records go to a sink that encodes
+// them with encoding/json (the daemon's socket, NATS): the start record
+// is on the launch's critical path.
+func WarmRecordJSON() {
+	go func() { _, _ = json.Marshal(&schema.Event{}) }()
 }

@@ -54,6 +54,7 @@ func (e *daemonExtension) Configure(ctx context.Context, rc *Context) error {
 		return errors.New("--daemon-socket sends the run's records to the daemon, which publishes them: drop --nats")
 	}
 	c := client.New(socket)
+	launcher.WarmRecordJSON() // the daemon's sink encodes them with encoding/json
 	// Fail before anything starts when the daemon is not there.
 	info, err := c.Info(ctx)
 	if err != nil {

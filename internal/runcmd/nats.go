@@ -59,6 +59,7 @@ func (e *natsExtension) Configure(ctx context.Context, rc *Context) error {
 		}
 		return nil
 	}
+	launcher.WarmRecordJSON() // the publisher encodes them with encoding/json
 	sink, err := e.publish(ctx, rc, e.nf, e.spoolMax)
 	if err != nil {
 		return err
