@@ -194,3 +194,78 @@ func TestResolveHostFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestHostResolverMatchesEvalSymlinks holds hostResolver to the two calls
+// it replaces (filepath.EvalSymlinks, then os.Stat of the result): the
+// same path, the same file, an error where they fail. On the host's own
+// entries and on a tree of symlinks (relative, absolute, chained, through
+// .., dangling, looping, to a file used as a directory), in one resolver,
+// so that the remembered directories are shared as in addHost.
+func TestHostResolverMatchesEvalSymlinks(t *testing.T) {
+	d := t.TempDir()
+	mk := func(p string) {
+		if err := os.MkdirAll(filepath.Join(d, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := func(p string) {
+		if err := os.WriteFile(filepath.Join(d, p), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, p string) {
+		if err := os.Symlink(target, filepath.Join(d, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("usr/lib/x")
+	mk("usr/share/zoneinfo/Etc")
+	file("usr/share/zoneinfo/Etc/UTC")
+	file("usr/lib/x/f")
+	mk("etc/ssl")
+	file("etc/ssl/openssl.cnf")
+	file("etc/hosts")
+	link("usr/lib", "lib")                                    // relative, at the top
+	link(filepath.Join(d, "usr/lib"), "lib64")                // absolute
+	link("lib", "chain")                                      // to another link
+	link("../usr/share/zoneinfo/Etc/UTC", "etc/localtime")    // relative with ..
+	link("../../../etc/ssl/openssl.cnf", "usr/lib/x/ssl.cnf") // a file, by a long way
+	link("missing", "dangling")
+	link("loop2", "loop1")
+	link("loop1", "loop2")
+	link("hosts", "etc/hostsdir") // a file, used as a directory below
+	link("x/../x", "usr/lib/dotdot")
+	link(".", "usr/self")
+	paths := []string{
+		"", "lib", "lib64", "chain", "lib/x", "lib/x/f", "lib64/x/f", "chain/x/f", "chain/x/ssl.cnf", "etc/localtime",
+		"usr/lib/x/ssl.cnf", "dangling", "dangling/f", "loop1", "loop1/f", "etc/hostsdir", "etc/hostsdir/f",
+		"etc/hosts/f", "usr/lib/dotdot", "usr/lib/dotdot/f", "usr/self/self/lib/x", "usr/missing", "usr/missing/f",
+		"usr/share/zoneinfo", "usr/share/zoneinfo/Etc/UTC",
+	}
+	var all []string
+	for _, p := range paths {
+		all = append(all, filepath.Join(d, p))
+	}
+	for _, h := range hostEntries {
+		all = append(all, h.path)
+	}
+	all = append(all, "/", "/proc/self", "/proc/self/status", "/lib/x86_64-linux-gnu/gconv", "/usr/lib/x86_64-linux-gnu/gconv",
+		"/lib64", "/nonexistent/x", "relative/path", d+"/lib/../etc", d+"//lib")
+	var r hostResolver
+	for round := 0; round < 2; round++ { // the second round from what the first remembered
+		for _, p := range all {
+			wantReal, wantSt, wantErr := evalAndStat(p)
+			real, st, err := r.resolve(p)
+			if (err == nil) != (wantErr == nil) {
+				t.Errorf("%s: error %v, want %v", p, err, wantErr)
+				continue
+			}
+			if err != nil {
+				continue
+			}
+			if real != wantReal || !os.SameFile(st, wantSt) || st.Mode() != wantSt.Mode() {
+				t.Errorf("%s: %s (%v), want %s (%v)", p, real, st.Mode(), wantReal, wantSt.Mode())
+			}
+		}
+	}
+}
