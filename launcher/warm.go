@@ -15,18 +15,17 @@ import (
 //   - Go's first process start checks that pidfds work (pidfd_open,
 //     waitid, pidfd_send_signal and a vfork'd child that exits at once);
 //     the helper's spawn blocks on it, and on busy cores the vfork'd
-//     child waits for one (1 ms in a trace at load 13);
-//   - encoding/json builds a type's encoder or decoder on its first use:
-//     the helper's status lines (the "ready" and "started" the launch
-//     waits for).
+//     child waits for one (1 ms in a trace at load 13).
 //
-// Two encoders are not built here any more, each about a quarter of a
-// millisecond of CPU per launch that most runs never used: the Go
-// helper's JSON spec (a run with its namespaces, the default, sends the
-// run's init the binary plan; a run planned without them warms it in Run,
-// warmSpecJSON) and the launch records' (the local audit log writes them
-// by hand; a run whose records go to the daemon or to NATS, which encode
-// them with encoding/json, warms it with WarmRecordJSON).
+// It used to build encoding/json's encoders and decoders too, which most
+// runs never use (together about half a millisecond of CPU per launch):
+// the helper's status lines are read without encoding/json but for a
+// failure's (sandbox.ReadStatus); the Go helper's JSON spec is encoded
+// only for a run without namespaces (the default sends the run's init the
+// binary plan; a run planned without them warms it in Run, warmSpecJSON);
+// the launch records are written by hand by the local audit log (a run
+// whose records go to the daemon or to NATS, which encode them with
+// encoding/json, warms it with WarmRecordJSON).
 //
 // It changes nothing a run does or records. The channel is closed when it
 // is done (a caller need not wait for it).
@@ -37,8 +36,6 @@ func WarmUp() <-chan struct{} {
 		if p, err := os.FindProcess(os.Getpid()); err == nil {
 			_ = p.Release()
 		}
-		var st sandbox.Status
-		_ = json.Unmarshal([]byte(`{"stage":"ready"}`), &st)
 	}()
 	return done
 }
