@@ -72,7 +72,7 @@ func isRuntimeVar(name string) bool {
 // it, at its end, as the whole name, at its start.
 var (
 	credentialNameParts    = []string{"TOKEN", "SECRET", "PASSW", "PASSPHRASE", "CREDENTIAL", "CREDS", "APIKEY", "API_KEY", "ACCESSKEY", "ACCESS_KEY", "PRIVATEKEY", "PRIVATE_KEY", "AUTH", "COOKIE", "SESSION", "SIGNING"}
-	credentialNameSuffixes = []string{"_KEY", "_PAT", "_PASS", "_PWD"} // _PWD: MYSQL_PWD (the mysql client's password), DB_PWD ...
+	credentialNameSuffixes = []string{"_KEY", "_PAT", "_PASS", "_PWD", "_PW"} // _PWD: MYSQL_PWD (the mysql client's password), DB_PWD ...; _PW: LDAP_BIND_PW
 	credentialNames        = []string{"KEY", "PAT", "PASS", "KUBECONFIG", "DOCKER_CONFIG",
 		// Where the operator's credentials and session live: a Kerberos
 		// ticket cache, the Docker daemon (root on the host), password
@@ -120,6 +120,12 @@ var tokenFormats = []tokenFormat{
 	{"AKIA", upperDigit, 16}, {"ASIA", upperDigit, 16}, // AWS access key ids
 	{"AIza", wordDash, 30}, // Google API keys
 	{"npm_", alnum, 30},
+	// Since session 11: Stripe's secret and restricted keys, Slack's app
+	// tokens, SendGrid's keys, Google's OAuth access tokens and client
+	// secrets, Hugging Face's tokens.
+	{"sk_live_", alnum, 16}, {"sk_test_", alnum, 16}, {"rk_live_", alnum, 16}, {"rk_test_", alnum, 16},
+	{"xapp-", alnumDash, 10}, {"SG.", wordDash, 20}, {"ya29.", wordDash, 20}, {"GOCSPX-", wordDash, 20},
+	{"hf_", alnum, 30},
 }
 
 // credentialValue reports whether a value carries a credential whatever
@@ -129,7 +135,15 @@ func credentialValue(v string) bool {
 	return urlWithPassword(v) || tokenInValue(v) || jwtInValue(v) || pemPrivateKey(v) || passwordParam(v) || webhookURL(v)
 }
 
-// passwordParam finds password=VALUE or pwd=VALUE (the key in any ASCII
+// secretParams are the keys of passwordParam: passwords, and since
+// session 11 the keys of Azure's connection strings (storage's
+// AccountKey=, Service Bus and Event Hubs' SharedAccessKey= and
+// SharedAccessSignature=) and the signatures of presigned URLs (an Azure
+// SAS's sig=, S3's X-Amz-Signature=, GCS's X-Goog-Signature=: whoever has
+// the URL has the object).
+var secretParams = []string{"password=", "pwd=", "accountkey=", "sharedaccesskey=", "sharedaccesssignature=", "sig=", "x-amz-signature=", "x-goog-signature="}
+
+// passwordParam finds KEY=VALUE for a key of secretParams (in any ASCII
 // case, the value not empty) at the start of the value or after ';', '?',
 // '&' or a blank: a JDBC URL's ?user=u&password=p, an ADO.NET or ODBC
 // connection string's Server=h;Password=p, which carry no USER:PASSWORD@.
@@ -138,7 +152,7 @@ func passwordParam(v string) bool {
 		if i > 0 && v[i-1] != ';' && v[i-1] != '?' && v[i-1] != '&' && !isBlank(v[i-1]) {
 			continue
 		}
-		for _, key := range []string{"password=", "pwd="} {
+		for _, key := range secretParams {
 			if rest := v[i:]; len(rest) > len(key) && strings.EqualFold(rest[:len(key)], key) {
 				if c := rest[len(key)]; c != ';' && c != '&' && !isBlank(c) {
 					return true

@@ -546,3 +546,64 @@ func TestFenceNewNamespaces(t *testing.T) {
 		}
 	})
 }
+
+// TestFenceEnvMoreCredentialForms: credentials in the launcher's
+// environment under names and in forms the held-back list did not know:
+// a *_PW name (LDAP_BIND_PW: OpenLDAP's tools and many images), an Azure
+// storage or Service Bus connection string's AccountKey= and
+// SharedAccessKey=, the signature of an Azure SAS, S3 or GCS presigned URL
+// (whoever has the URL has the object), and token formats (Stripe's secret
+// and restricted keys, Slack's app tokens, SendGrid's keys, Google's OAuth
+// access tokens and client secrets, Hugging Face's tokens) under harmless
+// names. The server read each one (the launch environment is the client's,
+// passed through). Now each is held back, by name only on stderr.
+func TestFenceEnvMoreCredentialForms(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	long := strings.Repeat("A", 32)
+	env := map[string]string{
+		"LDAP_BIND_PW": "LDAPPW-SECRET-42",
+		"STORAGE_CONN": "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=AZKEY" + long + ";EndpointSuffix=core.windows.net",
+		"BUS_CONN":     "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=SBKEY" + long,
+		"BLOB_URL":     "https://acct.blob.core.windows.net/c/f?sv=2022-11-02&se=2030-01-01&sp=r&sig=SASSIG" + long,
+		"S3_URL":       "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=S3SIG" + long,
+		"GCS_URL":      "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=GCSSIG" + long,
+		"BILLING":      "sk_live_STRIPE" + long,
+		"BILLING_R":    "rk_test_STRIPER" + long,
+		"SLACK_APP":    "xapp-1-A0-SLACKAPP" + long,
+		"MAILER":       "SG.SENDGRID" + long + ".x",
+		"GOOG_AT":      "ya29.GOOGLEOAUTH" + long,
+		"GOOG_CS":      "GOCSPX-GOOGLECS" + long,
+		"HF":           "hf_HUGGINGFACE" + long,
+	}
+	var vars []string
+	for k, v := range env {
+		vars = append(vars, k+"="+v)
+	}
+	keep := []string{"PUBLIC_URL=https://example.com/x?sig_version=2", "PLAIN=sk_live", "DOC=see SG.md"}
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, Env: append(vars, keep...)})
+	got := s.Do(map[string]any{"op": "env"}).Data
+	for k, v := range env {
+		if strings.Contains(got, v) {
+			t.Errorf("ESCAPE: the server's environment holds %s's credential", k)
+		}
+	}
+	for _, kept := range keep {
+		if !strings.Contains(got, kept) {
+			t.Errorf("%s was held back", kept)
+		}
+	}
+	if code := s.Close(); code != 0 {
+		t.Errorf("exit %d: %s", code, s.Stderr())
+	}
+	if !strings.Contains(s.Stderr(), "LDAP_BIND_PW") {
+		t.Errorf("the names held back were not reported: %s", s.Stderr())
+	}
+	for _, v := range env {
+		if strings.Contains(s.Stderr(), v) {
+			t.Errorf("a value was reported on stderr: %s", s.Stderr())
+		}
+	}
+}
