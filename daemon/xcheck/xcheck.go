@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/crosscheck"
@@ -78,7 +79,9 @@ func (l *Loop) Findings() uint64 { return l.findings.Load() }
 // created again just after the last message the engine took, or from the
 // start's point if it took none: however long the loss took to notice
 // (about 10 s when no pull was pending, longer than a short window),
-// nothing published meanwhile is skipped.
+// nothing published meanwhile is skipped. The server need not say the
+// consumer went: missed heartbeats and pulls no one answers make the loop
+// ask. Making it again is retried for a while (recreate).
 func (l *Loop) Run(ctx context.Context) error {
 	window := l.cfg.Check.Window
 	if window <= 0 {
@@ -87,11 +90,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	start := resumePoint{from: time.Now().Add(-2 * window)}
 	t := time.NewTicker(l.cfg.Every)
 	defer t.Stop()
+	cc, lost, err := l.consume(ctx, start)
+	if err != nil {
+		return err
+	}
 	for {
-		cc, lost, err := l.consume(ctx, start)
-		if err != nil {
-			return err
-		}
 		err = l.publishLoop(ctx, t.C, lost)
 		cc.Stop()
 		if err != nil || ctx.Err() != nil {
@@ -99,6 +102,40 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		start.afterSeq = l.lastSeq.Load()
 		l.cfg.Logger.Warn("cross-check consumer lost; reading on from the last message taken", "stream_seq", start.afterSeq)
+		if cc, lost, err = l.recreate(ctx, start); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// recreateFor bounds how long a lost consumer is tried again. The server
+// may still be removing the old one, or restarting: a failed attempt is
+// logged and retried with a growing pause. After recreateFor the error
+// ends the loop, and with it the daemon, loudly (before, the first failed
+// attempt ended it: a test's loop stopped checking after a deletion).
+const recreateFor = 2 * time.Minute
+
+// recreate makes the consumer again after a loss, retrying as recreateFor
+// says; a start's first attempt is not retried (a consumer this host may
+// not make is a configuration error, named at once).
+func (l *Loop) recreate(ctx context.Context, start resumePoint) (jetstream.ConsumeContext, <-chan struct{}, error) {
+	deadline := time.Now().Add(recreateFor)
+	pause := 100 * time.Millisecond
+	for {
+		cc, lost, err := l.consume(ctx, start)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return cc, lost, err
+		}
+		l.cfg.Logger.Warn("cross-check consumer not made again yet; retrying", "err", err, "retry_in", pause)
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
 	}
 }
 
@@ -155,6 +192,32 @@ func (l *Loop) consume(ctx context.Context, start resumePoint) (jetstream.Consum
 	}
 	lost := make(chan struct{})
 	var once atomic.Bool
+	markLost := func() {
+		if once.CompareAndSwap(false, true) {
+			close(lost)
+		}
+	}
+	// askServer is for a consumer that may be gone without a word: the
+	// server says "consumer deleted" only to a pull pending when it goes.
+	// Lost between pulls, or while the connection was down (a server
+	// restarted without it, or one that dropped it as inactive), the
+	// client only misses heartbeats and its new pulls find no responder,
+	// forever: the cross-check went dark and said nothing. Those errors
+	// make the loop ask the server whether the consumer is still there.
+	var asking atomic.Bool
+	askServer := func() {
+		if !asking.CompareAndSwap(false, true) {
+			return
+		}
+		go func() {
+			defer asking.Store(false)
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if _, err := js.Consumer(actx, stream.Name, name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+				markLost()
+			}
+		}()
+	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		events, rejected, err := stream.DecodeBatch(msg.Subject(), msg.Data())
 		if err != nil {
@@ -169,10 +232,11 @@ func (l *Loop) consume(ctx context.Context, start resumePoint) (jetstream.Consum
 		}
 		_ = msg.Ack()
 	}, jetstream.PullHeartbeat(consumeHeartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-			if once.CompareAndSwap(false, true) {
-				close(lost)
-			}
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound):
+			markLost()
+		case errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders):
+			askServer()
 		}
 	}))
 	if err != nil {
