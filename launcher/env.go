@@ -132,7 +132,28 @@ var tokenFormats = []tokenFormat{
 // its variable's name: a URL with a password, a known token format, a JWT,
 // a PEM private key.
 func credentialValue(v string) bool {
-	return urlWithPassword(v) || tokenInValue(v) || jwtInValue(v) || pemPrivateKey(v) || passwordParam(v) || webhookURL(v)
+	return urlWithPassword(v) || tokenInValue(v) || jwtInValue(v) || pemPrivateKey(v) || passwordParam(v) || webhookURL(v) || bearerToken(v)
+}
+
+// bearerToken finds an HTTP bearer credential: "Bearer " (the word in any
+// ASCII case, at the start of a word) and at least 16 token68 bytes
+// (RFC 9110: letters, digits, -._~+/), as in an "Authorization: Bearer ..."
+// header a client hands a remote MCP server's proxy in its environment.
+func bearerToken(v string) bool {
+	const word6 = "bearer "
+	for i := 0; i+len(word6) <= len(v); i++ {
+		if i > 0 && word(v[i-1]) || !strings.EqualFold(v[i:i+len(word6)], word6) {
+			continue
+		}
+		if run(v[i+len(word6):], token68) >= 16 {
+			return true
+		}
+	}
+	return false
+}
+
+func token68(c byte) bool {
+	return alnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/'
 }
 
 // secretParams are the keys of passwordParam: passwords, and since

@@ -11,7 +11,7 @@ import (
 var (
 	oracleRuntimeVar      = regexp.MustCompile(`^(LD_.*|DYLD_.*|NODE_OPTIONS|NODE_PATH|NODE_REPL_EXTERNAL_MODULE|PYTHONPATH|PYTHONHOME|PYTHONSTARTUP|PYTHONUSERBASE|PYTHONINSPECT|PYTHONWARNINGS|PYTHONBREAKPOINT|PYTHONPLATLIBDIR|PYTHONPYCACHEPREFIX|NODE_COMPILE_CACHE|PERL5LIB|PERL5OPT|PERLLIB|RUBYOPT|RUBYLIB|BASH_ENV|ENV|SHELLOPTS|PS4|PROMPT_COMMAND|GCONV_PATH|LOCPATH|NLSPATH|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN|MALLOC_.*|GLIBC_TUNABLES|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS|GIT_CONFIG.*|GIT_SSH|GIT_SSH_COMMAND|GIT_ASKPASS|GIT_EXEC_PATH|GIT_TEMPLATE_DIR|SSH_ASKPASS|SUDO_ASKPASS|EDITOR|VISUAL|PAGER|LESSOPEN|LESSCLOSE|MCPWARDEN_.*|TMP|TEMP)$`)
 	oracleCredentialName  = regexp.MustCompile(`TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|CREDS|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY$|^KEY$|AUTH|COOKIE|SESSION|_PAT$|^PAT$|_PASS$|^PASS$|_PWD$|_PW$|SIGNING|^AWS_|^AZURE_|^GOOGLE_APPLICATION|^GCLOUD_|^GH_|^GITHUB_|^GITLAB_|^NPM_CONFIG__|^SSH_AGENT|^SSH_AUTH|^GPG_AGENT|^KUBECONFIG$|^DOCKER_CONFIG$|^KRB5CCNAME$|^DOCKER_HOST$|^PGPASSFILE$|^NETRC$|^DISPLAY$|^WAYLAND_DISPLAY$|^XDG_RUNTIME_DIR$|^DBUS_SYSTEM_BUS_ADDRESS$|^SSLKEYLOGFILE$|^VAULT_|^OP_`)
-	oracleCredentialValue = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s@]+@|\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}|npm_[A-Za-z0-9]{30,}|[sr]k_(live|test)_[A-Za-z0-9]{16,}|xapp-[A-Za-z0-9-]{10,}|SG\.[A-Za-z0-9_-]{20,}|ya29\.[A-Za-z0-9_-]{20,}|GOCSPX-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.)|-----BEGIN [A-Z ]*PRIVATE KEY-----|(^|[;?&\t\n\f\r ])([Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Pp][Ww][Dd]|[Aa][Cc][Cc][Oo][Uu][Nn][Tt][Kk][Ee][Yy]|[Ss][Hh][Aa][Rr][Ee][Dd][Aa][Cc][Cc][Ee][Ss][Ss][Kk][Ee][Yy]|[Ss][Hh][Aa][Rr][Ee][Dd][Aa][Cc][Cc][Ee][Ss][Ss][Ss][Ii][Gg][Nn][Aa][Tt][Uu][Rr][Ee]|[Ss][Ii][Gg]|[Xx]-[Aa][Mm][Zz]-[Ss][Ii][Gg][Nn][Aa][Tt][Uu][Rr][Ee]|[Xx]-[Gg][Oo][Oo][Gg]-[Ss][Ii][Gg][Nn][Aa][Tt][Uu][Rr][Ee])=[^;&\t\n\f\r ]|hooks\.slack\.com/services/|discord(app)?\.com/api/webhooks/`)
+	oracleCredentialValue = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:[^/\s@]+@|\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}|npm_[A-Za-z0-9]{30,}|[sr]k_(live|test)_[A-Za-z0-9]{16,}|xapp-[A-Za-z0-9-]{10,}|SG\.[A-Za-z0-9_-]{20,}|ya29\.[A-Za-z0-9_-]{20,}|GOCSPX-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.)|-----BEGIN [A-Z ]*PRIVATE KEY-----|(^|[;?&\t\n\f\r ])([Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Pp][Ww][Dd]|[Aa][Cc][Cc][Oo][Uu][Nn][Tt][Kk][Ee][Yy]|[Ss][Hh][Aa][Rr][Ee][Dd][Aa][Cc][Cc][Ee][Ss][Ss][Kk][Ee][Yy]|[Ss][Hh][Aa][Rr][Ee][Dd][Aa][Cc][Cc][Ee][Ss][Ss][Ss][Ii][Gg][Nn][Aa][Tt][Uu][Rr][Ee]|[Ss][Ii][Gg]|[Xx]-[Aa][Mm][Zz]-[Ss][Ii][Gg][Nn][Aa][Tt][Uu][Rr][Ee]|[Xx]-[Gg][Oo][Oo][Gg]-[Ss][Ii][Gg][Nn][Aa][Tt][Uu][Rr][Ee])=[^;&\t\n\f\r ]|hooks\.slack\.com/services/|discord(app)?\.com/api/webhooks/|\b[Bb][Ee][Aa][Rr][Ee][Rr] [A-Za-z0-9._~+/-]{16,}`)
 )
 
 // checkMatchers compares the matchers with the oracle for one variable.
@@ -85,6 +85,10 @@ func TestEnvMatchers(t *testing.T) {
 		{"X", "x" + tok("sk_live_", 16, 'a')}, {"X", tok("xapp-", 10, '-')}, {"X", tok("xapp-", 9, '1')}, {"X", tok("SG.", 20, '_')},
 		{"X", "see SG.md"}, {"X", tok("ya29.", 20, 'a')}, {"X", tok("GOCSPX-", 20, 'Z')}, {"X", tok("hf_", 30, 'a')},
 		{"X", tok("hf_", 29, 'a')}, {"X", "self_" + strings.Repeat("a", 30)},
+		{"X", "Authorization: Bearer " + strings.Repeat("a", 16)}, {"X", "bearer " + strings.Repeat("/", 16)}, {"X", "BEARER " + strings.Repeat("x", 15)},
+		{"X", "xBearer " + strings.Repeat("a", 16)}, {"X", "Bearer  " + strings.Repeat("a", 16)}, {"X", "Bearer\t" + strings.Repeat("a", 16)},
+		{"X", "Bearer " + strings.Repeat("a", 8) + " " + strings.Repeat("a", 8)}, {"X", "beareR ~.-_+/" + strings.Repeat("Z", 10)},
+		{"X", "bearſr " + strings.Repeat("a", 16)},
 	}
 	for _, v := range vars {
 		checkMatchers(t, v.name, v.value)
@@ -100,7 +104,7 @@ func FuzzEnvMatchers(f *testing.F) {
 	f.Add("AKIA", "AKIAAAAAAAAAAAAAAAAA")
 	f.Add("a", "xoxb-1234567890 sk-")
 	f.Add("a", "x;Pwd=y&password=")
-	f.Add("LDAP_BIND_PW", "a;AccountKey=k&sig=s sk_live_aaaaaaaaaaaaaaaa SG.aaaaaaaaaaaaaaaaaaaa hf_")
+	f.Add("LDAP_BIND_PW", "a;AccountKey=k&sig=s sk_live_aaaaaaaaaaaaaaaa SG.aaaaaaaaaaaaaaaaaaaa hf_ Bearer aaaaaaaaaaaaaaaa")
 	f.Fuzz(func(t *testing.T, name, value string) {
 		checkMatchers(t, name, value)
 		checkMatchers(t, value, name)

@@ -97,7 +97,8 @@ echo v1
 }
 
 // shellStartupFiles are the shells' start-up files of a home directory,
-// each exporting a token.
+// each exporting a token, and git's user configuration (a token in a URL
+// rewrite, an extra header).
 var shellStartupFiles = map[string]string{
 	".bashrc":                  "export GITHUB_TOKEN=BASHRC-SECRET-42",
 	".bash_profile":            "export AWS_SECRET_ACCESS_KEY=BASHPROFILE-SECRET-42",
@@ -109,6 +110,9 @@ var shellStartupFiles = map[string]string{
 	".zprofile":                "export T=ZPROFILE-SECRET-42",
 	".kshrc":                   "export T=KSHRC-SECRET-42",
 	".config/fish/config.fish": "set -x T FISH-CONFIG-SECRET-42",
+	".cshrc":                   "setenv T CSHRC-SECRET-42",
+	".gitconfig":               "[url \"https://GITCONFIG-SECRET-42@github.com/\"]\n\tinsteadOf = https://github.com/",
+	".config/git/config":       "[http]\n\textraHeader = AUTHORIZATION: basic GITXDG-SECRET-42",
 }
 
 // TestFenceSecretsShellStartupFiles: the shells' start-up files of a home
@@ -554,8 +558,8 @@ func TestFenceNewNamespaces(t *testing.T) {
 // SharedAccessKey=, the signature of an Azure SAS, S3 or GCS presigned URL
 // (whoever has the URL has the object), and token formats (Stripe's secret
 // and restricted keys, Slack's app tokens, SendGrid's keys, Google's OAuth
-// access tokens and client secrets, Hugging Face's tokens) under harmless
-// names. The server read each one (the launch environment is the client's,
+// access tokens and client secrets, Hugging Face's tokens, an HTTP
+// "Authorization: Bearer" header) under harmless names. The server read each one (the launch environment is the client's,
 // passed through). Now each is held back, by name only on stderr.
 func TestFenceEnvMoreCredentialForms(t *testing.T) {
 	fencetest.RequireFence(t)
@@ -564,19 +568,20 @@ func TestFenceEnvMoreCredentialForms(t *testing.T) {
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	long := strings.Repeat("A", 32)
 	env := map[string]string{
-		"LDAP_BIND_PW": "LDAPPW-SECRET-42",
-		"STORAGE_CONN": "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=AZKEY" + long + ";EndpointSuffix=core.windows.net",
-		"BUS_CONN":     "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=SBKEY" + long,
-		"BLOB_URL":     "https://acct.blob.core.windows.net/c/f?sv=2022-11-02&se=2030-01-01&sp=r&sig=SASSIG" + long,
-		"S3_URL":       "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=S3SIG" + long,
-		"GCS_URL":      "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=GCSSIG" + long,
-		"BILLING":      "sk_live_STRIPE" + long,
-		"BILLING_R":    "rk_test_STRIPER" + long,
-		"SLACK_APP":    "xapp-1-A0-SLACKAPP" + long,
-		"MAILER":       "SG.SENDGRID" + long + ".x",
-		"GOOG_AT":      "ya29.GOOGLEOAUTH" + long,
-		"GOOG_CS":      "GOCSPX-GOOGLECS" + long,
-		"HF":           "hf_HUGGINGFACE" + long,
+		"LDAP_BIND_PW":   "LDAPPW-SECRET-42",
+		"STORAGE_CONN":   "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=AZKEY" + long + ";EndpointSuffix=core.windows.net",
+		"BUS_CONN":       "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=SBKEY" + long,
+		"BLOB_URL":       "https://acct.blob.core.windows.net/c/f?sv=2022-11-02&se=2030-01-01&sp=r&sig=SASSIG" + long,
+		"S3_URL":         "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=S3SIG" + long,
+		"GCS_URL":        "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=GCSSIG" + long,
+		"BILLING":        "sk_live_STRIPE" + long,
+		"BILLING_R":      "rk_test_STRIPER" + long,
+		"SLACK_APP":      "xapp-1-A0-SLACKAPP" + long,
+		"MAILER":         "SG.SENDGRID" + long + ".x",
+		"GOOG_AT":        "ya29.GOOGLEOAUTH" + long,
+		"GOOG_CS":        "GOCSPX-GOOGLECS" + long,
+		"HF":             "hf_HUGGINGFACE" + long,
+		"REMOTE_HEADERS": "Authorization: Bearer BEARER" + long,
 	}
 	var vars []string
 	for k, v := range env {

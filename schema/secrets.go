@@ -64,7 +64,11 @@ var DefaultSecretPatterns = []string{
 	// every fence: a server with a write scope at a home directory that
 	// appended a line to .bashrc ran it as the user at the next login.
 	".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".bash_aliases", ".profile", ".zshrc",
-	".zshenv", ".zprofile", ".zlogin", ".zlogout", ".kshrc", ".mkshrc", "fish/config.fish",
+	".zshenv", ".zprofile", ".zlogin", ".zlogout", ".kshrc", ".mkshrc", "fish/config.fish", ".cshrc", ".tcshrc",
+	// git's user configuration: tokens in url.<base>.insteadOf rewrites
+	// and http.extraHeader, and commands git runs (core.pager,
+	// core.fsmonitor, "!" aliases).
+	".gitconfig", ".config/git/config",
 }
 
 // DefaultSecrets is DefaultSecretPatterns compiled.

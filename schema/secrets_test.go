@@ -52,8 +52,9 @@ func TestSecretsCompiled(t *testing.T) {
 		"/h/.bashrc": true, "/h/.BASH_PROFILE": true, "/h/.bash_login": true, "/h/.bash_logout": true,
 		"/h/.bash_aliases": true, "/h/.profile": true, "/h/.zshrc": true, "/h/.zshenv": true, "/h/.zprofile": true,
 		"/h/.zlogin": true, "/h/.zlogout": true, "/h/.kshrc": true, "/h/.mkshrc": true,
-		"/h/.config/fish/config.fish": true,
-		"/w/bashrc.md":                false, "/w/profile": false, "/w/.profile.d/x": false, "/w/docs/.bashrc.example": false,
+		"/h/.config/fish/config.fish": true, "/h/.cshrc": true, "/h/.tcshrc": true, "/h/.gitconfig": true,
+		"/h/.config/git/config": true, "/w/.config/git/ignore": false, "/w/gitconfig.md": false, "/w/git/config": false,
+		"/w/bashrc.md": false, "/w/profile": false, "/w/.profile.d/x": false, "/w/docs/.bashrc.example": false,
 		"/w/config.fish": false, "/w/.zshrc.d/x": false,
 	} {
 		if got := s.Match(p); got != want {
