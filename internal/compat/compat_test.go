@@ -308,7 +308,10 @@ func TestCompatibility(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(e.ws, "book.xlsx"), minimalXLSX(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"init", "-q"}, {"add", "a.txt"}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "initial"}} {
+	// The branch is named, not left to the machine's git configuration
+	// (init.defaultBranch=main failed git_status's check for "master"),
+	// and no signing a machine's configuration may ask for.
+	for _, args := range [][]string{{"init", "-q", "-b", "master"}, {"add", "a.txt"}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", "commit", "-qm", "initial"}} {
 		cmd := exec.Command("git", args...)
 		cmd.Dir = e.ws
 		if out, err := cmd.CombinedOutput(); err != nil {
