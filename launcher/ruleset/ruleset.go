@@ -122,7 +122,7 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 		}
 		for _, e := range in.Profile.CodeDirs {
 			if scope.AccessMode == schema.AccessWrite && scope.Contains(e.Path) {
-				return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could plant the code it runs next time; start it from a directory outside the writable paths", e.Path, e.Reason)
+				return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could plant the code it runs next time; start it from a directory outside the writable paths (or, for python 3.11 and later, pass -P: the working directory is then not searched)", e.Path, e.Reason)
 			}
 		}
 		for _, e := range in.Profile.Entries {
