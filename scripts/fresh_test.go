@@ -110,8 +110,9 @@ echo /run/clickhouse-server/mcpwarden-test.pid >"$state/clickhouse.started" || e
 echo "$s2" >/run/clickhouse-server/mcpwarden-test.pid || exit 91`
 	line := `check() {
 	ss -ltnH | grep -E ':(9000|19000) ' && echo "STILL LISTENING"
-	pgrep -x clickhouse-serv >/dev/null && echo "CLICKHOUSE-SERVER STILL RUNS"
-	pgrep -x chdb-listen >/dev/null && echo "CHDB-LISTEN STILL RUNS"
+	# (not a zombie the namespace's first process has yet to reap)
+	ps -eo stat=,comm= | grep -v '^Z' | grep -qw clickhouse-serv && echo "CLICKHOUSE-SERVER STILL RUNS"
+	ps -eo stat=,comm= | grep -v '^Z' | grep -qw chdb-listen && echo "CHDB-LISTEN STILL RUNS"
 	kill -0 $s1 || echo "DOWN KILLED AN UNRELATED PROCESS (s1)"
 	kill -0 $s2 || echo "DOWN KILLED AN UNRELATED PROCESS (s2)"
 	ls "$state"/*.started 2>/dev/null && echo "RECORDS LEFT"
@@ -157,7 +158,7 @@ func TestUpThatFailsStopsWhatItStarted(t *testing.T) {
 		root := freshCheckout(t, "#!/bin/sh\necho 'chdb-listen: cannot start' >&2\nexit 3\n")
 		line := `"$1" up && { echo "UP PASSED"; exit 1; }
 ss -ltnH | grep -E ':(9000|19000) ' && echo "STILL LISTENING"
-pgrep -x clickhouse-serv >/dev/null && echo "CLICKHOUSE-SERVER STILL RUNS"
+ps -eo stat=,comm= | grep -v '^Z' | grep -qw clickhouse-serv && echo "CLICKHOUSE-SERVER STILL RUNS"
 "$1" down || echo "DOWN FAILED"
 ls "$(dirname "$1")"/../build/test-env/*.started 2>/dev/null && echo "RECORDS LEFT"
 exit 0`
@@ -180,8 +181,8 @@ exit 0`
 		root := freshCheckout(t, "")
 		setup := `echo x >/var/lib/clickhouse/status && chown -R 65534:65534 /var/lib/clickhouse || exit 91`
 		line := `"$1" up && { echo "UP PASSED"; exit 1; }
-pgrep -x clickhouse-serv >/dev/null && echo "CLICKHOUSE-SERVER RUNS"
-pgrep -x chdb-listen >/dev/null && echo "CHDB-LISTEN RUNS"
+ps -eo stat=,comm= | grep -v '^Z' | grep -qw clickhouse-serv && echo "CLICKHOUSE-SERVER RUNS"
+ps -eo stat=,comm= | grep -v '^Z' | grep -qw chdb-listen && echo "CHDB-LISTEN RUNS"
 exit 0`
 		out, err := freshMachine(t, root, setup, line)
 		if err != nil {

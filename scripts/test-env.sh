@@ -206,6 +206,17 @@ proc_start() {
 	{ sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null || true; } | awk '$1 != "Z" { print $20 }'
 }
 
+# proc_runs PID START: process PID, started at START, runs: itself, or, once
+# it is a zombie, any of its threads (a multi-threaded server's leader turns
+# zombie while its other threads still exit, holding its descriptors, its
+# listening port among them, until the last one is gone).
+proc_runs() {
+	[ -n "$2" ] || return 1
+	[ "$(proc_start "$1")" = "$2" ] && return 0
+	[ "$({ sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null || true; } | awk '{ print $20 }')" = "$2" ] || return 1
+	[ "$({ ls "/proc/$1/task" 2>/dev/null || true; } | wc -l)" -gt 1 ]
+}
+
 # record_started NAME PID
 record_started() { echo "$2 $(proc_start "$2")" >"$STATE/$1.started"; }
 
@@ -237,10 +248,10 @@ stop_started() {
 		start=$(proc_start "$pid")
 		kill "$pid" 2>/dev/null || true
 		for _ in $(seq 1 240); do
-			[ "$(proc_start "$pid")" = "$start" ] || break
+			proc_runs "$pid" "$start" || break
 			sleep 0.5
 		done
-		if [ "$(proc_start "$pid")" = "$start" ]; then
+		if proc_runs "$pid" "$start"; then
 			echo "test-env: $1 (pid $pid) did not stop within 2 minutes of SIGTERM: killing it" >&2
 			kill -KILL "$pid" 2>/dev/null || true
 		fi
