@@ -82,6 +82,10 @@ func redteamServer(logPath string) {
 			result(m.ID, `{"resourceTemplates":[`+strings.Join([]string{
 				tmpl("file://" + allowed + "/{name}"), tmpl("file:///etc/{name}"), tmpl("file://" + filepath.Dir(outside) + "/{name}"),
 				tmpl("file://" + allowed + "/{dir}/.env"), tmpl("config://{key}"), tmpl("file:///{+path}"),
+				// Round eleven: no scheme, or a scheme that is an
+				// expression, or one a URL parser reads after cleaning.
+				tmpl("/etc/{name}"), tmpl("../../{+path}"), tmpl("//fileserver/share/{x}"), tmpl("{+uri}"),
+				tmpl("{scheme}:///etc/passwd"), tmpl(" file:///etc/{name}"), tmpl("\x01file:///{dir}/.env"),
 			}, ",")+`]}`)
 		case "resources/read":
 			if m.Params.URI == "config://app" {
@@ -235,7 +239,10 @@ func TestRedTeamServerAnswers(t *testing.T) {
 // TestRedTeamTemplates: resources/templates/list shows only the file:
 // templates whose expansions can reach the scope and name no secret, in
 // both eras; templates of other schemes pass (their reads need
-// resource_refs).
+// resource_refs). Since round eleven a template with no scheme, or whose
+// scheme is an expression, is dropped, and a file: template is read as a
+// URL parser reads it (" file:///etc/{name}"): before, all seven reached
+// the client.
 func TestRedTeamTemplates(t *testing.T) {
 	f, _ := redteamFixture(t)
 	c := f.client

@@ -245,7 +245,22 @@ func (p *Policy) CheckURI(uri string, effective []string) (string, *Denial) {
 // file:///home/u/.ssh/{key}); a template of any other scheme is kept (a
 // read of one still needs its exact URI in resource_refs). Reads are
 // decided on their own whatever a template said.
+//
+// The template is read as a client's URL parser (WHATWG) reads what it
+// expands to: leading and trailing spaces and C0 controls stripped, tabs
+// and line breaks removed (" file:///etc/{x}" is a file: template). Its
+// scheme must be written out, as the schema's resource uri is absolute
+// (round eleven): a template with no scheme ("/etc/{name}",
+// "../{+path}", "//host/{x}"), or whose scheme is an expression or holds
+// one ("{+uri}", "{s}:///etc/passwd", "fi{x}le:"), is dropped — its
+// expansions are references a client resolves against its own page (a
+// file: URL in a desktop client), or URIs of any scheme, file: included,
+// that no rule here can judge before they exist.
 func (p *Policy) TemplateAllowed(tmpl string, effective []string) bool {
+	tmpl = urlClean(tmpl)
+	if _, _, ok := urlScheme(tmpl); !ok {
+		return false
+	}
 	if !hasFileScheme(tmpl) {
 		return true
 	}

@@ -41,6 +41,28 @@ func TestTemplateAllowed(t *testing.T) {
 		{"file://evil.example/{x}", false},
 		{"file://{host}/x", false}, // the host is an expression: not local
 		{"file://" + allowed + "/{x}?q={y}", false},
+		// Round eleven: a template with no scheme, or whose scheme is
+		// (or holds) an expression, expands to a reference a client
+		// resolves against its own page, or to a URI of any scheme.
+		{"/etc/{name}", false},
+		{"../../{+path}", false},
+		{"//fileserver/share/{x}", false},
+		{"{name}", false},
+		{"{+uri}", false},
+		{"{scheme}:///etc/passwd", false},
+		{"fi{x}le:///etc/passwd", false},
+		{"java{x}script:alert(1)", false},
+		{"", false},
+		{"\uff46ile:///etc/{x}", false}, // a fullwidth f: no scheme to a URL parser
+		// ... and the scheme is read as a URL parser reads it.
+		{" file:///etc/{name}", false},
+		{"\x01file:///etc/{name}", false},
+		{"fi\tle:///etc/{name}", false},
+		{"\nfile:///{dir}/.env", false},
+		{" file://" + allowed + "/{name}", true},
+		{"\ttest://static/resource/{id}", true},
+		{"urn:isbn:{n}", true},
+		{"http://example.com/~{resource_name}/", true}, // go-sdk's everything-server
 	}
 	for _, tt := range tests {
 		if got := p.TemplateAllowed(tt.tmpl, eff); got != tt.want {
@@ -51,4 +73,35 @@ func TestTemplateAllowed(t *testing.T) {
 	if p.TemplateAllowed("file:///{+path}", nil) || p.TemplateAllowed("file://"+allowed+"/{x}", nil) {
 		t.Error("file templates shown with no effective paths")
 	}
+}
+
+// FuzzTemplateAllowed: a template shown to the client has a scheme
+// written out (no expression before its first ':', read as a URL parser
+// reads it), and what a URL parser strips around or inside it (spaces and
+// C0 controls at its ends, tabs and line breaks anywhere) never changes
+// the decision.
+func FuzzTemplateAllowed(f *testing.F) {
+	p, base := fixture(f)
+	eff := []string{filepath.Join(base, "allowed")}
+	for _, s := range []string{
+		"file://" + eff[0] + "/{name}", "file:///{+path}", "test://static/resource/{id}", "/etc/{name}",
+		"{+uri}", "{s}:///etc/passwd", " file:///etc/{x}", "fi\tle:///{dir}/.env", "urn:x:{y}", "",
+		"http://example.com/~{resource_name}/", "file://{host}/x", "java{x}script:1",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tmpl string) {
+		ok := p.TemplateAllowed(tmpl, eff)
+		if ok {
+			if _, _, has := urlScheme(urlClean(tmpl)); !has {
+				t.Fatalf("TemplateAllowed(%q) with no scheme written out", tmpl)
+			}
+		}
+		if wrapped := " \x01" + tmpl + "\n\t"; p.TemplateAllowed(wrapped, eff) != ok {
+			t.Fatalf("TemplateAllowed(%q) = %v but %v for %q", tmpl, ok, !ok, wrapped)
+		}
+		if i := len(tmpl) / 2; p.TemplateAllowed(tmpl[:i]+"\t"+tmpl[i:], eff) != ok {
+			t.Fatalf("TemplateAllowed(%q) = %v, another answer with a tab inside", tmpl, ok)
+		}
+	})
 }
