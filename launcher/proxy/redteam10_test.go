@@ -68,6 +68,11 @@ func tenthServer(logPath string) {
 			case "hex":
 				b, _ := hex.DecodeString(v)
 				path = string(b)
+			case "lines": // the last of a list, one per line (round eleven)
+				lines := strings.Fields(v)
+				path = lines[len(lines)-1]
+			case "vcs": // pip's git+file:// (round eleven)
+				path = strings.TrimPrefix(v, "git+file://")
 			case "url": // a WHATWG parser strips leading C0 controls
 				path = strings.TrimPrefix(strings.TrimLeft(v, "\x00\x01\x02\x03 "), "file://")
 			}

@@ -587,6 +587,16 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 			add(s)
 			add(d)
 		}
+		if n := strings.IndexByte(d, 0); n > 0 {
+			// ".env%00.txt": what a C string of it reads (round eleven).
+			forms, err := c.pathForms(d[:n], probe)
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range forms {
+				add(f)
+			}
+		}
 	}
 	if len(s) <= MaxPathLen && !asciiOnly(s) && !norm.NFKC.IsNormalString(s) {
 		if n := norm.NFKC.String(s); looksLikePath(n) || probe && namesSecret(c.p, n) {

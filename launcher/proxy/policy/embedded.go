@@ -40,6 +40,7 @@ import (
 const (
 	maxEmbedded      = 1 << 16
 	maxEmbeddedDepth = 4
+	maxLookedUpLines = 64
 )
 
 // separators a server splits a value at (':' is handled apart: a URL's
@@ -58,7 +59,37 @@ func (c *argChecker) embeddedForms(s string, probe bool, add func(string)) error
 		// controls and spaces (the trim above takes spaces only).
 		add(t)
 	}
+	if strings.IndexByte(s, 0) >= 0 {
+		// ".env\x00.txt": a server in C (or any that hands the string
+		// to open(2) as a C string) reads up to the NUL; "a\x00/x" is a
+		// list of names (find -print0, xargs -0). Each part is checked
+		// (round eleven).
+		for part := range strings.SplitSeq(s, "\x00") {
+			if err := c.addPart(s, part, probe, add); err != nil {
+				return err
+			}
+		}
+	}
 	if strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+		if strings.IndexFunc(s, textSpace) < 0 {
+			// Line breaks and tabs but no space: a list, one per line
+			// or field ("a.txt\n/etc/passwd", a TSV row), not text
+			// (round eleven). Each part is checked as a path; in a list
+			// longer than maxLookedUpLines (a base64 blob wrapped at 76
+			// columns) a part is not looked up under the base, which
+			// would exhaust the call's look-ups, but a secret's name is
+			// still refused.
+			parts := strings.Fields(s)
+			for _, part := range parts {
+				if err := c.addPart(s, part, probe && len(parts) <= maxLookedUpLines, add); err != nil {
+					return err
+				}
+				if probe && namesSecret(c.p, part) {
+					add(part)
+				}
+			}
+			return nil
+		}
 		// Text, but a command line's options and assignments are read:
 		// "grep --file=/etc/x pat", "run -f/etc/x", "env CONF=/etc/x".
 		for word := range strings.FieldsSeq(s) {
@@ -77,6 +108,14 @@ func (c *argChecker) embeddedForms(s string, probe bool, add func(string)) error
 	}
 	// Every part is shorter than s (a separator is taken out), so the
 	// forms of a part never come back here with s.
+	if scheme, rest, ok := urlScheme(s); ok && len(scheme) > 5 && strings.EqualFold(scheme[len(scheme)-5:], "+file") {
+		// "git+file:///etc/passwd" (pip's, npm's and cargo's VCS URLs;
+		// hg+, svn+, bzr+): a local path behind a tool's prefix (round
+		// eleven).
+		if err := c.addPart(s, "file:"+rest, probe, add); err != nil {
+			return err
+		}
+	}
 	if scheme, _, ok := urlScheme(s); ok && strings.EqualFold(scheme, "data") || hasURLScheme(s) && !hasFileScheme(s) {
 		// A data: URL's payload is data, not a name; a URL of another
 		// scheme names another host's resource, its query included.
@@ -97,6 +136,16 @@ func (c *argChecker) embeddedForms(s string, probe bool, add func(string)) error
 		}
 	}
 	return nil
+}
+
+// textSpace: white space that makes a string text (a space of any
+// kind); line breaks and tabs alone separate a list's items.
+func textSpace(r rune) bool {
+	switch r {
+	case '\t', '\n', '\v', '\f', '\r':
+		return false
+	}
+	return unicode.IsSpace(r)
 }
 
 // optionWord: a word of a command line that hands a value to a program:
@@ -306,6 +355,20 @@ func (c *argChecker) partGlobs(ptr []string, s string) *Denial {
 		return nil
 	}
 	if strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+		if strings.IndexFunc(s, textSpace) < 0 {
+			// A list by line or field (embeddedForms): every part.
+			for part := range strings.FieldsSeq(s) {
+				if hasWildcard(part) && !(hasURLScheme(part) && !hasFileScheme(part)) {
+					if d := c.globSecrets(ptr, part); d != nil {
+						return d
+					}
+				}
+				if d := c.partGlobs(ptr, part); d != nil {
+					return d
+				}
+			}
+			return nil
+		}
 		// Text: its options and assignments only (embeddedForms).
 		for word := range strings.FieldsSeq(s) {
 			if optionWord(word) {
@@ -325,7 +388,7 @@ func (c *argChecker) partGlobs(ptr []string, s string) *Denial {
 	if glued(s) {
 		glob(s[2:])
 	}
-	for part := range strings.FieldsFuncSeq(s, func(r rune) bool { return strings.ContainsRune(separators, r) }) {
+	for part := range strings.FieldsFuncSeq(s, func(r rune) bool { return r == 0 || strings.ContainsRune(separators, r) }) {
 		if glued(part) {
 			glob(part[2:])
 		}

@@ -81,6 +81,28 @@ func TestPathsInsideStrings(t *testing.T) {
 		{"grep --file=" + in + " pattern", ""},
 		{`<a href="/etc/passwd">x</a> and x = 1 and a=b`, ""},
 		{"use -v or --verbose=2 for more", ""},
+		// Round eleven: a list one per line or field (line breaks and
+		// tabs, no space), a C string's NUL, a VCS URL's file: behind
+		// its tool's prefix.
+		{"a.txt\n" + out, schema.ErrPathOutsideScope},
+		{"a.txt\r\n" + out + "\r\n", schema.ErrPathOutsideScope},
+		{"name\t" + out, schema.ErrPathOutsideScope},
+		{"a.txt\n.env", "deny"},
+		{"a.txt\nfile://" + out, schema.ErrPathOutsideScope},
+		{".env\x00.txt", "deny"},
+		{"notes.txt\x00" + out, "deny"}, // find -print0
+		{".env%00.txt", "deny"},
+		{"git+file://" + out, schema.ErrPathOutsideScope},
+		{"GIT+FILE://localhost" + out, schema.ErrPathOutsideScope},
+		{"hg+file://" + out, schema.ErrPathOutsideScope},
+		{"git+file://" + filepath.Join(base, "allowed", ".env"), schema.ErrSecretPath},
+		{"a.txt\n" + in, ""},
+		{"git+file://" + in, ""},
+		{"probe.txt\x00", ""},
+		{"x=1\ny=2\n", ""},
+		{"line\tone\nline\ttwo", ""},
+		{"git+https://github.com/a/b.git", ""},
+		{"see\n/etc/passwd for the format", ""}, // a space: text (Known limits)
 	} {
 		args, _ := json.Marshal(map[string]any{"q": tc.s})
 		_, d := p.CheckArguments("other_tool", args, eff)
@@ -124,9 +146,18 @@ func FuzzEmbeddedPaths(f *testing.F) {
 			return
 		}
 		// s is one token without separators: wrapped, it stays refused.
-		for _, w := range []string{"--opt=" + s, "k=" + s + ",m=r", "a," + s, "@" + s, "cmd --opt=" + s + " x"} {
+		for _, w := range []string{"--opt=" + s, "k=" + s + ",m=r", "a," + s, "@" + s, "cmd --opt=" + s + " x",
+			"a.txt\n" + s, "a.txt\t" + s + "\r\n"} { // (round eleven: lists by line and field)
 			if !refused(w) {
 				t.Fatalf("%q is refused but %q passes", s, w)
+			}
+		}
+		if strings.IndexByte(s, 0) < 0 {
+			// A list by NUL, and a C string's end (round eleven).
+			for _, w := range []string{"a.txt\x00" + s, s + "\x00.txt"} {
+				if !refused(w) {
+					t.Fatalf("%q is refused but %q passes", s, w)
+				}
 			}
 		}
 		if doc, _ := json.Marshal(map[string]string{"path": s}); !refused(string(doc)) {
