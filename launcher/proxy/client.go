@@ -518,7 +518,9 @@ func (s *session) forwardCancel(m *jsonrpc.Message) {
 	w := s.upst.w
 	s.upst.mu.Unlock()
 	params := map[string]json.RawMessage{"requestId": jsonrpc.IntID(upID)}
-	if r, ok := p["reason"]; ok {
+	if r, ok := p["reason"]; ok && len(r) > 0 && r[0] == '"' {
+		// Only a string, as the schema has it (round eleven): an object
+		// here would carry to the server what no check has read.
 		params["reason"] = r
 	}
 	s.toServer(w, jsonrpc.Request(nil, "notifications/cancelled", params))

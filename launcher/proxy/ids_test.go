@@ -125,9 +125,14 @@ func TestDuplicateInFlightIDs(t *testing.T) {
 		t.Fatalf("ask calls upstream = %v", asks)
 	}
 	real := c.expect("7")
-	c.notify("notifications/cancelled", map[string]any{"requestId": 7, "reason": "test"})
+	// (Its reason is no string: a member the schema does not have is
+	// never forwarded — round eleven; before, the object reached the
+	// server unchecked.)
+	c.notify("notifications/cancelled", map[string]any{"requestId": 7, "reason": map[string]any{"path": "/etc/passwd"}, "path": "/etc/shadow"})
 	if cancelled := waitLog(t, logPath, `"notifications/cancelled"`); !regexp.MustCompile(`"requestId":` + asks[0] + `[,}]`).MatchString(cancelled) {
 		t.Fatalf("the cancellation of 7 reached the server as %s, want the first call's id %s", cancelled, asks[0])
+	} else if strings.Contains(cancelled, "/etc/") {
+		t.Fatalf("the cancellation reached the server as %s: a reason that is no string, or another member, was forwarded", cancelled)
 	}
 	c.reply(ask, map[string]any{"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": "SAMPLED"}})
 	if r := decodeTool(t, c.wait(real)); !strings.Contains(r.text(), "SAMPLED") {

@@ -1,9 +1,20 @@
 package proxy
 
 import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
+	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -39,4 +50,119 @@ func TestListsAndVCSURLsThroughTheProxy(t *testing.T) {
 	f.sink.waitDecision(t, func(d schema.Decision) bool {
 		return d.Tool == "unpack" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrPathOutsideScope) && len(d.PathHashes) > 0
 	})
+}
+
+// textServer is a server (node, no file of its own) whose tool "run"
+// does what a command tool does with the words of its text: each word
+// that is an absolute path, or a $(echo B64 | base64 -d) of one, or a
+// YAML value after "path:", is read, and what was read (or the error
+// code) returned.
+const textServer = `
+const fs = require('fs');
+const rl = require('readline').createInterface({input: process.stdin});
+rl.on('line', l => {
+  let m; try { m = JSON.parse(l); } catch { return; }
+  if (m.id === undefined) return;
+  const send = r => process.stdout.write(JSON.stringify({jsonrpc: '2.0', id: m.id, result: r}) + '\n');
+  if (m.method === 'initialize') return send({protocolVersion: '2025-11-25', capabilities: {tools: {}}, serverInfo: {name: 'text', version: '1'}});
+  if (m.method === 'tools/call') {
+    const text = m.params.arguments.text;
+    const paths = [];
+    const b64 = text.match(/\$\(echo ([A-Za-z0-9+\/=]+) \| base64 -d\)/);
+    if (b64) paths.push(Buffer.from(b64[1], 'base64').toString());
+    for (const w of text.split(/\s+/)) if (w.startsWith('/')) paths.push(w);
+    const out = paths.map(p => { try { return fs.readFileSync(p, 'utf8'); } catch (e) { return 'ERR ' + e.code; } });
+    return send({content: [{type: 'text', text: out.join('|') || 'NOTHING'}]});
+  }
+  send({});
+});
+`
+
+// TestFreeTextPathsHeldByTheFence: the words of free text are not read
+// as paths (docs/proxy.md, Known limits: "cat /etc/passwd"), so a tool
+// that acts on them gets its call through the proxy; what holds is the
+// fence, for each example the Known limit gives: a host file outside the
+// scope (/etc/passwd, /etc/hosts: not in the minimal root without a
+// network grant), a file of the base outside the scope, one built at run
+// time from base64, one named in YAML, and a secret of the scope (its
+// empty mode-000 mount). The premise: the same server run directly
+// reads each. A guard (held before).
+func TestFreeTextPathsHeldByTheFence(t *testing.T) {
+	testenv.RequireRoot(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Missing(t, "node is not installed")
+	}
+	base := makeBase(t)
+	allowed, out := filepath.Join(base, "allowed"), filepath.Join(base, "outside", "probe.txt")
+	secret := filepath.Join(allowed, ".env")
+	if err := os.WriteFile(secret, []byte("TOKEN=TEXT-SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{
+		"cat /etc/passwd",
+		"see /etc/hosts for the format",
+		"cat " + out,
+		"cat $(echo " + base64.StdEncoding.EncodeToString([]byte(out)) + " | base64 -d)",
+		"config:\n  path: " + out + "\n",
+		"cat " + secret,
+	}
+	q := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	// The premise: unfenced, the server reads each.
+	var in strings.Builder
+	for i, text := range texts {
+		in.WriteString(`{"jsonrpc":"2.0","id":` + strconv.Itoa(i+1) + `,"method":"tools/call","params":{"name":"run","arguments":` + q(map[string]string{"text": text}) + "}}\n")
+	}
+	direct := exec.Command(node, "-e", textServer)
+	direct.Stdin = strings.NewReader(in.String())
+	b, err := direct.Output()
+	if err != nil || strings.Count(string(b), "ERR ") > 0 || !strings.Contains(string(b), "MARKER-OUTSIDE") || !strings.Contains(string(b), "TEXT-SECRET") || !strings.Contains(string(b), "root:") {
+		t.Fatalf("direct: %s %v; the server should read every file", b, err)
+	}
+
+	sc := &schema.Scope{
+		ScopeID: "fence-text", AllowedPaths: []string{"allowed"}, AccessMode: schema.AccessWrite,
+		ToolAllowlist: []string{"run"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 30,
+	}
+	cs, err := schema.Canonicalize(sc, base, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := schema.NewPathHasher(make([]byte, schema.PathKeySize))
+	sink := &memSink{}
+	runID := "text-" + schema.NewID()[:8]
+	p, err := New(Config{Scope: cs, RunID: runID, Hasher: h, Sink: sink, ServerOrigin: "node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, cw := io.Pipe()
+	pr, pw := io.Pipe()
+	l, err := launcher.New(launcher.Config{
+		Scope: cs, Command: []string{node, "-e", textServer}, RunID: runID,
+		AuditLog: sink, Mediator: p, Stdin: cr, Stdout: pw, Stderr: io.Discard,
+		HelperPath: testenv.FenceHelper(t), Signals: make(chan os.Signal),
+	})
+	if err != nil {
+		testenv.Missing(t, "the launcher refused to start here: "+err.Error())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- l.Run(context.Background()); pw.Close() }()
+	c := newTestClient(t, cw, pr)
+	c.initLegacy(false)
+	for _, text := range texts {
+		r := c.tool("run", map[string]any{"text": text})
+		// The proxy passes the call (words of text are not paths) ...
+		if denialCode(r) != "" {
+			t.Errorf("%q: denied by the proxy (%s): the Known limit no longer holds, update docs/proxy.md", text, denialCode(r))
+			continue
+		}
+		// ... and the fenced server reads nothing.
+		if got := r.text(); !strings.HasPrefix(got, "ERR ") || strings.Contains(got, "MARKER-OUTSIDE") || strings.Contains(got, "TEXT-SECRET") || strings.Contains(got, "root:") || strings.Contains(got, "localhost") {
+			t.Errorf("%q: the fenced server read %q", text, got)
+		}
+	}
+	cw.Close()
+	if err := <-errc; err != nil {
+		t.Logf("run: %v", err)
+	}
 }
