@@ -166,3 +166,52 @@ func TestFreeTextPathsHeldByTheFence(t *testing.T) {
 		t.Logf("run: %v", err)
 	}
 }
+
+// TestSecretNamesThenTheirReads: a secret's name in a result passes — a
+// listing shows ".env" and "keys/id_rsa" (docs/proxy.md, Known limits: a
+// name is not a read) — and every next step a model can take with the
+// name through this server is refused (SECRET_PATH, recorded with the
+// path's hash): reading it by its absolute or relative name, among
+// several files, as a file: resource, or searching for it. Against the
+// real filesystem server. A guard (held before).
+func TestSecretNamesThenTheirReads(t *testing.T) {
+	f := newFixture(t, fixtureOpts{base: func(base string) {
+		for name, body := range map[string]string{"allowed/.env": "TOKEN=NAMED-SECRET", "allowed/keys/id_rsa": "NAMED-KEY"} {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(base, name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(base, name), []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}})
+	c := f.client
+	allowed := filepath.Join(f.base, "allowed")
+	c.initLegacy(true, allowed)
+	if r := c.tool("list_directory", map[string]any{"path": allowed}); r.IsError || !strings.Contains(r.text(), ".env") || !strings.Contains(r.text(), "keys") {
+		t.Fatalf("list_directory = %+v, want the names (a name is not a read)", r)
+	}
+	env, key := filepath.Join(allowed, ".env"), filepath.Join(allowed, "keys", "id_rsa")
+	for _, step := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"read_text_file", map[string]any{"path": env}},
+		{"read_text_file", map[string]any{"path": key}},
+		{"read_text_file", map[string]any{"path": ".env"}},
+		{"read_text_file", map[string]any{"path": "keys/id_rsa"}},
+		{"read_multiple_files", map[string]any{"paths": []string{filepath.Join(allowed, "probe.txt"), env}}},
+		{"search_files", map[string]any{"path": allowed, "pattern": "**/id_rsa"}},
+	} {
+		r := c.tool(step.tool, step.args)
+		if strings.Contains(r.text(), "NAMED-SECRET") || strings.Contains(r.text(), "NAMED-KEY") || !r.IsError {
+			t.Errorf("%s %v = %+v, want refused", step.tool, step.args, r)
+		}
+	}
+	if m := c.call("resources/read", map[string]any{"uri": "file://" + env}); m.Error == nil || strings.Contains(string(m.Result), "NAMED-SECRET") {
+		t.Errorf("resources/read of the named secret = %+v %s", m.Error, m.Result)
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Tool == "read_text_file" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) > 0
+	})
+}
