@@ -151,9 +151,20 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 }
 
 // opaqueParams are params members that are the protocol's own tokens,
-// never paths: a cursor, the input rounds' state and answers (roots
-// answers in them are rewritten, see rootsInputResponses).
-var opaqueParams = map[string]bool{"cursor": true, "requestState": true, "inputResponses": true}
+// never paths: the input rounds' state (a string, see opaqueToken) and
+// answers (roots answers in them are rewritten, see rootsInputResponses;
+// the rest is checked by inputAnswersCheck). A cursor is checked as any
+// member (round eleven): the client may send any string there, and a
+// server may read a path out of it.
+var opaqueParams = map[string]bool{"requestState": true, "inputResponses": true}
+
+// opaqueToken: v is what the schema lets a token be — a string (and, for
+// a progress token, a number). An object or array in its place is
+// checked as any member (round eleven: before, one reached the server
+// unchecked).
+func opaqueToken(v json.RawMessage, number bool) bool {
+	return len(v) > 0 && (v[0] == '"' || number && (v[0] == '-' || v[0] >= '0' && v[0] <= '9'))
+}
 
 // checkRest adds to check the params members the method does not read
 // itself, and _meta: a path in any of them (a server may read one there)
@@ -167,12 +178,12 @@ func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *poli
 		}
 		// (Keys are compared as bytes: no string is made for a member
 		// that needs no check.)
-		if opaqueParams[string(m.Key)] || slices.ContainsFunc(rq.rule.own, func(k string) bool { return k == string(m.Key) }) {
+		if opaqueParams[string(m.Key)] && (string(m.Key) == "inputResponses" || opaqueToken(m.Value, false)) || slices.ContainsFunc(rq.rule.own, func(k string) bool { return k == string(m.Key) }) {
 			continue
 		}
 		if string(m.Key) == "_meta" {
 			for _, mm := range rq.raw.MetaMembers {
-				if string(mm.Key) == "progressToken" {
+				if string(mm.Key) == "progressToken" && opaqueToken(mm.Value, true) {
 					continue
 				}
 				// The era's own keys hold a '/' by name: only their values may hold a path.

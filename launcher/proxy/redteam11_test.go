@@ -215,3 +215,65 @@ func TestSecretNamesThenTheirReads(t *testing.T) {
 		return d.Tool == "read_text_file" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) > 0
 	})
 }
+
+// TestTokensHoldingPaths: the protocol's tokens (a list's cursor, a
+// progress token, a round's requestState) were never read for paths,
+// whatever their type: an object in their place carried a path to the
+// server unchecked, as did a cursor, which the client may set to any
+// string. Now a cursor is checked as any member, and a token that is not
+// what the schema lets it be (a string; a number for a progress token) is
+// too; and the quick scan of other members (policy.MayHoldPath) no longer
+// skips base64 or hex of a path or a "." part of a list: each is refused
+// and never reaches the server. Tokens as SDKs send them still pass.
+func TestTokensHoldingPaths(t *testing.T) {
+	f, logPath := scriptedSecretFixture(t, tenthEnv, "tenth.log", []string{"unpack"}, nil)
+	c := f.client
+	c.initLegacy(false)
+	out := f.base + "/outside/probe.txt"
+	call := func(name string) map[string]any {
+		return map[string]any{"name": name, "arguments": map[string]any{"how": "none", "value": "x"}}
+	}
+	with := func(m map[string]any, k string, v any) map[string]any { m[k] = v; return m }
+	for _, tc := range []struct {
+		what, method string
+		params       map[string]any
+	}{
+		{"a progress token that is an object", "tools/call", with(call("unpack"), "_meta", map[string]any{"progressToken": map[string]any{"path": out}})},
+		{"a progress token that is an array", "tools/call", with(call("unpack"), "_meta", map[string]any{"progressToken": []any{out}})},
+		{"a requestState that is an object", "tools/call", with(call("unpack"), "requestState", map[string]any{"path": out})},
+		{"a cursor that is a path", "tools/list", map[string]any{"cursor": out}},
+		{"a cursor that is an object", "resources/list", map[string]any{"cursor": map[string]any{"dir": out}}},
+		{"a cursor that is base64 of a path", "prompts/list", map[string]any{"cursor": base64.StdEncoding.EncodeToString([]byte(out))}},
+		// The quick scan that lets other members skip the check missed
+		// what round ten reads in a string: base64 of a path, a "." part.
+		{"base64 of a path in _meta", "tools/call", with(call("unpack"), "_meta", map[string]any{"x": base64.StdEncoding.EncodeToString([]byte(out))})},
+		{"a list's '..' part in another member", "tools/list", map[string]any{"q": "a,.."}},
+	} {
+		m := c.call(tc.method, tc.params)
+		refused := m.Error != nil
+		if !refused && tc.method == "tools/call" {
+			refused = denialCode(decodeTool(t, m)) == string(schema.ErrPathOutsideScope)
+		}
+		if !refused {
+			t.Errorf("%s: passed: %+v %s", tc.what, m.Error, m.Result)
+		}
+	}
+	if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "outside/probe.txt") || strings.Contains(string(b), base64.StdEncoding.EncodeToString([]byte(out))) {
+		t.Errorf("the server received a path in a token:\n%s", b)
+	}
+	// As SDKs send them: a string cursor (base64 of a number, of gob), a
+	// string or number progress token.
+	for _, tc := range []struct {
+		method string
+		params map[string]any
+	}{
+		{"tools/list", map[string]any{"cursor": "MTA="}},
+		{"tools/list", map[string]any{"cursor": "Cv-BAwEBCXBhZ2VUb2tlbgH_ggABAQEHTGFzdFVJRAEMAAAAB_-CAQJ4AA=="}},
+		{"tools/call", with(call("unpack"), "_meta", map[string]any{"progressToken": "tok-1"})},
+		{"tools/call", with(call("unpack"), "_meta", map[string]any{"progressToken": 7})},
+	} {
+		if m := c.call(tc.method, tc.params); m.Error != nil || tc.method == "tools/call" && denialCode(decodeTool(t, m)) != "" {
+			t.Errorf("%s %v: refused: %+v %s", tc.method, tc.params, m.Error, m.Result)
+		}
+	}
+}

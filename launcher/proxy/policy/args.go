@@ -768,14 +768,103 @@ func truncateName(s string) string {
 // check could refuse: nothing absolute, relative with a separator, '~',
 // '$', percent-encoded, backslashed or outside ASCII (NFKC), and no "." or
 // "..". When it reports false, CheckValues would pass raw.
+//
+// A string that may be base64 or hex of a path (decodedPath) holds none
+// of these: it is told by its first two characters, which encode the
+// path's first character ('/', '~', '.', '$' or the 'f' of file:; round
+// eleven: before, base64 of a path in _meta or a cursor passed).
 func MayHoldPath(raw []byte) bool {
-	for _, b := range raw {
+	for i, b := range raw {
 		switch {
 		case b == '/', b == '~', b == '%', b == '\\', b == '$', b >= 0x80:
 			return true
+		case partBound[b] && i+2 < len(raw) && encodedPathStart(raw[i+1], raw[i+2]):
+			return true
 		}
 	}
-	return bytes.Contains(raw, []byte(`"."`)) || bytes.Contains(raw, []byte(`".."`))
+	// (A '[' may open a glob's bracket class, "[--0]" or "[.]", which
+	// expands to any character of its range: the walk decides.)
+	return bytes.IndexByte(raw, '[') >= 0 || mayHoldDotPart(raw) || mayHoldEncodedDotDot(raw) || hasFileScheme0(raw)
+}
+
+// hasFileScheme0: raw holds "file:" in any case (a file: URI with no
+// '/', "file:x", is refused as one).
+func hasFileScheme0(raw []byte) bool {
+	for i := 0; i+5 <= len(raw); i++ {
+		if raw[i]|0x20 == 'f' && raw[i+1]|0x20 == 'i' && raw[i+2]|0x20 == 'l' && raw[i+3]|0x20 == 'e' && raw[i+4] == ':' {
+			return true
+		}
+	}
+	return false
+}
+
+// partBound: the bytes a part of a string starts or ends after or
+// before: a quote, a space, a separator or ':' (embedded.go).
+var partBound = func() (t [256]bool) {
+	for _, b := range []byte(separators + "\": ") {
+		t[b] = true
+	}
+	return t
+}()
+
+// mayHoldDotPart: raw may hold "." or ".." as a string or as a part of
+// one a server takes apart ("x,.", "k=..", "'.'": embedded.go): a '.' or
+// ".." with a quote, a separator, a space or ":" on each side (or a short
+// option before it).
+func mayHoldDotPart(raw []byte) bool {
+	bound := func(b byte) bool { return partBound[b] }
+	for i := 0; ; {
+		j := bytes.IndexByte(raw[i:], '.')
+		if j < 0 {
+			return false
+		}
+		i += j
+		k := i + 1
+		if k < len(raw) && raw[k] == '.' {
+			k++
+		}
+		before := i > 0 && bound(raw[i-1]) || i > 1 && raw[i-2] == '-' && isLetter(raw[i-1]) // (or glued to a short option: "-C.")
+		if before && k < len(raw) && bound(raw[k]) {
+			return true
+		}
+		i = k
+	}
+}
+
+// mayHoldEncodedDotDot: raw may hold base64 or hex of a "/.." inside a
+// string (a relative path that climbs: "a/../../etc/passwd"), which
+// looksLikePath reads as a path whatever its first character. In base64
+// "/.." is "Ly4u", "…8uL…" or "…Li4…" by its alignment; in hex "2f2e2e"
+// in any case.
+func mayHoldEncodedDotDot(raw []byte) bool {
+	if bytes.Contains(raw, []byte("Ly4u")) || bytes.Contains(raw, []byte("8uL")) || bytes.Contains(raw, []byte("Li4")) {
+		return true
+	}
+	for i := 0; i+6 <= len(raw); i++ {
+		if raw[i] == '2' && raw[i+1]|0x20 == 'f' && raw[i+2] == '2' && raw[i+3]|0x20 == 'e' && raw[i+4] == '2' && raw[i+5]|0x20 == 'e' {
+			return true
+		}
+	}
+	return false
+}
+
+// encodedPathStart: a string starting c0 c1 may be base64 (either
+// alphabet) or hex of a string starting '/', '~', '.', '$' or the 'f'
+// or 'F' of file:.
+func encodedPathStart(c0, c1 byte) bool {
+	switch c0 {
+	case 'L', 'f', 'J', 'Z', 'R': // base64: '/' and '.' are 'L', '~' 'f', '$' 'J', 'f' 'Z', 'F' 'R'
+		return true
+	case '2':
+		return c1 == 'f' || c1 == 'F' || c1 == 'e' || c1 == 'E' || c1 == '4' // hex: 2f, 2e, 24
+	case '7':
+		return c1 == 'e' || c1 == 'E' // 7e
+	case '6':
+		return c1 == '6' // 66
+	case '4':
+		return c1 == '6' // 46
+	}
+	return false
 }
 
 // CheckValues checks the strings and member names of a request's

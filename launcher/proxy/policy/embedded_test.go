@@ -173,3 +173,27 @@ func FuzzEmbeddedPaths(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMayHoldPath: the quick scan that lets a request's other members
+// skip the check never skips a string the check refuses — plain, as
+// base64 (both alphabets, padded or not) or as hex (either case; round
+// eleven: before, base64 of a path skipped it).
+func FuzzMayHoldPath(f *testing.F) {
+	for _, s := range []string{"/etc/passwd", "a/../../etc/passwd", "~/.ssh/id_rsa", "file:///etc/shadow", "$HOME/x", ".", "..", "x/..", "../x", "{\"p\":\"/x\"}", "-f/x"} {
+		f.Add(s)
+	}
+	p, base := fixture(f)
+	eff := []string{filepath.Join(base, "allowed")}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 256 {
+			return
+		}
+		for _, v := range []string{s, base64.StdEncoding.EncodeToString([]byte(s)), base64.RawURLEncoding.EncodeToString([]byte(s)),
+			hex.EncodeToString([]byte(s)), strings.ToUpper(hex.EncodeToString([]byte(s)))} {
+			raw, _ := json.Marshal(map[string]string{"k": v})
+			if _, d := p.checkLoose(raw, eff, false, "parameter"); d != nil && !MayHoldPath(raw) { // (CheckValues without its quick scan)
+				t.Fatalf("CheckValues refuses %s (%v) but MayHoldPath skips it", raw, d)
+			}
+		}
+	})
+}
