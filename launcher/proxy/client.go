@@ -151,12 +151,11 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 }
 
 // opaqueParams are params members that are the protocol's own tokens,
-// never paths: the input rounds' state (a string, see opaqueToken) and
-// answers (roots answers in them are rewritten, see rootsInputResponses;
-// the rest is checked by inputAnswersCheck). A cursor is checked as any
-// member (round eleven): the client may send any string there, and a
-// server may read a path out of it.
-var opaqueParams = map[string]bool{"requestState": true, "inputResponses": true}
+// never paths: a cursor and the input rounds' state (strings, see
+// opaqueToken: a standard base64 token starts with '/' one time in 64) and
+// the rounds' answers (roots answers in them are rewritten, see
+// rootsInputResponses; the rest is checked by inputAnswersCheck).
+var opaqueParams = map[string]bool{"cursor": true, "requestState": true, "inputResponses": true}
 
 // opaqueToken: v is what the schema lets a token be — a string (and, for
 // a progress token, a number). An object or array in its place is

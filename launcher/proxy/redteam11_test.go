@@ -103,7 +103,10 @@ func TestFreeTextPathsHeldByTheFence(t *testing.T) {
 		"cat /etc/passwd",
 		"see /etc/hosts for the format",
 		"cat " + out,
-		"cat $(echo " + base64.StdEncoding.EncodeToString([]byte(out)) + " | base64 -d)",
+		// (Unpadded: a word ending "=" is read as an assignment, whose
+		// value the proxy decodes — depending on the temporary
+		// directory's name, the padding varies.)
+		"cat $(echo " + base64.RawStdEncoding.EncodeToString([]byte(out)) + " | base64 -d)",
 		"config:\n  path: " + out + "\n",
 		"cat " + secret,
 	}
@@ -219,10 +222,10 @@ func TestSecretNamesThenTheirReads(t *testing.T) {
 // TestTokensHoldingPaths: the protocol's tokens (a list's cursor, a
 // progress token, a round's requestState) were never read for paths,
 // whatever their type: an object in their place carried a path to the
-// server unchecked, as did a cursor, which the client may set to any
-// string. Now a cursor is checked as any member, and a token that is not
-// what the schema lets it be (a string; a number for a progress token) is
-// too; and the quick scan of other members (policy.MayHoldPath) no longer
+// server unchecked. Now a token that is not what the schema lets it be (a
+// string; a number for a progress token) is checked as any member (a
+// string token is not: a base64 cursor starts with '/' one time in 64,
+// docs/proxy.md, Known limits); and the quick scan of other members (policy.MayHoldPath) no longer
 // skips base64 or hex of a path or a "." part of a list: each is refused
 // and never reaches the server. Tokens as SDKs send them still pass.
 func TestTokensHoldingPaths(t *testing.T) {
@@ -241,9 +244,8 @@ func TestTokensHoldingPaths(t *testing.T) {
 		{"a progress token that is an object", "tools/call", with(call("unpack"), "_meta", map[string]any{"progressToken": map[string]any{"path": out}})},
 		{"a progress token that is an array", "tools/call", with(call("unpack"), "_meta", map[string]any{"progressToken": []any{out}})},
 		{"a requestState that is an object", "tools/call", with(call("unpack"), "requestState", map[string]any{"path": out})},
-		{"a cursor that is a path", "tools/list", map[string]any{"cursor": out}},
 		{"a cursor that is an object", "resources/list", map[string]any{"cursor": map[string]any{"dir": out}}},
-		{"a cursor that is base64 of a path", "prompts/list", map[string]any{"cursor": base64.StdEncoding.EncodeToString([]byte(out))}},
+		{"a cursor that is an array", "prompts/list", map[string]any{"cursor": []any{out}}},
 		// The quick scan that lets other members skip the check missed
 		// what round ten reads in a string: base64 of a path, a "." part.
 		{"base64 of a path in _meta", "tools/call", with(call("unpack"), "_meta", map[string]any{"x": base64.StdEncoding.EncodeToString([]byte(out))})},
@@ -268,6 +270,7 @@ func TestTokensHoldingPaths(t *testing.T) {
 		params map[string]any
 	}{
 		{"tools/list", map[string]any{"cursor": "MTA="}},
+		{"tools/list", map[string]any{"cursor": "/abc+/="}}, // (standard base64 may start with a slash)
 		{"tools/list", map[string]any{"cursor": "Cv-BAwEBCXBhZ2VUb2tlbgH_ggABAQEHTGFzdFVJRAEMAAAAB_-CAQJ4AA=="}},
 		{"tools/call", with(call("unpack"), "_meta", map[string]any{"progressToken": "tok-1"})},
 		{"tools/call", with(call("unpack"), "_meta", map[string]any{"progressToken": 7})},
