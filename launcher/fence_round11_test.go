@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"github.com/mcpwarden/mcpwarden/schema"
 	"golang.org/x/sys/unix"
 )
 
@@ -611,4 +612,56 @@ func TestFenceEnvMoreCredentialForms(t *testing.T) {
 			t.Errorf("a value was reported on stderr: %s", s.Stderr())
 		}
 	}
+}
+
+// TestFenceSecretsBehindSymlinks: a dotfiles manager (GNU stow, chezmoi's
+// symlink mode, yadm) leaves the secrets' names as symlinks into a
+// repository of harmless names: .bashrc -> dotfiles/bashrc, .ssh ->
+// dotfiles/ssh, .gitconfig -> dotfiles/gitconfig. The walk did not follow
+// symlinks and matched only real entries, so nothing was masked: the
+// server read the content through the secret's name and through the
+// target's. Now a symlink named as a secret masks its target when that
+// lies inside the scope (masked=3); a target outside the scope, and a
+// harmless name pointing at a harmless file, are left alone.
+func TestFenceSecretsBehindSymlinks(t *testing.T) {
+	fencetest.ForEachLayering(t, func(t *testing.T, noNS bool) {
+		fencetest.RequireFence(t)
+		b := fencetest.Build(t)
+		base := filepath.Join(t.TempDir(), "base")
+		home := filepath.Join(base, "home")
+		outside := t.TempDir()
+		testenv.WriteFiles(t, map[string]string{
+			filepath.Join(home, "dotfiles", "bashrc"):     "export GITHUB_TOKEN=STOW-BASHRC-SECRET-42",
+			filepath.Join(home, "dotfiles", "ssh", "key"): "STOW-SSH-SECRET-42",
+			filepath.Join(home, "dotfiles", "gitconfig"):  "[url \"https://STOW-GIT-SECRET-42@github.com/\"]",
+			filepath.Join(home, "dotfiles", "vimrc"):      "set number",
+			filepath.Join(outside, "netrc"):               "machine h password OUTSIDE-SECRET-42",
+		})
+		for link, target := range map[string]string{".bashrc": "dotfiles/bashrc", ".ssh": "dotfiles/ssh", ".gitconfig": "dotfiles/gitconfig",
+			".vimrc": "dotfiles/vimrc", ".netrc": filepath.Join(outside, "netrc")} {
+			if err := os.Symlink(target, filepath.Join(home, link)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"home"}})
+		log := filepath.Join(t.TempDir(), "audit.jsonl")
+		s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: base, NoNamespaces: noNS, AuditLog: log})
+		cases := []fenceCase{{name: "a harmless link to a harmless file", req: map[string]any{"op": "read", "path": filepath.Join(home, ".vimrc")}, wantOK: true, data: "set number"}}
+		if !noNS {
+			for _, p := range []string{".bashrc", "dotfiles/bashrc", ".ssh/key", "dotfiles/ssh/key", ".gitconfig", "dotfiles/gitconfig"} {
+				cases = append(cases, fenceCase{name: "read " + p, req: map[string]any{"op": "read", "path": filepath.Join(home, p)}, errno: []string{"EACCES"}, exact: true})
+			}
+		}
+		runCases(t, s, cases)
+		if code := s.Close(); code != 0 {
+			t.Errorf("exit %d: %s", code, s.Stderr())
+		}
+		want := schema.Layer{State: schema.LayerOn, Reason: "masked=3"}
+		if noNS {
+			want = schema.Layer{State: schema.LayerDegraded, Reason: "unmasked=3,no_mount_namespace"}
+		}
+		if ly := layerOf(launchLayers(t, log)[0], schema.LayerSecrets); ly.State != want.State || ly.Reason != want.Reason {
+			t.Errorf("secrets layer %+v, want %s %s", ly, want.State, want.Reason)
+		}
+	})
 }

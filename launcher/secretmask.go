@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -66,7 +67,10 @@ func (s *secretMasks) keepMasks(launch *secretMasks) {
 // goes through it, because a file in it may have another hard link
 // elsewhere in the scope, which would reach the same content: every
 // such link is masked too. Symlinks are not followed (their target, when
-// inside the scope, is checked where it is). The walk reads at most limit
+// inside the scope, is checked where it is), but a symlink whose own name
+// is a secret's (a dotfiles manager's .bashrc -> dotfiles/bashrc, .ssh ->
+// dotfiles/ssh) has its target masked when that lies inside the scope:
+// the content is the secret's whatever the target is called. The walk reads at most limit
 // entries and secretWalkDepth levels and finds at most maxSecretMasks
 // entries; past a bound it stops and says which (the layer is then
 // degraded: what was found is masked, the rest is not known).
@@ -76,8 +80,8 @@ func (s *secretMasks) keepMasks(launch *secretMasks) {
 // others; only when the two sets meet does a second pass find those
 // entries' paths and compare device and inode with lstat.
 func secretWalk(scope *schema.CanonicalScope, secrets, unmask *schema.Secrets, limit int) *secretMasks {
-	w := &walker{secrets: secrets, unmask: unmask, limit: limit, out: &secretMasks{},
-		secretIno: map[uint64]struct{}{}, otherIno: map[uint64]struct{}{}, seen: map[string]bool{}}
+	w := &walker{secrets: secrets, unmask: unmask, limit: limit, out: &secretMasks{}, scope: scope,
+		secretIno: map[uint64]struct{}{}, otherIno: map[uint64]struct{}{}, seen: map[string]bool{}, masked: map[string]bool{}}
 	if w.limit <= 0 {
 		w.limit = DefaultSecretWalkLimit
 	}
@@ -136,6 +140,8 @@ type walker struct {
 	cand                    map[uint64]struct{}
 	secretPaths, otherPaths []string
 	seen                    map[string]bool // the scope's directories (one inside another is walked once)
+	scope                   *schema.CanonicalScope
+	masked                  map[string]bool // the paths masked, each once
 	// comps holds the lowercased components of the entry's absolute path:
 	// base of them are the scope path's own (a multi-component pattern may
 	// start above the scope path, as the proxy matches the absolute path;
@@ -253,7 +259,7 @@ func (w *walker) dir(fd int, abs string, depth int, under bool, trimmed int) {
 				ino = st.Ino
 			}
 			secret, tr := false, trimmed
-			if !under && typ != unix.DT_LNK {
+			if !under {
 				lc, tc := lowerTrim(name)
 				if tc != lc {
 					tr++
@@ -267,7 +273,7 @@ func (w *walker) dir(fd int, abs string, depth int, under bool, trimmed int) {
 				if w.seen[abs+"/"+name] {
 					continue // a scope path of its own, walked on its own
 				}
-				if secret && !second {
+				if secret && !second && !w.masked[abs+"/"+name] {
 					if !w.mask(abs+"/"+name, true) {
 						return
 					}
@@ -275,9 +281,13 @@ func (w *walker) dir(fd int, abs string, depth int, under bool, trimmed int) {
 				}
 				subs = append(subs, sub{name, secret, tr})
 			case unix.DT_LNK:
-				// Not followed: a target inside the scope is checked where it is.
+				// Not followed: a target inside the scope is checked where
+				// it is. A link named as a secret masks its target.
+				if secret && !second && !w.maskLinkTarget(abs+"/"+name) {
+					return
+				}
 			default:
-				if secret && !second {
+				if secret && !second && !w.masked[abs+"/"+name] {
 					if !w.mask(abs+"/"+name, false) {
 						return
 					}
@@ -349,13 +359,52 @@ func (w *walker) secret(comps []string) bool {
 	return w.secrets.MatchLast(comps) && !w.unmask.MatchLast(comps)
 }
 
+// maskLinkTarget masks what the symlink link (named as a secret) resolves
+// to, when that lies strictly inside a scope path (a target outside every
+// scope path is out of the server's reach; the scope path itself, or one
+// holding it, is the operator's explicit grant). False when the bound on
+// masks is hit.
+func (w *walker) maskLinkTarget(link string) bool {
+	target, err := filepath.EvalSymlinks(link)
+	if err != nil {
+		return true // dangling or a loop: nothing to reach
+	}
+	inside := false
+	for _, p := range w.scope.AllowedPaths {
+		if p.Kind == schema.KindDir && target != p.Path && schema.IsWithin(p.Path, target) {
+			inside = true
+		}
+		if schema.IsWithin(target, p.Path) {
+			return true
+		}
+	}
+	var st unix.Stat_t
+	if !inside || w.masked[target] || unix.Stat(target, &st) != nil {
+		return true
+	}
+	dir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if !w.mask(target, dir) {
+		return false
+	}
+	if dir {
+		w.out.dirs++
+	} else {
+		w.out.files++
+	}
+	return true
+}
+
 // mask adds the mask of abs; false when the bound on masks is hit.
 func (w *walker) mask(abs string, dir bool) bool {
+	if w.masked[abs] {
+		return true
+	}
 	if len(w.out.masks) >= maxSecretMasks {
 		w.out.bound = "masks"
 		return false
 	}
 	w.out.masks = append(w.out.masks, sandbox.Mount{Path: abs, Dir: dir, Mask: true})
+	w.masked[abs] = true
 	return true
 }
 

@@ -3,6 +3,7 @@ package launcher
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -200,5 +201,52 @@ func BenchmarkSecretWalk(b *testing.B) {
 		if m := secretWalk(scope, schema.DefaultSecrets, none, 0); len(m.masks) != 1 {
 			b.Fatalf("masks %v", m.masks)
 		}
+	}
+}
+
+// TestSecretWalkSymlinkNamedAsASecret (session 11): a symlink whose name
+// is a secret's masks its target when the target lies strictly inside the
+// scope, once even when the target's own name is a secret too; a target
+// outside the scope, the scope path itself, a dangling link and a
+// harmless link are left alone. It fails on the code before (symlinks
+// were skipped: nothing masked).
+func TestSecretWalkSymlinkNamedAsASecret(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	for _, d := range []string{"dot/ssh", "dot/env"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"dot/bashrc", "dot/ssh/key", "dot/.npmrc", "dot/vimrc"} {
+		if err := os.WriteFile(filepath.Join(root, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		".bashrc": "dot/bashrc", ".ssh": "dot/ssh", ".npmrc": "dot/.npmrc", ".vimrc": "dot/vimrc",
+		".netrc": filepath.Join(outside, "netrc"), ".aws": root, ".env": "missing", "dot/env/.pgpass": "../bashrc",
+	} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "netrc"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scope := &schema.CanonicalScope{AllowedPaths: []schema.CanonicalPath{{Path: root, Kind: schema.KindDir}}}
+	noUnmask, _ := schema.NewSecrets(nil)
+	m := secretWalk(scope, schema.DefaultSecrets, noUnmask, 0)
+	var got []string
+	for _, mk := range m.masks {
+		rel, _ := filepath.Rel(root, mk.Path)
+		if mk.Dir {
+			rel += "/"
+		}
+		got = append(got, rel)
+	}
+	slices.Sort(got)
+	if want := []string{"dot/.npmrc", "dot/bashrc", "dot/ssh/"}; !slices.Equal(got, want) || m.count() != len(want) {
+		t.Errorf("masks %q (count %d), want %q", got, m.count(), want)
 	}
 }
