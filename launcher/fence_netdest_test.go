@@ -84,8 +84,9 @@ func newLinkLocalNet(t *testing.T) *linkLocalNet {
 // moreMetadata6 are IPv6 metadata and credential addresses outside
 // fe80::/10 that the test network also listens on: AWS's EKS Pod Identity
 // agent, Google Cloud's, Oracle Cloud's, Scaleway's and Akamai/Linode's
-// metadata services, and the NAT64 form of 169.254.99.1.
-var moreMetadata6 = []string{"fd00:ec2::23", "fd20:ce::254", "fd00:c1::a9fe:a9fe", "fd00:42::42", "fd00:a9fe:a9fe::1", "64:ff9b::169.254.99.1"}
+// metadata services, and the NAT64 forms of 169.254.99.1 (the well-known
+// prefix's and, since session 11, the local-use block's first /96).
+var moreMetadata6 = []string{"fd00:ec2::23", "fd20:ce::254", "fd00:c1::a9fe:a9fe", "fd00:42::42", "fd00:a9fe:a9fe::1", "64:ff9b::169.254.99.1", "64:ff9b:1::169.254.99.1"}
 
 // TestFenceNetworkGrantLinkLocal: a scope granting a TCP port does not
 // reach link-local destinations (the cloud metadata service's addresses

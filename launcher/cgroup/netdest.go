@@ -18,7 +18,7 @@ import (
 // 100.100.100.200 (Alibaba Cloud's), 192.0.0.192 (Oracle Cloud Classic's),
 // 168.63.129.16 but its port 53 (Azure's WireServer, also its DNS
 // resolver), and the IPv4-mapped (::ffff:a.b.c.d) and NAT64
-// (64:ff9b::a.b.c.d) forms of those IPv4 addresses.
+// (64:ff9b::a.b.c.d, 64:ff9b:1::a.b.c.d) forms of those IPv4 addresses.
 // Everything else is left to Landlock's port rules. A run with a network
 // grant has the host's network; this takes the link-local part of it away.
 //
@@ -178,11 +178,15 @@ var metadata6 = [][4]int32{
 
 // v4in6 are the first three words of the IPv6 forms that carry an IPv4
 // address in the last: IPv4-mapped (::ffff:a.b.c.d, what a dual-stack
-// socket connects to) and the NAT64 well-known prefix (64:ff9b::a.b.c.d,
-// which a NAT64 gateway turns into the IPv4 address).
+// socket connects to), the NAT64 well-known prefix (64:ff9b::a.b.c.d,
+// which a NAT64 gateway turns into the IPv4 address) and, since session
+// 11, the /96 of the local-use NAT64 block at its start
+// (64:ff9b:1::a.b.c.d, RFC 8215; a local gateway's other prefixes in that
+// /48 and the RFC 6052 layouts of shorter prefixes remain, Known limits).
 var v4in6 = [][3]int32{
 	{0, 0, be32(0, 0, 0xff, 0xff)},
 	{be32(0, 0x64, 0xff, 0x9b), 0, 0},
+	{be32(0, 0x64, 0xff, 0x9b), be32(0, 1, 0, 0), 0},
 }
 
 // inet6Prog refuses fe80::/10, fd00:ec2::/32 (AWS's IPv6 service block:

@@ -66,17 +66,19 @@ func TestNetDestInstructions(t *testing.T) {
 			ld(2, 8),                               // w2 = user_ip6[0]
 			mov(3, 2),                              // r3 = r2
 			and(3, le(0xff, 0xc0, 0, 0)),           // /10
-			jeq(3, le(0xfe, 0x80, 0, 0), 62),       // fe80::/10: deny
-			jeq(2, le(0xfd, 0x00, 0x0e, 0xc2), 61), // fd00:ec2::/32: deny
+			jeq(3, le(0xfe, 0x80, 0, 0), 77),       // fe80::/10: deny
+			jeq(2, le(0xfd, 0x00, 0x0e, 0xc2), 76), // fd00:ec2::/32: deny
 		},
 			// fd20:ce::254, fd00:c1::a9fe:a9fe, fd00:42::42, fd00:a9fe:a9fe::1
-			exact(le(0xfd, 0x20, 0x00, 0xce), 0, 0, le(0, 0, 2, 0x54), 54),
-			exact(le(0xfd, 0x00, 0x00, 0xc1), 0, 0, le(0xa9, 0xfe, 0xa9, 0xfe), 47),
-			exact(le(0xfd, 0x00, 0x00, 0x42), 0, 0, le(0, 0, 0, 0x42), 40),
-			exact(le(0xfd, 0x00, 0xa9, 0xfe), le(0xa9, 0xfe, 0, 0), 0, le(0, 0, 0, 1), 33),
-			// ::ffff:a.b.c.d, then 64:ff9b::a.b.c.d: what inet4 refuses
-			v4in6(0, 0, le(0, 0, 0xff, 0xff), 24, 16),
-			v4in6(le(0, 0x64, 0xff, 0x9b), 0, 0, 9, 1),
+			exact(le(0xfd, 0x20, 0x00, 0xce), 0, 0, le(0, 0, 2, 0x54), 69),
+			exact(le(0xfd, 0x00, 0x00, 0xc1), 0, 0, le(0xa9, 0xfe, 0xa9, 0xfe), 62),
+			exact(le(0xfd, 0x00, 0x00, 0x42), 0, 0, le(0, 0, 0, 0x42), 55),
+			exact(le(0xfd, 0x00, 0xa9, 0xfe), le(0xa9, 0xfe, 0, 0), 0, le(0, 0, 0, 1), 48),
+			// ::ffff:a.b.c.d, 64:ff9b::a.b.c.d, then 64:ff9b:1::a.b.c.d:
+			// what inet4 refuses
+			v4in6(0, 0, le(0, 0, 0xff, 0xff), 39, 31),
+			v4in6(le(0, 0x64, 0xff, 0x9b), 0, 0, 24, 16),
+			v4in6(le(0, 0x64, 0xff, 0x9b), le(0, 1, 0, 0), 0, 9, 1),
 			[]insn{ja(0)},
 			verdicts)},
 	}

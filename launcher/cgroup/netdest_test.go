@@ -120,6 +120,8 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"tcp:[64:ff9b::169.254.169.254]:80", "EPERM"},
 		{"udpto:[64:ff9b::100.100.100.200]:53", "EPERM"},
 		{"tcp:[64:ff9b::168.63.129.16]:80", "EPERM"},
+		{"tcp:[64:ff9b:1::169.254.169.254]:80", "EPERM"}, // session 11: the local-use NAT64 prefix's first /96
+		{"udpto:[64:ff9b:1::100.100.100.200]:53", "EPERM"},
 		{"udpto:[64:ff9b::168.63.129.16]:53", "!EPERM"},
 		{fmt.Sprintf("tcp:127.0.0.1:%d", lo), "ok"},
 		{fmt.Sprintf("tcp:[::ffff:127.0.0.1]:%d", lo), "ok"},
@@ -144,7 +146,8 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"udpto:[fd00:a9fe:a9ff::1]:9", "!EPERM"},
 		{"udpto:192.0.0.193:9", "!EPERM"},
 		{"udpto:[64:ff9b::8.8.8.8]:9", "!EPERM"},
-		{"udpto:[64:ff9b:1::169.254.169.254]:9", "!EPERM"}, // a network-specific NAT64 prefix (Known limits)
+		{"udpto:[64:ff9b:1:0:1::a9fe:a9fe]:9", "!EPERM"}, // another /96 of the local-use NAT64 /48 (Known limits)
+		{"udpto:[64:ff9b:1::8.8.8.8]:9", "!EPERM"},
 		{"udpto:[::1]:9", "ok"},
 	}
 	var args []string
