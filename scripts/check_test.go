@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,39 +117,20 @@ func TestCheckNamesWhatTheMachineLacks(t *testing.T) {
 // a clickhouse-server that could not bind and waited 60 s for it.
 func TestUpNamesWhatHoldsTheClickHousePorts(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.RequireCommand(t, "python3")
-	testenv.RequireCommand(t, "ss")
-	script := filepath.Join(testenv.RepoRoot(), "scripts/test-env.sh")
-	line := `ip link set lo up || exit 90
-python3 -m http.server --bind 127.0.0.1 9000 >/dev/null 2>&1 & a=$!
-python3 -m http.server --bind 127.0.0.1 19000 >/dev/null 2>&1 & b=$!
-for p in 9000 19000; do
-	until ss -ltnH "sport = :$p" | grep -q .; do kill -0 $a $b || exit 91; sleep 0.1; done
-done
-"$1" up; rc=$?
-kill $a $b; wait
-exit $rc`
-	cmd := exec.Command("/bin/sh", "-c", line, "sh", script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() >= 90 {
-		t.Fatalf("setting up the held ports: %v\n%s", err, out.String())
-	}
+	out, err := withPortsHeld(t, "up", 9000, 19000)
 	if err == nil {
-		t.Fatalf("up passed with both ports held by a web server:\n%s", out.String())
+		t.Fatalf("up passed with both ports held by a web server:\n%s", out)
 	}
 	for _, w := range []string{
 		"port 9000, where the tests expect Debian's clickhouse-server 18.16, is held by python3",
 		"port 19000, where the tests expect chdb-listen (ClickHouse 26.7), is held by python3",
 	} {
-		if !strings.Contains(out.String(), w) {
-			t.Errorf("up's output lacks %q:\n%s", w, out.String())
+		if !strings.Contains(out, w) {
+			t.Errorf("up's output lacks %q:\n%s", w, out)
 		}
 	}
-	if strings.Contains(out.String(), "starting") {
-		t.Errorf("up started a server on a held port:\n%s", out.String())
+	if strings.Contains(out, "starting") {
+		t.Errorf("up started a server on a held port:\n%s", out)
 	}
 }
 
@@ -161,41 +143,55 @@ exit $rc`
 // 50 s in; every run here had the shared servers up.
 func TestCheckPortsPassesWithThePortsFree(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.RequireCommand(t, "ss")
-	script := filepath.Join(testenv.RepoRoot(), "scripts/test-env.sh")
-	for _, c := range []struct{ name, hold string }{
-		{"both free", ""},
-		{"only 9000 held, by a web server", "python3 -m http.server --bind 127.0.0.1 9000 >/dev/null 2>&1 & a=$!; until ss -ltnH 'sport = :9000' | grep -q .; do kill -0 $a || exit 91; sleep 0.1; done;"},
+	for _, c := range []struct {
+		name string
+		hold []int
+	}{
+		{"both free", nil},
+		{"only 9000 held, by a web server", []int{9000}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if c.hold != "" {
-				testenv.RequireCommand(t, "python3")
-			}
-			line := `ip link set lo up || exit 90
-` + c.hold + `
-"$1" check-ports; rc=$?
-[ -z "$a" ] || { kill $a; wait; }
-exit $rc`
-			cmd := exec.Command("/bin/sh", "-c", line, "sh", script)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() >= 90 {
-				t.Fatalf("setting up the ports: %v\n%s", err, out.String())
-			}
-			if c.hold == "" {
-				if err != nil || out.Len() != 0 {
-					t.Fatalf("check-ports with both ports free: %v, want success without output:\n%s", err, out.String())
+			out, err := withPortsHeld(t, "check-ports", c.hold...)
+			if c.hold == nil {
+				if err != nil || out != "" {
+					t.Fatalf("check-ports with both ports free: %v, want success without output:\n%s", err, out)
 				}
 				return
 			}
-			if err == nil || !strings.Contains(out.String(), "port 9000, where the tests expect Debian's clickhouse-server 18.16, is held by python3") {
-				t.Fatalf("check-ports with 9000 held: %v, want a failure naming python3:\n%s", err, out.String())
+			if err == nil || !strings.Contains(out, "port 9000, where the tests expect Debian's clickhouse-server 18.16, is held by python3") {
+				t.Fatalf("check-ports with 9000 held: %v, want a failure naming python3:\n%s", err, out)
 			}
-			if strings.Contains(out.String(), "19000") {
-				t.Errorf("check-ports names the free port 19000:\n%s", out.String())
+			if strings.Contains(out, "19000") {
+				t.Errorf("check-ports names the free port 19000:\n%s", out)
 			}
 		})
 	}
+}
+
+// withPortsHeld runs `scripts/test-env.sh SUB` in a network namespace of
+// its own where a web server holds each of ports (none: nothing listens),
+// and returns its output and exit error.
+func withPortsHeld(t *testing.T, sub string, ports ...int) (string, error) {
+	t.Helper()
+	testenv.RequireCommand(t, "ss")
+	if len(ports) > 0 {
+		testenv.RequireCommand(t, "python3")
+	}
+	line := "ip link set lo up || exit 90\npids=\n"
+	for _, p := range ports {
+		line += fmt.Sprintf("python3 -m http.server --bind 127.0.0.1 %d >/dev/null 2>&1 & pids=\"$pids $!\"\n", p)
+		line += fmt.Sprintf("until ss -ltnH 'sport = :%d' | grep -q .; do kill -0 $pids || exit 91; sleep 0.1; done\n", p)
+	}
+	line += `"$1" "$2"; rc=$?
+[ -z "$pids" ] || { kill $pids; wait; }
+exit $rc`
+	cmd := exec.Command("/bin/sh", "-c", line, "sh", filepath.Join(testenv.RepoRoot(), "scripts/test-env.sh"), sub)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() >= 90 {
+		t.Fatalf("holding ports %v: %v\n%s", ports, err, out.String())
+	}
+	return out.String(), err
 }
