@@ -52,7 +52,6 @@ const (
 	DefaultProbeTimeout     = 3 * time.Second
 	DefaultWarmupTimeout    = 10 * time.Second
 	DefaultRestartTimeout   = 2 * time.Minute
-	DefaultAskTimeout       = 500 * time.Millisecond
 )
 
 // Config is one proxied run.
@@ -93,7 +92,6 @@ type Config struct {
 	RestartTimeout  time.Duration // how long a call waits for a narrowing restart of the server
 	ProbeTimeout    time.Duration // server/discover probe of the upstream
 	WarmupTimeout   time.Duration // wait for a roots server to take its roots after (re)start
-	AskTimeout      time.Duration // wait for a server of unknown habits to ask roots/list
 	InputTimeout    time.Duration // how long a translated input_required round waits for the client's retry
 	// FlushDelay is how long a decision record may wait to be batched with
 	// the next ones (default DefaultFlushDelay; negative: write each batch
@@ -151,9 +149,6 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.InputTimeout <= 0 {
 		cfg.InputTimeout = DefaultInputTimeout
-	}
-	if cfg.AskTimeout <= 0 {
-		cfg.AskTimeout = DefaultAskTimeout
 	}
 	if cfg.FlushDelay == 0 {
 		cfg.FlushDelay = DefaultFlushDelay

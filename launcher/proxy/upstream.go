@@ -291,20 +291,21 @@ func (s *session) warmup(asked chan struct{}, wait bool) {
 	// tells: a server handles its messages in order, and one that asks for
 	// roots does so when it handles initialized, so its roots/list arrives
 	// before the pong. A pong first means it does not ask (now): the first
-	// request waits one round trip, not a timeout. A server that does not
-	// answer the ping gets AskTimeout.
+	// request waits one round trip, not a timeout. The pong is waited for
+	// as long as the roots themselves (the whole warm-up), never less: a
+	// server slow to answer (a loaded machine) cannot be told from one that
+	// does not ask, and a call let through before its roots/list would run
+	// against the server's old list (or an empty one: refused).
 	s.upst.mu.Lock()
 	known := s.upst.rootsUser
 	s.upst.mu.Unlock()
-	askWait := s.cfg.WarmupTimeout
 	var pong <-chan *jsonrpc.Message
 	if !known {
-		askWait = min(askWait, s.cfg.AskTimeout)
 		var done func()
 		pong, done = s.internalStart("ping", nil)
 		defer done()
 	}
-	t := time.NewTimer(askWait)
+	t := time.NewTimer(s.cfg.WarmupTimeout)
 	defer t.Stop()
 	doesNotAsk := func() {
 		s.upst.mu.Lock()
