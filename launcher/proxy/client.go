@@ -187,13 +187,13 @@ func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *poli
 				}
 				// The era's own keys hold a '/' by name: only their values may hold a path.
 				ownKey := string(mm.Key) == metaVersion || string(mm.Key) == metaClientCaps || string(mm.Key) == metaClientInfo
-				if (!ownKey && policy.MayHoldPath(mm.Key)) || policy.MayHoldPath(mm.Value) {
+				if (!ownKey && (policy.MayHoldPath(mm.Key) || policy.MayNameSecret(mm.Value))) || policy.MayHoldPath(mm.Value) {
 					rest = append(rest, mustJSON(map[string]json.RawMessage{string(mm.Key): mm.Value}))
 				}
 			}
 			continue
 		}
-		if policy.MayHoldPath(m.Key) || policy.MayHoldPath(m.Value) {
+		if policy.MayHoldPath(m.Key) || policy.MayHoldPath(m.Value) || policy.MayNameSecret(m.Value) {
 			rest = append(rest, mustJSON(map[string]json.RawMessage{string(m.Key): m.Value}))
 		}
 	}

@@ -162,6 +162,13 @@ func TestRedTeamHiddenPaths(t *testing.T) {
 		{"secret in _meta, nested", map[string]any{"name": "echo", "arguments": map[string]any{}, "_meta": map[string]any{"x": []any{map[string]any{"uri": "file://" + secret}}}}, schema.ErrSecretPath},
 		{"path in another params member", map[string]any{"name": "echo", "arguments": map[string]any{}, "path": outside}, schema.ErrPathOutsideScope},
 		{"path as a params member name", map[string]any{"name": "echo", "arguments": map[string]any{}, "extra": map[string]any{secret: true}}, schema.ErrSecretPath},
+		// Round eleven: a secret's name, which a server resolves under
+		// its own directory (before: passed, names were only read in
+		// arguments; under the base it is outside this scope's
+		// directory).
+		{"secret name in another params member", map[string]any{"name": "echo", "arguments": map[string]any{}, "path": ".env"}, schema.ErrPathOutsideScope},
+		{"secret name in _meta", map[string]any{"name": "echo", "arguments": map[string]any{}, "_meta": map[string]any{"file": "keys/id_rsa"}}, schema.ErrPathOutsideScope},
+		{"secret name in a list in _meta", map[string]any{"name": "echo", "arguments": map[string]any{}, "_meta": map[string]any{"files": "a.txt,credentials.json"}}, schema.ErrPathOutsideScope},
 		{"relative name under the server's working directory", map[string]any{"name": "echo", "arguments": map[string]any{"q": "testdata"}}, schema.ErrPathOutsideScope},
 		{"$HOME", map[string]any{"name": "echo", "arguments": map[string]any{"q": "$HOME/.ssh/id_rsa"}}, schema.ErrPathOutsideScope},
 	} {

@@ -163,9 +163,13 @@ type argChecker struct {
 	// alt resolves a relative name against the server's working directory
 	// when that is not the base (nil otherwise): such a name is checked
 	// both ways.
-	alt     func(string) string
-	eff     []string
-	moves   bool
+	alt   func(string) string
+	eff   []string
+	moves bool
+	// names: a secret's name (".env", "keys/id_rsa") is refused even
+	// where names are not looked up under the base (CheckValues: a
+	// request's other members, round eleven).
+	names   bool
 	checked []string
 	probes  int
 	paths   int // paths checked so far (bounded by maxPaths)
@@ -311,18 +315,19 @@ func (p *Policy) CheckArguments(name string, raw json.RawMessage, effective []st
 // CheckArguments) must be inside effective and not secret. Relative names
 // resolve against the base.
 func (p *Policy) CheckLooseArguments(raw json.RawMessage, effective []string) ([]string, *Denial) {
-	return p.checkLoose(raw, effective, true, "argument")
+	return p.checkLoose(raw, effective, true, false, "argument")
 }
 
 // checkLoose checks every string and member name of raw that looks like a
 // path (what names the value in a denial); with probe, a string that does
 // not is still checked when it names an entry that exists.
-func (p *Policy) checkLoose(raw json.RawMessage, effective []string, probe bool, what string) ([]string, *Denial) {
+func (p *Policy) checkLoose(raw json.RawMessage, effective []string, probe, names bool, what string) ([]string, *Denial) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
 	c := p.newChecker(p.baseRel, effective, false)
+	c.names = names
 	if raw[0] == '"' {
 		var s string
 		if json.Unmarshal(raw, &s) != nil {
@@ -337,6 +342,7 @@ func (p *Policy) checkLoose(raw json.RawMessage, effective []string, probe bool,
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
 		segs.visit(ptr, kind, s)
 		if len(ptr) > 0 && (kind == '"' || kind == kindName) {
+			c.names = names && kind == '"' // (member names: the rule as before)
 			return c.loose(ptr, s, probe && kind == '"')
 		}
 		return nil
@@ -564,7 +570,7 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 		for _, f := range forms {
 			add(f)
 		}
-		if probe && namesSecret(c.p, t) {
+		if (probe || c.names) && namesSecret(c.p, t) {
 			add(t)
 		}
 	}
@@ -572,7 +578,7 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 	// rules) reads "..\x" as "../x": the original, with its backslash, is
 	// checked and refused.
 	if strings.ContainsRune(s, '\\') {
-		if f := strings.ReplaceAll(s, `\`, "/"); looksLikePath(f) || probe && namesSecret(c.p, f) {
+		if f := strings.ReplaceAll(s, `\`, "/"); looksLikePath(f) || (probe || c.names) && namesSecret(c.p, f) {
 			add(s)
 		}
 	}
@@ -583,7 +589,7 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 		if err != nil || next == d {
 			break
 		}
-		if d = next; looksLikePath(d) || probe && namesSecret(c.p, d) {
+		if d = next; looksLikePath(d) || (probe || c.names) && namesSecret(c.p, d) {
 			add(s)
 			add(d)
 		}
@@ -599,7 +605,7 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 		}
 	}
 	if len(s) <= MaxPathLen && !asciiOnly(s) && !norm.NFKC.IsNormalString(s) {
-		if n := norm.NFKC.String(s); looksLikePath(n) || probe && namesSecret(c.p, n) {
+		if n := norm.NFKC.String(s); looksLikePath(n) || (probe || c.names) && namesSecret(c.p, n) {
 			add(s)
 			add(n)
 		}
@@ -627,7 +633,7 @@ func (c *argChecker) pathForms(s string, probe bool) ([]string, error) {
 	if err := c.embeddedForms(s, probe, add); err != nil {
 		return nil, err
 	}
-	if len(out) == 0 && probe && namesSecret(c.p, s) {
+	if len(out) == 0 && (probe || c.names) && namesSecret(c.p, s) {
 		// ".env", "sub/id_rsa", "credentials.json": a secret's name,
 		// whether or not it exists under the base — a server may resolve
 		// it under a directory of its own (a "cwd" member beside it); its
@@ -872,12 +878,22 @@ func encodedPathStart(c0, c1 byte) bool {
 // read, _meta): each that looks like a path must be inside effective and
 // not secret. Nothing is looked up under the base: these are not the
 // arguments of a tool.
+//
+// A secret's name among the values (".env", "keys/id_rsa",
+// "credentials.json") is refused too, as in a tool's arguments (round
+// eleven: a server that reads params.path under its own directory reads
+// the secret); that needs no look-up.
 func (p *Policy) CheckValues(raw json.RawMessage, effective []string) ([]string, *Denial) {
-	if !MayHoldPath(raw) {
+	if !MayHoldPath(raw) && !MayNameSecret(raw) {
 		return nil, nil
 	}
-	return p.checkLoose(raw, effective, false, "parameter")
+	return p.checkLoose(raw, effective, false, true, "parameter")
 }
+
+// MayNameSecret is a quick test that raw (JSON) holds no string that
+// names a secret (namesSecret: a '.', '/' or '_' in it). When it and
+// MayHoldPath both report false, CheckValues passes raw.
+func MayNameSecret(raw []byte) bool { return bytes.ContainsAny(raw, "._/") }
 
 // CheckResultURIs checks a server's result (a tool's content, a prompt's
 // messages, a resource's contents), request or notification for file://
@@ -1033,6 +1049,6 @@ func (p *Policy) CheckClientAnswer(raw json.RawMessage, effective []string) ([]s
 	}
 	// Form values are read as a tool's arguments are (an existing entry's
 	// name included), not only by how they look.
-	more, d := p.checkLoose(res.Content, effective, true, "answer")
+	more, d := p.checkLoose(res.Content, effective, true, false, "answer")
 	return append(paths, more...), d
 }

@@ -84,7 +84,7 @@ func (c *argChecker) embeddedForms(s string, probe bool, add func(string)) error
 				if err := c.addPart(s, part, probe && len(parts) <= maxLookedUpLines, add); err != nil {
 					return err
 				}
-				if probe && namesSecret(c.p, part) {
+				if (probe || c.names) && namesSecret(c.p, part) {
 					add(part)
 				}
 			}
