@@ -265,6 +265,21 @@ func testNSPlanting(t *testing.T, noNS bool) {
 	}
 }
 
+// catAndLoader returns the host's cat (its real path) and the glibc ELF
+// loader, which runs any ELF file it is given: a test skips where the
+// loader's path is not known for the architecture.
+func catAndLoader(t *testing.T) (cat, loader string) {
+	t.Helper()
+	cat = testenv.RequireCommand(t, "cat")
+	cat, _ = filepath.EvalSymlinks(cat)
+	loader = map[string]string{"amd64": "/lib64/ld-linux-x86-64.so.2", "arm64": "/lib/ld-linux-aarch64.so.1"}[runtime.GOARCH]
+	if loader == "" {
+		t.Skipf("no glibc loader path known for %s", runtime.GOARCH)
+	}
+	testenv.RequireFile(t, loader, "a glibc system")
+	return cat, loader
+}
+
 // TestNSNoExecOfWorkspaceBytes: bytes written into the workspace do not
 // run, not even through the ELF loader, which the runtime grants: the
 // workspace is mounted noexec, so the loader cannot map them executable.
@@ -274,13 +289,7 @@ func TestNSNoExecOfWorkspaceBytes(t *testing.T) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
-	cat := testenv.RequireCommand(t, "cat")
-	cat, _ = filepath.EvalSymlinks(cat)
-	loader := map[string]string{"amd64": "/lib64/ld-linux-x86-64.so.2", "arm64": "/lib/ld-linux-aarch64.so.1"}[runtime.GOARCH]
-	if loader == "" {
-		t.Skipf("no glibc loader path known for %s", runtime.GOARCH)
-	}
-	testenv.RequireFile(t, loader, "a glibc system")
+	cat, loader := catAndLoader(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
 	// --allow-exec cat grants cat with its loader and libraries: the
 	// loader is then a granted executable, and cat's bytes readable.

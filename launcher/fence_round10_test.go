@@ -241,7 +241,6 @@ func TestFenceServerCodeOutsideTheWriteScope(t *testing.T) {
 func testFenceServerCode(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
-	const debianPython = "/usr/bin/python3"
 	cases := []struct {
 		name string
 		// setup returns the server command; its first answer is "v1", and
@@ -296,30 +295,8 @@ for line in sys.stdin:
 			w := newWorkspace(t)
 			command := c.setup(t, w)
 			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-			answer := func() (string, *fencetest.Session) {
-				s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command})
-				if err := s.Send([]byte("go\n")); err != nil {
-					return "", s
-				}
-				line, _ := s.ReadLine(2 * time.Minute)
-				return line, s
-			}
-			first, s := answer()
-			if first == "" {
-				code := s.Wait()
-				if code != 70 || !strings.Contains(s.Stderr(), c.want) {
-					t.Fatalf("refused with exit %d, want 70 naming %q: %s", code, c.want, s.Stderr())
-				}
-				return
-			}
-			s.Close()
-			next, s2 := answer()
-			s2.Close()
-			if next == "v2" {
-				t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server planted (answers %q, %q)", first, next)
-			} else {
-				t.Errorf("the run was not refused (the planting failed: answers %q, %q)", first, next)
-			}
+			checkPlantedCodeRefused(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command},
+				plantedCode{want: []string{c.want}, naming: fmt.Sprintf("%q", c.want), planted: "planted", unrefused: "the planting failed: "})
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,41 +56,20 @@ echo v1
 				script := filepath.Join(dir, "server.sh")
 				testenv.WriteFiles(t, map[string]string{script: selfRewriting})
 				scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-				answer := func() (string, *fencetest.Session) {
-					s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: []string{path, script}})
-					if err := s.Send([]byte("go\n")); err != nil {
-						return "", s
-					}
-					line, _ := s.ReadLine(2 * time.Minute)
-					return line, s
-				}
-				first, s := answer()
+				o := fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: []string{path, script}}
 				if !inScope {
 					// Outside the scope the shell may read its script but
 					// not rewrite it: the next run answers v1 again.
+					first, s := answerOnce(t, b, o)
 					s.Close()
-					next, s2 := answer()
+					next, s2 := answerOnce(t, b, o)
 					s2.Close()
 					if first != "v1" || next != "v1" {
 						t.Fatalf("answers %q, %q, want v1 twice (the script read, its rewrite refused): %s", first, next, s.Stderr()+s2.Stderr())
 					}
 					return
 				}
-				if first == "" {
-					code := s.Wait()
-					if code != 70 || !strings.Contains(s.Stderr(), "shell script the server runs") || !strings.Contains(s.Stderr(), "writable paths") {
-						t.Fatalf("refused with exit %d, want 70 naming the shell script: %s", code, s.Stderr())
-					}
-					return
-				}
-				s.Close()
-				next, s2 := answer()
-				s2.Close()
-				if next == "v2" {
-					t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server planted (answers %q, %q)", first, next)
-				} else {
-					t.Errorf("the run was not refused (answers %q, %q)", first, next)
-				}
+				checkPlantedCodeRefused(t, b, o, plantedCode{want: []string{"shell script the server runs", "writable paths"}, naming: "the shell script", planted: "planted"})
 			})
 		}
 	}
@@ -269,7 +247,6 @@ func TestFenceInterpreterCodeOutsideTheWriteScope(t *testing.T) {
 func testFenceInterpreterCode(t *testing.T, noNS bool) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
-	const debianPython = "/usr/bin/python3"
 	cases := []struct {
 		name string
 		// setup returns the server command and its working directory; its
@@ -315,30 +292,8 @@ require('readline').createInterface({input: process.stdin}).on('line', () => {
 			w := newWorkspace(t)
 			command, dir := c.setup(t, w)
 			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-			answer := func() (string, *fencetest.Session) {
-				s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command, Dir: dir})
-				if err := s.Send([]byte("go\n")); err != nil {
-					return "", s
-				}
-				line, _ := s.ReadLine(2 * time.Minute)
-				return line, s
-			}
-			first, s := answer()
-			if first == "" {
-				code := s.Wait()
-				if code != 70 || !strings.Contains(s.Stderr(), c.want) {
-					t.Fatalf("refused with exit %d, want 70 naming %q: %s", code, c.want, s.Stderr())
-				}
-				return
-			}
-			s.Close()
-			next, s2 := answer()
-			s2.Close()
-			if next == "v2" {
-				t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server planted (answers %q, %q)", first, next)
-			} else {
-				t.Errorf("the run was not refused (answers %q, %q): %s", first, next, s.Stderr())
-			}
+			checkPlantedCodeRefused(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command, Dir: dir},
+				plantedCode{want: []string{c.want}, naming: fmt.Sprintf("%q", c.want), planted: "planted", withStderr: true})
 		})
 	}
 }
@@ -352,13 +307,7 @@ func TestNSNoExecOfReadScopeBytes(t *testing.T) {
 	fencetest.RequireFence(t)
 	b := fencetest.Build(t)
 	w := newWorkspace(t)
-	cat := testenv.RequireCommand(t, "cat")
-	cat, _ = filepath.EvalSymlinks(cat)
-	loader := map[string]string{"amd64": "/lib64/ld-linux-x86-64.so.2", "arm64": "/lib/ld-linux-aarch64.so.1"}[runtime.GOARCH]
-	if loader == "" {
-		t.Skipf("no glibc loader path known for %s", runtime.GOARCH)
-	}
-	testenv.RequireFile(t, loader, "a glibc system")
+	cat, loader := catAndLoader(t)
 	payload := filepath.Join(w.allowed, "payload")
 	data, err := os.ReadFile(cat)
 	if err != nil {
@@ -431,30 +380,8 @@ require('readline').createInterface({input: process.stdin}).on('line', () => {
 					t.Fatal(err)
 				}
 				scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-				answer := func() (string, *fencetest.Session) {
-					s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command})
-					if err := s.Send([]byte("go\n")); err != nil {
-						return "", s
-					}
-					line, _ := s.ReadLine(2 * time.Minute)
-					return line, s
-				}
-				first, s := answer()
-				if first == "" {
-					code := s.Wait()
-					if code != 70 || !strings.Contains(s.Stderr(), "has 2 names (hard links)") {
-						t.Fatalf("refused with exit %d, want 70 naming the second name: %s", code, s.Stderr())
-					}
-					return
-				}
-				s.Close()
-				next, s2 := answer()
-				s2.Close()
-				if next == "v2" {
-					t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server rewrote through the link (answers %q, %q)", first, next)
-				} else {
-					t.Errorf("the run was not refused (answers %q, %q): %s", first, next, s.Stderr())
-				}
+				checkPlantedCodeRefused(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command},
+					plantedCode{want: []string{"has 2 names (hard links)"}, naming: "the second name", planted: "rewrote through the link", withStderr: true})
 			})
 		}
 	})
@@ -563,10 +490,6 @@ func TestFenceNewNamespaces(t *testing.T) {
 // "Authorization: Bearer" header) under harmless names. The server read each one (the launch environment is the client's,
 // passed through). Now each is held back, by name only on stderr.
 func TestFenceEnvMoreCredentialForms(t *testing.T) {
-	fencetest.RequireFence(t)
-	b := fencetest.Build(t)
-	w := newWorkspace(t)
-	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
 	long := strings.Repeat("A", 32)
 	env := map[string]string{
 		"LDAP_BIND_PW":   "LDAPPW-SECRET-42",
@@ -589,7 +512,7 @@ func TestFenceEnvMoreCredentialForms(t *testing.T) {
 		vars = append(vars, k+"="+v)
 	}
 	keep := []string{"PUBLIC_URL=https://example.com/x?sig_version=2", "PLAIN=sk_live", "DOC=see SG.md"}
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, Env: append(vars, keep...)})
+	s := startEnvSession(t, append(vars, keep...))
 	got := s.Do(map[string]any{"op": "env"}).Data
 	for k, v := range env {
 		if strings.Contains(got, v) {

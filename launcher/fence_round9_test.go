@@ -77,14 +77,9 @@ func testFenceHostDevices(t *testing.T, noNS bool) {
 // environment. Now they are held back; the working directory's PWD and
 // OLDPWD and a plain URL still pass.
 func TestFenceEnvPasswordVariables(t *testing.T) {
-	fencetest.RequireFence(t)
-	b := fencetest.Build(t)
-	w := newWorkspace(t)
-	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
-	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base,
-		Env: []string{"MYSQL_PWD=MYSQL-SECRET-42", "DB_PWD=DB-SECRET-42", "OLDPWD=/srv/previous",
-			"JDBC_URL=jdbc:postgresql://db/x?user=app&password=JDBC-SECRET-42", "CONN_STRING=Server=db;User Id=app;Password=ADO-SECRET-42;",
-			"NOTIFY_URL=https://hooks.slack.com/services/T0/B0/WEBHOOK-SECRET-42", "PUBLIC_URL=https://example.com/x"}})
+	s := startEnvSession(t, []string{"MYSQL_PWD=MYSQL-SECRET-42", "DB_PWD=DB-SECRET-42", "OLDPWD=/srv/previous",
+		"JDBC_URL=jdbc:postgresql://db/x?user=app&password=JDBC-SECRET-42", "CONN_STRING=Server=db;User Id=app;Password=ADO-SECRET-42;",
+		"NOTIFY_URL=https://hooks.slack.com/services/T0/B0/WEBHOOK-SECRET-42", "PUBLIC_URL=https://example.com/x"})
 	env := s.Do(map[string]any{"op": "env"}).Data
 	for _, leak := range []string{"MYSQL-SECRET-42", "DB-SECRET-42", "JDBC-SECRET-42", "ADO-SECRET-42", "WEBHOOK-SECRET-42"} {
 		if strings.Contains(env, leak) {

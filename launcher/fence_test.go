@@ -19,6 +19,10 @@ import (
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
+// debianPython is Debian's python3, the interpreter the tests' python
+// servers run under.
+const debianPython = "/usr/bin/python3"
+
 // workspace is a base with a scope dir, a sibling outside the scope, escape
 // symlinks, and a secret outside the base.
 type workspace struct {
@@ -35,6 +39,18 @@ func startWriteSession(t *testing.T, noNS bool) (*fencetest.Session, workspace) 
 	w := newWorkspace(t)
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
 	return fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS}), w
+}
+
+// startEnvSession runs the naive server under `mcpwarden run` with a
+// read scope of the workspace's "allowed" directory and env added to the
+// launcher's environment.
+func startEnvSession(t *testing.T, env []string) *fencetest.Session {
+	t.Helper()
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}})
+	return fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, Env: env})
 }
 
 func newWorkspace(t *testing.T) workspace {
@@ -528,4 +544,63 @@ func readRecords(t *testing.T, path string) []record {
 		out = append(out, r)
 	}
 	return out
+}
+
+// answerOnce starts a run of o's server, sends it one line and returns
+// its first answer ("" when it was refused or answered nothing) with the
+// session, which the caller closes or waits for.
+func answerOnce(t *testing.T, b fencetest.Binaries, o fencetest.StartOptions) (string, *fencetest.Session) {
+	t.Helper()
+	s := fencetest.Start(t, b, o)
+	if err := s.Send([]byte("go\n")); err != nil {
+		return "", s
+	}
+	line, _ := s.ReadLine(2 * time.Minute)
+	return line, s
+}
+
+// plantedCode is what a write-scope run whose server plants code must be
+// refused with, and what each failure says. The server's first answer is
+// "v1"; the code it plants answers "v2" on the next run.
+type plantedCode struct {
+	// want: what the refusal's stderr (exit 70) names, each of them.
+	want []string
+	// naming: how the refusal's failure message names it.
+	naming string
+	// planted: what the server did with the code the next run ran.
+	planted string
+	// unrefused: the note before the answers when the run was not
+	// refused and the next run did not run the planted code; withStderr
+	// adds the first run's stderr to that message.
+	unrefused  string
+	withStderr bool
+}
+
+// checkPlantedCodeRefused: the run of o must be refused (exit 70, naming
+// p.want) or, failing that, the next run must not run the code the server
+// planted (an ESCAPE).
+func checkPlantedCodeRefused(t *testing.T, b fencetest.Binaries, o fencetest.StartOptions, p plantedCode) {
+	t.Helper()
+	first, s := answerOnce(t, b, o)
+	if first == "" {
+		code := s.Wait()
+		named := code == 70
+		for _, w := range p.want {
+			named = named && strings.Contains(s.Stderr(), w)
+		}
+		if !named {
+			t.Fatalf("refused with exit %d, want 70 naming %s: %s", code, p.naming, s.Stderr())
+		}
+		return
+	}
+	s.Close()
+	next, s2 := answerOnce(t, b, o)
+	s2.Close()
+	if next == "v2" {
+		t.Errorf("ESCAPE: the run was not refused; the next run ran the code the server %s (answers %q, %q)", p.planted, first, next)
+	} else if p.withStderr {
+		t.Errorf("the run was not refused (%sanswers %q, %q): %s", p.unrefused, first, next, s.Stderr())
+	} else {
+		t.Errorf("the run was not refused (%sanswers %q, %q)", p.unrefused, first, next)
+	}
 }

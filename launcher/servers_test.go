@@ -211,7 +211,6 @@ type venv struct{ venv, exe, script string }
 // only: PyPI is not reachable) and returns it with the test server script.
 func pythonVenv(t *testing.T) venv {
 	t.Helper()
-	const debianPython = "/usr/bin/python3"
 	testenv.RequireFile(t, debianPython, "apt-get install python3 python3-venv")
 	dir := filepath.Join(t.TempDir(), "venv")
 	if out, err := exec.Command(debianPython, "-m", "venv", "--without-pip", dir).CombinedOutput(); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/binary"
-	"net"
 	"runtime"
 	"unsafe"
 
@@ -36,20 +35,11 @@ var uringOps = map[string]op{
 	// A TCP connect to Addr (IPv4, "a.b.c.d:port") as an IORING_OP_CONNECT
 	// of a socket made with socket(): the answer is the completion's result.
 	"uring_connect": func(r Request) (string, error) {
-		ta, err := net.ResolveTCPAddr("tcp4", r.Addr)
-		if err != nil {
-			return "", err
-		}
-		s, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		s, sa, err := tcp4Socket(r.Addr)
 		if err != nil {
 			return "", err
 		}
 		defer unix.Close(s)
-		// struct sockaddr_in: family, port (network order), address.
-		var sa [16]byte
-		binary.LittleEndian.PutUint16(sa[0:], unix.AF_INET)
-		binary.BigEndian.PutUint16(sa[2:], uint16(ta.Port))
-		copy(sa[4:8], ta.IP.To4())
 		if err := uringConnect(s, sa[:]); err != nil {
 			return "", err
 		}
@@ -60,19 +50,11 @@ var uringOps = map[string]op{
 	// connected: TCP Fast Open connects inside sendmsg, without connect()
 	// (the filter refuses MSG_FASTOPEN on the syscalls, not in a ring).
 	"uring_fastopen": func(r Request) (string, error) {
-		ta, err := net.ResolveTCPAddr("tcp4", r.Addr)
-		if err != nil {
-			return "", err
-		}
-		s, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		s, sa, err := tcp4Socket(r.Addr)
 		if err != nil {
 			return "", err
 		}
 		defer unix.Close(s)
-		var sa [16]byte // struct sockaddr_in
-		binary.LittleEndian.PutUint16(sa[0:], unix.AF_INET)
-		binary.BigEndian.PutUint16(sa[2:], uint16(ta.Port))
-		copy(sa[4:8], ta.IP.To4())
 		data := []byte(r.Data)
 		iov := unix.Iovec{Base: &data[0]}
 		iov.SetLen(len(data))
@@ -109,6 +91,22 @@ var uringOps = map[string]op{
 		}
 		return "sent", nil
 	},
+}
+
+// tcp4Socket is tcpTo's socket (made with socket(), not connected; the
+// caller closes it) with the address of addr (IPv4, "a.b.c.d:port") as a
+// struct sockaddr_in: family, port (network order), address.
+func tcp4Socket(addr string) (int, [16]byte, error) {
+	var sa [16]byte
+	s, to, err := tcpTo(addr)
+	if err != nil {
+		return -1, sa, err
+	}
+	in := to.(*unix.SockaddrInet4)
+	binary.LittleEndian.PutUint16(sa[0:], unix.AF_INET)
+	binary.BigEndian.PutUint16(sa[2:], uint16(in.Port))
+	copy(sa[4:8], in.Addr[:])
+	return s, sa, nil
 }
 
 // uringUnixConnect connects to the pathname unix socket at path with
