@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -588,6 +589,20 @@ func resolveUnder(base, rel string) (CanonicalPath, error) {
 		return CanonicalPath{}, errors.New("is neither a directory nor a regular file")
 	}
 	return CanonicalPath{Path: real, Kind: kind}, nil
+}
+
+// Names returns how many names (hard links) the regular file at path has;
+// 0 when path is not a regular file or cannot be examined. A file with more
+// than one may be reached through a name a path check never sees.
+func Names(path string) uint64 {
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return 0
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return uint64(sys.Nlink)
+	}
+	return 0
 }
 
 // IsWithin reports whether path equals dir or lies below it. Both must be

@@ -322,12 +322,12 @@ func checkOwnFiles(scope *schema.CanonicalScope, files []ownFile) error {
 		}
 		// A file the server may not even read (a key, credentials, the
 		// records) may not have a second name in a read scope either.
-		var st syscall.Stat_t
-		if (write || !f.writeOnly) && syscall.Stat(f.path, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
+		if n := schema.Names(f.path); n > 1 {
+			where, verb := "write paths", "rewrite"
 			if !write {
-				return fmt.Errorf("%s has %d names (hard links): one may lie inside the scope's paths, where the server could read it; give it a single name (copy it and remove the links)", f.what, st.Nlink)
+				where, verb = "paths", "read"
 			}
-			return fmt.Errorf("%s has %d names (hard links): one may lie inside the scope's write paths, where the server could rewrite it; give it a single name (copy it and remove the links)", f.what, st.Nlink)
+			return fmt.Errorf("%s has %d names (hard links): one may lie inside the scope's %s, where the server could %s it; give it a single name (copy it and remove the links)", f.what, n, where, verb)
 		}
 	}
 	return nil

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -114,15 +113,16 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 		add(Rule{Path: p.Path, Kind: p.Kind, Access: a, Origin: OriginScope})
 	}
 	if in.Profile != nil {
-		for _, f := range in.Profile.CodeFiles {
-			var st syscall.Stat_t
-			if scope.AccessMode == schema.AccessWrite && syscall.Stat(f, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
-				return nil, fmt.Errorf("the server's code %s has %d names (hard links): one may lie in the scope's writable paths, where the server could rewrite the code it runs next time; give it a single name (copy it and remove the links)", f, st.Nlink)
+		if scope.AccessMode == schema.AccessWrite {
+			for _, f := range in.Profile.CodeFiles {
+				if n := schema.Names(f); n > 1 {
+					return nil, fmt.Errorf("the server's code %s has %d names (hard links): one may lie in the scope's writable paths, where the server could rewrite the code it runs next time; give it a single name (copy it and remove the links)", f, n)
+				}
 			}
-		}
-		for _, e := range in.Profile.CodeDirs {
-			if scope.AccessMode == schema.AccessWrite && scope.Contains(e.Path) {
-				return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could plant the code it runs next time; start it from a directory outside the writable paths (or, for python 3.11 and later, pass -P: the working directory is then not searched)", e.Path, e.Reason)
+			for _, e := range in.Profile.CodeDirs {
+				if scope.Contains(e.Path) {
+					return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could plant the code it runs next time; start it from a directory outside the writable paths (or, for python 3.11 and later, pass -P: the working directory is then not searched)", e.Path, e.Reason)
+				}
 			}
 		}
 		for _, e := range in.Profile.Entries {
