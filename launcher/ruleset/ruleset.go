@@ -121,7 +121,11 @@ func Derive(scope *schema.CanonicalScope, in Input) (*Ruleset, error) {
 			}
 			for _, e := range in.Profile.CodeDirs {
 				if scope.Contains(e.Path) {
-					return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could plant the code it runs next time; start it from a directory outside the writable paths (or, for python 3.11 and later, pass -P: the working directory is then not searched)", e.Path, e.Reason)
+					hint := "start it from a directory outside the writable paths, or name one outside them"
+					if strings.Contains(e.Reason, "python") {
+						hint = "start it from a directory outside the writable paths (or, for python 3.11 and later, pass -P: the working directory is then not searched)"
+					}
+					return nil, fmt.Errorf("runtime path %s (%s) lies in the scope's writable paths: the server could plant the code it runs next time; %s", e.Path, e.Reason, hint)
 				}
 			}
 		}

@@ -346,6 +346,24 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 	if ver, ok := pythonVersion(exe); ok {
 		return b.addPython(invoked, exe, ver, args)
 	}
+	if c, family := otherInterpreterCode(invoked, exe, args, b.opt.Dir); family != "" {
+		// perl x.pl, ruby x.rb, awk -f x, php x.php, lua x.lua, Rscript
+		// x.R, tclsh x.tcl: the operand (and the files and directories
+		// the options name) are the server's code, as a node script.
+		for _, f := range c.files {
+			b.add(f, ClassRead, family+" code the server runs (its script or a file its options name)")
+			b.code(f)
+		}
+		for _, d := range c.dirs {
+			if !slices.ContainsFunc(b.codeDirs, func(e Entry) bool { return e.Path == d.Path }) {
+				b.codeDirs = append(b.codeDirs, d)
+			}
+		}
+		if len(c.files) > 0 {
+			b.setKind(KindShell)
+		}
+		return nil
+	}
 	if depth == 0 && (isShell(exe) || isShell(invoked)) {
 		// "sh script", "bash script": the shell reads the script as a
 		// "#!" line would make it (at depth > 0 the script is exe's

@@ -1,0 +1,134 @@
+package runtimeprofile
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// TestOtherInterpreterCode: the script operand of perl, ruby, php, lua,
+// Rscript, awk -f and tclsh, and the code files and directories their
+// options name, are found (session 12: the runtime profile knew none of
+// them, so such code in a write scope was not refused); inline programs
+// name no file, and option values are not taken for the script.
+func TestOtherInterpreterCode(t *testing.T) {
+	dir := t.TempDir()
+	files := []string{"x.pl", "x.rb", "hook.rb", "x.php", "php.ini", "pre.php", "x.lua", "x.R", "x.awk", "lib.awk", "x.tcl", "data.txt", "sub/y.rb"}
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := func(names ...string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, filepath.Join(dir, n))
+		}
+		return out
+	}
+	cases := []struct {
+		exe   string
+		args  []string
+		files []string
+		dirs  []string
+	}{
+		{"perl", []string{"x.pl"}, in("x.pl"), nil},
+		{"perl5.36.0", []string{"-w", "x.pl", "data.txt"}, in("x.pl"), nil},
+		{"perl", []string{"-Ilib", "-MFile::Temp", "x.pl"}, in("x.pl"), in("lib")},
+		{"perl", []string{"-I", "lib", "-T", "--", "x.pl"}, in("x.pl"), in("lib")},
+		{"perl", []string{"-0777", "-wnl", "x.pl"}, in("x.pl"), nil},
+		{"perl", []string{"-we", "print 1", "x.pl"}, nil, nil},
+		{"perl", []string{"-E", "say 1"}, nil, nil},
+		{"perl", []string{"-", "x.pl"}, nil, nil},
+		{"ruby", []string{"x.rb"}, in("x.rb"), nil},
+		{"ruby3.1", []string{"-w", "-r", "./hook.rb", "x.rb"}, in("hook.rb", "x.rb"), nil},
+		{"ruby", []string{"-r./hook", "-Ilib", "x.rb"}, in("hook.rb", "x.rb"), in("lib")},
+		{"ruby", []string{"-rjson", "--enable", "frozen-string-literal", "x.rb"}, in("x.rb"), nil},
+		{"ruby", []string{"-C", "sub", "y.rb"}, in("sub/y.rb"), nil},
+		{"ruby", []string{"-e", "puts 1", "x.rb"}, nil, nil},
+		{"php", []string{"x.php"}, in("x.php"), nil},
+		{"php8.2", []string{"-c", "php.ini", "-d", "auto_prepend_file=pre.php", "-f", "x.php"}, in("php.ini", "pre.php", "x.php"), nil},
+		{"php", []string{"-n", "-dmemory_limit=1G", "x.php", "data.txt"}, in("x.php"), nil},
+		{"php", []string{"-r", "echo 1;"}, nil, nil},
+		{"php", []string{"-S", "127.0.0.1:8000", "-t", "lib"}, nil, in("lib")},
+		{"lua5.4", []string{"x.lua"}, in("x.lua"), []string{dir}},
+		{"luajit", []string{"-e", "x=1", "-l", "mod", "x.lua"}, in("x.lua"), []string{dir}},
+		{"Rscript", []string{"--no-save", "x.R"}, in("x.R"), []string{dir}},
+		{"Rscript", []string{"--vanilla", "x.R"}, in("x.R"), nil},
+		{"Rscript", []string{"-e", "1"}, nil, []string{dir}},
+		{"awk", []string{"-f", "x.awk", "data.txt"}, in("x.awk"), nil},
+		{"gawk", []string{"-v", "a=1", "-F:", "-fx.awk", "--include=lib", "data.txt"}, in("x.awk", "lib.awk"), nil},
+		{"mawk", []string{"-W", "exec", "x.awk"}, in("x.awk"), nil},
+		{"awk", []string{"{print}", "x.awk"}, nil, nil},
+		{"gawk", []string{"-e", "BEGIN{}", "-E", "x.awk"}, in("x.awk"), nil},
+		{"tclsh8.6", []string{"x.tcl", "a"}, in("x.tcl"), nil},
+		{"tclsh", []string{"-encoding", "utf-8", "x.tcl"}, in("x.tcl"), nil},
+		{"perl", []string{"missing.pl"}, nil, nil},
+	}
+	for _, c := range cases {
+		got, family := otherInterpreterCode("", "/usr/bin/"+c.exe, c.args, dir)
+		if family == "" {
+			t.Errorf("%s: no family", c.exe)
+			continue
+		}
+		var gotFiles, gotDirs []string
+		for _, f := range got.files {
+			if !slices.Contains(gotFiles, f) {
+				gotFiles = append(gotFiles, f)
+			}
+		}
+		for _, d := range got.dirs {
+			gotDirs = append(gotDirs, d.Path)
+		}
+		if !slices.Equal(gotFiles, c.files) || !slices.Equal(gotDirs, c.dirs) {
+			t.Errorf("%s %q: files %q dirs %q, want %q %q", c.exe, c.args, gotFiles, gotDirs, c.files, c.dirs)
+		}
+	}
+	for _, exe := range []string{"node", "python3", "bash", "cat", "perldoc", "awkward"} {
+		if _, family := otherInterpreterCode("", "/usr/bin/"+exe, []string{"x.pl"}, dir); family != "" {
+			t.Errorf("%s taken for a %s interpreter", exe, family)
+		}
+	}
+}
+
+// TestResolveOtherInterpreter: perl's and awk's script operands are granted
+// for reading and are the server's code files (the ruleset refuses them,
+// and a second name of them, in a write scope).
+func TestResolveOtherInterpreter(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"server.pl", "server.awk"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		argv []string
+		file string
+	}{
+		{[]string{"perl", "server.pl"}, "server.pl"},
+		{[]string{"awk", "-f", "server.awk"}, "server.awk"},
+	} {
+		if _, err := os.Stat("/usr/bin/" + c.argv[0]); err != nil {
+			t.Fatalf("%s: %v (Debian's perl-base and mawk are essential packages)", c.argv[0], err)
+		}
+		p, err := Resolve(c.argv, Options{PATH: "/usr/bin:/bin", Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := filepath.Join(dir, c.file)
+		if !slices.Contains(p.CodeFiles, want) {
+			t.Errorf("%q: code files %q lack %s", c.argv, p.CodeFiles, want)
+		}
+		if !slices.ContainsFunc(p.Entries, func(e Entry) bool { return e.Path == want && e.Class == ClassRead }) {
+			t.Errorf("%q: %s not granted for reading", c.argv, want)
+		}
+	}
+}
