@@ -85,8 +85,10 @@ func newLinkLocalNet(t *testing.T) *linkLocalNet {
 // fe80::/10 that the test network also listens on: AWS's EKS Pod Identity
 // agent, Google Cloud's, Oracle Cloud's, Scaleway's and Akamai/Linode's
 // metadata services, and the NAT64 forms of 169.254.99.1 (the well-known
-// prefix's and, since session 11, the local-use block's first /96).
-var moreMetadata6 = []string{"fd00:ec2::23", "fd20:ce::254", "fd00:c1::a9fe:a9fe", "fd00:42::42", "fd00:a9fe:a9fe::1", "64:ff9b::169.254.99.1", "64:ff9b:1::169.254.99.1"}
+// prefix's, since session 11 the local-use block's first /96, since
+// session 12 every layout of that block: another /96, a /64 and the /48).
+var moreMetadata6 = []string{"fd00:ec2::23", "fd20:ce::254", "fd00:c1::a9fe:a9fe", "fd00:42::42", "fd00:a9fe:a9fe::1", "64:ff9b::169.254.99.1", "64:ff9b:1::169.254.99.1",
+	"64:ff9b:1:0:1:0:a9fe:6301", "64:ff9b:1:abcd:a9:fe63:100:0", "64:ff9b:1:a9fe:63:100::"}
 
 // TestFenceNetworkGrantLinkLocal: a scope granting a TCP port does not
 // reach link-local destinations (the cloud metadata service's addresses

@@ -18,7 +18,8 @@ import (
 // 100.100.100.200 (Alibaba Cloud's), 192.0.0.192 (Oracle Cloud Classic's),
 // 168.63.129.16 but its port 53 (Azure's WireServer, also its DNS
 // resolver), and the IPv4-mapped (::ffff:a.b.c.d) and NAT64
-// (64:ff9b::a.b.c.d, 64:ff9b:1::a.b.c.d) forms of those IPv4 addresses.
+// (64:ff9b::a.b.c.d, and each layout of the local-use block 64:ff9b:1::/48)
+// forms of those IPv4 addresses.
 // Everything else is left to Landlock's port rules. A run with a network
 // grant has the host's network; this takes the link-local part of it away.
 //
@@ -38,7 +39,10 @@ const (
 	bpfMEM   = 0x60
 	bpfK     = 0x00
 	bpfX     = 0x08
+	bpfOR    = 0x40
 	bpfAND   = 0x50
+	bpfLSH   = 0x60
+	bpfRSH   = 0x70
 	bpfMOV   = 0xb0
 	bpfJA    = 0x00
 	bpfJEQ   = 0x10
@@ -96,6 +100,16 @@ func (a *asm) mov(dst, src uint8) {
 	a.out = append(a.out, insn{Op: bpfALU64 | bpfMOV | bpfX, Regs: dst | src<<4})
 }
 
+// alu32: wdst = wdst <op> imm (op: bpfLSH, bpfRSH, bpfAND).
+func (a *asm) alu32(op, dst uint8, imm int32) {
+	a.out = append(a.out, insn{Op: bpfALU | op | bpfK, Regs: dst, Imm: imm})
+}
+
+// or32x: wdst |= wsrc.
+func (a *asm) or32x(dst, src uint8) {
+	a.out = append(a.out, insn{Op: bpfALU | bpfOR | bpfX, Regs: dst | src<<4})
+}
+
 // movImm: dst = imm.
 func (a *asm) movImm(dst uint8, imm int32) {
 	a.out = append(a.out, insn{Op: bpfALU64 | bpfMOV | bpfK, Regs: dst, Imm: imm})
@@ -143,14 +157,15 @@ func be16(p uint16) int32 {
 // service), 192.0.0.192 (Oracle Cloud Classic's), or 168.63.129.16 (Azure's WireServer: the VM agent's goal
 // state, extension settings and certificates on ports 80 and 32526) on
 // any port but 53 (it is also Azure's DNS resolver, which a host's
-// resolv.conf may name). It uses r4 and r5.
-func (a *asm) denyV4(reg uint8) {
+// resolv.conf may name). Any other address goes on at pass. It uses r4
+// and r5.
+func (a *asm) denyV4(reg uint8, pass string) {
 	a.mov(4, reg)
 	a.and32(4, be32(0xff, 0xff, 0, 0))
 	a.jmp32(bpfJEQ, 4, be32(169, 254, 0, 0), "deny")
 	a.jmp32(bpfJEQ, reg, be32(100, 100, 100, 200), "deny")
 	a.jmp32(bpfJEQ, reg, be32(192, 0, 0, 192), "deny")
-	a.jmp32(bpfJNE, reg, be32(168, 63, 129, 16), "allow")
+	a.jmp32(bpfJNE, reg, be32(168, 63, 129, 16), pass)
 	a.load32(5, offUserPort)
 	a.jmp32(bpfJNE, 5, be16(53), "deny")
 }
@@ -159,7 +174,7 @@ func (a *asm) denyV4(reg uint8) {
 func inet4Prog() []insn {
 	a := newAsm()
 	a.load32(2, offUserIP4)
-	a.denyV4(2)
+	a.denyV4(2, "allow")
 	a.jump("allow")
 	return a.verdicts()
 }
@@ -178,15 +193,69 @@ var metadata6 = [][4]int32{
 
 // v4in6 are the first three words of the IPv6 forms that carry an IPv4
 // address in the last: IPv4-mapped (::ffff:a.b.c.d, what a dual-stack
-// socket connects to), the NAT64 well-known prefix (64:ff9b::a.b.c.d,
-// which a NAT64 gateway turns into the IPv4 address) and, since session
-// 11, the /96 of the local-use NAT64 block at its start
-// (64:ff9b:1::a.b.c.d, RFC 8215; a local gateway's other prefixes in that
-// /48 and the RFC 6052 layouts of shorter prefixes remain, Known limits).
+// socket connects to) and the NAT64 well-known prefix (64:ff9b::a.b.c.d,
+// which a NAT64 gateway turns into the IPv4 address). The local-use NAT64
+// block 64:ff9b:1::/48 (RFC 8215) is checked in every layout a prefix
+// inside it may use (nat64Local).
 var v4in6 = [][3]int32{
 	{0, 0, be32(0, 0, 0xff, 0xff)},
 	{be32(0, 0x64, 0xff, 0x9b), 0, 0},
-	{be32(0, 0x64, 0xff, 0x9b), be32(0, 1, 0, 0), 0},
+}
+
+// littleEndian: the layouts of nat64Local are assembled from the words of
+// user_ip6 read the host's way, with shifts written for a little-endian
+// host (amd64, arm64, riscv64, ...).
+var littleEndian = be32(1, 0, 0, 0) == 1
+
+// nat64Local refuses an address of the local-use NAT64 block
+// 64:ff9b:1::/48 (RFC 8215) whose IPv4 address, in any RFC 6052 layout of
+// a prefix inside the block, is one denyV4 refuses: a /96 prefix (any of
+// the block's: bytes 12-15), a /64 (bytes 9-12), a /56 (bytes 7, 9-11) and
+// the /48 itself (bytes 6-7, 9-10; byte 8, RFC 6052's u octet, skipped).
+// The block is for a network's own gateway, which may use any of them;
+// an address of the block whose other layouts hold a refused IPv4 address
+// by chance is refused too. On a big-endian host the whole block is
+// refused. r2 holds user_ip6[0]; it uses r3, r6, r7, r8 (and r4, r5).
+func (a *asm) nat64Local() {
+	a.jmp32(bpfJNE, 2, be32(0, 0x64, 0xff, 0x9b), "allow")
+	a.load32(6, offUserIP6+4)
+	a.mov(3, 6)
+	a.and32(3, be32(0xff, 0xff, 0, 0))
+	a.jmp32(bpfJNE, 3, be32(0, 1, 0, 0), "allow")
+	if !littleEndian {
+		a.jump("deny")
+		return
+	}
+	a.load32(7, offUserIP6+8)
+	// /96: the last word.
+	a.load32(3, offUserIP6+12)
+	a.mov(8, 3)
+	a.denyV4(3, "nat64-64")
+	a.label("nat64-64")
+	// /64: bytes 9-12 = (word2 >> 8) | (word3 << 24).
+	a.alu32(bpfLSH, 8, 24)
+	a.mov(3, 7)
+	a.alu32(bpfRSH, 3, 8)
+	a.or32x(3, 8)
+	a.denyV4(3, "nat64-56")
+	a.label("nat64-56")
+	// /56: bytes 7, 9-11 = (word1 >> 24) | (word2 & 0xffffff00).
+	a.mov(3, 6)
+	a.alu32(bpfRSH, 3, 24)
+	a.mov(8, 7)
+	a.and32(8, be32(0, 0xff, 0xff, 0xff))
+	a.or32x(3, 8)
+	a.denyV4(3, "nat64-48")
+	a.label("nat64-48")
+	// /48: bytes 6-7, 9-10 = (word1 >> 16) | ((word2 >> 8) << 16).
+	a.mov(3, 6)
+	a.alu32(bpfRSH, 3, 16)
+	a.mov(8, 7)
+	a.alu32(bpfRSH, 8, 8)
+	a.alu32(bpfLSH, 8, 16)
+	a.or32x(3, 8)
+	a.denyV4(3, "allow")
+	a.jump("allow")
 }
 
 // inet6Prog refuses fe80::/10, fd00:ec2::/32 (AWS's IPv6 service block:
@@ -221,11 +290,11 @@ func inet6Prog() []insn {
 		a.load32(3, offUserIP6+8)
 		a.jmp32(bpfJNE, 3, w[2], next)
 		a.load32(3, offUserIP6+12)
-		a.denyV4(3)
+		a.denyV4(3, "allow")
 		a.jump("allow")
 		a.label(next)
 	}
-	a.jump("allow")
+	a.nat64Local()
 	return a.verdicts()
 }
 
@@ -243,10 +312,30 @@ var netDestProgs = []struct {
 // ErrNoNetFilter is wrapped by every failure to put the filter in place.
 var ErrNoNetFilter = errors.New("cannot refuse link-local destinations (cloud metadata service)")
 
-// loadProg loads one cgroup/sock_addr program for attach type at.
+// loadProg loads one cgroup/sock_addr program for attach type at. It loads
+// without the verifier's log (which costs time and, past its buffer's
+// size, fails the load with ENOSPC) and, on a refusal, again with it to
+// say why.
 func loadProg(prog []insn, at uint32) (int, error) {
+	fd, err := loadProgLog(prog, at, nil)
+	if err == nil {
+		return fd, nil
+	}
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EINVAL) {
+		logBuf := make([]byte, 64<<10)
+		if _, lerr := loadProgLog(prog, at, logBuf); lerr != nil {
+			if n := cstrLen(logBuf); n > 0 {
+				return -1, fmt.Errorf("BPF_PROG_LOAD: %w (verifier: %s)", lerr, logBuf[:n])
+			}
+		}
+	}
+	return -1, fmt.Errorf("BPF_PROG_LOAD: %w", err)
+}
+
+// loadProgLog is one BPF_PROG_LOAD, with the verifier's log into logBuf
+// when it is not nil.
+func loadProgLog(prog []insn, at uint32, logBuf []byte) (int, error) {
 	license := []byte("GPL\x00")
-	logBuf := make([]byte, 4096)
 	attr := struct {
 		progType, insnCnt   uint32
 		insns, license      uint64
@@ -258,8 +347,10 @@ func loadProg(prog []insn, at uint32) (int, error) {
 	}{
 		progType: unix.BPF_PROG_TYPE_CGROUP_SOCK_ADDR, insnCnt: uint32(len(prog)),
 		insns: uint64(uintptr(unsafe.Pointer(&prog[0]))), license: uint64(uintptr(unsafe.Pointer(&license[0]))),
-		logLevel: 1, logSize: uint32(len(logBuf)), logBuf: uint64(uintptr(unsafe.Pointer(&logBuf[0]))),
 		expectedAT: at,
+	}
+	if len(logBuf) > 0 {
+		attr.logLevel, attr.logSize, attr.logBuf = 1, uint32(len(logBuf)), uint64(uintptr(unsafe.Pointer(&logBuf[0])))
 	}
 	copy(attr.name[:], "mcpw_netdest")
 	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
@@ -267,10 +358,7 @@ func loadProg(prog []insn, at uint32) (int, error) {
 	runtime.KeepAlive(license)
 	runtime.KeepAlive(logBuf)
 	if errno != 0 {
-		if n := cstrLen(logBuf); n > 0 && errno == unix.EACCES {
-			return -1, fmt.Errorf("BPF_PROG_LOAD: %w (verifier: %s)", errno, logBuf[:n])
-		}
-		return -1, fmt.Errorf("BPF_PROG_LOAD: %w", errno)
+		return -1, errno
 	}
 	return int(fd), nil
 }

@@ -45,6 +45,22 @@ func TestNetDestInstructions(t *testing.T) {
 			ja(toAllow),                 // its DNS: allow
 		}
 	}
+	// The inet6 program's verdicts: allow at 119, deny at 121.
+	const allow, deny = 119, 121
+	lsh := func(dst uint8, imm int32) insn { return insn{Op: 0x64, Regs: dst, Imm: imm} }
+	rsh := func(dst uint8, imm int32) insn { return insn{Op: 0x74, Regs: dst, Imm: imm} }
+	or := func(dst, src uint8) insn { return insn{Op: 0x4c, Regs: dst | src<<4} }
+	// denyV4At: inet4's checks on reg at instruction at, going on at pass.
+	denyV4At := func(reg uint8, at, pass int16) []insn {
+		return []insn{
+			mov(4, reg), and(4, le(0xff, 0xff, 0, 0)), jeq(4, le(169, 254, 0, 0), deny-(at+2)-1),
+			jeq(reg, le(100, 100, 100, 200), deny-(at+3)-1),
+			jeq(reg, le(192, 0, 0, 192), deny-(at+4)-1),
+			jne(reg, le(168, 63, 129, 16), pass-(at+5)-1),
+			ld(5, 24),
+			jne(5, port(53), deny-(at+7)-1),
+		}
+	}
 	tests := []struct {
 		name string
 		got  []insn
@@ -63,22 +79,38 @@ func TestNetDestInstructions(t *testing.T) {
 			ja(0),                             // allow
 		}, verdicts...)},
 		{"inet6", inet6Prog(), concat([]insn{
-			ld(2, 8),                               // w2 = user_ip6[0]
-			mov(3, 2),                              // r3 = r2
-			and(3, le(0xff, 0xc0, 0, 0)),           // /10
-			jeq(3, le(0xfe, 0x80, 0, 0), 77),       // fe80::/10: deny
-			jeq(2, le(0xfd, 0x00, 0x0e, 0xc2), 76), // fd00:ec2::/32: deny
+			ld(2, 8),                                // w2 = user_ip6[0]
+			mov(3, 2),                               // r3 = r2
+			and(3, le(0xff, 0xc0, 0, 0)),            // /10
+			jeq(3, le(0xfe, 0x80, 0, 0), deny-3-1),  // fe80::/10: deny
+			jeq(2, le(0xfd, 0x00, 0x0e, 0xc2), 116), // fd00:ec2::/32: deny
 		},
 			// fd20:ce::254, fd00:c1::a9fe:a9fe, fd00:42::42, fd00:a9fe:a9fe::1
-			exact(le(0xfd, 0x20, 0x00, 0xce), 0, 0, le(0, 0, 2, 0x54), 69),
-			exact(le(0xfd, 0x00, 0x00, 0xc1), 0, 0, le(0xa9, 0xfe, 0xa9, 0xfe), 62),
-			exact(le(0xfd, 0x00, 0x00, 0x42), 0, 0, le(0, 0, 0, 0x42), 55),
-			exact(le(0xfd, 0x00, 0xa9, 0xfe), le(0xa9, 0xfe, 0, 0), 0, le(0, 0, 0, 1), 48),
-			// ::ffff:a.b.c.d, 64:ff9b::a.b.c.d, then 64:ff9b:1::a.b.c.d:
-			// what inet4 refuses
-			v4in6(0, 0, le(0, 0, 0xff, 0xff), 39, 31),
-			v4in6(le(0, 0x64, 0xff, 0x9b), 0, 0, 24, 16),
-			v4in6(le(0, 0x64, 0xff, 0x9b), le(0, 1, 0, 0), 0, 9, 1),
+			exact(le(0xfd, 0x20, 0x00, 0xce), 0, 0, le(0, 0, 2, 0x54), deny-11-1),
+			exact(le(0xfd, 0x00, 0x00, 0xc1), 0, 0, le(0xa9, 0xfe, 0xa9, 0xfe), deny-18-1),
+			exact(le(0xfd, 0x00, 0x00, 0x42), 0, 0, le(0, 0, 0, 0x42), deny-25-1),
+			exact(le(0xfd, 0x00, 0xa9, 0xfe), le(0xa9, 0xfe, 0, 0), 0, le(0, 0, 0, 1), deny-32-1),
+			// ::ffff:a.b.c.d, 64:ff9b::a.b.c.d: what inet4 refuses
+			v4in6(0, 0, le(0, 0, 0xff, 0xff), deny-41-1, allow-47-1),
+			v4in6(le(0, 0x64, 0xff, 0x9b), 0, 0, deny-56-1, allow-62-1),
+			// 64:ff9b:1::/48 (session 12): every layout of a prefix in it.
+			[]insn{
+				jne(2, le(0, 0x64, 0xff, 0x9b), allow-63-1), // not 64:ff9b::/32: allow
+				ld(6, 12),                          // w6 = user_ip6[1]
+				mov(3, 6),                          // r3 = r6
+				and(3, le(0xff, 0xff, 0, 0)),       // its first 16 bits
+				jne(3, le(0, 1, 0, 0), allow-67-1), // not 64:ff9b:1::/48: allow
+				ld(7, 16),                          // w7 = user_ip6[2]
+				ld(3, 20),                          // /96: w3 = user_ip6[3]
+				mov(8, 3),                          // r8 = r3
+			},
+			denyV4At(3, 71, 79),
+			[]insn{lsh(8, 24), mov(3, 7), rsh(3, 8), or(3, 8)}, // /64: bytes 9-12
+			denyV4At(3, 83, 91),
+			[]insn{mov(3, 6), rsh(3, 24), mov(8, 7), and(8, le(0, 0xff, 0xff, 0xff)), or(3, 8)}, // /56: bytes 7, 9-11
+			denyV4At(3, 96, 104),
+			[]insn{mov(3, 6), rsh(3, 16), mov(8, 7), rsh(8, 8), lsh(8, 16), or(3, 8)}, // /48: bytes 6-7, 9-10
+			denyV4At(3, 110, allow),
 			[]insn{ja(0)},
 			verdicts)},
 	}

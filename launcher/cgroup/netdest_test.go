@@ -122,6 +122,20 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"tcp:[64:ff9b::168.63.129.16]:80", "EPERM"},
 		{"tcp:[64:ff9b:1::169.254.169.254]:80", "EPERM"}, // session 11: the local-use NAT64 prefix's first /96
 		{"udpto:[64:ff9b:1::100.100.100.200]:53", "EPERM"},
+		// Session 12: every layout of the local-use NAT64 block
+		// 64:ff9b:1::/48 (RFC 6052/8215): another /96 of it, a /64, a /56
+		// and the /48 itself.
+		{"udpto:[64:ff9b:1:0:1:0:a9fe:a9fe]:9", "EPERM"},
+		{"tcp:[64:ff9b:1:0:1:0:6464:64c8]:80", "EPERM"},
+		{"tcp:[64:ff9b:1:abcd:a9:fea9:fe00:0]:80", "EPERM"},
+		{"udpto:[64:ff9b:1:abcd:c0:0:c000:0]:9", "EPERM"},
+		{"tcp:[64:ff9b:1:aba9:fe:a9fe::]:80", "EPERM"},
+		{"udpto:[64:ff9b:1:ab64:64:64c8::]:9", "EPERM"},
+		{"tcp:[64:ff9b:1:a9fe:a9:fe00::]:80", "EPERM"},
+		{"tcp:[64:ff9b:1:a83f:81:1000::]:80", "EPERM"},
+		{"udpto:[64:ff9b:1:c000:0:c000::]:9", "EPERM"},
+		{"udpto:[64:ff9b:1:a83f:81:1000::]:53", "!EPERM"}, // the WireServer's DNS, as in every form
+		{"udpto:[64:ff9b:1:0:1:0:a83f:8110]:53", "!EPERM"},
 		{"udpto:[64:ff9b::168.63.129.16]:53", "!EPERM"},
 		{fmt.Sprintf("tcp:127.0.0.1:%d", lo), "ok"},
 		{fmt.Sprintf("tcp:[::ffff:127.0.0.1]:%d", lo), "ok"},
@@ -146,8 +160,14 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"udpto:[fd00:a9fe:a9ff::1]:9", "!EPERM"},
 		{"udpto:192.0.0.193:9", "!EPERM"},
 		{"udpto:[64:ff9b::8.8.8.8]:9", "!EPERM"},
-		{"udpto:[64:ff9b:1:0:1::a9fe:a9fe]:9", "!EPERM"}, // another /96 of the local-use NAT64 /48 (Known limits)
 		{"udpto:[64:ff9b:1::8.8.8.8]:9", "!EPERM"},
+		{"udpto:[64:ff9b:1:0:1:0:808:808]:9", "!EPERM"},
+		{"udpto:[64:ff9b:1:abcd:a9:ff00:100:0]:9", "!EPERM"}, // 169.255.0.1 in each layout
+		{"udpto:[64:ff9b:1:aba9:ff:1::]:9", "!EPERM"},
+		{"udpto:[64:ff9b:1:a9ff:0:100::]:9", "!EPERM"},
+		{"udpto:[64:ff9b:1:808:8:800::]:9", "!EPERM"},
+		{"udpto:[64:ff9b:2::a9fe:a9fe]:9", "!EPERM"}, // outside the /48
+		{"udpto:[64:ff9a:1::a9fe:a9fe]:9", "!EPERM"},
 		{"udpto:[::1]:9", "ok"},
 	}
 	var args []string
