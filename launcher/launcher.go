@@ -207,6 +207,11 @@ type Launcher struct {
 	secretsMu          sync.Mutex
 	launchSecrets      *secretMasks // the launch's walk (set once, before any restart)
 	secretRE, unmaskRE *schema.Secrets
+	// planted: what the checks for names planted in the write scope
+	// found (planted.go), since plantedSince (the launch, then each
+	// check); guarded by secretsMu.
+	planted      *planted
+	plantedSince time.Time
 }
 
 // DroppedEnv names the launcher's environment variables the server does

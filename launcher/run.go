@@ -238,6 +238,12 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if prep != nil {
 		prepare = prep.Prepare
 	}
+	// Nothing of the server runs before the go-ahead: what changes in the
+	// write scope from now on may be its doing (planted.go). The kernel's
+	// clock, as inode times are.
+	l.secretsMu.Lock()
+	l.plantedSince = time.Now()
+	l.secretsMu.Unlock()
 	p, err := srv.launch(ctx, h, rs, prepare)
 	if err != nil {
 		if prep != nil {
@@ -293,6 +299,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			reason = schema.ExitStartFailed
 		}
 	}
+	// Names the server may have planted in its write scope: no layer
+	// refuses them, so they are looked for now that it is gone.
+	l.checkPlanted("at the run's end")
 	l.identityWritten() // the identified record goes first
 	rec := l.record(schema.PhaseExit, start, srv.rootPID(), code, reason)
 	if perr := l.publish(context.WithoutCancel(ctx), rec); perr != nil {
@@ -363,11 +372,46 @@ func (l *Launcher) layers() []schema.Layer {
 	return append(out, l.secretsLayer())
 }
 
-// secretsLayer is the run's secrets layer (secretmask.go), of its last walk.
+// secretsLayer is the run's secrets layer (secretmask.go), of its last
+// walk; once a check found names planted in the write scope (or could not
+// look everywhere), degraded and saying so (planted.go).
 func (l *Launcher) secretsLayer() schema.Layer {
 	l.secretsMu.Lock()
 	defer l.secretsMu.Unlock()
-	return secretsLayer(l.cfg.Mode, l.secrets, l.iso.flags != 0)
+	ly := secretsLayer(l.cfg.Mode, l.secrets, l.iso.flags != 0)
+	if l.planted != nil {
+		if note := l.planted.layerNote(); note != "" {
+			if ly.State == schema.LayerOn {
+				ly.State = schema.LayerDegraded
+			}
+			ly.Reason = note + "," + ly.Reason
+		}
+	}
+	return ly
+}
+
+// checkPlanted looks for names planted in the write scope since the last
+// check (planted.go), warns on stderr and keeps the count for the exit
+// record's secrets layer. when says at which point of the run.
+func (l *Launcher) checkPlanted(when string) {
+	if l.cfg.Scope == nil || l.cfg.Scope.AccessMode != schema.AccessWrite || l.secretRE == nil {
+		return
+	}
+	l.secretsMu.Lock()
+	since := l.plantedSince
+	l.plantedSince = time.Now()
+	l.secretsMu.Unlock()
+	if since.IsZero() {
+		return // the server never got its go-ahead
+	}
+	p := plantedCheck(l.cfg.Scope, l.secretRE, l.unmaskRE, since, l.cfg.SecretWalkLimit)
+	p.warn(l.cfg.Stderr, when)
+	l.secretsMu.Lock()
+	defer l.secretsMu.Unlock()
+	if l.planted == nil {
+		l.planted = &planted{}
+	}
+	l.planted.add(p)
 }
 
 func (l *Launcher) setSecrets(m *secretMasks) {
@@ -634,6 +678,9 @@ func (s *server) Restart(ctx context.Context, paths []schema.CanonicalPath) erro
 		s.mu.Unlock()
 		return fmt.Errorf("restart: %w; the narrower server was not started", err)
 	}
+	// What the old tree planted in the write scope, reported now (the
+	// narrower tree may not reach it any more).
+	s.l.checkPlanted("before the server's restart")
 	p, err := s.start(ctx, narrowed)
 	s.mu.Lock()
 	defer s.mu.Unlock()
