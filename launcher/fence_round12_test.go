@@ -165,3 +165,25 @@ func testFencePlantedNames(t *testing.T, noNS bool) {
 		t.Errorf("the start record's secrets layer %+v names planted files", start)
 	}
 }
+
+// TestFenceWriteScopeAtAHomeDirectory: a write scope at the launching
+// user's home directory is warned about at launch (it runs: the masks and
+// the run-end report still hold; refusing it would break the scopes at a
+// home directory the docs describe). On the code before it started
+// without a word.
+func TestFenceWriteScopeAtAHomeDirectory(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, Env: []string{"HOME=" + w.allowed}})
+	if r := s.Do(map[string]any{"op": "ping"}); !r.OK {
+		t.Fatalf("the run did not start: %+v (%s)", r, s.Stderr())
+	}
+	if code := s.Close(); code != 0 {
+		t.Fatalf("exit %d: %s", code, s.Stderr())
+	}
+	if !strings.Contains(s.Stderr(), "WARNING: a write scope path is the home directory of the launching user") {
+		t.Errorf("no warning for a write scope at $HOME: %s", s.Stderr())
+	}
+}

@@ -3,6 +3,9 @@ package launcher
 import (
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -283,4 +286,53 @@ func (p *planted) layerNote() string {
 		out = append(out, "planted_unchecked="+strconv.Itoa(p.unchecked))
 	}
 	return strings.Join(out, ",")
+}
+
+// homeWriteWarning warns when a write scope path is a home directory or
+// holds one (the launcher's $HOME, root's and every login user's of
+// passwd, uid 0 or 1000 and up): there the server may make the names the
+// user's next login, shell, editor or agent runs (.ssh/authorized_keys, a
+// missing .bashrc, .config/autostart, .local/bin), which no layer can
+// refuse; they are reported at the run's end only. "" when none is.
+func homeWriteWarning(scope *schema.CanonicalScope, home, passwd string) string {
+	if scope == nil || scope.AccessMode != schema.AccessWrite {
+		return ""
+	}
+	homes := map[string]string{} // home → whose
+	if home != "" && filepath.IsAbs(home) {
+		homes[filepath.Clean(home)] = "the launching user"
+	}
+	if b, err := os.ReadFile(passwd); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Split(line, ":")
+			if len(f) < 7 {
+				continue
+			}
+			uid, err := strconv.Atoi(f[2])
+			if err != nil || (uid != 0 && (uid < 1000 || uid == 65534)) || !filepath.IsAbs(f[5]) || filepath.Clean(f[5]) == "/" {
+				continue
+			}
+			if _, ok := homes[filepath.Clean(f[5])]; !ok {
+				homes[filepath.Clean(f[5])] = "user " + strconv.Quote(f[0])
+			}
+		}
+	}
+	for _, p := range scope.AllowedPaths {
+		if p.Kind != schema.KindDir {
+			continue
+		}
+		for _, h := range slices.Sorted(maps.Keys(homes)) {
+			real := h
+			if r, err := filepath.EvalSymlinks(h); err == nil {
+				real = r
+			}
+			switch {
+			case real == p.Path:
+				return fmt.Sprintf("mcpwarden: WARNING: a write scope path is the home directory of %s: the server may create there what that user's next login, shell, editor or agent runs (.ssh/authorized_keys, a missing .bashrc or .profile, .config/autostart, .local/bin), which no layer can refuse (only reported when the run ends); grant write to a project directory below it instead", homes[h])
+			case schema.IsWithin(p.Path, real):
+				return fmt.Sprintf("mcpwarden: WARNING: a write scope path holds the home directory of %s: the server may create there what that user's next login, shell, editor or agent runs (.ssh/authorized_keys, a missing .bashrc or .profile, .config/autostart, .local/bin), which no layer can refuse (only reported when the run ends); grant write to a project directory below it instead", homes[h])
+			}
+		}
+	}
+	return ""
 }

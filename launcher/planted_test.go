@@ -89,3 +89,51 @@ func TestPlantedCheck(t *testing.T) {
 		t.Errorf("the warning names the scope path: %s", sb.String())
 	}
 }
+
+// TestHomeWriteWarning: a write scope path that is a home directory (the
+// launcher's $HOME, root's or a login user's in passwd) or holds one is
+// warned about; a project directory below a home, a read scope, a system
+// account's home and a home elsewhere are not.
+func TestHomeWriteWarning(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"home/alice/proj", "home/bob", "srv/www", "launcher-home", "var/lib/pg"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	passwd := filepath.Join(root, "passwd")
+	lines := "root:x:0:0:root:" + root + "/rootshome:/bin/bash\n" +
+		"alice:x:1000:1000::" + root + "/home/alice:/bin/bash\n" +
+		"bob:x:1001:1001::" + root + "/home/bob:/bin/sh\n" +
+		"postgres:x:108:112::" + root + "/var/lib/pg:/bin/bash\n" +
+		"nobody:x:65534:65534::" + root + "/srv/www:/usr/sbin/nologin\n" +
+		"broken line\n"
+	if err := os.WriteFile(passwd, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scope := func(mode schema.AccessMode, dir string) *schema.CanonicalScope {
+		return &schema.CanonicalScope{AccessMode: mode, AllowedPaths: []schema.CanonicalPath{{Path: filepath.Join(root, dir), Kind: schema.KindDir}}}
+	}
+	home := filepath.Join(root, "launcher-home")
+	for _, c := range []struct {
+		mode schema.AccessMode
+		dir  string
+		want string
+	}{
+		{schema.AccessWrite, "home/alice", `is the home directory of user "alice"`},
+		{schema.AccessWrite, "home", "holds the home directory of user"},
+		{schema.AccessWrite, "launcher-home", "is the home directory of the launching user"},
+		{schema.AccessWrite, "home/alice/proj", ""},
+		{schema.AccessRead, "home/alice", ""},
+		{schema.AccessWrite, "var/lib/pg", ""},
+		{schema.AccessWrite, "srv/www", ""},
+	} {
+		got := homeWriteWarning(scope(c.mode, c.dir), home, passwd)
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("%s %s: %q, want %q", c.mode, c.dir, got, c.want)
+		}
+		if got != "" && strings.Contains(got, root) {
+			t.Errorf("the warning names a path: %s", got)
+		}
+	}
+}

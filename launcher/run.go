@@ -184,6 +184,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if w := secretWarning(l.secretsLayer()); w != "" {
 		fmt.Fprintln(cfg.Stderr, w)
 	}
+	if w := homeWriteWarning(cfg.Scope, os.Getenv("HOME"), "/etc/passwd"); w != "" {
+		fmt.Fprintln(cfg.Stderr, w)
+	}
 	if cfg.Mode == schema.ModeEnforce && cfg.Scope.AllowIOUring {
 		fmt.Fprintln(cfg.Stderr, "mcpwarden: WARNING: the scope allows io_uring (allow_io_uring): its operations pass every argument check of the seccomp filter (socket families, vsock to the hypervisor included, extended attributes and ACLs, set-id bits on new files); Landlock, the namespaces and the destination filter still hold")
 	}

@@ -23,7 +23,7 @@ import (
 // Everything else is left to Landlock's port rules. A run with a network
 // grant has the host's network; this takes the link-local part of it away.
 //
-// The instructions are assembled here (a dozen each), so that the launcher
+// The instructions are assembled here (16 for IPv4, 123 for IPv6), so that the launcher
 // does not link an eBPF library. BPF_F_ALLOW_MULTI: the programs of the
 // launcher's own cgroup still run, and nothing attached below the run's
 // group can override these (every program must allow).
