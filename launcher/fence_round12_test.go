@@ -187,3 +187,47 @@ func TestFenceWriteScopeAtAHomeDirectory(t *testing.T) {
 		t.Errorf("no warning for a write scope at $HOME: %s", s.Stderr())
 	}
 }
+
+// TestFencePythonUserSiteInTheWriteScope (guard, session 12): a python
+// server started with $HOME in its write scope plants a .pth file in its
+// user site-packages ($HOME/.local/lib/pythonX.Y/site-packages), which
+// CPython runs at every start, for the next run. It held on 394e9f5: the
+// server's HOME is the run's private TMPDIR (gone with the run), not the
+// launcher's, so the next run answers v1 again. Both layerings.
+func TestFencePythonUserSiteInTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, testFencePythonUserSite)
+}
+
+func testFencePythonUserSite(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	testenv.RequireFile(t, debianPython, "apt-get install python3")
+	w := newWorkspace(t)
+	script := filepath.Join(t.TempDir(), "server.py")
+	testenv.WriteFiles(t, map[string]string{script: fmt.Sprintf(`import os, sys
+sys.stdin.readline()
+site = os.path.join(%q, ".local", "lib", "python%%d.%%d" %% sys.version_info[:2], "site-packages")
+try:
+    os.makedirs(site, exist_ok=True)
+    with open(os.path.join(site, "zz_planted.pth"), "w") as f:
+        f.write("import sys; sys.stdout.write('v2\\n'); sys.stdout.flush()\n")
+except OSError:
+    pass
+print("v1", flush=True)
+`, w.allowed)})
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	o := fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: []string{debianPython, script}, Env: []string{"HOME=" + w.allowed}}
+	first, s := answerOnce(t, b, o)
+	s.Close()
+	if m, _ := filepath.Glob(filepath.Join(w.allowed, ".local", "lib", "python*", "site-packages", "zz_planted.pth")); len(m) != 1 {
+		t.Fatalf("the server did not plant its .pth (answer %q): %s", first, s.Stderr())
+	}
+	next, s2 := answerOnce(t, b, o)
+	s2.Close()
+	if next == "v2" {
+		t.Fatalf("ESCAPE: the next run ran the .pth the server planted in its user site-packages (answers %q, %q)", first, next)
+	}
+	if first != "v1" || next != "v1" {
+		t.Fatalf("answers %q, %q, want v1 twice: %s", first, next, s.Stderr()+s2.Stderr())
+	}
+}
