@@ -919,7 +919,7 @@ func (p *Policy) checkFileURIs(raw json.RawMessage, effective []string) ([]strin
 	if d := CheckOpenURLs(raw); d != nil {
 		return nil, d
 	}
-	if !hasFileURI(raw) {
+	if !hasFileURI(raw) && !mayHoldAppURL(raw) {
 		return nil, nil
 	}
 	c := p.newChecker(p.baseRel, effective, false)
@@ -930,6 +930,23 @@ func (p *Policy) checkFileURIs(raw json.RawMessage, effective []string) ([]strin
 		// As a client's URL parser reads it: " file:…" and "fi\nle:…" are
 		// file URLs to WHATWG's.
 		if s = urlClean(s); !hasFileScheme(s) {
+			// An editor's or application's URL wrapping a file's path
+			// (vscode-file://vscode-app/<path>, vscode://file/<path>,
+			// idea://open?file=<path>: appurls.go, round twelve), which
+			// the client opens: each name it wraps is checked.
+			refs, ok := appFileRefs(s)
+			if !ok {
+				return nil
+			}
+			if len(refs) == 0 {
+				return deny(schema.ErrMalformedRequest, "the server's answer holds an application URL that wraps a file's path and cannot be read (%s)", truncateScheme(s))
+			}
+			for _, r := range refs {
+				if d := c.path(ptr, r); d != nil {
+					d.Reason = "the server's answer holds an application URL of a file it may not serve: " + d.Reason
+					return d
+				}
+			}
 			return nil
 		}
 		if d := c.path(ptr, s); d != nil {

@@ -116,6 +116,9 @@ func (c *argChecker) embeddedForms(s string, probe bool, add func(string)) error
 			return err
 		}
 	}
+	if err := c.appParts(s, probe, add); err != nil {
+		return err
+	}
 	if scheme, _, ok := urlScheme(s); ok && strings.EqualFold(scheme, "data") || hasURLScheme(s) && !hasFileScheme(s) {
 		// A data: URL's payload is data, not a name; a URL of another
 		// scheme names another host's resource, its query included.
@@ -218,8 +221,11 @@ func (c *argChecker) partForms(whole, part string, probe bool, add func(string))
 // whole string's own forms are pathForms' (never found again here, which
 // would not end).
 func (c *argChecker) addPart(whole, part string, probe bool, add func(string)) error {
-	if part == "" || part == whole || hasURLScheme(part) && !hasFileScheme(part) {
+	if part == "" || part == whole {
 		return nil
+	}
+	if hasURLScheme(part) && !hasFileScheme(part) {
+		return c.appParts(part, probe, add) // a.txt,vscode://file/<path>
 	}
 	// Probed as the whole string would be: "--dir=outside" names the
 	// entry "outside" to a server that takes the option apart.
@@ -400,4 +406,25 @@ func (c *argChecker) partGlobs(ptr []string, s string) *Denial {
 		}
 	}
 	return first
+}
+
+// appParts adds the names an editor's or application's URL in s wraps
+// (appurls.go, round twelve: vscode-file://vscode-app/<path>,
+// vscode://file/<path>:<line>, idea://open?file=<path>, a subl:// URL's
+// file: url), each in its path forms; a wrapping scheme's URL that does
+// not parse is refused.
+func (c *argChecker) appParts(s string, probe bool, add func(string)) error {
+	refs, ok := appFileRefs(s)
+	if !ok {
+		return nil
+	}
+	if len(refs) == 0 {
+		return badPath("an application URL that wraps a file's path cannot be read")
+	}
+	for _, r := range refs {
+		if err := c.addPart(s, r, probe, add); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -262,6 +262,14 @@ func (p *Policy) TemplateAllowed(tmpl string, effective []string) bool {
 		return false
 	}
 	if !hasFileScheme(tmpl) {
+		// An editor's or application's URL wrapping a file's path
+		// (vscode-file://vscode-app/etc/{name}: appurls.go, round
+		// twelve) is judged as the file: template of that path; one
+		// whose path is in its query (idea://open?file={f}) is dropped.
+		if _, ok := appFileRefs(fillExpressions(tmpl)); ok {
+			ft, ok := appFileTemplate(tmpl)
+			return ok && p.TemplateAllowed(ft, effective)
+		}
 		return true
 	}
 	open := strings.IndexByte(tmpl, '{')

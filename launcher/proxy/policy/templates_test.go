@@ -63,6 +63,15 @@ func TestTemplateAllowed(t *testing.T) {
 		{"\ttest://static/resource/{id}", true},
 		{"urn:isbn:{n}", true},
 		{"http://example.com/~{resource_name}/", true}, // go-sdk's everything-server
+		// Round twelve: an editor's URL wrapping a file's path is the
+		// file: template of that path (appurls.go).
+		{"vscode-file://vscode-app/etc/{name}", false},
+		{"vscode-file://vscode-app" + allowed + "/{dir}/.env", false},
+		{"vscode://file" + base + "/outside/{name}:{line}", false},
+		{"cursor://file/{+path}", true}, // as file:///{+path}
+		{"vscode-file://vscode-app" + allowed + "/{name}", true},
+		{"idea://open?file={f}", false}, // its path in its query: dropped
+		{"vscode://ms-python.python/{x}", true},
 	}
 	for _, tt := range tests {
 		if got := p.TemplateAllowed(tt.tmpl, eff); got != tt.want {
