@@ -235,13 +235,19 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 	case m.Error != nil:
 		frame = jsonrpc.Forward(m, rq.id)
 	case rq.rule.answer != nil:
-		frame = jsonrpc.Result(rq.id, s.complete(rq, result))
+		result = s.complete(rq, result)
+		frame = jsonrpc.Result(rq.id, result)
 	case rq.era == eraModern && mayHold(m.Result, "input_required"):
-		frame = jsonrpc.Result(rq.id, s.complete(rq, s.tagRootsRound(m.Result)))
+		result = s.complete(rq, s.tagRootsRound(m.Result))
+		frame = jsonrpc.Result(rq.id, result)
 	case rq.era == eraModern:
 		frame = jsonrpc.Result(rq.id, s.complete(rq, m.Result))
 	default:
 		frame = jsonrpc.Forward(m, rq.id)
+	}
+	if m.Error == nil {
+		// A cursor or requestState the client may send back (tokens.go).
+		s.noteIssued(rq.method, result)
 	}
 	s.finish(rq, frame, "")
 }

@@ -150,17 +150,10 @@ func (s *session) onClientRequest(m *jsonrpc.Message) {
 	s.admit(rq, a, true)
 }
 
-// opaqueParams are params members that are the protocol's own tokens,
-// never paths: a cursor and the input rounds' state (strings, see
-// opaqueToken: a standard base64 token starts with '/' one time in 64) and
-// the rounds' answers (roots answers in them are rewritten, see
-// rootsInputResponses; the rest is checked by inputAnswersCheck).
-var opaqueParams = map[string]bool{"cursor": true, "requestState": true, "inputResponses": true}
-
 // opaqueToken: v is what the schema lets a token be — a string (and, for
 // a progress token, a number). An object or array in its place is
 // checked as any member (round eleven: before, one reached the server
-// unchecked).
+// unchecked); a string is checked as a token (tokens.go, round twelve).
 func opaqueToken(v json.RawMessage, number bool) bool {
 	return len(v) > 0 && (v[0] == '"' || number && (v[0] == '-' || v[0] >= '0' && v[0] <= '9'))
 }
@@ -171,19 +164,45 @@ func opaqueToken(v json.RawMessage, number bool) bool {
 func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *policy.Denial)) func(*scopeView) ([]string, *policy.Denial) {
 	var rest []json.RawMessage
 	var answers json.RawMessage
+	var tokens [][2]string // key, the client's string token: tokens.go
 	for _, m := range rq.raw.ParamMembers {
 		if string(m.Key) == "inputResponses" {
-			answers = m.Value // the client's answers to the server: inputAnswersCheck
+			// The client's answers to the server (the protocol's own:
+			// roots answers in them are rewritten, see
+			// rootsInputResponses; the rest is checked by
+			// inputAnswersCheck).
+			answers = m.Value
+			continue
 		}
 		// (Keys are compared as bytes: no string is made for a member
 		// that needs no check.)
-		if opaqueParams[string(m.Key)] && (string(m.Key) == "inputResponses" || opaqueToken(m.Value, false)) || slices.ContainsFunc(rq.rule.own, func(k string) bool { return k == string(m.Key) }) {
+		if slices.ContainsFunc(rq.rule.own, func(k string) bool { return k == string(m.Key) }) {
 			continue
+		}
+		if tokenMethods[string(m.Key)][rq.method] && opaqueToken(m.Value, false) {
+			// A cursor, a requestState (round twelve: unread only when
+			// the server issued it).
+			if !policy.TokenMayHoldPath(m.Value) {
+				continue
+			}
+			if tok, ok := jsonrpc.String(m.Value); ok {
+				if !s.issued.has(tok) {
+					tokens = append(tokens, [2]string{string(m.Key), tok})
+				}
+				continue
+			}
 		}
 		if string(m.Key) == "_meta" {
 			for _, mm := range rq.raw.MetaMembers {
 				if string(mm.Key) == "progressToken" && opaqueToken(mm.Value, true) {
-					continue
+					// The client's own: a string is checked as a token.
+					if mm.Value[0] != '"' || !policy.TokenMayHoldPath(mm.Value) {
+						continue // a number is never a path; nor is a token as SDKs make them
+					}
+					if tok, ok := jsonrpc.String(mm.Value); ok {
+						tokens = append(tokens, [2]string{"progressToken", tok})
+						continue
+					}
 				}
 				// The era's own keys hold a '/' by name: only their values may hold a path.
 				ownKey := string(mm.Key) == metaVersion || string(mm.Key) == metaClientCaps || string(mm.Key) == metaClientInfo
@@ -200,11 +219,18 @@ func (s *session) checkRest(rq *request, check func(*scopeView) ([]string, *poli
 	if answers != nil {
 		check = s.inputAnswersCheck(answers, check)
 	}
-	if len(rest) == 0 {
+	if len(rest) == 0 && len(tokens) == 0 {
 		return check
 	}
 	return thenCheck(check, func(eff *scopeView) ([]string, *policy.Denial) {
 		var paths []string
+		for _, t := range tokens {
+			p, d := s.pol.CheckToken(t[0], t[1], eff.paths)
+			paths = append(paths, p...)
+			if d != nil {
+				return paths, d
+			}
+		}
 		for _, raw := range rest {
 			p, d := s.pol.CheckValues(raw, eff.paths)
 			paths = append(paths, p...)

@@ -29,6 +29,7 @@ var scriptedServers = []struct {
 	{ninthEnv, ninthServer},
 	{uriEnv, uriServer},
 	{tenthEnv, tenthServer},
+	{twelfthEnv, twelfthServer},
 }
 
 func TestMain(m *testing.M) {

@@ -63,8 +63,9 @@ type session struct {
 
 	restartMu sync.Mutex // serialises restarts; first in the lock order
 
-	nonce  string      // names this session in the requestState of roots rounds
-	mroots modernRoots // roots rounds of a modern server (leaf lock)
+	nonce  string       // names this session in the requestState of roots rounds
+	mroots modernRoots  // roots rounds of a modern server (leaf lock)
+	issued issuedTokens // cursors and requestStates the server handed the client (leaf lock; tokens.go)
 
 	life     lifecycle
 	changed  notifier

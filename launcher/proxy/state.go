@@ -18,7 +18,7 @@ import (
 //
 //	session.restartMu → scopeState.mu → upstreamState.mu → pendingTables.mu → clientState.mu
 //
-// Leaves, never held while another lock is taken: lifecycle.mu,
+// Leaves, never held while another lock is taken: lifecycle.mu, issuedTokens.mu,
 // notifier.mu, the jsonrpc.Writer locks, the recorder's lock. No lock of
 // the parts is held while writing to the client or the server, or while
 // waiting: the admission gate (gate.go) decides and registers a request

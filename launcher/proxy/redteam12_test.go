@@ -1,0 +1,226 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/mcpwarden/mcpwarden/schema"
+)
+
+// Round twelve.
+
+const twelfthEnv = "MCPWARDEN_PROXY_TEST_TWELFTH_SERVER"
+
+// twelfthServer is a legacy server that trusts the client with paths in
+// the protocol's own tokens and in editors' URLs:
+//   - tools/list hands out a cursor that is a path outside the scope (a
+//     server that pages a directory walk by the last name) and, given a
+//     cursor, lists one tool whose description is the file the cursor
+//     names;
+//   - its tool "token" reads the file named by the call's requestState,
+//     cursor or string progressToken;
+//   - its tool "open" reads the file an editor's URL in "value" wraps (as
+//     the editor would);
+//   - its tool "link" answers with a resource link to the file outside the
+//     scope, or the secret, in the editor's URL "form" names.
+func twelfthServer(logPath string) {
+	outside, secret := os.Getenv(redteamOutside), os.Getenv(redteamSecret)
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	read := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return "ERR"
+		}
+		return string(b)
+	}
+	serveScript(logPath, "", func(line string, send func(string)) {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Name         string            `json:"name"`
+				Arguments    map[string]string `json:"arguments"`
+				Cursor       string            `json:"cursor"`
+				RequestState string            `json:"requestState"`
+				Meta         struct {
+					ProgressToken any `json:"progressToken"`
+				} `json:"_meta"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal([]byte(line), &m)
+		if m.Method == "" || len(m.ID) == 0 {
+			return
+		}
+		result := func(v string) { send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":` + v + `}`) }
+		text := func(s string) { result(`{"content":[{"type":"text","text":` + q(s) + `}]}`) }
+		switch m.Method {
+		case "initialize":
+			result(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"twelfth","version":"12"}}`)
+		case "tools/list":
+			if m.Params.Cursor == "" {
+				result(`{"tools":[{"name":"token","inputSchema":{"type":"object"}}],"nextCursor":` + q(outside) + `}`)
+				return
+			}
+			result(`{"tools":[{"name":"token","description":` + q(read(m.Params.Cursor)) + `,"inputSchema":{"type":"object"}}]}`)
+		case "tools/call":
+			switch m.Params.Name {
+			case "token":
+				p := m.Params.RequestState + m.Params.Cursor
+				if s, ok := m.Params.Meta.ProgressToken.(string); ok {
+					p += s
+				}
+				text(read(p))
+			case "open":
+				u, err := url.Parse(m.Params.Arguments["value"])
+				if err != nil {
+					text("ERR")
+					return
+				}
+				p := u.Path
+				if f := u.Query().Get("file"); f != "" {
+					p = f
+				}
+				text(read(p))
+			case "link":
+				target := outside
+				if m.Params.Arguments["which"] == "secret" {
+					target = secret
+				}
+				uri := map[string]string{
+					"vscode-file": "vscode-file://vscode-app" + target,
+					"cursor":      "cursor://file" + target + ":3:1",
+					"subl":        "subl://open?url=file://" + target,
+					"github":      "x-github-client://openLocalRepo" + target,
+				}[m.Params.Arguments["form"]]
+				result(`{"content":[{"type":"resource_link","name":"x","uri":` + q(uri) + `}]}`)
+			default:
+				text("NOTHING")
+			}
+		default:
+			result(`{}`)
+		}
+	})
+}
+
+// TestTokensIssuedOrChecked: a string cursor, requestState or
+// progressToken reaches the server unread only when the server issued it
+// (a cursor it handed out in a list result: here a path outside the
+// scope, which a server paging a directory walk would hand out); one the
+// server never issued is checked as a path (a server that reads the path
+// back out of its "token" read the file outside the scope, or the secret,
+// for each before: round eleven left string tokens unread). Tokens as the
+// SDKs make them still pass, issued or not.
+func TestTokensIssuedOrChecked(t *testing.T) {
+	f, logPath := scriptedSecretFixture(t, twelfthEnv, "twelfth.log", []string{"token"}, nil)
+	c := f.client
+	c.initLegacy(false)
+	out := f.base + "/outside/probe.txt"
+	secret := f.base + "/allowed/.env"
+	call := func(k string, v any) map[string]any {
+		p := map[string]any{"name": "token", "arguments": map[string]any{}}
+		if k == "progressToken" {
+			p["_meta"] = map[string]any{k: v}
+		} else {
+			p[k] = v
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		what, method string
+		params       map[string]any
+	}{
+		{"a cursor the server never issued", "tools/list", map[string]any{"cursor": secret}},
+		{"a requestState the server never issued", "tools/call", call("requestState", out)},
+		{"a requestState naming a secret", "tools/call", call("requestState", secret)},
+		{"a string progressToken", "tools/call", call("progressToken", out)},
+		{"a progressToken naming a secret's file URL", "tools/call", call("progressToken", "file://"+secret)},
+		{"a cursor in a call (no list)", "tools/call", call("cursor", out)},
+		{"a cursor that climbs", "tools/list", map[string]any{"cursor": "../outside/probe.txt"}},
+	} {
+		m := c.call(tc.method, tc.params)
+		refused := m.Error != nil
+		if !refused && tc.method == "tools/call" {
+			code := denialCode(decodeTool(t, m))
+			refused = code == string(schema.ErrPathOutsideScope) || code == string(schema.ErrSecretPath)
+		}
+		if !refused || strings.Contains(string(m.Result), "MARKER-OUTSIDE") || strings.Contains(string(m.Result), "SECRET-VALUE") {
+			t.Errorf("%s: passed: %+v %s", tc.what, m.Error, m.Result)
+		}
+	}
+	if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "outside/probe.txt") || strings.Contains(string(b), "/.env") {
+		t.Errorf("the server received a path in a token:\n%s", b)
+	}
+	// The cursor the server issued (a path outside the scope) is the
+	// server's own: it pages on.
+	first := c.call("tools/list", map[string]any{})
+	var page struct {
+		NextCursor string `json:"nextCursor"`
+	}
+	if first.Error != nil || json.Unmarshal(first.Result, &page) != nil || page.NextCursor != out {
+		t.Fatalf("first page = %+v %s", first.Error, first.Result)
+	}
+	if m := c.call("tools/list", map[string]any{"cursor": page.NextCursor}); m.Error != nil || !strings.Contains(string(m.Result), "MARKER-OUTSIDE") {
+		t.Errorf("the issued cursor: %+v %s", m.Error, m.Result)
+	}
+	// As SDKs make them, never issued: base64 (one in 64 starts with
+	// '/'), go-sdk's gob, a UUID, numbers.
+	for _, tc := range []struct {
+		method string
+		params map[string]any
+	}{
+		{"tools/list", map[string]any{"cursor": "MTA="}},
+		{"tools/list", map[string]any{"cursor": "/abc+/="}},
+		{"tools/list", map[string]any{"cursor": "/tmp+Q9xw=="}},
+		{"tools/list", map[string]any{"cursor": "Cv-BAwEBCXBhZ2VUb2tlbgH_ggABAQEHTGFzdFVJRAEMAAAAB_-CAQJ4AA=="}},
+		{"tools/call", call("progressToken", "/tok/1")},
+		{"tools/call", call("progressToken", "3f1c2a4e-8b7d-4e1a-9c3b-2d5e6f7a8b9c")},
+		{"tools/call", call("progressToken", 7)},
+	} {
+		if m := c.call(tc.method, tc.params); m.Error != nil || tc.method == "tools/call" && denialCode(decodeTool(t, m)) != "" {
+			t.Errorf("%s %v: refused: %+v %s", tc.method, tc.params, m.Error, m.Result)
+		}
+	}
+}
+
+// TestAppURLsThroughTheProxy: an editor's or application's URL that
+// wraps a file's path (vscode-file://vscode-app/<path>, vscode://file/…,
+// idea://open?file=…) is read as that path: as a tool's argument (the
+// scripted server opens it as the editor would and returned the file
+// outside the scope before) and as a result's resource link (which a
+// client opens: it reached the client before).
+func TestAppURLsThroughTheProxy(t *testing.T) {
+	f, _ := scriptedSecretFixture(t, twelfthEnv, "twelfth.log", []string{"open", "link"}, nil)
+	c := f.client
+	c.initLegacy(false)
+	out := f.base + "/outside/probe.txt"
+	in := f.base + "/allowed/probe.txt"
+	for _, form := range []string{"vscode-file://vscode-app", "vscode-remote://wsl+Ubuntu", "vscode://file", "idea://open?file="} {
+		r := c.tool("open", map[string]any{"value": form + out})
+		if strings.Contains(r.text(), "MARKER-OUTSIDE") || denialCode(r) != string(schema.ErrPathOutsideScope) {
+			t.Errorf("open %s<outside> = %+v", form, r)
+		}
+		if r := c.tool("open", map[string]any{"value": form + in}); r.text() != "MARKER-ALLOWED-7f3a" {
+			t.Errorf("open %s<inside> = %+v", form, r)
+		}
+	}
+	for _, tc := range []struct {
+		form, which string
+		want        schema.ErrorCode
+	}{
+		{"vscode-file", "out", schema.ErrPathOutsideScope},
+		{"vscode-file", "secret", schema.ErrSecretPath},
+		{"cursor", "out", schema.ErrPathOutsideScope},
+		{"subl", "secret", schema.ErrSecretPath},
+		{"github", "out", schema.ErrPathOutsideScope},
+	} {
+		if r := c.tool("link", map[string]any{"form": tc.form, "which": tc.which}); denialCode(r) != string(tc.want) {
+			t.Errorf("link %s (%s) = %+v, want %s", tc.form, tc.which, r, tc.want)
+		}
+	}
+	f.sink.waitDecision(t, func(d schema.Decision) bool {
+		return d.Tool == "link" && d.Decision == schema.OutcomeDeny && d.ErrorCode == string(schema.ErrSecretPath) && len(d.PathHashes) > 0
+	})
+}
