@@ -1,20 +1,15 @@
 package proxy
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/mcpwarden/mcpwarden/internal/testenv"
-	"github.com/mcpwarden/mcpwarden/launcher"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -57,26 +52,14 @@ func TestListsAndVCSURLsThroughTheProxy(t *testing.T) {
 // that is an absolute path, or a $(echo B64 | base64 -d) of one, or a
 // YAML value after "path:", is read, and what was read (or the error
 // code) returned.
-const textServer = `
-const fs = require('fs');
-const rl = require('readline').createInterface({input: process.stdin});
-rl.on('line', l => {
-  let m; try { m = JSON.parse(l); } catch { return; }
-  if (m.id === undefined) return;
-  const send = r => process.stdout.write(JSON.stringify({jsonrpc: '2.0', id: m.id, result: r}) + '\n');
-  if (m.method === 'initialize') return send({protocolVersion: '2025-11-25', capabilities: {tools: {}}, serverInfo: {name: 'text', version: '1'}});
-  if (m.method === 'tools/call') {
+var textServer = nodeToolServer("text", `
     const text = m.params.arguments.text;
     const paths = [];
     const b64 = text.match(/\$\(echo ([A-Za-z0-9+\/=]+) \| base64 -d\)/);
     if (b64) paths.push(Buffer.from(b64[1], 'base64').toString());
     for (const w of text.split(/\s+/)) if (w.startsWith('/')) paths.push(w);
     const out = paths.map(p => { try { return fs.readFileSync(p, 'utf8'); } catch (e) { return 'ERR ' + e.code; } });
-    return send({content: [{type: 'text', text: out.join('|') || 'NOTHING'}]});
-  }
-  send({});
-});
-`
+    return send({content: [{type: 'text', text: out.join('|') || 'NOTHING'}]});`)
 
 // TestFreeTextPathsHeldByTheFence: the words of free text are not read
 // as paths (docs/proxy.md, Known limits: "cat /etc/passwd"), so a tool
@@ -88,12 +71,7 @@ rl.on('line', l => {
 // empty mode-000 mount). The premise: the same server run directly
 // reads each. A guard (held before).
 func TestFreeTextPathsHeldByTheFence(t *testing.T) {
-	testenv.RequireRoot(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
-	base := makeBase(t)
+	node, base := fencedNodeBase(t)
 	allowed, out := filepath.Join(base, "allowed"), filepath.Join(base, "outside", "probe.txt")
 	secret := filepath.Join(allowed, ".env")
 	if err := os.WriteFile(secret, []byte("TOKEN=TEXT-SECRET"), 0o600); err != nil {
@@ -123,34 +101,7 @@ func TestFreeTextPathsHeldByTheFence(t *testing.T) {
 		t.Fatalf("direct: %s %v; the server should read every file", b, err)
 	}
 
-	sc := &schema.Scope{
-		ScopeID: "fence-text", AllowedPaths: []string{"allowed"}, AccessMode: schema.AccessWrite,
-		ToolAllowlist: []string{"run"}, Approval: schema.ApprovalNone, ExpiresAfterMinutes: 30,
-	}
-	cs, err := schema.Canonicalize(sc, base, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _ := schema.NewPathHasher(make([]byte, schema.PathKeySize))
-	sink := &memSink{}
-	runID := "text-" + schema.NewID()[:8]
-	p, err := New(Config{Scope: cs, RunID: runID, Hasher: h, Sink: sink, ServerOrigin: "node"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cr, cw := io.Pipe()
-	pr, pw := io.Pipe()
-	l, err := launcher.New(launcher.Config{
-		Scope: cs, Command: []string{node, "-e", textServer}, RunID: runID,
-		AuditLog: sink, Mediator: p, Stdin: cr, Stdout: pw, Stderr: io.Discard,
-		HelperPath: testenv.FenceHelper(t), Signals: make(chan os.Signal),
-	})
-	if err != nil {
-		testenv.Missing(t, "the launcher refused to start here: "+err.Error())
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- l.Run(context.Background()); pw.Close() }()
-	c := newTestClient(t, cw, pr)
+	c, stop := startFencedNode(t, base, "fence-text", "text", "run", []string{node, "-e", textServer})
 	c.initLegacy(false)
 	for _, text := range texts {
 		r := c.tool("run", map[string]any{"text": text})
@@ -164,10 +115,7 @@ func TestFreeTextPathsHeldByTheFence(t *testing.T) {
 			t.Errorf("%q: the fenced server read %q", text, got)
 		}
 	}
-	cw.Close()
-	if err := <-errc; err != nil {
-		t.Logf("run: %v", err)
-	}
+	stop()
 }
 
 // TestSecretNamesThenTheirReads: a secret's name in a result passes — a
