@@ -405,7 +405,7 @@ func (c *Collector) untilJetStream(ctx context.Context, refusal *atomic.Pointer[
 		if r := refusal.Load(); r != nil {
 			return fmt.Errorf("%w (NATS refused this user: %w)", err, *r)
 		}
-		if !jetStreamNotReady(err) || ctx.Err() != nil {
+		if !stream.NotReady(err) || ctx.Err() != nil {
 			return err
 		}
 		c.log.Warn("JetStream is not ready; retrying", "what", what, "error", err, "retry_in", delay)
@@ -414,20 +414,6 @@ func (c *Collector) untilJetStream(ctx context.Context, refusal *atomic.Pointer[
 		}
 		delay = min(2*delay, c.cfg.MaxBackoff)
 	}
-}
-
-// jetStreamNotReady reports an error that a JetStream still starting (no
-// meta leader yet), or a cluster one node short, returns.
-func jetStreamNotReady(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		// 503s: the system temporarily unavailable, insufficient
-		// resources, incomplete results; not JetStream disabled on the
-		// server or for the account, which stays so.
-		return apiErr.Code == 503 && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 type held struct {

@@ -3,7 +3,6 @@ package collector
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -506,33 +505,5 @@ func TestEventsOutsideTheirSubjectAreRejected(t *testing.T) {
 	}
 	if forged != 0 || rejected != 2 {
 		t.Fatalf("%d forged events stored, %d rejected (want 0 and 2)", forged, rejected)
-	}
-}
-
-// TestJetStreamNotReady: the start-up waits out what a JetStream still
-// electing, or a cluster a node short, answers, and gives up at once on
-// what stays so (JetStream disabled, any other API error, anything else).
-func TestJetStreamNotReady(t *testing.T) {
-	cases := []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"no meta leader yet", &jetstream.APIError{Code: 503, ErrorCode: 10008}, true},
-		{"insufficient resources", &jetstream.APIError{Code: 503, ErrorCode: 10023}, true},
-		{"jetstream disabled", &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabled}, false},
-		{"disabled for the account", &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabledForAccount}, false},
-		{"stream not found", &jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound}, false},
-		{"deadline", fmt.Errorf("open: %w", context.DeadlineExceeded), true},
-		{"nats timeout", nats.ErrTimeout, true},
-		{"no responders", fmt.Errorf("open: %w", nats.ErrNoResponders), true},
-		{"no stream response", jetstream.ErrNoStreamResponse, true},
-		{"canceled", context.Canceled, false},
-		{"other", errors.New("bad stream config"), false},
-	}
-	for _, c := range cases {
-		if got := jetStreamNotReady(c.err); got != c.want {
-			t.Errorf("%s: jetStreamNotReady(%v) = %v, want %v", c.name, c.err, got, c.want)
-		}
 	}
 }

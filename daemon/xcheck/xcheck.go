@@ -81,7 +81,8 @@ func (l *Loop) Findings() uint64 { return l.findings.Load() }
 // (about 10 s when no pull was pending, longer than a short window),
 // nothing published meanwhile is skipped. The server need not say the
 // consumer went: missed heartbeats and pulls no one answers make the loop
-// ask. Making it again is retried for a while (recreate).
+// ask. Making it is retried for a while (retry), at a start only while
+// the error may pass.
 func (l *Loop) Run(ctx context.Context) error {
 	window := l.cfg.Check.Window
 	if window <= 0 {
@@ -90,8 +91,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	start := resumePoint{from: time.Now().Add(-2 * window)}
 	t := time.NewTicker(l.cfg.Every)
 	defer t.Stop()
-	cc, lost, err := l.consume(ctx, start)
+	cc, lost, err := l.retry(ctx, start, stream.NotReady)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	for {
@@ -102,7 +106,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		start.afterSeq = l.lastSeq.Load()
 		l.cfg.Logger.Warn("cross-check consumer lost; reading on from the last message taken", "stream_seq", start.afterSeq)
-		if cc, lost, err = l.recreate(ctx, start); err != nil {
+		if cc, lost, err = l.retry(ctx, start, anyError); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -111,25 +115,34 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// recreateFor bounds how long a lost consumer is tried again. The server
-// may still be removing the old one, or restarting: a failed attempt is
-// logged and retried with a growing pause. After recreateFor the error
-// ends the loop, and with it the daemon, loudly (before, the first failed
-// attempt ended it: a test's loop stopped checking after a deletion).
-const recreateFor = 2 * time.Minute
+// retryFor bounds how long making the consumer is tried. After a loss
+// the server may still be removing the old one, or restarting; at a start
+// a request may time out (the daemon stopped while it waited, a server
+// slow to answer under load). A failed attempt is logged and retried with
+// a growing pause; after retryFor the error ends the loop, and with it the
+// daemon, loudly. Before, the first failed attempt ended it: a test's loop
+// stopped checking after a deletion, and a daemon stopped (SIGSTOP) while
+// its start's request was pending exited 71 when it went on (ci45).
+const retryFor = 2 * time.Minute
 
-// recreate makes the consumer again after a loss, retrying as recreateFor
-// says; a start's first attempt is not retried (a consumer this host may
-// not make is a configuration error, named at once).
-func (l *Loop) recreate(ctx context.Context, start resumePoint) (jetstream.ConsumeContext, <-chan struct{}, error) {
-	deadline := time.Now().Add(recreateFor)
+// anyError retries every error: after a loss, the consumer was made
+// before, so what fails now is the server's state, not the configuration.
+func anyError(error) bool { return true }
+
+// retry makes the consumer, trying again while retryable says an error may
+// pass, for up to retryFor. A start retries only what stream.NotReady
+// names (a request that timed out, a JetStream not ready): a consumer this
+// host may not make, or a stream that is not there, is a configuration
+// error, named at once.
+func (l *Loop) retry(ctx context.Context, start resumePoint, retryable func(error) bool) (jetstream.ConsumeContext, <-chan struct{}, error) {
+	deadline := time.Now().Add(retryFor)
 	pause := 100 * time.Millisecond
 	for {
 		cc, lost, err := l.consume(ctx, start)
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || ctx.Err() != nil || !retryable(err) || time.Now().After(deadline) {
 			return cc, lost, err
 		}
-		l.cfg.Logger.Warn("cross-check consumer not made again yet; retrying", "err", err, "retry_in", pause)
+		l.cfg.Logger.Warn("cross-check consumer not made yet; retrying", "err", err, "retry_in", pause)
 		select {
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
@@ -172,7 +185,7 @@ func (l *Loop) consume(ctx context.Context, start resumePoint) (jetstream.Consum
 	js := l.cfg.JetStream
 	name := stream.CrossCheckConsumer(l.cfg.Host)
 	if err := js.DeleteConsumer(ctx, stream.Name, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, nil, fmt.Errorf("cross-check: remove the old consumer %s: %w (may this host use it? see deploy/nats)", name, err)
+		return nil, nil, fmt.Errorf("cross-check: remove the old consumer %s on stream %s: %w (is the stream made, and may this host use the consumer? see deploy/nats)", name, stream.Name, err)
 	}
 	cfg := jetstream.ConsumerConfig{
 		Name:          name,

@@ -3,6 +3,7 @@ package xcheck
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -111,7 +112,7 @@ func TestLoopFindsEscapeOfThisHost(t *testing.T) {
 // cross-check consumer): an escape is reported provisionally first, then
 // final after the window, and the loop survives its consumer being deleted.
 func TestLoopUnderHostPermissions(t *testing.T) {
-	testLoopSurvivesLostConsumer(t, 0, 0, deleteConsumer)
+	testLoopSurvivesLostConsumer(t, 0, 0, 0, deleteConsumer)
 }
 
 // TestLoopRetriesMakingTheConsumerAgain: after the loss, the first three
@@ -120,7 +121,7 @@ func TestLoopUnderHostPermissions(t *testing.T) {
 // the daemon): ci38 failed TestLoopUnderHostPermissions this way at load
 // 15, once in ~80 runs here.
 func TestLoopRetriesMakingTheConsumerAgain(t *testing.T) {
-	testLoopSurvivesLostConsumer(t, 0, 3, deleteConsumer)
+	testLoopSurvivesLostConsumer(t, 0, 0, 3, deleteConsumer)
 }
 
 // TestLoopResumesAfterASlowLossNotice loses the consumer and tells the
@@ -130,7 +131,7 @@ func TestLoopRetriesMakingTheConsumerAgain(t *testing.T) {
 // the loop once restarted twice a window back from the notice and skipped
 // it (ci24, load 28: "no findings after the consumer was lost").
 func TestLoopResumesAfterASlowLossNotice(t *testing.T) {
-	testLoopSurvivesLostConsumer(t, 5*time.Second, 0, deleteConsumer)
+	testLoopSurvivesLostConsumer(t, 0, 5*time.Second, 0, deleteConsumer)
 }
 
 // TestLoopNoticesAConsumerLostWhileDisconnected: the NATS server restarts
@@ -144,7 +145,48 @@ func TestLoopResumesAfterASlowLossNotice(t *testing.T) {
 // ci38 failed TestLoopUnderHostPermissions at load 15 with "no findings
 // after the consumer was lost").
 func TestLoopNoticesAConsumerLostWhileDisconnected(t *testing.T) {
-	testLoopSurvivesLostConsumer(t, 0, 0, restartWithoutConsumer)
+	testLoopSurvivesLostConsumer(t, 0, 0, 0, restartWithoutConsumer)
+}
+
+// TestLoopStartOutlastsATimedOutRequest: the start's first two requests to
+// make the consumer time out (as a daemon's does when it is stopped while
+// the request waits, or a loaded server answers late); the loop retries
+// and checks as before. Before, the start's first error ended the loop and
+// the daemon (exit 71): ci45 failed TestDaemonStoppedMidRunIsAGap so, its
+// SIGSTOP landing while the cross-check still made its consumer.
+func TestLoopStartOutlastsATimedOutRequest(t *testing.T) {
+	testLoopSurvivesLostConsumer(t, 2, 0, 0, deleteConsumer)
+}
+
+// TestLoopStartNamesAConfigurationError: a consumer that cannot be made
+// for good (here: no stream) ends the start at once with the cause, not
+// after the retries' two minutes.
+func TestLoopStartNamesAConfigurationError(t *testing.T) {
+	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	l, err := New(Config{JetStream: js, Host: "here", Sink: &memSink{}, Logger: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, jetstream.ErrStreamNotFound) || !strings.Contains(err.Error(), stream.Name) {
+			t.Fatalf("Run = %v, want the stream %s not found", err, stream.Name)
+		}
+	case <-time.After(retryFor / 2):
+		t.Fatalf("no stream: the loop still retried after %v", retryFor/2)
+	}
 }
 
 // lossFixture is the embedded server and connection of a lost-consumer test.
@@ -190,18 +232,30 @@ func restartWithoutConsumer(t *testing.T, _ context.Context, f *lossFixture) {
 	f.ns = ns
 }
 
-// slowLossJS hands out consumers whose loss is reported after delay; the
-// creations after the first fail while failAgain counts down (the server
-// still removing the old consumer, or restarting).
+// slowLossJS hands out consumers whose loss is reported after delay. The
+// first timeOuts creations are real requests whose time has run out; the
+// creations after the first that succeeds fail while failAgain counts down
+// (the server still removing the old consumer, or restarting).
 type slowLossJS struct {
 	jetstream.JetStream
 	delay     time.Duration
+	timeOuts  int32
 	created   *atomic.Int32
 	failAgain *atomic.Int32
 }
 
 func (j slowLossJS) CreateConsumer(ctx context.Context, name string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	if j.created.Add(1) > 1 && j.failAgain.Add(-1) >= 0 {
+	n := j.created.Add(1)
+	if n <= j.timeOuts {
+		late, cancel := context.WithDeadline(ctx, time.Now())
+		defer cancel()
+		_, err := j.JetStream.CreateConsumer(late, name, cfg)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("a request out of time answered %v, want %v", err, context.DeadlineExceeded)
+		}
+		return nil, err
+	}
+	if n > j.timeOuts+1 && j.failAgain.Add(-1) >= 0 {
 		return nil, errors.New("nats: JetStream system temporarily unavailable")
 	}
 	c, err := j.JetStream.CreateConsumer(ctx, name, cfg)
@@ -233,11 +287,12 @@ func (c slowLossConsumer) Consume(h jetstream.MessageHandler, opts ...jetstream.
 	return c.Consumer.Consume(h, slow...)
 }
 
-// testLoopSurvivesLostConsumer: an escape gives a provisional then a final
+// testLoopSurvivesLostConsumer: the start's first startTimeOuts requests
+// to make the consumer time out; an escape gives a provisional then a final
 // finding; the consumer is lost (the loop learns of it after noticeDelay,
-// if it is told), another escape is published, and it gives its two
-// findings too.
-func testLoopSurvivesLostConsumer(t *testing.T, noticeDelay time.Duration, failAgain int32, lose func(*testing.T, context.Context, *lossFixture)) {
+// if it is told; making it again fails failAgain times), another escape is
+// published, and it gives its two findings too.
+func testLoopSurvivesLostConsumer(t *testing.T, startTimeOuts int32, noticeDelay time.Duration, failAgain int32, lose func(*testing.T, context.Context, *lossFixture)) {
 	root := t.TempDir()
 	creds, err := natsserver.LoadOrCreateCredentials(stream.CredentialsDir(root))
 	if err != nil {
@@ -283,7 +338,7 @@ func testLoopSurvivesLostConsumer(t *testing.T, noticeDelay time.Duration, failA
 	sink := &memSink{}
 	failing := new(atomic.Int32)
 	failing.Store(failAgain)
-	l, err := New(Config{JetStream: slowLossJS{JetStream: js, delay: noticeDelay, created: new(atomic.Int32), failAgain: failing}, Host: "here", Sink: sink, Logger: testLog(t), Check: crosscheck.Config{Window: 2 * time.Second, Settle: 100 * time.Millisecond}, Every: 50 * time.Millisecond})
+	l, err := New(Config{JetStream: slowLossJS{JetStream: js, delay: noticeDelay, timeOuts: startTimeOuts, created: new(atomic.Int32), failAgain: failing}, Host: "here", Sink: sink, Logger: testLog(t), Check: crosscheck.Config{Window: 2 * time.Second, Settle: 100 * time.Millisecond}, Every: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -324,6 +324,26 @@ func Connect(o ConnOptions, extra ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// NotReady reports an error that a JetStream still starting (no meta
+// leader yet), a cluster one node short, or a request whose time ran out
+// returns: worth trying again. A request's time also runs out for a client
+// that was stopped while it waited (SIGSTOP, a VM paused) and for a
+// permission the server refuses (the refusal comes apart from the
+// request): callers bound their retries and name the last error.
+// JetStream disabled, any other API error, a cancelled context and
+// anything else stay so, and are not worth a retry.
+func NotReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// 503s: the system temporarily unavailable, insufficient
+		// resources, incomplete results; not JetStream disabled on the
+		// server or for the account, which stays so.
+		return apiErr.Code == 503 && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
 // refused reports an error of a server that answered and would not have
 // us, rather than of one that could not be reached.
 func refused(err error) bool {

@@ -1,7 +1,10 @@
 package stream
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
@@ -96,5 +100,33 @@ func TestDeployStreamJSONInStep(t *testing.T) {
 	}
 	if want := (Config{}).JetStream(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("deploy/nats/stream.json is\n%+v\nthe stream collect creates is\n%+v", got, want)
+	}
+}
+
+// TestNotReady: a start-up waits out what a JetStream still
+// electing, or a cluster a node short, answers, and gives up at once on
+// what stays so (JetStream disabled, any other API error, anything else).
+func TestNotReady(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no meta leader yet", &jetstream.APIError{Code: 503, ErrorCode: 10008}, true},
+		{"insufficient resources", &jetstream.APIError{Code: 503, ErrorCode: 10023}, true},
+		{"jetstream disabled", &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabled}, false},
+		{"disabled for the account", &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabledForAccount}, false},
+		{"stream not found", &jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound}, false},
+		{"deadline", fmt.Errorf("open: %w", context.DeadlineExceeded), true},
+		{"nats timeout", nats.ErrTimeout, true},
+		{"no responders", fmt.Errorf("open: %w", nats.ErrNoResponders), true},
+		{"no stream response", jetstream.ErrNoStreamResponse, true},
+		{"canceled", context.Canceled, false},
+		{"other", errors.New("bad stream config"), false},
+	}
+	for _, c := range cases {
+		if got := NotReady(c.err); got != c.want {
+			t.Errorf("%s: NotReady(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
 	}
 }
