@@ -30,17 +30,19 @@ import (
 // layer "degraded" with planted=N. A walk that could not see everything
 // says what it missed (planted_unchecked); nothing runs at launch.
 
-// plantedSlack is how far before the server's go-ahead a ctime still
-// counts: the kernel stamps inodes from its coarse clock, up to one tick
-// (CLOCK_REALTIME_COARSE's resolution) behind the time the launcher reads.
-// A ctime of whole seconds (a file system that keeps no more) counts from
-// the second the run started.
-func plantedSlack() time.Duration {
-	var res unix.Timespec
-	if unix.ClockGetres(unix.CLOCK_REALTIME_COARSE, &res) != nil || res.Nano() <= 0 || res.Nano() > int64(time.Second) {
-		return 10 * time.Millisecond
+// plantedClock is the time inode times are compared with: the kernel
+// stamps an inode from its coarse clock (CLOCK_REALTIME_COARSE, one tick
+// behind the fine one at most; a file system with fine-grained
+// timestamps stamps later, never earlier), so a change after this reading
+// has a ctime at or after it, and a change before it one at or before it
+// (only a change in the same tick before the reading is taken for the
+// server's). Without the coarse clock: the fine one less 10 ms.
+func plantedClock() time.Time {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &ts) != nil {
+		return time.Now().Add(-10 * time.Millisecond)
 	}
-	return time.Duration(res.Nano())
+	return time.Unix(ts.Unix())
 }
 
 // maxPlantedNames bounds the names the warning lists (all are counted).
@@ -90,8 +92,9 @@ type plantedWalker struct {
 // plantedCheck walks the write scope of scope (nothing for a read scope)
 // for entries named as a secret (secrets, less unmask) or as code the host
 // runs (schema.DefaultHostCodes), or lying in such a directory, whose
-// ctime is at or after since (less plantedSlack), reading at most limit
-// entries.
+// ctime is at or after since (plantedClock; a ctime of whole seconds, from
+// a file system that keeps no more, at or after since's second), reading
+// at most limit entries.
 func plantedCheck(scope *schema.CanonicalScope, secrets, unmask *schema.Secrets, since time.Time, limit int) *planted {
 	out := &planted{}
 	if scope == nil || scope.AccessMode != schema.AccessWrite {
@@ -101,7 +104,7 @@ func plantedCheck(scope *schema.CanonicalScope, secrets, unmask *schema.Secrets,
 		limit = DefaultSecretWalkLimit
 	}
 	w := &plantedWalker{secrets: secrets, unmask: unmask, host: schema.DefaultHostCodes, limit: limit, out: out,
-		since: unix.NsecToTimespec(since.Add(-plantedSlack()).UnixNano()), seen: map[string]bool{}}
+		since: unix.NsecToTimespec(since.UnixNano()), seen: map[string]bool{}}
 	for _, p := range scope.AllowedPaths {
 		if p.Kind == schema.KindDir {
 			w.seen[p.Path] = true

@@ -243,9 +243,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	}
 	// Nothing of the server runs before the go-ahead: what changes in the
 	// write scope from now on may be its doing (planted.go). The kernel's
-	// clock, as inode times are.
+	// coarse clock, as inode times are.
 	l.secretsMu.Lock()
-	l.plantedSince = time.Now()
+	l.plantedSince = plantedClock()
 	l.secretsMu.Unlock()
 	p, err := srv.launch(ctx, h, rs, prepare)
 	if err != nil {
@@ -402,7 +402,7 @@ func (l *Launcher) checkPlanted(when string) {
 	}
 	l.secretsMu.Lock()
 	since := l.plantedSince
-	l.plantedSince = time.Now()
+	l.plantedSince = plantedClock()
 	l.secretsMu.Unlock()
 	if since.IsZero() {
 		return // the server never got its go-ahead

@@ -26,10 +26,12 @@ var DefaultHostCodePatterns = []string{
 	".husky", ".pre-commit-config.yaml", ".github/workflows", ".gitlab-ci.yml", ".cargo/config.toml", ".cargo/config",
 	// A session's start-up besides the shells' files, and the user's PATH.
 	".config/autostart", ".config/systemd/user", ".config/environment.d", ".pam_environment", ".xinitrc", ".xprofile",
-	".xsession", ".xsessionrc", ".bashrc.d", "fish/conf.d", ".local/bin",
-	// Interpreters' start-up code.
+	".xsession", ".xsessionrc", ".bashrc.d", "fish/conf.d", "fish/functions", ".local/bin", ".bash_completion",
+	".bash_completion.d", ".oh-my-zsh/custom", ".screenrc", ".mise.toml", "mise.toml", ".config/mise",
+	"lefthook.yml", ".lefthook.yml", ".hgrc", ".hg/hgrc",
+	// Interpreters', debuggers' and database shells' start-up code.
 	"sitecustomize.py", "usercustomize.py", "*.pth", ".pythonrc", ".pythonrc.py", ".ipython/profile_default/startup",
-	".irbrc", ".pryrc", ".yarnrc",
+	".irbrc", ".pryrc", ".yarnrc", ".rprofile", ".pdbrc", ".ghci", ".lldbinit", ".psqlrc", ".sqliterc", ".vim",
 }
 
 // DefaultHostCodes is DefaultHostCodePatterns compiled.
