@@ -231,3 +231,70 @@ print("v1", flush=True)
 		t.Fatalf("answers %q, %q, want v1 twice: %s", first, next, s.Stderr()+s2.Stderr())
 	}
 }
+
+// TestFenceEntryPointResolvedLikeTheRuntime: the server's script named as
+// the runtime resolves it, not as a file: `node DIR` (its index.js or
+// package.json main), `node ./server` (server.js: node adds the
+// extension), `python3 DIR` (its __main__.py). The runtime profile took
+// only an existing regular file for the script: with the code in the
+// write scope nothing was refused, and the server rewrote what the next
+// run ran. Now the operand is resolved as node and CPython do and refused
+// in a write scope (exit 70). Both layerings.
+func TestFenceEntryPointResolvedLikeTheRuntime(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceEntryPoint)
+}
+
+func testFenceEntryPoint(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	nodeServer := func(path string) string {
+		return `const fs = require('fs');
+require('readline').createInterface({input: process.stdin}).on('line', () => {
+  try { fs.writeFileSync(` + fmt.Sprintf("%q", path) + `, "process.stdout.write('v2\\n');\n"); } catch (e) {}
+  process.stdout.write('v1\n');
+});
+`
+	}
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, ws string) []string
+	}{
+		{"node DIR (index.js)", func(t *testing.T, ws string) []string {
+			p := filepath.Join(ws, "app", "index.js")
+			testenv.WriteFiles(t, map[string]string{p: nodeServer(p)})
+			return []string{testenv.RequireCommand(t, "node"), filepath.Join(ws, "app")}
+		}},
+		{"node DIR (package.json main)", func(t *testing.T, ws string) []string {
+			p := filepath.Join(ws, "pkg", "lib", "main.js")
+			testenv.WriteFiles(t, map[string]string{p: nodeServer(p), filepath.Join(ws, "pkg", "package.json"): `{"main": "lib/main.js"}`})
+			return []string{testenv.RequireCommand(t, "node"), filepath.Join(ws, "pkg")}
+		}},
+		{"node ./server (no extension)", func(t *testing.T, ws string) []string {
+			p := filepath.Join(ws, "server.js")
+			testenv.WriteFiles(t, map[string]string{p: nodeServer(p)})
+			return []string{testenv.RequireCommand(t, "node"), filepath.Join(ws, "server")}
+		}},
+		{"python3 DIR (__main__.py)", func(t *testing.T, ws string) []string {
+			testenv.RequireFile(t, debianPython, "apt-get install python3")
+			p := filepath.Join(ws, "app", "__main__.py")
+			testenv.WriteFiles(t, map[string]string{p: fmt.Sprintf(`import sys
+sys.stdin.readline()
+try:
+    open(%q, "w").write("print('v2', flush=True)\n")
+except OSError:
+    pass
+print("v1", flush=True)
+`, p)})
+			return []string{debianPython, filepath.Join(ws, "app")}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorkspace(t)
+			command := c.setup(t, w.allowed)
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+			checkPlantedCodeRefused(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command},
+				plantedCode{want: []string{"writable paths"}, naming: "the server's code", planted: "planted", withStderr: true})
+		})
+	}
+}

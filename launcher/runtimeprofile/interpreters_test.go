@@ -132,3 +132,40 @@ func TestResolveOtherInterpreter(t *testing.T) {
 		}
 	}
 }
+
+// TestEntryPointsAsTheRuntimeResolves (session 12): node's main entry is
+// resolved as its CommonJS loader does (extension added, a directory's
+// package.json main or index.js) and CPython's directory operand is its
+// __main__.py; before, only an existing regular file was taken, so such
+// code in a write scope was not refused.
+func TestEntryPointsAsTheRuntimeResolves(t *testing.T) {
+	dir := t.TempDir()
+	for f, c := range map[string]string{"server.js": "1", "app/index.js": "1", "pkg/package.json": `{"main": "lib/main"}`, "pkg/lib/main.js": "1",
+		"badpkg/package.json": `{"main": "missing.js"}`, "badpkg/index.js": "1", "py/__main__.py": "1", "empty/.keep": ""} {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ arg, want string }{
+		{"server.js", "server.js"}, {"server", "server.js"}, {"./app", "app/index.js"}, {"pkg", "pkg/lib/main.js"},
+		{"badpkg", "badpkg/index.js"}, {"empty", ""}, {"nothing", ""},
+	} {
+		want := ""
+		if c.want != "" {
+			want = filepath.Join(dir, c.want)
+		}
+		if got := firstScriptArg([]string{c.arg}, dir); got != want {
+			t.Errorf("node %s: %q, want %q", c.arg, got, want)
+		}
+	}
+	if got := pythonScriptArg([]string{"py"}, dir); got != filepath.Join(dir, "py/__main__.py") {
+		t.Errorf("python3 py: %q", got)
+	}
+	if got := pythonScriptArg([]string{"empty"}, dir); got != "" {
+		t.Errorf("python3 empty: %q", got)
+	}
+}

@@ -14,6 +14,7 @@ package runtimeprofile
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -546,14 +547,43 @@ func firstScriptArg(args []string, dir string) string {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			return ""
+		return nodeEntry(p, 0)
+	}
+	return ""
+}
+
+// nodeEntry resolves node's main entry p as its CommonJS loader does
+// (Module._findPath): the file itself, then with .js, .json, .node; a
+// directory's package.json "main" (resolved the same way), then its
+// index.js, index.json, index.node. Symlinks are resolved (node's
+// --preserve-symlinks-main is off by default). "" when nothing resolves:
+// node then fails to start.
+func nodeEntry(p string, depth int) string {
+	for _, ext := range []string{"", ".js", ".json", ".node"} {
+		if f := regularFile(p+ext, "/"); f != "" {
+			return f
 		}
-		if st, err := os.Stat(real); err == nil && st.Mode().IsRegular() {
-			return real
-		}
+	}
+	st, err := os.Stat(p)
+	if err != nil || !st.IsDir() {
 		return ""
+	}
+	if depth < 2 {
+		if b, err := os.ReadFile(filepath.Join(p, "package.json")); err == nil && len(b) < 1<<20 {
+			var pkg struct {
+				Main string `json:"main"`
+			}
+			if json.Unmarshal(b, &pkg) == nil && pkg.Main != "" {
+				if f := nodeEntry(filepath.Join(p, pkg.Main), depth+1); f != "" {
+					return f
+				}
+			}
+		}
+	}
+	for _, name := range []string{"index.js", "index.json", "index.node"} {
+		if f := regularFile(filepath.Join(p, name), "/"); f != "" {
+			return f
+		}
 	}
 	return ""
 }

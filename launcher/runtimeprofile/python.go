@@ -178,17 +178,31 @@ func pythonScriptArg(args []string, dir string) string {
 			return ""
 		case a == "--":
 			if i+1 < len(args) {
-				return regularFile(args[i+1], dir)
+				return pythonOperand(args[i+1], dir)
 			}
 			return ""
 		case withValue[a]:
 			i++
 		case strings.HasPrefix(a, "-"):
 		default:
-			return regularFile(a, dir)
+			return pythonOperand(a, dir)
 		}
 	}
 	return ""
+}
+
+// pythonOperand is the file CPython runs for its operand a: a script (or
+// a zip application), or a directory's __main__.py (the directory is then
+// sys.path[0], as a script's directory is).
+func pythonOperand(a, dir string) string {
+	if f := regularFile(a, dir); f != "" {
+		return f
+	}
+	p := a
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	return regularFile(filepath.Join(p, "__main__.py"), "/")
 }
 
 // regularFile resolves p (relative to dir) and returns it if it is a regular file.
