@@ -23,7 +23,7 @@ import (
 // Everything else is left to Landlock's port rules. A run with a network
 // grant has the host's network; this takes the link-local part of it away.
 //
-// The instructions are assembled here (16 for IPv4, 123 for IPv6), so that the launcher
+// The instructions are assembled here (16 for IPv4, 153 for IPv6), so that the launcher
 // does not link an eBPF library. BPF_F_ALLOW_MULTI: the programs of the
 // launcher's own cgroup still run, and nothing attached below the run's
 // group can override these (every program must allow).
@@ -193,13 +193,18 @@ var metadata6 = [][4]int32{
 
 // v4in6 are the first three words of the IPv6 forms that carry an IPv4
 // address in the last: IPv4-mapped (::ffff:a.b.c.d, what a dual-stack
-// socket connects to) and the NAT64 well-known prefix (64:ff9b::a.b.c.d,
-// which a NAT64 gateway turns into the IPv4 address). The local-use NAT64
-// block 64:ff9b:1::/48 (RFC 8215) is checked in every layout a prefix
-// inside it may use (nat64Local).
+// socket connects to), the NAT64 well-known prefix (64:ff9b::a.b.c.d,
+// which a NAT64 gateway turns into the IPv4 address) and, since session
+// 12, SIIT's IPv4-translated form (::ffff:0:a.b.c.d, RFC 2765, which a
+// stateless translator turns into the IPv4 address) and the deprecated
+// IPv4-compatible one (::a.b.c.d, RFC 4291). The local-use NAT64 block
+// 64:ff9b:1::/48 (RFC 8215) is checked in every layout a prefix inside it
+// may use (nat64Local).
 var v4in6 = [][3]int32{
 	{0, 0, be32(0, 0, 0xff, 0xff)},
 	{be32(0, 0x64, 0xff, 0x9b), 0, 0},
+	{0, 0, be32(0xff, 0xff, 0, 0)},
+	{0, 0, 0},
 }
 
 // littleEndian: the layouts of nat64Local are assembled from the words of

@@ -45,8 +45,9 @@ func TestNetDestInstructions(t *testing.T) {
 			ja(toAllow),                 // its DNS: allow
 		}
 	}
-	// The inet6 program's verdicts: allow at 119, deny at 121.
-	const allow, deny = 119, 121
+	// The inet6 program: the local-use NAT64 checks from n, its verdicts:
+	// allow at 149, deny at 151.
+	const n, allow, deny = 93, 149, 151
 	lsh := func(dst uint8, imm int32) insn { return insn{Op: 0x64, Regs: dst, Imm: imm} }
 	rsh := func(dst uint8, imm int32) insn { return insn{Op: 0x74, Regs: dst, Imm: imm} }
 	or := func(dst, src uint8) insn { return insn{Op: 0x4c, Regs: dst | src<<4} }
@@ -79,38 +80,41 @@ func TestNetDestInstructions(t *testing.T) {
 			ja(0),                             // allow
 		}, verdicts...)},
 		{"inet6", inet6Prog(), concat([]insn{
-			ld(2, 8),                                // w2 = user_ip6[0]
-			mov(3, 2),                               // r3 = r2
-			and(3, le(0xff, 0xc0, 0, 0)),            // /10
-			jeq(3, le(0xfe, 0x80, 0, 0), deny-3-1),  // fe80::/10: deny
-			jeq(2, le(0xfd, 0x00, 0x0e, 0xc2), 116), // fd00:ec2::/32: deny
+			ld(2, 8),                               // w2 = user_ip6[0]
+			mov(3, 2),                              // r3 = r2
+			and(3, le(0xff, 0xc0, 0, 0)),           // /10
+			jeq(3, le(0xfe, 0x80, 0, 0), deny-3-1), // fe80::/10: deny
+			jeq(2, le(0xfd, 0x00, 0x0e, 0xc2), deny-4-1), // fd00:ec2::/32: deny
 		},
 			// fd20:ce::254, fd00:c1::a9fe:a9fe, fd00:42::42, fd00:a9fe:a9fe::1
 			exact(le(0xfd, 0x20, 0x00, 0xce), 0, 0, le(0, 0, 2, 0x54), deny-11-1),
 			exact(le(0xfd, 0x00, 0x00, 0xc1), 0, 0, le(0xa9, 0xfe, 0xa9, 0xfe), deny-18-1),
 			exact(le(0xfd, 0x00, 0x00, 0x42), 0, 0, le(0, 0, 0, 0x42), deny-25-1),
 			exact(le(0xfd, 0x00, 0xa9, 0xfe), le(0xa9, 0xfe, 0, 0), 0, le(0, 0, 0, 1), deny-32-1),
-			// ::ffff:a.b.c.d, 64:ff9b::a.b.c.d: what inet4 refuses
+			// ::ffff:a.b.c.d, 64:ff9b::a.b.c.d, ::ffff:0:a.b.c.d (SIIT) and
+			// ::a.b.c.d (IPv4-compatible): what inet4 refuses
 			v4in6(0, 0, le(0, 0, 0xff, 0xff), deny-41-1, allow-47-1),
 			v4in6(le(0, 0x64, 0xff, 0x9b), 0, 0, deny-56-1, allow-62-1),
+			v4in6(0, 0, le(0xff, 0xff, 0, 0), deny-71-1, allow-77-1),
+			v4in6(0, 0, 0, deny-86-1, allow-92-1),
 			// 64:ff9b:1::/48 (session 12): every layout of a prefix in it.
 			[]insn{
-				jne(2, le(0, 0x64, 0xff, 0x9b), allow-63-1), // not 64:ff9b::/32: allow
-				ld(6, 12),                          // w6 = user_ip6[1]
-				mov(3, 6),                          // r3 = r6
-				and(3, le(0xff, 0xff, 0, 0)),       // its first 16 bits
-				jne(3, le(0, 1, 0, 0), allow-67-1), // not 64:ff9b:1::/48: allow
-				ld(7, 16),                          // w7 = user_ip6[2]
-				ld(3, 20),                          // /96: w3 = user_ip6[3]
-				mov(8, 3),                          // r8 = r3
+				jne(2, le(0, 0x64, 0xff, 0x9b), allow-n-1), // not 64:ff9b::/32: allow
+				ld(6, 12),                             // w6 = user_ip6[1]
+				mov(3, 6),                             // r3 = r6
+				and(3, le(0xff, 0xff, 0, 0)),          // its first 16 bits
+				jne(3, le(0, 1, 0, 0), allow-(n+4)-1), // not 64:ff9b:1::/48: allow
+				ld(7, 16),                             // w7 = user_ip6[2]
+				ld(3, 20),                             // /96: w3 = user_ip6[3]
+				mov(8, 3),                             // r8 = r3
 			},
-			denyV4At(3, 71, 79),
+			denyV4At(3, n+8, n+16),
 			[]insn{lsh(8, 24), mov(3, 7), rsh(3, 8), or(3, 8)}, // /64: bytes 9-12
-			denyV4At(3, 83, 91),
+			denyV4At(3, n+20, n+28),
 			[]insn{mov(3, 6), rsh(3, 24), mov(8, 7), and(8, le(0, 0xff, 0xff, 0xff)), or(3, 8)}, // /56: bytes 7, 9-11
-			denyV4At(3, 96, 104),
+			denyV4At(3, n+33, n+41),
 			[]insn{mov(3, 6), rsh(3, 16), mov(8, 7), rsh(8, 8), lsh(8, 16), or(3, 8)}, // /48: bytes 6-7, 9-10
-			denyV4At(3, 110, allow),
+			denyV4At(3, n+47, allow),
 			[]insn{ja(0)},
 			verdicts)},
 	}

@@ -135,6 +135,13 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"tcp:[64:ff9b:1:a83f:81:1000::]:80", "EPERM"},
 		{"udpto:[64:ff9b:1:c000:0:c000::]:9", "EPERM"},
 		{"udpto:[64:ff9b:1:a83f:81:1000::]:53", "!EPERM"}, // the WireServer's DNS, as in every form
+		// Session 12: SIIT's IPv4-translated form (::ffff:0:a.b.c.d) and
+		// the deprecated IPv4-compatible one (::a.b.c.d).
+		{"tcp:[::ffff:0:169.254.169.254]:80", "EPERM"},
+		{"udpto:[::ffff:0:100.100.100.200]:9", "EPERM"},
+		{"tcp:[::169.254.169.254]:80", "EPERM"},
+		{"udpto:[::192.0.0.192]:9", "EPERM"},
+		{"udpto:[::ffff:0:168.63.129.16]:53", "!EPERM"},
 		{"udpto:[64:ff9b:1:0:1:0:a83f:8110]:53", "!EPERM"},
 		{"udpto:[64:ff9b::168.63.129.16]:53", "!EPERM"},
 		{fmt.Sprintf("tcp:127.0.0.1:%d", lo), "ok"},
@@ -167,6 +174,9 @@ func TestDenyLinkLocal(t *testing.T) {
 		{"udpto:[64:ff9b:1:a9ff:0:100::]:9", "!EPERM"},
 		{"udpto:[64:ff9b:1:808:8:800::]:9", "!EPERM"},
 		{"udpto:[64:ff9b:2::a9fe:a9fe]:9", "!EPERM"}, // outside the /48
+		{"udpto:[::ffff:0:8.8.8.8]:9", "!EPERM"},
+		{"udpto:[::8.8.8.8]:9", "!EPERM"},
+		{"udpto:[::1:a9fe:a9fe]:9", "!EPERM"},
 		{"udpto:[64:ff9a:1::a9fe:a9fe]:9", "!EPERM"},
 		{"udpto:[::1]:9", "ok"},
 	}
