@@ -242,6 +242,13 @@ func (s *session) onCallAnswered(rq *request, m *jsonrpc.Message, size int) {
 		frame = jsonrpc.Result(rq.id, result)
 	case rq.era == eraModern:
 		frame = jsonrpc.Result(rq.id, s.complete(rq, m.Result))
+	case mrtrMethods[rq.method] && mayHold(m.Result, "input_required"):
+		// A legacy server's input round passed to a legacy client (go-sdk
+		// uses them on a legacy connection): its sampling includeContext
+		// "allServers" is narrowed as in the modern era's (round twelve:
+		// before, it passed).
+		result = narrowInputRequests(m.Result)
+		frame = jsonrpc.Result(rq.id, result)
 	default:
 		frame = jsonrpc.Forward(m, rq.id)
 	}
@@ -481,41 +488,55 @@ func (s *session) filterCompletions(rq *request, result json.RawMessage) json.Ra
 // taskAnswer is a tasks/get answer as the client sees it: a task of the
 // 2026-07-28 era waiting for input carries the server's input requests,
 // whose sampling includeContext "allServers" is narrowed as in an input
-// round (narrowSamplingContext). Its result, inline once the task
+// round (narrowInputRequests). Its result, inline once the task
 // completed, was checked as the call's answer (file URIs, the size cap)
 // before this.
 func (s *session) taskAnswer(_ *request, result json.RawMessage) json.RawMessage {
-	return narrowTaskInputs(result)
+	return narrowInputRequests(result)
 }
 
-// narrowTaskInputs narrows the sampling requests among a task's
-// inputRequests (a tasks/get result, a notifications/tasks params).
-func narrowTaskInputs(raw json.RawMessage) json.RawMessage {
-	if !mayHold(raw, "allServers") {
+// narrowInputRequests narrows the sampling requests among the
+// inputRequests of raw (an input_required result of either era, a
+// tasks/get result, a notifications/tasks params): narrowSamplingContext.
+// An entry's "method" and "params" are found in any case (round twelve):
+// go-sdk reads inputRequests with encoding/json, which folds case, so
+// {"Method": "sampling/createMessage", "Params": {"IncludeContext":
+// "allServers"}} is a sampling request of all servers' context to it.
+func narrowInputRequests(raw json.RawMessage) json.RawMessage {
+	if !mayHoldFold(raw, "allServers") {
 		return raw
 	}
-	var task map[string]json.RawMessage
-	if strictjson.Unmarshal(raw, &task) != nil || task == nil {
+	var outer map[string]json.RawMessage
+	if strictjson.Unmarshal(raw, &outer) != nil || outer == nil {
 		return raw
 	}
 	var reqs map[string]map[string]json.RawMessage
-	if strictjson.Unmarshal(task["inputRequests"], &reqs) != nil {
+	if strictjson.Unmarshal(outer["inputRequests"], &reqs) != nil {
 		return raw
 	}
 	changed := false
 	for k, r := range reqs {
 		var method string
-		if strictjson.Unmarshal(r["method"], &method) != nil || method != "sampling/createMessage" {
+		var paramsKey string
+		for mk, mv := range r {
+			switch {
+			case strings.EqualFold(mk, "method"):
+				_ = strictjson.Unmarshal(mv, &method)
+			case strings.EqualFold(mk, "params"):
+				paramsKey = mk
+			}
+		}
+		if method != "sampling/createMessage" || paramsKey == "" {
 			continue
 		}
-		if p, ok := narrowSamplingContext(r["params"]); ok {
-			r["params"] = p
+		if p, ok := narrowSamplingContext(r[paramsKey]); ok {
+			r[paramsKey] = p
 			reqs[k], changed = r, true
 		}
 	}
 	if !changed {
 		return raw
 	}
-	task["inputRequests"] = mustJSON(reqs)
-	return mustJSON(task)
+	outer["inputRequests"] = mustJSON(reqs)
+	return mustJSON(outer)
 }

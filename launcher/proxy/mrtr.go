@@ -472,45 +472,28 @@ func (mr *modernRoots) keysOf(gen uint64) ([]string, bool) {
 // the client's roots, so that the client's answer can be told from an
 // answer to an older round.
 func (s *session) tagRootsRound(result json.RawMessage) json.RawMessage {
+	// includeContext "allServers": see narrowInputRequests.
+	narrowed := narrowInputRequests(result)
 	var res map[string]json.RawMessage
 	var rt string
-	if strictjson.Unmarshal(result, &res) != nil || res == nil || strictjson.Unmarshal(res["resultType"], &rt) != nil || rt != "input_required" {
-		return result
+	if strictjson.Unmarshal(narrowed, &res) != nil || res == nil || strictjson.Unmarshal(res["resultType"], &rt) != nil || rt != "input_required" {
+		return narrowed
 	}
 	var reqs map[string]struct {
 		Method string          `json:"method"`
 		Params json.RawMessage `json:"params"`
 	}
 	if strictjson.Unmarshal(res["inputRequests"], &reqs, strictjson.AllowUnknownMembers()) != nil {
-		return result
+		return narrowed
 	}
 	var keys []string
-	narrowed := false
 	for k, r := range reqs {
 		if r.Method == "roots/list" {
 			keys = append(keys, k)
 		}
-		if r.Method == "sampling/createMessage" {
-			// includeContext "allServers": see narrowSamplingContext.
-			if p, ok := narrowSamplingContext(r.Params); ok {
-				var all map[string]json.RawMessage
-				if strictjson.Unmarshal(res["inputRequests"], &all) == nil {
-					var one map[string]json.RawMessage
-					if strictjson.Unmarshal(all[k], &one) == nil {
-						one["params"] = p
-						all[k] = mustJSON(one)
-						res["inputRequests"] = mustJSON(all)
-						narrowed = true
-					}
-				}
-			}
-		}
 	}
 	if len(keys) == 0 {
-		if narrowed {
-			return mustJSON(res)
-		}
-		return result
+		return narrowed
 	}
 	gen := s.mroots.issue(keys)
 	res["requestState"] = mustJSON(rootsState(s.nonce, gen, res["requestState"]))

@@ -683,20 +683,33 @@ func (s *session) relayServerRequest(gen uint64, w *jsonrpc.Writer, m *jsonrpc.M
 // into the prompt whose answer goes back to this server, which the run's
 // scope does not give it. The spec lets a client ignore the field; the
 // proxy keeps the part that is the server's own.
+//
+// The member is found in any case, and its value too (round twelve): a
+// client that decodes with encoding/json (go-sdk's inputRequests) reads
+// "IncludeContext" as includeContext.
 func narrowSamplingContext(params json.RawMessage) (json.RawMessage, bool) {
-	if !mayHold(params, "allServers") {
+	if !mayHoldFold(params, "allServers") {
 		return nil, false
 	}
 	var p map[string]json.RawMessage
 	if strictjson.Unmarshal(params, &p) != nil {
 		return nil, false
 	}
-	var ctx string
-	if strictjson.Unmarshal(p["includeContext"], &ctx) != nil || ctx != "allServers" {
-		return nil, false
+	for k, v := range p {
+		var ctx string
+		if !strings.EqualFold(k, "includeContext") || strictjson.Unmarshal(v, &ctx) != nil || !strings.EqualFold(ctx, "allServers") {
+			continue
+		}
+		delete(p, k)
+		p["includeContext"] = json.RawMessage(`"thisServer"`)
+		return mustJSON(p), true
 	}
-	p["includeContext"] = json.RawMessage(`"thisServer"`)
-	return mustJSON(p), true
+	return nil, false
+}
+
+// mayHoldFold is mayHold for lit in any ASCII case.
+func mayHoldFold(raw []byte, lit string) bool {
+	return policy.ContainsFold(raw, lit) || policy.HasEscapedASCII(raw, strings.ToLower(lit)+strings.ToUpper(lit))
 }
 
 // checkServerRequest checks what a server asks of the client (sampling
@@ -773,7 +786,7 @@ func (s *session) onUpstreamNotification(gen uint64, m *jsonrpc.Message) {
 			s.recordServerRequest(m.Method, nil, schema.ErrResponseTooLarge)
 			return
 		}
-		m.Params = narrowTaskInputs(m.Params)
+		m.Params = narrowInputRequests(m.Params)
 		s.pend.endTask(m)
 	}
 	frame, ok := s.clientNotification(gen, m)

@@ -132,3 +132,30 @@ func FuzzAppFileRefs(f *testing.F) {
 		}
 	})
 }
+
+// FuzzContainsFold: ContainsFold finds lit in any ASCII case exactly
+// when a lower-casing search does (the quick scans of member names a
+// case-folding client reads: "URL", "IncludeContext").
+func FuzzContainsFold(f *testing.F) {
+	for _, s := range []string{`{"URL":"x"}`, `{"url":1}`, `"uRl"`, `"ur"l"`, `ALLSERVERS`, `"`, ``} {
+		f.Add(s, `"url"`)
+		f.Add(s, "allServers")
+	}
+	f.Fuzz(func(t *testing.T, raw, lit string) {
+		if lit == "" || len(lit) > 16 {
+			return
+		}
+		lower := func(s string) string {
+			b := []byte(s)
+			for i, c := range b {
+				if c >= 'A' && c <= 'Z' {
+					b[i] = c + 32
+				}
+			}
+			return string(b)
+		}
+		if got, want := ContainsFold([]byte(raw), lit), strings.Contains(lower(raw), lower(lit)); got != want {
+			t.Fatalf("ContainsFold(%q, %q) = %v, want %v", raw, lit, got, want)
+		}
+	})
+}

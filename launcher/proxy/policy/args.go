@@ -924,7 +924,10 @@ func (p *Policy) checkFileURIs(raw json.RawMessage, effective []string) ([]strin
 	}
 	c := p.newChecker(p.baseRel, effective, false)
 	d, err := walk(raw, func(ptr []string, kind byte, s string) *Denial {
-		if kind != '"' || len(ptr) == 0 || (ptr[len(ptr)-1] != "uri" && ptr[len(ptr)-1] != "url") {
+		// (A member name in any case, round twelve: go-sdk reads a
+		// -32042's elicitations and a round's inputRequests with
+		// encoding/json, which folds case: "URL", "Uri".)
+		if kind != '"' || len(ptr) == 0 || len(ptr[len(ptr)-1]) != 3 || !strings.EqualFold(ptr[len(ptr)-1], "uri") && !strings.EqualFold(ptr[len(ptr)-1], "url") {
 			return nil
 		}
 		// As a client's URL parser reads it: " file:…" and "fi\nle:…" are

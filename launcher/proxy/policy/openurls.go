@@ -69,7 +69,64 @@ func truncateScheme(s string) string {
 // of one of its letters. (Inside a JSON string a quote is escaped, so
 // `"url"` is a whole string or member name.)
 func mayHoldURLMode(raw []byte) bool {
-	return bytes.Contains(raw, []byte(`"url"`)) || HasEscapedASCII(raw, "url")
+	return ContainsFold(raw, `"url"`) || HasEscapedASCII(raw, "urlURL")
+}
+
+// ContainsFold reports whether raw holds lit (ASCII) in any ASCII case,
+// with no allocation: a search for each case of lit's last two bytes
+// (bytes.Index), each hit compared whole.
+func ContainsFold(raw []byte, lit string) bool {
+	n := len(lit)
+	if n < 2 {
+		for i := range len(raw) - n + 1 {
+			if asciiEqualFold(raw[i:i+n], lit) {
+				return true
+			}
+		}
+		return n == 0
+	}
+	xs, nx := foldCases(lit[n-2])
+	ys, ny := foldCases(lit[n-1])
+	for _, x := range xs[:nx] {
+		for _, y := range ys[:ny] {
+			anchor := [2]byte{x, y}
+			for i := 0; ; {
+				j := bytes.Index(raw[i:], anchor[:])
+				if j < 0 {
+					break
+				}
+				if start := i + j + 2 - n; start >= 0 && asciiEqualFold(raw[start:start+n], lit) {
+					return true
+				}
+				i += j + 1
+			}
+		}
+	}
+	return false
+}
+
+// foldCases is c in each of its ASCII cases (n of them).
+func foldCases(c byte) (cases [2]byte, n int) {
+	switch {
+	case c >= 'a' && c <= 'z':
+		return [2]byte{c, c - 32}, 2
+	case c >= 'A' && c <= 'Z':
+		return [2]byte{c, c + 32}, 2
+	}
+	return [2]byte{c}, 1
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	for i := range len(s) {
+		x, y := b[i], s[i]
+		if x == y {
+			continue
+		}
+		if x|0x20 != y|0x20 || x|0x20 < 'a' || x|0x20 > 'z' {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckOpenURLs refuses raw (a server's result, an error's data, a
@@ -89,9 +146,12 @@ func CheckOpenURLs(raw []byte) *Denial {
 		if kind != '"' || len(ptr) == 0 {
 			return nil
 		}
-		switch ptr[len(ptr)-1] {
+		// Member names in any case (round twelve): go-sdk reads a -32042's
+		// elicitations and a round's inputRequests with encoding/json,
+		// which folds case ("Mode", "URL").
+		switch strings.ToLower(ptr[len(ptr)-1]) {
 		case "mode":
-			if s == "url" {
+			if strings.EqualFold(s, "url") {
 				if urlMode == nil {
 					urlMode = map[string]bool{}
 				}
