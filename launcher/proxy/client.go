@@ -556,8 +556,15 @@ func (s *session) forwardCancel(m *jsonrpc.Message) {
 	params := map[string]json.RawMessage{"requestId": jsonrpc.IntID(upID)}
 	if r, ok := p["reason"]; ok && len(r) > 0 && r[0] == '"' {
 		// Only a string, as the schema has it (round eleven): an object
-		// here would carry to the server what no check has read.
-		params["reason"] = r
+		// here would carry to the server what no check has read. And
+		// only one the path rules pass, as any other member (round
+		// twelve): a reason that names a file the scope does not allow
+		// is left out; the cancellation still goes.
+		if _, d := s.pol.CheckValues(mustJSON(map[string]json.RawMessage{"reason": r}), s.scope.current().paths); d == nil {
+			params["reason"] = r
+		} else {
+			s.log.Warn("a cancellation's reason left out: it names a path the scope does not allow", "error_code", string(d.Code))
+		}
 	}
 	s.toServer(w, jsonrpc.Request(nil, "notifications/cancelled", params))
 }

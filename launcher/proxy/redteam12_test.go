@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpwarden/mcpwarden/launcher/proxy/jsonrpc"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -107,6 +108,7 @@ func twelfthServer(logPath string) {
 			case "ask_url_fold": // an input round whose URL-mode elicitation spells its members in another case
 				result(`{"resultType":"input_required","requestState":"st-2","inputRequests":{` +
 					`"e1":{"Method":"elicitation/create","Params":{"MODE":"url","Url":"javascript:alert(1)","message":"m","elicitationId":"x"}}}}`)
+			case "hang": // answers never (the client cancels it)
 			default:
 				text("NOTHING")
 			}
@@ -279,5 +281,53 @@ func TestCaseFoldedKeysToTheClient(t *testing.T) {
 				t.Errorf("a round asking allServers = %+v %s", m.Error, m.Result)
 			}
 		})
+	}
+}
+
+// TestCancellationReasonHoldingAPath: a client's notifications/cancelled
+// is forwarded with its reason only when the reason passes the path rules
+// as any other member does: a reason that names a file outside the scope
+// or a secret is left out, and the cancellation still reaches the server.
+// Before, the reason reached the server whatever it named (round eleven
+// took out only a reason that is no string). A reason in words passes.
+func TestCancellationReasonHoldingAPath(t *testing.T) {
+	f, logPath := scriptedSecretFixture(t, twelfthEnv, "twelfth.log", []string{"hang"}, nil)
+	c := f.client
+	c.initLegacy(false)
+	hangs := 0
+	cancelled := func(reason string) string {
+		t.Helper()
+		c.mu.Lock()
+		id := c.nextID + 1
+		c.mu.Unlock()
+		c.start("tools/call", map[string]any{"name": "hang", "arguments": map[string]any{}})
+		hangs++
+		log := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+		deadline := time.Now().Add(2 * time.Minute)
+		for strings.Count(log(), `"name":"hang"`) < hangs && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond) // (the call must be forwarded: one cancelled in the gate never reaches the server)
+		}
+		before := strings.Count(log(), "notifications/cancelled")
+		c.notify("notifications/cancelled", map[string]any{"requestId": id, "reason": reason})
+		for time.Now().Before(deadline) {
+			if lines := strings.Split(log(), "\n"); strings.Count(log(), "notifications/cancelled") > before {
+				for i := len(lines) - 1; i >= 0; i-- {
+					if strings.Contains(lines[i], "notifications/cancelled") {
+						return lines[i]
+					}
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("the cancellation (%q) never reached the server:\n%s", reason, log())
+		return ""
+	}
+	if got := cancelled("the user pressed stop"); !strings.Contains(got, "the user pressed stop") {
+		t.Errorf("a reason in words was not forwarded: %s", got)
+	}
+	for _, reason := range []string{f.base + "/outside/probe.txt", f.base + "/allowed/.env", "file://" + f.base + "/outside/probe.txt"} {
+		if got := cancelled(reason); strings.Contains(got, "reason") {
+			t.Errorf("a reason naming a path the scope does not allow reached the server: %s", got)
+		}
 	}
 }
