@@ -102,24 +102,32 @@ func trimLineCol(p string) string {
 
 // mayHoldAppURL is the quick scan before a walk of an answer for
 // application URLs: raw holds "://" after a scheme that is not a network
-// one. (JSON escapes of ':' are caught by hasFileURI's scan.)
+// one, its slashes written as they are or escaped ("cursor:\/\/file\/…":
+// JSON's "\/" is "/", and some encoders write every slash so). (JSON
+// escapes of ':' are caught by hasFileURI's scan.)
 func mayHoldAppURL(raw []byte) bool {
-	for i := 0; ; {
-		j := bytes.Index(raw[i:], []byte("://"))
-		if j < 0 {
-			return false
+	for _, sep := range appURLSeps {
+		for i := 0; ; {
+			j := bytes.Index(raw[i:], sep)
+			if j < 0 {
+				break
+			}
+			i += j
+			k := i
+			for k > 0 && schemeByte(raw[k-1]) {
+				k--
+			}
+			if k < i && !netSchemes[string(raw[k:i])] && !netSchemes[strings.ToLower(string(raw[k:i]))] {
+				return true
+			}
+			i += len(sep)
 		}
-		i += j
-		k := i
-		for k > 0 && schemeByte(raw[k-1]) {
-			k--
-		}
-		if k < i && !netSchemes[string(raw[k:i])] && !netSchemes[strings.ToLower(string(raw[k:i]))] {
-			return true
-		}
-		i += 3
 	}
+	return false
 }
+
+// appURLSeps are "://" with each slash plain or JSON-escaped.
+var appURLSeps = [][]byte{[]byte("://"), []byte(`:\/\/`), []byte(`:/\/`), []byte(`:\//`)}
 
 func schemeByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'

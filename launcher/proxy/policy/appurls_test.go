@@ -88,10 +88,14 @@ func TestAppURLsInResults(t *testing.T) {
 	p, base := fixture(t)
 	eff := []string{filepath.Join(base, "allowed")}
 	for _, tc := range appURLCases(base) {
+		// (Also with every slash escaped, as some encoders write it:
+		// "cursor:\/\/file\/…" is read as "cursor://file/…".)
+		escaped := strings.ReplaceAll(jsonString(tc.s), "/", `\/`)
 		for _, raw := range []string{
 			`{"content":[{"type":"resource_link","name":"x","uri":` + jsonString(tc.s) + `}]}`,
 			`{"contents":[{"uri":` + jsonString(tc.s) + `,"text":"x"}]}`,
 			`{"content":[{"type":"resource","resource":{"uri":` + jsonString(tc.s) + `,"text":"x"}}]}`,
+			`{"content":[{"type":"resource_link","name":"x","uri":` + escaped + `}]}`,
 		} {
 			_, d := p.CheckResultURIs(json.RawMessage(raw), eff)
 			switch {
