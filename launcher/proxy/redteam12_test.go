@@ -331,3 +331,29 @@ func TestCancellationReasonHoldingAPath(t *testing.T) {
 		}
 	}
 }
+
+// TestCaseFoldedAnswersToTheServer: go-sdk's server reads a retry's
+// inputResponses with encoding/json, so {"ACTION": "accept", "CONTENT":
+// {…}} is an elicitation's answer whose form values it reads. The proxy
+// checked the form values of an answer spelled "action" only: a path
+// outside the scope in CONTENT reached the server before; now the call is
+// refused, as with the schema's spelling.
+func TestCaseFoldedAnswersToTheServer(t *testing.T) {
+	f, logPath := scriptedSecretFixture(t, twelfthEnv, "twelfth.log", []string{"token"}, nil)
+	c := f.client
+	c.initLegacy(false)
+	out := f.base + "/outside/probe.txt"
+	for _, answer := range []map[string]any{
+		{"action": "accept", "content": map[string]any{"file": out}},
+		{"ACTION": "accept", "CONTENT": map[string]any{"file": out}},
+		{"Action": "accept", "Content": map[string]any{"file": "../outside/probe.txt"}},
+	} {
+		m := c.call("tools/call", map[string]any{"name": "token", "arguments": map[string]any{}, "requestState": "MTA=", "inputResponses": map[string]any{"e1": answer}})
+		if m.Error == nil && denialCode(decodeTool(t, m)) == "" {
+			t.Errorf("an elicitation answer %v reached the server: %s", answer, m.Result)
+		}
+	}
+	if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "outside/probe.txt") {
+		t.Errorf("the server received the path:\n%s", b)
+	}
+}

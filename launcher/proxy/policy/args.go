@@ -1057,7 +1057,10 @@ func (p *Policy) CheckClientAnswer(raw json.RawMessage, effective []string) ([]s
 		// (CheckResultURIs words its reason for a server's answer.)
 		return paths, &Denial{Code: d.Code, Reason: "it links or embeds a file URI the scope does not allow"}
 	}
-	if !bytes.Contains(raw, []byte(`"action"`)) && !HasEscapedASCII(raw, "action") {
+	// (In any case, round twelve: go-sdk's server reads inputResponses
+	// with encoding/json, which takes {"ACTION": "accept", "CONTENT":
+	// {…}} for an elicitation's answer; so does the decode below.)
+	if !ContainsFold(raw, `"action"`) && !HasEscapedASCII(raw, "actionACTION") {
 		return paths, nil // no elicitation answer
 	}
 	var res struct {
