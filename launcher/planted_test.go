@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,36 @@ func TestHomeWriteWarning(t *testing.T) {
 		}
 		if got != "" && strings.Contains(got, root) {
 			t.Errorf("the warning names a path: %s", got)
+		}
+	}
+}
+
+// BenchmarkPlantedCheck: the run-end walk alone, in process, over the
+// 50,000 entries of BenchmarkSecretWalk's tree (500 directories of 99
+// files and a .env, all older than since); for profiling. What a run's
+// end waits for is BenchmarkRunEndPlantedCheck.
+func BenchmarkPlantedCheck(b *testing.B) {
+	root := b.TempDir()
+	for d := 0; d < 500; d++ {
+		sub := filepath.Join(root, "d"+strconv.Itoa(d))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for f := 0; f < 99; f++ {
+			if err := os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(f)+".txt"), nil, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, ".env"), nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	scope := &schema.CanonicalScope{AccessMode: schema.AccessWrite, AllowedPaths: []schema.CanonicalPath{{Path: root, Kind: schema.KindDir}}}
+	none, _ := schema.NewSecrets(nil)
+	since := time.Now().Add(time.Minute)
+	for b.Loop() {
+		if p := plantedCheck(scope, schema.DefaultSecrets, none, since, 0); p.count != 0 || !p.complete() {
+			b.Fatalf("%+v", p)
 		}
 	}
 }
