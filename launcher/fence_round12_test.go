@@ -2,6 +2,7 @@ package launcher_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -295,6 +296,58 @@ print("v1", flush=True)
 			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
 			checkPlantedCodeRefused(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command},
 				plantedCode{want: []string{"writable paths"}, naming: "the server's code", planted: "planted", withStderr: true})
+		})
+	}
+}
+
+// TestFenceWrapperScriptCodeOutsideTheWriteScope: a server started from a
+// "#!" shell wrapper outside the scope whose code lies in the write scope:
+// `exec node WS/server.js` (the wrapper's helper given its script), `.
+// WS/lib.sh` (a file the wrapper sources). The profile granted node for
+// the wrapper but took its operand for no code, and a sourced file for
+// nothing: the server rewrote the code and the next run ran it. Now the
+// literal operands of a wrapper's interpreters and the files it sources
+// are the server's code (refused in a write scope, exit 70). Both
+// layerings.
+func TestFenceWrapperScriptCodeOutsideTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceWrapperScript)
+}
+
+func testFenceWrapperScript(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, ws string) string // the wrapper's text
+	}{
+		{"exec node WS/server.js", func(t *testing.T, ws string) string {
+			testenv.RequireCommand(t, "node")
+			p := filepath.Join(ws, "server.js")
+			testenv.WriteFiles(t, map[string]string{p: `const fs = require('fs');
+require('readline').createInterface({input: process.stdin}).on('line', () => {
+  try { fs.writeFileSync(` + fmt.Sprintf("%q", p) + `, "process.stdout.write('v2\\n');\n"); } catch (e) {}
+  process.stdout.write('v1\n');
+});
+`})
+			return "#!/bin/sh\nexec node " + p + "\n"
+		}},
+		{". WS/lib.sh", func(t *testing.T, ws string) string {
+			p := filepath.Join(ws, "lib.sh")
+			testenv.WriteFiles(t, map[string]string{p: "answer=v1\n"})
+			return "#!/bin/sh\n. " + p + "\nread line\nprintf 'answer=v2\\n' > " + p + " 2>/dev/null\necho \"$answer\"\n"
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorkspace(t)
+			wrapper := filepath.Join(t.TempDir(), "run-server")
+			testenv.WriteFiles(t, map[string]string{wrapper: c.setup(t, w.allowed)})
+			if err := os.Chmod(wrapper, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+			checkPlantedCodeRefused(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: []string{wrapper}},
+				plantedCode{want: []string{"writable paths"}, naming: "the wrapper's code", planted: "planted", withStderr: true})
 		})
 	}
 }

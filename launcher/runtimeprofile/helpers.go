@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -102,7 +103,114 @@ func (b *builder) addScriptHelpers(script string) error {
 			return fmt.Errorf("%s runs %s: %w", filepath.Base(script), name, err)
 		}
 	}
+	for _, words := range scriptCodeWords(string(data)) {
+		b.addScriptCode(words)
+	}
 	return nil
+}
+
+// addScriptCode adds the code one simple command of a shell script of the
+// server names with literal words (words[0] the command): the file it
+// sources (". FILE", "source FILE"), and the script and code options of
+// an interpreter it runs (node, CPython, a shell, perl, awk, ...), found
+// as for the server's own command line, relative to the server's working
+// directory (the script's). Each is the server's code: granted for
+// reading and refused in a write scope. An operand with an expansion or
+// quotes is not known (Known limits).
+func (b *builder) addScriptCode(words []string) {
+	name, args, complete := words[0], words[1:], true
+	for i, a := range args {
+		if !literalWord(a) {
+			args, complete = args[:i], false
+			break
+		}
+	}
+	code := func(f, reason string) {
+		b.add(f, ClassRead, reason)
+		b.code(f)
+	}
+	if name == "." || name == "source" {
+		if len(args) > 0 {
+			if f := shellScriptFile(args[0], b.opt.Dir, b.opt.PATH); f != "" {
+				code(f, "file a shell script of the server sources")
+			}
+		}
+		return
+	}
+	invoked, exe, err := b.lookPath(name)
+	if err != nil {
+		return
+	}
+	switch {
+	case isNode(exe):
+		for _, m := range nodePreloads(args, b.opt.Dir) {
+			code(m, "module node preloads or file deciding what it runs (-r, --import, --loader, --env-file, --snapshot-blob, --openssl-config)")
+		}
+		if s := firstScriptArg(args, b.opt.Dir); s != "" {
+			_ = b.addNodeScript(s) // its package's grants, as for the server's own script
+		}
+	case isPython(exe):
+		if s := pythonScriptArg(args, b.opt.Dir); s != "" {
+			b.add(filepath.Dir(s), ClassReadTree, "directory of a script a shell script of the server runs (python's sys.path[0])")
+			b.code(s)
+		} else if complete && !pythonSafePath(args) {
+			dir := b.opt.Dir
+			if real, err := filepath.EvalSymlinks(dir); err == nil {
+				dir = real
+			}
+			if !slices.ContainsFunc(b.codeDirs, func(e Entry) bool { return e.Path == dir }) {
+				b.codeDirs = append(b.codeDirs, Entry{Path: dir, Class: ClassReadTree, Reason: "the working directory, python's sys.path[0] with -m or -c"})
+			}
+		}
+	case isShell(exe) || isShell(invoked):
+		if s := shellScriptArg(args, b.opt.Dir, b.opt.PATH); s != "" {
+			code(s, "shell script a shell script of the server runs")
+		}
+	default:
+		if c, family := otherInterpreterCode(invoked, exe, args, b.opt.Dir); family != "" {
+			for _, f := range c.files {
+				code(f, family+" code a shell script of the server runs")
+			}
+			for _, d := range c.dirs {
+				if !slices.ContainsFunc(b.codeDirs, func(e Entry) bool { return e.Path == d.Path }) {
+					b.codeDirs = append(b.codeDirs, d)
+				}
+			}
+		}
+	}
+}
+
+func isPython(exe string) bool {
+	_, ok := pythonVersion(exe)
+	return ok
+}
+
+// literalWord: a shell word that means itself (no quotes, expansions,
+// globs, redirections or escapes).
+func literalWord(w string) bool {
+	return w != "" && !strings.ContainsAny(w, "\"'`$<>*?[]{}~\\!")
+}
+
+// scriptCodeWords lists, for each simple command of a shell script that
+// sources a file or runs a program, its words from the command on (after
+// assignments and exec/env/nice/...), at most maxHelpers of them.
+func scriptCodeWords(text string) [][]string {
+	var out [][]string
+	for _, line := range strings.Split(text, "\n") {
+		line = stripShellComment(line)
+		for _, seg := range splitCommands(line) {
+			words := strings.Fields(seg)
+			if len(words) >= 2 && (words[0] == "." || words[0] == "source") {
+				out = append(out, words)
+			} else if w := commandWords(words); len(w) > 1 {
+				out = append(out, w)
+			}
+			if len(out) >= maxHelpers {
+				return out
+			}
+		}
+	}
+	return out
 }
 
 var shellWords = map[string]bool{
@@ -167,6 +275,15 @@ func splitCommands(line string) []string {
 
 // commandWord is the program a simple command's words run, or "".
 func commandWord(words []string) string {
+	if w := commandWords(words); len(w) > 0 {
+		return w[0]
+	}
+	return ""
+}
+
+// commandWords are a simple command's words from the program it runs on,
+// or nil.
+func commandWords(words []string) []string {
 	for len(words) > 0 {
 		w := words[0]
 		switch {
@@ -175,7 +292,7 @@ func commandWord(words []string) string {
 				words = words[1:]
 				continue
 			}
-			return ""
+			return nil
 		case prefixWords[w]:
 			words = words[1:]
 			for len(words) > 0 && (strings.HasPrefix(words[0], "-") || strings.Contains(words[0], "=") || isNumber(words[0])) {
@@ -185,12 +302,12 @@ func commandWord(words []string) string {
 			words = words[1:] // NAME=value before the command
 		default:
 			if isProgramName(w) {
-				return w
+				return words
 			}
-			return ""
+			return nil
 		}
 	}
-	return ""
+	return nil
 }
 
 func isNumber(s string) bool {

@@ -169,3 +169,28 @@ func TestEntryPointsAsTheRuntimeResolves(t *testing.T) {
 		t.Errorf("python3 empty: %q", got)
 	}
 }
+
+// TestWrapperScriptCode (session 12): the literal operands a "#!" shell
+// wrapper gives its interpreters, and the files it sources, are the
+// server's code files; an operand with an expansion is not followed.
+func TestWrapperScriptCode(t *testing.T) {
+	dir := t.TempDir()
+	for f, c := range map[string]string{"srv.js": "1", "lib.sh": "x=1", "lib2.sh": "y=1", "tool.pl": "1", "other.js": "1",
+		"wrapper": "#!/bin/sh\n. ./lib.sh\nsource lib2.sh # comment\nperl tool.pl 2>/dev/null\nnode \"$DIR/other.js\"\nFOO=1 exec env NODE_ENV=x node srv.js \"$@\"\n"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := Resolve([]string{filepath.Join(dir, "wrapper")}, Options{PATH: "/usr/bin:/bin", Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"wrapper", "lib.sh", "lib2.sh", "tool.pl", "srv.js"} {
+		if !slices.Contains(p.CodeFiles, filepath.Join(dir, f)) {
+			t.Errorf("code files %q lack %s", p.CodeFiles, f)
+		}
+	}
+	if slices.Contains(p.CodeFiles, filepath.Join(dir, "other.js")) {
+		t.Errorf("an operand with an expansion taken for code: %q", p.CodeFiles)
+	}
+}
