@@ -25,6 +25,8 @@ import (
 //	c-relay      relay mcpecho              (testdata/relay.c: two threads, blocking read/write)
 //	c-relay-setsid relay setsid mcpecho     (the same, its server in a session of its own, as
 //	                                         the fence starts it: a scheduler autogroup of its own)
+//	go-relay-setsid gorelay setsid mcpecho  (testdata/gorelay: the proxy's I/O structure in Go,
+//	                                         none of its work: the floor of a Go process in the path)
 //	fence-relay  mcpwarden run --proxy=false -- mcpecho
 //	proxy        mcpwarden run -- mcpecho   (default flags: fence + proxy + audit log)
 //
@@ -46,6 +48,7 @@ type procConn struct {
 
 type benchBins struct {
 	mcpwarden, echo, relay string
+	goRelay                string // testdata/gorelay
 	setsid                 string // setsid(1): the c-relay-setsid configuration's server in a session of its own
 	baseline               string // MCPWARDEN_BASELINE_BIN: an older binary run side by side
 	base, scope, stateDir  string
@@ -58,7 +61,7 @@ func buildBenchBins(b *testing.B) benchBins {
 	bins := fencetest.Build(b)
 	dir := b.TempDir()
 	bb := benchBins{mcpwarden: bins.Mcpwarden, echo: filepath.Join(dir, "mcpecho"), relay: filepath.Join(dir, "relay"),
-		setsid: testenv.RequireCommand(b, "setsid")}
+		goRelay: filepath.Join(dir, "gorelay"), setsid: testenv.RequireCommand(b, "setsid")}
 	if old := os.Getenv("MCPWARDEN_BASELINE_BIN"); old != "" {
 		if !filepath.IsAbs(old) {
 			b.Fatalf("MCPWARDEN_BASELINE_BIN=%q: give an absolute path", old)
@@ -66,6 +69,9 @@ func buildBenchBins(b *testing.B) benchBins {
 		bb.baseline = old
 	}
 	if err := testenv.GoBuild(bb.echo, "./internal/mcpecho", "CGO_ENABLED=0"); err != nil {
+		b.Fatal(err)
+	}
+	if err := testenv.GoBuild(bb.goRelay, "./launcher/proxy/testdata/gorelay", "CGO_ENABLED=0"); err != nil {
 		b.Fatal(err)
 	}
 	if out, err := exec.Command(gcc, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", bb.relay, "testdata/relay.c").CombinedOutput(); err != nil {
@@ -101,6 +107,10 @@ func (bb benchBins) configs() [][2]any {
 		// wrapped server competes as a group apart from the client's: this
 		// is the relay floor with that cost.
 		{"c-relay-setsid", []string{bb.relay, bb.setsid, bb.echo}},
+		// The same two blocking readers in Go, with the proxy's runtime
+		// settings and none of its work: what Go's runtime costs in the
+		// path, apart from what the proxy does there.
+		{"go-relay-setsid", []string{bb.goRelay, bb.setsid, bb.echo}},
 		{"fence-relay", append(append(slices.Clone(run), "--proxy=false", "--"), bb.echo)},
 		{"proxy", append(append(slices.Clone(run), "--"), bb.echo)},
 	}
@@ -259,6 +269,8 @@ func reportLatencies(b *testing.B, conns []*procConn, lat [][]time.Duration) {
 	b.ReportMetric(us(p["proxy"][0]-p["c-relay"][0]), "proxy-over-relay-p50-µs")
 	b.ReportMetric(us(p["proxy"][1]-p["c-relay"][1]), "proxy-over-relay-p99-µs")
 	b.ReportMetric(us(p["proxy"][0]-p["c-relay-setsid"][0]), "proxy-over-setsid-relay-p50-µs")
+	b.ReportMetric(us(p["go-relay-setsid"][0]-p["c-relay-setsid"][0]), "go-relay-over-setsid-relay-p50-µs")
+	b.ReportMetric(us(p["proxy"][0]-p["go-relay-setsid"][0]), "proxy-over-go-relay-p50-µs")
 	if _, ok := p["baseline-proxy"]; ok {
 		b.ReportMetric(us(p["baseline-proxy"][0]-p["c-relay"][0]), "baseline-proxy-over-relay-p50-µs")
 		b.ReportMetric(us(p["baseline-proxy"][1]-p["c-relay"][1]), "baseline-proxy-over-relay-p99-µs")
