@@ -200,7 +200,8 @@ func TestNetworkGrantWithoutLinkLocalFilter(t *testing.T) {
 // IORING_OP_CONNECT to the metadata service's address (or Azure's
 // WireServer) on the granted port is refused (EPERM) like connect(), and
 // one to loopback still connects. (With the namespaces only: a scope that
-// allows io_uring is refused without them, TestFenceAllowIOUring.)
+// allows io_uring is refused without them, TestFenceAllowIOUring.) Since
+// session 12 also a UDP IORING_OP_SENDMSG (a guard: it held before).
 func TestFenceIOUringConnectLinkLocal(t *testing.T) {
 	testFenceIOUringConnectLinkLocal(t, false)
 }
@@ -222,6 +223,12 @@ func testFenceIOUringConnectLinkLocal(t *testing.T, noNS bool) {
 		{name: "io_uring connect to Alibaba Cloud's metadata address", req: map[string]any{"op": "uring_connect", "addr": fmt.Sprintf("100.100.100.200:%d", p)}, errno: eperm, exact: true},
 		{name: "io_uring connect to Azure's WireServer", req: map[string]any{"op": "uring_connect", "addr": fmt.Sprintf("168.63.129.16:%d", p)}, errno: eperm, exact: true},
 		{name: "io_uring connect to another port (Landlock)", req: map[string]any{"op": "uring_connect", "addr": fmt.Sprintf("127.0.0.1:%d", p+1)}, errno: []string{"EACCES"}, exact: true},
+		// Session 12 guard: UDP through the ring, the destination in the
+		// message (IORING_OP_SENDMSG on an unconnected socket): the
+		// cgroup's sendmsg hooks see it as they see sendmsg(2).
+		{name: "io_uring UDP sendmsg to loopback", req: map[string]any{"op": "uring_udp_sendmsg", "addr": fmt.Sprintf("127.0.0.1:%d", p)}, wantOK: true},
+		{name: "io_uring UDP sendmsg to 169.254/16", req: map[string]any{"op": "uring_udp_sendmsg", "addr": fmt.Sprintf("169.254.99.1:%d", p)}, errno: eperm, exact: true},
+		{name: "io_uring UDP sendmsg to Alibaba Cloud's metadata address", req: map[string]any{"op": "uring_udp_sendmsg", "addr": fmt.Sprintf("100.100.100.200:%d", p)}, errno: eperm, exact: true},
 	})
 	s.Close()
 }

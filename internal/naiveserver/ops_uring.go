@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"net/netip"
 	"runtime"
 	"unsafe"
 
@@ -85,6 +86,46 @@ var uringOps = map[string]op{
 				return "", unix.Errno(e)
 			}
 			return "connected", nil
+		}
+		if res < 0 {
+			return "", unix.Errno(-res)
+		}
+		return "sent", nil
+	},
+	// Data sent to Addr (IPv4, "a.b.c.d:port") by an IORING_OP_SENDMSG on
+	// an unconnected UDP socket, the destination in the message: the
+	// answer is the completion's result.
+	"uring_udp_sendmsg": func(r Request) (string, error) {
+		ap, err := netip.ParseAddrPort(r.Addr)
+		if err != nil || !ap.Addr().Is4() {
+			return "", unix.EINVAL
+		}
+		s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(s)
+		var sa [16]byte // struct sockaddr_in
+		binary.LittleEndian.PutUint16(sa[0:], unix.AF_INET)
+		binary.BigEndian.PutUint16(sa[2:], ap.Port())
+		a4 := ap.Addr().As4()
+		copy(sa[4:8], a4[:])
+		data := []byte(r.Data + "x")
+		iov := unix.Iovec{Base: &data[0]}
+		iov.SetLen(len(data))
+		msg := unix.Msghdr{Name: &sa[0], Namelen: uint32(len(sa)), Iov: &iov, Iovlen: 1}
+		res, err := uringOne(func(sqe []byte) {
+			sqe[0] = 9 // IORING_OP_SENDMSG
+			binary.LittleEndian.PutUint32(sqe[4:], uint32(s))
+			binary.LittleEndian.PutUint64(sqe[16:], uint64(uintptr(unsafe.Pointer(&msg))))
+			binary.LittleEndian.PutUint32(sqe[24:], 1) // len: one msghdr
+		})
+		runtime.KeepAlive(sa)
+		runtime.KeepAlive(data)
+		runtime.KeepAlive(&iov)
+		runtime.KeepAlive(&msg)
+		if err != nil {
+			return "", err
 		}
 		if res < 0 {
 			return "", unix.Errno(-res)
