@@ -351,3 +351,33 @@ require('readline').createInterface({input: process.stdin}).on('line', () => {
 		})
 	}
 }
+
+// TestFenceNodePreloadByNameFromTheWriteScope: `node -r hook server.js`
+// started in its write scope: node resolves a preloaded package by name
+// from the working directory's node_modules, which the server rewrote
+// for its next run (the profile took a bare name for a package of the
+// script's own tree). Now a bare-name -r/--import/--loader makes the
+// working directory a code directory (refused in a write scope, exit 70).
+// Both layerings.
+func TestFenceNodePreloadByNameFromTheWriteScope(t *testing.T) {
+	fencetest.ForEachLayering(t, testFenceNodePreloadByName)
+}
+
+func testFenceNodePreloadByName(t *testing.T, noNS bool) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	node := testenv.RequireCommand(t, "node")
+	w := newWorkspace(t)
+	hook := filepath.Join(w.allowed, "node_modules", "hook", "index.js")
+	testenv.WriteFiles(t, map[string]string{hook: "globalThis.answer = 'v1';\n"})
+	script := filepath.Join(t.TempDir(), "server.js")
+	testenv.WriteFiles(t, map[string]string{script: `const fs = require('fs');
+require('readline').createInterface({input: process.stdin}).on('line', () => {
+  try { fs.writeFileSync(` + fmt.Sprintf("%q", hook) + `, "globalThis.answer = 'v2';\n"); } catch (e) {}
+  process.stdout.write(globalThis.answer + '\n');
+});
+`})
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+	checkPlantedCodeRefused(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: []string{node, "-r", "hook", script}, Dir: w.allowed},
+		plantedCode{want: []string{"working directory"}, naming: "the working directory", planted: "planted", withStderr: true})
+}

@@ -143,8 +143,12 @@ func (b *builder) addScriptCode(words []string) {
 	}
 	switch {
 	case isNode(exe):
-		for _, m := range nodePreloads(args, b.opt.Dir) {
+		files, byName := nodePreloadsAndNames(args, b.opt.Dir)
+		for _, m := range files {
 			code(m, "module node preloads or file deciding what it runs (-r, --import, --loader, --env-file, --snapshot-blob, --openssl-config)")
+		}
+		if byName {
+			b.nodeNameDir()
 		}
 		if s := firstScriptArg(args, b.opt.Dir); s != "" {
 			_ = b.addNodeScript(s) // its package's grants, as for the server's own script

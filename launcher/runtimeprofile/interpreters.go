@@ -233,8 +233,12 @@ func (p *interpParse) ruby(args []string) {
 // auto_prepend_file and extensions decide what runs), -z a Zend extension,
 // -d auto_prepend_file=/auto_append_file= a file run around every script;
 // -S serves the directory of -t (the working directory without it) as
-// code. Options take their value attached or separate.
+// code; the working directory is a code directory (include_path "."). Options
+// take their value attached or separate.
 func (p *interpParse) php(args []string) {
+	// include_path starts with ".": a relative include is looked for in
+	// the working directory first.
+	p.codeDir(".", "the working directory, php's include_path .")
 	withValue := "cdzfrBRFESt"
 	inline, server, docroot := false, false, ""
 	var script string

@@ -54,11 +54,11 @@ func TestOtherInterpreterCode(t *testing.T) {
 		{"ruby", []string{"-rjson", "--enable", "frozen-string-literal", "x.rb"}, in("x.rb"), nil},
 		{"ruby", []string{"-C", "sub", "y.rb"}, in("sub/y.rb"), nil},
 		{"ruby", []string{"-e", "puts 1", "x.rb"}, nil, nil},
-		{"php", []string{"x.php"}, in("x.php"), nil},
-		{"php8.2", []string{"-c", "php.ini", "-d", "auto_prepend_file=pre.php", "-f", "x.php"}, in("php.ini", "pre.php", "x.php"), nil},
-		{"php", []string{"-n", "-dmemory_limit=1G", "x.php", "data.txt"}, in("x.php"), nil},
-		{"php", []string{"-r", "echo 1;"}, nil, nil},
-		{"php", []string{"-S", "127.0.0.1:8000", "-t", "lib"}, nil, in("lib")},
+		{"php", []string{"x.php"}, in("x.php"), []string{dir}},
+		{"php8.2", []string{"-c", "php.ini", "-d", "auto_prepend_file=pre.php", "-f", "x.php"}, in("php.ini", "pre.php", "x.php"), []string{dir}},
+		{"php", []string{"-n", "-dmemory_limit=1G", "x.php", "data.txt"}, in("x.php"), []string{dir}},
+		{"php", []string{"-r", "echo 1;"}, nil, []string{dir}},
+		{"php", []string{"-S", "127.0.0.1:8000", "-t", "lib"}, nil, append([]string{dir}, in("lib")...)},
 		{"lua5.4", []string{"x.lua"}, in("x.lua"), []string{dir}},
 		{"luajit", []string{"-e", "x=1", "-l", "mod", "x.lua"}, in("x.lua"), []string{dir}},
 		{"Rscript", []string{"--no-save", "x.R"}, in("x.R"), []string{dir}},
@@ -192,5 +192,26 @@ func TestWrapperScriptCode(t *testing.T) {
 	}
 	if slices.Contains(p.CodeFiles, filepath.Join(dir, "other.js")) {
 		t.Errorf("an operand with an expansion taken for code: %q", p.CodeFiles)
+	}
+}
+
+// TestNodePreloadByName (session 12): a module node preloads by package
+// name is resolved from the working directory's node_modules, which makes
+// the working directory a code directory; a path or a node: builtin does
+// not.
+func TestNodePreloadByName(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		byName bool
+	}{
+		{[]string{"-r", "dotenv/config", "s.js"}, true},
+		{[]string{"--import=tsx", "s.js"}, true},
+		{[]string{"--require", "./hook.js", "s.js"}, false},
+		{[]string{"--import", "node:fs", "s.js"}, false},
+		{[]string{"s.js", "-r", "x"}, false},
+	} {
+		if _, byName := nodePreloadsAndNames(c.args, t.TempDir()); byName != c.byName {
+			t.Errorf("%q: by name %v, want %v", c.args, byName, c.byName)
+		}
 	}
 }

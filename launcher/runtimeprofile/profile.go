@@ -336,9 +336,13 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 	b.setKind(KindELF)
 	if isNode(exe) {
 		b.setKind(KindNode)
-		for _, m := range nodePreloads(args, b.opt.Dir) {
+		files, byName := nodePreloadsAndNames(args, b.opt.Dir)
+		for _, m := range files {
 			b.add(m, ClassRead, "module node preloads or file deciding what it runs (-r, --import, --loader, --env-file, --snapshot-blob, --openssl-config)")
 			b.code(m)
+		}
+		if byName {
+			b.nodeNameDir()
 		}
 		if script := firstScriptArg(args, b.opt.Dir); script != "" {
 			return b.addNodeScript(script)
@@ -597,13 +601,21 @@ func nodeEntry(p string, depth int) string {
 // --openssl-config. Each is the server's code: granted for reading, and
 // so refused in a write scope.
 func nodePreloads(args []string, dir string) []string {
+	files, _ := nodePreloadsAndNames(args, dir)
+	return files
+}
+
+// nodePreloadsAndNames is nodePreloads, and whether a module is preloaded
+// by a package name (-r NAME): node resolves that from the working
+// directory's node_modules (and its parents'), which makes the working
+// directory a code directory.
+func nodePreloadsAndNames(args []string, dir string) (out []string, byName bool) {
 	loaders := map[string]bool{"-r": true, "--require": true, "--import": true, "--loader": true, "--experimental-loader": true}
 	// Files node reads that decide what runs: env files (NODE_OPTIONS),
 	// a V8 start-up snapshot, an OpenSSL configuration (its engines and
 	// providers are native code).
 	envFiles := map[string]bool{"--env-file": true, "--env-file-if-exists": true, "--snapshot-blob": true, "--openssl-config": true}
 	withValue := map[string]bool{"-C": true, "--conditions": true, "--input-type": true, "--title": true}
-	var out []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" || !strings.HasPrefix(a, "-") || a == "-e" || a == "--eval" || a == "-p" || a == "--print" {
@@ -627,6 +639,7 @@ func nodePreloads(args []string, dir string) []string {
 			if rest, ok := strings.CutPrefix(value, "file://"); ok {
 				value = rest
 			} else if !strings.HasPrefix(value, "/") && !strings.HasPrefix(value, "./") && !strings.HasPrefix(value, "../") {
+				byName = byName || value != "" && !strings.HasPrefix(value, "node:")
 				continue // a package name
 			}
 		}
@@ -634,7 +647,19 @@ func nodePreloads(args []string, dir string) []string {
 			out = append(out, f)
 		}
 	}
-	return out
+	return out, byName
+}
+
+// nodeNameDir is the code directory of a node started with a package
+// preloaded by name: its working directory.
+func (b *builder) nodeNameDir() {
+	dir := b.opt.Dir
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	if !slices.ContainsFunc(b.codeDirs, func(e Entry) bool { return e.Path == dir }) {
+		b.codeDirs = append(b.codeDirs, Entry{Path: dir, Class: ClassReadTree, Reason: "the working directory, where node resolves a module preloaded by name (-r NAME) from node_modules"})
+	}
 }
 
 // addNodeScript grants what node reads to run script:
