@@ -168,3 +168,28 @@ func BenchmarkPlantedCheck(b *testing.B) {
 		}
 	}
 }
+
+// TestPlantedWarningEscapesNames: a planted name is the server's text on
+// the operator's terminal: control characters, C1 and bidi overrides come
+// out escaped (strconv.Quote), never raw.
+func TestPlantedWarningEscapesNames(t *testing.T) {
+	root := t.TempDir()
+	for _, n := range []string{".ssh/\x1b]0;owned\x07", ".ssh/a\u202egpj.sh", ".ssh/\u009b2J"} {
+		p := filepath.Join(root, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	none, _ := schema.NewSecrets(nil)
+	scope := &schema.CanonicalScope{AccessMode: schema.AccessWrite, AllowedPaths: []schema.CanonicalPath{{Path: root, Kind: schema.KindDir}}}
+	p := plantedCheck(scope, schema.DefaultSecrets, none, time.Now().Add(-time.Minute), 0)
+	var sb strings.Builder
+	p.warn(&sb, "at the run's end")
+	out := sb.String()
+	if p.count != 4 || strings.ContainsAny(out, "\x1b\x07\u202e\u009b") || !strings.Contains(out, `\x1b]0;owned\a`) {
+		t.Errorf("count %d, warning %q", p.count, out)
+	}
+}
