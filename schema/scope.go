@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -532,7 +531,7 @@ func Canonicalize(s *Scope, base string, now time.Time) (*CanonicalScope, error)
 		return nil, scopeErr("expires_after_minutes", "scope expired at %s; issue a new scope", c.NotAfter.Format(time.RFC3339))
 	}
 
-	canon, err := json.Marshal(c)
+	canon, err := appendCanonicalJSON(make([]byte, 0, 512), c)
 	if err != nil {
 		return nil, fmt.Errorf("encode canonical scope: %w", err)
 	}

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/mcpwarden/mcpwarden/schema"
+	"github.com/mcpwarden/mcpwarden/schema/jsonenc"
 )
 
 // appendEvent appends ev as one JSON line, byte for byte what
@@ -31,18 +31,18 @@ func appendEvent(b []byte, ev *schema.Event) ([]byte, error) {
 		return buf.Bytes(), nil
 	}
 	b = append(b, `{"event_id":`...)
-	b = appendString(b, ev.EventID)
+	b = jsonenc.AppendString(b, ev.EventID)
 	b = append(b, `,"schema_version":`...)
 	b = strconv.AppendInt(b, int64(ev.SchemaVersion), 10)
 	b = append(b, `,"host":`...)
-	b = appendString(b, ev.Host)
+	b = jsonenc.AppendString(b, ev.Host)
 	b = append(b, `,"boot_id":`...)
-	b = appendString(b, ev.BootID)
+	b = jsonenc.AppendString(b, ev.BootID)
 	b = appendOmitEmpty(b, `,"run_id":`, ev.RunID)
 	b = appendOmitEmpty(b, `,"scope_id":`, ev.ScopeID)
 	b = appendOmitEmpty(b, `,"scope_hash":`, ev.ScopeHash)
 	b = append(b, `,"kind":`...)
-	b = appendString(b, string(ev.Kind))
+	b = jsonenc.AppendString(b, string(ev.Kind))
 	b = append(b, `,"time_ns":`...)
 	b = strconv.AppendInt(b, ev.TimeNS, 10)
 	if l := ev.Launch; l != nil {
@@ -50,22 +50,22 @@ func appendEvent(b []byte, ev *schema.Event) ([]byte, error) {
 	}
 	if d := ev.Decision; d != nil {
 		b = append(b, `,"decision":{"op_id":`...)
-		b = appendString(b, d.OpID)
+		b = jsonenc.AppendString(b, d.OpID)
 		b = append(b, `,"method":`...)
-		b = appendString(b, d.Method)
+		b = jsonenc.AppendString(b, d.Method)
 		b = append(b, `,"protocol_era":`...)
-		b = appendString(b, d.ProtocolEra)
+		b = jsonenc.AppendString(b, d.ProtocolEra)
 		b = append(b, `,"protocol_version":`...)
-		b = appendString(b, d.ProtocolVersion)
+		b = jsonenc.AppendString(b, d.ProtocolVersion)
 		b = append(b, `,"server_origin":`...)
-		b = appendString(b, d.ServerOrigin)
+		b = jsonenc.AppendString(b, d.ServerOrigin)
 		b = appendOmitEmpty(b, `,"tool":`, d.Tool)
 		b = append(b, `,"action_class":`...)
-		b = appendString(b, string(d.ActionClass))
+		b = jsonenc.AppendString(b, string(d.ActionClass))
 		b = append(b, `,"decision":`...)
-		b = appendString(b, string(d.Decision))
+		b = jsonenc.AppendString(b, string(d.Decision))
 		b = append(b, `,"approval":`...)
-		b = appendString(b, string(d.Approval))
+		b = jsonenc.AppendString(b, string(d.Approval))
 		b = appendOmitEmpty(b, `,"error_code":`, d.ErrorCode)
 		b = append(b, `,"retry_count":`...)
 		b = strconv.AppendInt(b, int64(d.RetryCount), 10)
@@ -77,7 +77,7 @@ func appendEvent(b []byte, ev *schema.Event) ([]byte, error) {
 				if i > 0 {
 					b = append(b, ',')
 				}
-				b = appendString(b, string(h))
+				b = jsonenc.AppendString(b, string(h))
 			}
 			b = append(b, ']')
 		}
@@ -94,9 +94,9 @@ func appendEvent(b []byte, ev *schema.Event) ([]byte, error) {
 // appendLaunch writes a launch record's body, fields in Launch's order.
 func appendLaunch(b []byte, l *schema.Launch) []byte {
 	b = append(b, `,"launch":{"phase":`...)
-	b = appendString(b, string(l.Phase))
+	b = jsonenc.AppendString(b, string(l.Phase))
 	b = append(b, `,"mode":`...)
-	b = appendString(b, string(l.Mode))
+	b = jsonenc.AppendString(b, string(l.Mode))
 	b = append(b, `,"landlock_abi":`...)
 	b = strconv.AppendInt(b, int64(l.LandlockABI), 10)
 	b = append(b, `,"degraded":`...)
@@ -122,9 +122,9 @@ func appendLaunch(b []byte, l *schema.Launch) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"name":`...)
-			b = appendString(b, string(ly.Name))
+			b = jsonenc.AppendString(b, string(ly.Name))
 			b = append(b, `,"state":`...)
-			b = appendString(b, string(ly.State))
+			b = jsonenc.AppendString(b, string(ly.State))
 			b = appendOmitEmpty(b, `,"reason":`, ly.Reason)
 			b = append(b, '}')
 		}
@@ -157,7 +157,7 @@ func appendOmitEmpty(b []byte, key, v string) []byte {
 	if v == "" {
 		return b
 	}
-	return appendString(append(b, key...), v)
+	return jsonenc.AppendString(append(b, key...), v)
 }
 
 // appendFloat writes a finite float64 as encoding/json does: the shortest
@@ -178,68 +178,4 @@ func appendFloat(b []byte, f float64) []byte {
 		}
 	}
 	return b
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString writes s as a JSON string the way encoding/json does with
-// HTML escaping on: `"` and `\` escaped with a backslash; \b \f \n \r \t by
-// name; other control characters and < > & as \u00XX; U+2028 and U+2029 as
-// \u2028 and \u2029; each byte of invalid UTF-8 as \ufffd; everything else
-// as it is.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	plain := 0 // s[plain:i] is still to be copied as it is
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			var esc string
-			switch {
-			case c == '"':
-				esc = `\"`
-			case c == '\\':
-				esc = `\\`
-			case c == '\b':
-				esc = `\b`
-			case c == '\f':
-				esc = `\f`
-			case c == '\n':
-				esc = `\n`
-			case c == '\r':
-				esc = `\r`
-			case c == '\t':
-				esc = `\t`
-			case c < 0x20 || c == '<' || c == '>' || c == '&':
-				b = append(b, s[plain:i]...)
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-				i++
-				plain = i
-				continue
-			default:
-				i++
-				continue
-			}
-			b = append(b, s[plain:i]...)
-			b = append(b, esc...)
-			i++
-			plain = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[plain:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[plain:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		plain = i
-	}
-	b = append(b, s[plain:]...)
-	return append(b, '"')
 }
