@@ -547,7 +547,7 @@ func TestNodeServerFromTheProfileCache(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	cache := filepath.Join(state, "cache")
 	inodes := func() map[string]uint64 {
-		files, _ := filepath.Glob(filepath.Join(cache, "native-*.json"))
+		files, _ := filepath.Glob(filepath.Join(cache, "native-*.scan"))
 		m := map[string]uint64{}
 		for _, f := range files {
 			st, err := os.Lstat(f)

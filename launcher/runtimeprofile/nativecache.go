@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +46,7 @@ import (
 
 // nativeCacheVersion changes whenever what a walk grants, or the file
 // format, changes.
-const nativeCacheVersion = 1
+const nativeCacheVersion = 2
 
 // maxNativeCacheBytes bounds a cache file read back.
 const maxNativeCacheBytes = 32 << 20
@@ -96,9 +95,26 @@ func (k nativeKey) equal(o nativeKey) bool {
 }
 
 func (k nativeKey) file(dir string) string {
-	b, _ := json.Marshal(k)
-	sum := sha256.Sum256(b)
-	return filepath.Join(dir, "native-"+hex.EncodeToString(sum[:16])+".json")
+	sum := sha256.Sum256(k.appendLine(nil))
+	return filepath.Join(dir, "native-"+hex.EncodeToString(sum[:16])+".scan")
+}
+
+// appendLine writes k as the cache file's key line: "k", the version, 0
+// or 1 for Executables, the class and the machine, then the kind, the
+// root and each search directory Go-quoted, separated by single spaces.
+// The file's name is the hash of this line.
+func (k nativeKey) appendLine(b []byte) []byte {
+	exe := 0
+	if k.Executables {
+		exe = 1
+	}
+	b = fmt.Appendf(b, "k %d %d %d %d ", k.Version, exe, k.Class, k.Machine)
+	b = strconv.AppendQuote(b, k.Kind)
+	b = strconv.AppendQuote(append(b, ' '), k.Root)
+	for _, d := range k.Search {
+		b = strconv.AppendQuote(append(b, ' '), d)
+	}
+	return b
 }
 
 // nativeScan is what a walk (or an executable's resolution) found: the
@@ -112,27 +128,28 @@ type nativeScan struct {
 	truncated bool
 }
 
-// The cache file: a magic line, the key and the entries as JSON (one line
-// each), then one line per dependency, "dev ino mode size mtime ctime
-// absent path" with the path Go-quoted: fast to read back, since a large
-// tree has thousands of directories.
+// The cache file: a magic line, the key line (nativeKey.appendLine), one
+// line per entry ("e", the class, the path and the reason Go-quoted), one
+// per literal name ("n" and the name Go-quoted), then one line per
+// dependency, "dev ino mode size mtime ctime absent path" with the path
+// Go-quoted: fast to read back, since a large tree has thousands of
+// directories, and without encoding/json, whose encoder and decoder of
+// these types cost every launch about a tenth of a millisecond to build.
 const nativeCacheMagic = "mcpwarden-native-cache"
 
-type nativeHeader struct {
-	Key     nativeKey `json:"key"`
-	Entries []Entry   `json:"entries"`
-	Names   []string  `json:"names,omitempty"`
-}
-
 func (s *nativeScan) encode() ([]byte, error) {
-	h, err := json.Marshal(nativeHeader{Key: s.Key, Entries: s.Entries, Names: s.Names})
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, 0, len(h)+64+len(s.Depends)*96)
+	buf := make([]byte, 0, 256+len(s.Entries)*96+len(s.Depends)*96)
 	buf = append(buf, nativeCacheMagic+" "+strconv.Itoa(nativeCacheVersion)+"\n"...)
-	buf = append(buf, h...)
-	buf = append(buf, '\n')
+	buf = append(s.Key.appendLine(buf), '\n')
+	for _, e := range s.Entries {
+		buf = strconv.AppendQuote(append(buf, "e "...), string(e.Class))
+		buf = strconv.AppendQuote(append(buf, ' '), e.Path)
+		buf = strconv.AppendQuote(append(buf, ' '), e.Reason)
+		buf = append(buf, '\n')
+	}
+	for _, n := range s.Names {
+		buf = append(strconv.AppendQuote(append(buf, "n "...), n), '\n')
+	}
 	for _, d := range s.Depends {
 		abs := 0
 		if d.Absent {
@@ -141,6 +158,56 @@ func (s *nativeScan) encode() ([]byte, error) {
 		buf = fmt.Appendf(buf, "%d %d %d %d %d %d %d %s\n", d.Dev, d.Ino, d.Mode, d.Size, d.Mtime, d.Ctime, abs, strconv.Quote(d.Path))
 	}
 	return buf, nil
+}
+
+// quotedFields reads l as Go-quoted strings separated by single spaces
+// (nothing before the first, after the last or between them).
+func quotedFields(l string) ([]string, bool) {
+	var out []string
+	for {
+		q, err := strconv.QuotedPrefix(l)
+		if err != nil || q[0] != '"' {
+			return nil, false
+		}
+		v, err := strconv.Unquote(q)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, v)
+		l = l[len(q):]
+		if l == "" {
+			return out, true
+		}
+		if l[0] != ' ' {
+			return nil, false
+		}
+		l = l[1:]
+	}
+}
+
+// decodeKeyLine reads a key line (nativeKey.appendLine).
+func decodeKeyLine(l string) (nativeKey, bool) {
+	f := strings.SplitN(l, " ", 6)
+	if len(f) != 6 || f[0] != "k" {
+		return nativeKey{}, false
+	}
+	var n [4]int
+	for i := range n {
+		v, err := strconv.Atoi(f[i+1])
+		if err != nil {
+			return nativeKey{}, false
+		}
+		n[i] = v
+	}
+	q, ok := quotedFields(f[5])
+	if !ok || len(q) < 2 || n[1] < 0 || n[1] > 1 {
+		return nativeKey{}, false
+	}
+	k := nativeKey{Version: n[0], Executables: n[1] == 1, Class: n[2], Machine: n[3], Kind: q[0], Root: q[1]}
+	if len(q) > 2 {
+		k.Search = q[2:]
+	}
+	return k, true
 }
 
 func decodeScanBytes(b []byte) (*nativeScan, bool) {
@@ -157,19 +224,35 @@ func decodeScanBytes(b []byte) (*nativeScan, bool) {
 	if !ok || string(magic) != nativeCacheMagic+" "+strconv.Itoa(nativeCacheVersion) {
 		return nil, false
 	}
-	hl, ok := line()
+	kl, ok := line()
 	if !ok {
 		return nil, false
 	}
-	var h nativeHeader
-	if err := json.Unmarshal(hl, &h); err != nil {
+	key, ok := decodeKeyLine(string(kl))
+	if !ok {
 		return nil, false
 	}
-	s := &nativeScan{Key: h.Key, Entries: h.Entries, Names: h.Names}
+	s := &nativeScan{Key: key}
 	for len(b) > 0 {
 		l, ok := line()
 		if !ok {
 			return nil, false
+		}
+		if rest, isEntry := bytes.CutPrefix(l, []byte("e ")); isEntry {
+			q, ok := quotedFields(string(rest))
+			if !ok || len(q) != 3 || len(s.Names) > 0 || len(s.Depends) > 0 {
+				return nil, false
+			}
+			s.Entries = append(s.Entries, Entry{Class: Class(q[0]), Path: q[1], Reason: q[2]})
+			continue
+		}
+		if rest, isName := bytes.CutPrefix(l, []byte("n ")); isName {
+			q, ok := quotedFields(string(rest))
+			if !ok || len(q) != 1 || len(s.Depends) > 0 {
+				return nil, false
+			}
+			s.Names = append(s.Names, q[0])
+			continue
 		}
 		f := strings.SplitN(string(l), " ", 8)
 		if len(f) != 8 {

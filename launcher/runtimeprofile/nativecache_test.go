@@ -4,6 +4,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func (nt *nativeTree) resolve(t *testing.T, cache string) map[string]Class {
 }
 
 func cacheFiles(_ testing.TB, cache string) []string {
-	m, _ := filepath.Glob(filepath.Join(cache, "native-*.json"))
+	m, _ := filepath.Glob(filepath.Join(cache, "native-*.scan"))
 	return m
 }
 
@@ -334,7 +335,8 @@ func FuzzNativeCacheDecode(f *testing.F) {
 	good, _ := (&nativeScan{Key: key, Entries: []Entry{{Path: "/lib64/ld-linux-x86-64.so.2", Class: ClassExec}, {Path: "/lib/libc.so.6", Class: ClassRead}},
 		Names: []string{"/lib64/x"}, Depends: []fileID{{Path: "/"}, {Path: "/nope", Absent: true}}}).encode()
 	f.Add(good)
-	f.Add([]byte(nativeCacheMagic + " 1\n{\"key\":{\"v\":1},\"entries\":[{\"path\":\"/\",\"class\":\"read-tree\"}]}\n"))
+	f.Add([]byte(nativeCacheMagic + " 2\nk 2 0 0 0 \"elf\" \"/\" \"/lib\"\ne \"read-tree\" \"/\" \"\"\n0 0 0 0 0 0 0 \"/\"\n"))
+	f.Add([]byte(nativeCacheMagic + " 2\nk 2 0 0 0 \"elf\" \"/\" \"/lib\"\nn \"/a\"\ne \"read\" \"/b\" \"r\"\n"))
 	f.Add([]byte("null"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, ok := decodeNativeScan(b, key)
@@ -348,7 +350,7 @@ func FuzzNativeCacheDecode(f *testing.F) {
 		}
 		if out, err := s.encode(); err != nil {
 			t.Fatal(err)
-		} else if again, ok := decodeScanBytes(out); !ok || len(again.Depends) != len(s.Depends) {
+		} else if again, ok := decodeScanBytes(out); !ok || !reflect.DeepEqual(again, s) {
 			t.Fatalf("does not round-trip: %q", out)
 		}
 	})
@@ -392,5 +394,51 @@ func TestNativeCacheSeesLibraries(t *testing.T) {
 	must(t, os.Remove(mine))
 	if got := resolve(cache); got[mine] != "" {
 		t.Fatalf("a removed library is still granted")
+	}
+}
+
+// TestNativeCacheRoundTrips: what encode writes, decodeScanBytes reads back
+// the same, whatever the strings hold (spaces, quotes, line breaks, bytes
+// that are not UTF-8); and a line out of its place, a field too many or
+// too few, or a string not quoted the one way encode quotes is refused.
+func TestNativeCacheRoundTrips(t *testing.T) {
+	odd := []string{"", " ", "a b", "\"", "\\", "\n", "e \"x\"", "\xff\xfe", "é☃", "`raw`", "0 0 0"}
+	for i, x := range odd {
+		s := &nativeScan{
+			Key:     nativeKey{Version: nativeCacheVersion, Root: "/r" + x, Kind: x, Executables: i%2 == 0, Search: []string{x, "/lib"}, Class: i, Machine: -i},
+			Entries: []Entry{{Path: "/p" + x, Class: Class(x), Reason: x}, {Path: "/q", Class: ClassRead, Reason: "r " + x}},
+			Names:   []string{"/n" + x, x},
+			Depends: []fileID{{Path: "/d" + x, Dev: 1, Ino: 2, Mode: 3, Size: 4, Mtime: 5, Ctime: 6}, {Path: x, Absent: true}},
+		}
+		if i == 0 {
+			s.Key.Search, s.Names = nil, nil
+		}
+		b, err := s.encode()
+		must(t, err)
+		got, ok := decodeScanBytes(b)
+		if !ok || !reflect.DeepEqual(got, s) {
+			t.Fatalf("%q does not round-trip:\n%q\n%+v\n%+v", x, b, got, s)
+		}
+	}
+	head := nativeCacheMagic + " 2\n"
+	key := "k 2 1 2 62 \"elf\" \"/\" \"/lib\"\n"
+	for name, b := range map[string]string{
+		"a name after a dependency":  head + key + "0 0 0 0 0 0 0 \"/\"\nn \"/a\"\n",
+		"an entry after a name":      head + key + "n \"/a\"\ne \"read\" \"/b\" \"r\"\n",
+		"an entry of two fields":     head + key + "e \"read\" \"/b\"\n",
+		"an entry of four fields":    head + key + "e \"read\" \"/b\" \"r\" \"x\"\n",
+		"two spaces":                 head + key + "e \"read\"  \"/b\" \"r\"\n",
+		"a trailing space":           head + key + "n \"/a\" \n",
+		"a backquoted string":        head + key + "n `/a`\n",
+		"an unquoted string":         head + key + "n /a\n",
+		"a key without its root":     head + "k 2 1 2 62 \"elf\"\n",
+		"a key with executables 2":   head + "k 2 2 2 62 \"elf\" \"/\"\n",
+		"a key that is not a number": head + "k 2 1 x 62 \"elf\" \"/\"\n",
+		"the version 1 header":       nativeCacheMagic + " 1\n{\"key\":{\"v\":1},\"entries\":[]}\n",
+		"no line break at the end":   head + key + "n \"/a\"",
+	} {
+		if _, ok := decodeScanBytes([]byte(b)); ok {
+			t.Errorf("%s: accepted %q", name, b)
+		}
 	}
 }
