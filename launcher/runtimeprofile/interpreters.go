@@ -65,6 +65,11 @@ func otherInterpreterCode(invoked, exe string, args []string, dir string) (c int
 	case "Rscript":
 		p.rscript(args)
 	case "awk":
+		if filepath.Base(exe) == "gawk" || filepath.Base(invoked) == "gawk" {
+			// gawk's AWKPATH starts with ".": -f, -i and @include
+			// names are looked for in the working directory first.
+			p.codeDir(".", "the working directory, gawk's AWKPATH .")
+		}
 		p.awk(args)
 	case "tcl":
 		p.tcl(args)
