@@ -357,3 +357,53 @@ func TestCaseFoldedAnswersToTheServer(t *testing.T) {
 		t.Errorf("the server received the path:\n%s", b)
 	}
 }
+
+// TestClientInfoHoldingAPath: the proxy serves initialize itself and
+// sends the server its own, carrying the client's clientInfo and the
+// capabilities it keeps (sampling, elicitation) — and, for a modern
+// client behind a legacy server, those of its first request's _meta. A
+// path there reached the server unread before (in both eras); now a
+// clientInfo that names a path the scope does not allow is replaced by
+// mcpwarden's and such a capability's value by {}, and the session goes
+// on. A clientInfo as clients send it (name, version, an https icon) is
+// passed as it is.
+func TestClientInfoHoldingAPath(t *testing.T) {
+	t.Run("legacy", func(t *testing.T) {
+		f, logPath := scriptedSecretFixture(t, twelfthEnv, "twelfth.log", []string{"token"}, nil)
+		c := f.client
+		out := f.base + "/outside/probe.txt"
+		m := c.call("initialize", map[string]any{"protocolVersion": "2025-11-25",
+			"capabilities": map[string]any{"sampling": map[string]any{"file": out}, "elicitation": map[string]any{}},
+			"clientInfo":   map[string]any{"name": "evil", "version": "1", "path": f.base + "/allowed/.env"}})
+		if m.Error != nil {
+			t.Fatalf("initialize = %+v", m.Error)
+		}
+		c.notify("notifications/initialized", nil)
+		if r := c.tool("token", map[string]any{}); denialCode(r) != "" {
+			t.Fatalf("a call after initialize = %+v", r)
+		}
+		b, _ := os.ReadFile(logPath)
+		if strings.Contains(string(b), "outside/probe.txt") || strings.Contains(string(b), "/.env") || !strings.Contains(string(b), `"sampling":{}`) || !strings.Contains(string(b), `"elicitation":{}`) {
+			t.Errorf("the server's initialize:\n%s", b)
+		}
+	})
+	t.Run("legacy, as clients send it", func(t *testing.T) {
+		f, logPath := scriptedSecretFixture(t, twelfthEnv, "twelfth.log", []string{"token"}, nil)
+		info := map[string]any{"name": "claude-code", "title": "Claude Code", "version": "2.1.0", "icons": []any{map[string]any{"src": "https://example.com/i.png"}}, "websiteUrl": "https://example.com"}
+		if m := f.client.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"sampling": map[string]any{}}, "clientInfo": info}); m.Error != nil {
+			t.Fatalf("initialize = %+v", m.Error)
+		}
+		if b, _ := os.ReadFile(logPath); !strings.Contains(string(b), `"clientInfo":{"icons":[{"src":"https://example.com/i.png"}],"name":"claude-code","title":"Claude Code","version":"2.1.0","websiteUrl":"https://example.com"}`) {
+			t.Errorf("the server's initialize:\n%s", b)
+		}
+	})
+	t.Run("modern", func(t *testing.T) {
+		f, logPath := scriptedSecretFixture(t, twelfthEnv, "twelfth.log", []string{"token"}, nil)
+		meta := metaWith()
+		meta["io.modelcontextprotocol/clientInfo"] = map[string]any{"name": "evil", "version": "1", "path": f.base + "/outside/probe.txt"}
+		f.client.call("server/discover", map[string]any{"_meta": meta})
+		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "outside/probe.txt") || !strings.Contains(string(b), `"name":"mcpwarden"`) {
+			t.Errorf("the server's initialize:\n%s", b)
+		}
+	})
+}

@@ -52,7 +52,7 @@ func (s *session) ensureUpstream(clientEra string, legacyInit map[string]json.Ra
 		if legacyInit == nil {
 			meta = membersMap(modernMeta)
 		}
-		s.upst.initParams = upstreamInitParams(legacyInit, meta)
+		s.upst.initParams = s.checkedInitParams(upstreamInitParams(legacyInit, meta))
 		s.upst.mu.Unlock()
 		break
 	}
@@ -415,6 +415,36 @@ func upstreamInitParams(legacy, meta map[string]json.RawMessage) map[string]json
 	out["capabilities"] = mustJSON(kept)
 	out["clientInfo"] = info
 	return out
+}
+
+// checkedInitParams holds the client's clientInfo and the capabilities
+// kept from its initialize (or a modern first request's _meta) to the
+// rule of a request's other members (round twelve: before, they reached
+// the server in the proxy's own initialize and discover probe unread, as
+// the proxy serves initialize itself): a clientInfo that names a path the
+// effective scope does not allow is replaced by the proxy's own, a kept
+// capability's value that does by {} (the declaration stays).
+func (s *session) checkedInitParams(p map[string]json.RawMessage) map[string]json.RawMessage {
+	eff := s.scope.current().paths
+	if _, d := s.pol.CheckValues(p["clientInfo"], eff); d != nil {
+		s.log.Warn("the client's clientInfo names a path the scope does not allow; the server gets mcpwarden's", "error_code", string(d.Code))
+		p["clientInfo"] = json.RawMessage(`{"name":"mcpwarden","version":"1"}`)
+	}
+	var caps map[string]json.RawMessage
+	if strictjson.Unmarshal(p["capabilities"], &caps) != nil || caps == nil {
+		return p
+	}
+	changed := false
+	for k, v := range caps {
+		if _, d := s.pol.CheckValues(v, eff); d != nil {
+			s.log.Warn("a client capability names a path the scope does not allow; the server gets it empty", "capability", k, "error_code", string(d.Code))
+			caps[k], changed = json.RawMessage(`{}`), true
+		}
+	}
+	if changed {
+		p["capabilities"] = mustJSON(caps)
+	}
+	return p
 }
 
 // withoutRoots drops the roots capability: client roots never reach a server.
