@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 	"github.com/mcpwarden/mcpwarden/schema"
@@ -380,4 +382,39 @@ require('readline').createInterface({input: process.stdin}).on('line', () => {
 	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
 	checkPlantedCodeRefused(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: []string{node, "-r", "hook", script}, Dir: w.allowed},
 		plantedCode{want: []string{"working directory"}, naming: "the working directory", planted: "planted", withStderr: true})
+}
+
+// TestAnswerOfAServerGoneFirst (review, session 12): the helper of the
+// attacks above reads the answer of a server that wrote it and ended
+// before the test sent its line (awk -f server.awk answers from BEGIN
+// and ends): the launcher is waited for (not reaped) before the line is
+// sent, so the write fails. Before, answerOnce returned "" on that
+// failed write: the "outside the scope (runs)" awk case of
+// TestFenceOtherInterpreterScriptOutsideTheWriteScope failed whenever a
+// loaded machine let the run end before the test wrote its line.
+func TestAnswerOfAServerGoneFirst(t *testing.T) {
+	fencetest.RequireFence(t)
+	b := fencetest.Build(t)
+	awk := testenv.RequireCommand(t, "awk")
+	w := newWorkspace(t)
+	scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "read"})
+	s := fencetest.Start(t, b, fencetest.StartOptions{Scope: scope, Base: w.base, Command: []string{awk, `BEGIN { print "v1"; fflush() }`}})
+	// The exact condition: the launcher has exited (and with it the run
+	// and the last reader of its stdin); WNOWAIT leaves it to Wait.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, s.Cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if got := answerOf(s); got != "v1" {
+		t.Fatalf("answer %q, want v1 (the server wrote it before it ended): %s", got, s.Stderr())
+	}
+	if code := s.Wait(); code != 0 {
+		t.Fatalf("exit %d: %s", code, s.Stderr())
+	}
 }
