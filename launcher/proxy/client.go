@@ -592,6 +592,20 @@ func (s *session) onClientResponse(m *jsonrpc.Message) {
 		if c.relayGen != gen {
 			return
 		}
+		if m.Error != nil {
+			// The client's error (it declined, it failed) reaches the
+			// server only when its message and data pass the rule of a
+			// request's other members (round twelve: before, a path in
+			// them reached the server unread); else the server gets the
+			// code alone.
+			raw := mustJSON(map[string]json.RawMessage{"message": mustJSON(m.Error.Message), "data": m.Error.Data})
+			if _, d := s.pol.CheckValues(raw, s.scope.current().paths); d != nil {
+				s.log.Warn("client error to a server request stripped: it names a path the scope does not allow", "error_code", string(d.Code))
+				s.toServer(w, jsonrpc.ErrorResponse(c.relayID, m.Error.Code, "mcpwarden: the client's error message named a path the scope does not allow", nil))
+				s.recordServerRequest(c.relayMethod, nil, d.Code)
+				return
+			}
+		}
 		if m.Error == nil {
 			// The client's answer to the server's sampling or elicitation:
 			// what it names, the server reads (policy.CheckClientAnswer).

@@ -38,6 +38,7 @@ func twelfthServer(logPath string) {
 		}
 		return string(b)
 	}
+	var asking json.RawMessage // the call waiting for the client's answer to the server's sampling request
 	serveScript(logPath, "", func(line string, send func(string)) {
 		var m struct {
 			ID     json.RawMessage `json:"id"`
@@ -53,6 +54,12 @@ func twelfthServer(logPath string) {
 			} `json:"params"`
 		}
 		_ = json.Unmarshal([]byte(line), &m)
+		if m.Method == "" && string(m.ID) == `"s1"` && asking != nil {
+			// The client's answer to "ask_client": the call gets it whole.
+			send(`{"jsonrpc":"2.0","id":` + string(asking) + `,"result":{"content":[{"type":"text","text":` + q(line) + `}]}}`)
+			asking = nil
+			return
+		}
 		if m.Method == "" || len(m.ID) == 0 {
 			return
 		}
@@ -108,6 +115,9 @@ func twelfthServer(logPath string) {
 			case "ask_url_fold": // an input round whose URL-mode elicitation spells its members in another case
 				result(`{"resultType":"input_required","requestState":"st-2","inputRequests":{` +
 					`"e1":{"Method":"elicitation/create","Params":{"MODE":"url","Url":"javascript:alert(1)","message":"m","elicitationId":"x"}}}}`)
+			case "ask_client": // asks the client's model, answers with the client's answer
+				asking = m.ID
+				send(`{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":5}}`)
 			case "hang": // answers never (the client cancels it)
 			default:
 				text("NOTHING")
@@ -406,4 +416,45 @@ func TestClientInfoHoldingAPath(t *testing.T) {
 			t.Errorf("the server's initialize:\n%s", b)
 		}
 	})
+}
+
+// TestClientErrorToAServerRequest: the client's error answer to a server's
+// request (a sampling it declined) reaches the server with its message
+// and data only when they pass the rule of a request's other members; one
+// that names a path the scope does not allow reaches it as the code alone
+// (before, the path reached the server). A plain refusal passes whole.
+func TestClientErrorToAServerRequest(t *testing.T) {
+	f, _ := scriptedSecretFixture(t, twelfthEnv, "twelfth.log", []string{"ask_client"}, nil)
+	c := f.client
+	if m := c.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"sampling": map[string]any{}}, "clientInfo": map[string]any{"name": "t", "version": "1"}}); m.Error != nil {
+		t.Fatalf("initialize = %+v", m.Error)
+	}
+	c.notify("notifications/initialized", nil)
+	out := f.base + "/outside/probe.txt"
+	for _, tc := range []struct {
+		message string
+		data    any
+		passes  bool
+	}{
+		{"declined by the user", nil, true},
+		{"declined", map[string]any{"file": out}, false},
+		{out, nil, false},
+		{"declined", map[string]any{"see": "file://" + f.base + "/allowed/.env"}, false},
+	} {
+		ch := c.start("tools/call", map[string]any{"name": "ask_client", "arguments": map[string]any{}})
+		req := c.nextRequest("sampling/createMessage")
+		e := map[string]any{"code": -1, "message": tc.message}
+		if tc.data != nil {
+			e["data"] = tc.data
+		}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": e})
+		c.sendRaw(string(b))
+		got := decodeTool(t, c.wait(ch)).text()
+		if strings.Contains(got, "outside/probe.txt") || strings.Contains(got, ".env") || !strings.Contains(got, `"code":-1`) {
+			t.Errorf("the server got %s for the client's error %v", got, e)
+		}
+		if tc.passes != strings.Contains(got, tc.message) {
+			t.Errorf("the server got %s for the client's error %v (passes whole: %v)", got, e, tc.passes)
+		}
+	}
 }
