@@ -291,6 +291,36 @@ print("v1", flush=True)
 			return []string{debianPython, filepath.Join(ws, "app")}
 		}},
 	}
+	// (Review, session 12.) The package.json in the write scope whose
+	// main names a server outside it: the server rewrote main to choose
+	// the next run's entry point (here another file outside, answering
+	// v2). Refused now: that package.json is the server's code.
+	cases = append(cases, struct {
+		name  string
+		setup func(t *testing.T, ws string) []string
+	}{"node DIR (package.json main outside the scope)", func(t *testing.T, ws string) []string {
+		out := t.TempDir()
+		pj := filepath.Join(ws, "pkg", "package.json")
+		v1, v2 := filepath.Join(out, "v1.js"), filepath.Join(out, "v2.js")
+		rel := func(p string) string {
+			r, err := filepath.Rel(filepath.Dir(pj), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		testenv.WriteFiles(t, map[string]string{
+			pj: fmt.Sprintf(`{"main": %q}`, rel(v1)),
+			v1: `const fs = require('fs');
+require('readline').createInterface({input: process.stdin}).on('line', () => {
+  try { fs.writeFileSync(` + fmt.Sprintf("%q", pj) + `, JSON.stringify({main: ` + fmt.Sprintf("%q", rel(v2)) + `})); } catch (e) {}
+  process.stdout.write('v1\n');
+});
+`,
+			v2: "process.stdout.write('v2\\n');\n",
+		})
+		return []string{testenv.RequireCommand(t, "node"), filepath.Join(ws, "pkg")}
+	}})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorkspace(t)

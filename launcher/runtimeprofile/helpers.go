@@ -150,7 +150,10 @@ func (b *builder) addScriptCode(words []string) {
 		if byName {
 			b.nodeNameDir()
 		}
-		if s := firstScriptArg(args, b.opt.Dir); s != "" {
+		if s, mains := nodeScriptArg(args, b.opt.Dir); s != "" {
+			for _, m := range mains {
+				code(m, "package.json whose main is the entry point of node a shell script of the server runs")
+			}
 			_ = b.addNodeScript(s) // its package's grants, as for the server's own script
 		}
 	case isPython(exe):

@@ -162,6 +162,28 @@ func TestEntryPointsAsTheRuntimeResolves(t *testing.T) {
 			t.Errorf("node %s: %q, want %q", c.arg, got, want)
 		}
 	}
+	// The package.json whose main decided the entry decides what node
+	// runs (review, session 12): it is listed, and only then.
+	for _, c := range []struct {
+		arg   string
+		mains []string
+	}{{"pkg", []string{filepath.Join(dir, "pkg/package.json")}}, {"badpkg", nil}, {"./app", nil}, {"server", nil}} {
+		if _, mains := nodeScriptArg([]string{c.arg}, dir); !slices.Equal(mains, c.mains) {
+			t.Errorf("node %s: package.json files deciding the entry %q, want %q", c.arg, mains, c.mains)
+		}
+	}
+	// An absolute main is node's path.resolve(DIR, main): that file (it
+	// was joined below DIR, naming nothing).
+	abs := filepath.Join(dir, "abspkg", "package.json")
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(abs, []byte(`{"main": "`+filepath.Join(dir, "server.js")+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, mains := nodeScriptArg([]string{"abspkg"}, dir); got != filepath.Join(dir, "server.js") || !slices.Equal(mains, []string{abs}) {
+		t.Errorf("node abspkg (absolute main): %q, %q", got, mains)
+	}
 	if got := pythonScriptArg([]string{"py"}, dir); got != filepath.Join(dir, "py/__main__.py") {
 		t.Errorf("python3 py: %q", got)
 	}

@@ -344,7 +344,11 @@ func (b *builder) addProgram(invoked, exe string, args []string, depth int) erro
 		if byName {
 			b.nodeNameDir()
 		}
-		if script := firstScriptArg(args, b.opt.Dir); script != "" {
+		if script, mains := nodeScriptArg(args, b.opt.Dir); script != "" {
+			for _, m := range mains {
+				b.add(m, ClassRead, "package.json whose main is the server's entry point (node DIR)")
+				b.code(m)
+			}
 			return b.addNodeScript(script)
 		}
 	}
@@ -529,6 +533,16 @@ func isNode(exe string) bool {
 // is not an option, when it names a regular file. Node options that take a
 // separate value are skipped with it.
 func firstScriptArg(args []string, dir string) string {
+	script, _ := nodeScriptArg(args, dir)
+	return script
+}
+
+// nodeScriptArg is firstScriptArg, and the package.json files whose
+// "main" decided which file that is (node DIR): each decides what node
+// runs, so each is the server's code as the script is (refused in a write
+// scope: a server that could rewrite one would choose its next run's
+// entry point).
+func nodeScriptArg(args []string, dir string) (string, []string) {
 	withValue := map[string]bool{"-r": true, "--require": true, "--import": true, "--loader": true, "--experimental-loader": true, "-C": true, "--conditions": true, "--input-type": true, "--title": true}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -536,11 +550,11 @@ func firstScriptArg(args []string, dir string) string {
 			if i+1 < len(args) {
 				a = args[i+1]
 			} else {
-				return ""
+				return "", nil
 			}
 		} else if strings.HasPrefix(a, "-") {
 			if a == "-e" || a == "--eval" || a == "-p" || a == "--print" {
-				return "" // inline code, no script file
+				return "", nil // inline code, no script file
 			}
 			if withValue[a] {
 				i++
@@ -551,9 +565,10 @@ func firstScriptArg(args []string, dir string) string {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		return nodeEntry(p, 0)
+		var mains []string
+		return nodeEntry(p, 0, &mains), mains
 	}
-	return ""
+	return "", nil
 }
 
 // nodeEntry resolves node's main entry p as its CommonJS loader does
@@ -561,8 +576,9 @@ func firstScriptArg(args []string, dir string) string {
 // directory's package.json "main" (resolved the same way), then its
 // index.js, index.json, index.node. Symlinks are resolved (node's
 // --preserve-symlinks-main is off by default). "" when nothing resolves:
-// node then fails to start.
-func nodeEntry(p string, depth int) string {
+// node then fails to start. Each package.json whose "main" decided the
+// entry is appended to mains.
+func nodeEntry(p string, depth int, mains *[]string) string {
 	for _, ext := range []string{"", ".js", ".json", ".node"} {
 		if f := regularFile(p+ext, "/"); f != "" {
 			return f
@@ -578,7 +594,14 @@ func nodeEntry(p string, depth int) string {
 				Main string `json:"main"`
 			}
 			if json.Unmarshal(b, &pkg) == nil && pkg.Main != "" {
-				if f := nodeEntry(filepath.Join(p, pkg.Main), depth+1); f != "" {
+				main := pkg.Main // node: path.resolve(DIR, main)
+				if !filepath.IsAbs(main) {
+					main = filepath.Join(p, main)
+				}
+				if f := nodeEntry(main, depth+1, mains); f != "" {
+					if pj := regularFile(filepath.Join(p, "package.json"), "/"); pj != "" {
+						*mains = append(*mains, pj)
+					}
 					return f
 				}
 			}
