@@ -3,11 +3,9 @@ package explain
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mcpwarden/mcpwarden/collector/store"
@@ -34,36 +32,20 @@ func (s *StreamSource) RunEvents(ctx context.Context, runID string) ([]schema.Ev
 	if since <= 0 {
 		since = 7 * 24 * time.Hour
 	}
-	st, err := s.JS.Stream(ctx, stream.Name)
-	if err != nil {
-		return nil, fmt.Errorf("why: stream %s: %w (is 'mcpwarden daemon' running?)", stream.Name, err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("why: stream %s: %w", stream.Name, err)
-	}
-	last := info.State.LastSeq
 	from := time.Now().Add(-since)
-	cons, err := s.JS.OrderedConsumer(ctx, stream.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{stream.SubjectPrefix + "." + stream.HostToken(s.Host) + ".>"},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &from,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("why: read stream %s: %w", stream.Name, err)
-	}
 	// A run's envelope carries its id: "run_id":"<id>" in a v2 batch's
 	// first line, or in each line of a v1 batch.
 	needle := []byte(`"run_id":"` + runID + `"`)
 	var out []schema.Event
-	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
-		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-			return out, nil // nothing more of the host's since 'last'
-		}
-		if err != nil {
-			return nil, fmt.Errorf("why: read stream %s: %w", stream.Name, err)
-		}
+	// To the stream's end as the server counts it: a stall (the server or
+	// this process stopped, a loaded host) is waited out or named. Before,
+	// two seconds without a message were taken for the end, and a report
+	// could lack the events that make its verdict.
+	err := stream.ReadToEnd(ctx, s.JS, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{stream.SubjectPrefix + "." + stream.HostToken(s.Host) + ".>"},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &from,
+	}, func(msg jetstream.Msg) error {
 		if bytes.Contains(msg.Data(), needle) {
 			evs, _, err := stream.DecodeBatch(msg.Subject(), msg.Data())
 			if err == nil {
@@ -74,13 +56,12 @@ func (s *StreamSource) RunEvents(ctx context.Context, runID string) ([]schema.Ev
 				}
 			}
 		}
-		if md, err := msg.Metadata(); err == nil && md.Sequence.Stream >= last {
-			return out, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("why: %w (is 'mcpwarden daemon' running?)", err)
 	}
+	return out, nil
 }
 
 // StoreSource reads a run's events from ClickHouse (a run older than the

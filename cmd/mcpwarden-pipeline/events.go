@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -77,43 +76,46 @@ func cmdEvents(ctx context.Context, args []string) int {
 	case *follow:
 		cc.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
+	p := &eventPrinter{w: os.Stdout, json: *asJSON, run: *run}
+	show := func(msg jetstream.Msg) error {
+		events, _, err := stream.DecodeBatch(msg.Subject(), msg.Data())
+		if err != nil {
+			return nil
+		}
+		for i := range events {
+			p.print(&events[i])
+		}
+		return nil
+	}
+	if !*follow {
+		// To the stream's end as it is now, as the server counts it: a
+		// stall (the server or this process stopped, a loaded host) is
+		// waited out or named, never taken for the end (before, two
+		// seconds without a message ended the listing, silently short).
+		err := stream.ReadToEnd(ctx, js, cc, show)
+		switch {
+		case ctx.Err() != nil:
+			return cli.ExitOK
+		case err != nil:
+			return cli.Fail(cli.ExitInternal, fmt.Errorf("read events at %s: %w (is 'mcpwarden daemon' running, or pass --nats URL)", stream.RedactURL(nf.URL), err))
+		}
+		return cli.ExitOK
+	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	cons, err := js.OrderedConsumer(sctx, stream.Name, cc)
 	cancel()
 	if err != nil {
 		return cli.Fail(cli.ExitInternal, fmt.Errorf("read stream %s at %s: %w (is 'mcpwarden daemon' running, or pass --nats URL)", stream.Name, stream.RedactURL(nf.URL), err))
 	}
-	p := &eventPrinter{w: os.Stdout, json: *asJSON, run: *run}
 	for {
-		// Without --follow, stop once no message came for a short while:
-		// the stream has been read to its end.
-		wait := 2 * time.Second
-		if *follow {
-			wait = time.Hour
-		}
-		msg, err := cons.Next(jetstream.FetchMaxWait(wait))
+		msg, err := cons.Next(jetstream.FetchMaxWait(time.Hour))
 		if ctx.Err() != nil {
 			return cli.ExitOK
 		}
-		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-			if *follow {
-				continue
-			}
-			return cli.ExitOK
-		}
-		if err != nil {
-			if *follow {
-				continue
-			}
-			return cli.Fail(cli.ExitInternal, fmt.Errorf("read events: %w", err))
-		}
-		events, _, err := stream.DecodeBatch(msg.Subject(), msg.Data())
 		if err != nil {
 			continue
 		}
-		for i := range events {
-			p.print(&events[i])
-		}
+		_ = show(msg)
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -186,7 +185,8 @@ func cmdProfile(ctx context.Context, args []string) int {
 }
 
 // readRunEvents reads the file operations the daemon published for a run
-// since a time, until the stream has been idle for two seconds.
+// since a time, to the stream's end (stream.ReadToEnd: a stall is waited
+// out or named, never taken for the end).
 func readRunEvents(ctx context.Context, nf *cli.NATSFlags, stateDir, runID string, since time.Time) ([]schema.Event, error) {
 	opts, err := natsconn.Options(nf, stream.RoleReader, schema.LocalOrigin().Host, "mcpwarden-learn", stateDir)
 	if err != nil {
@@ -203,31 +203,23 @@ func readRunEvents(ctx context.Context, nf *cli.NATSFlags, stateDir, runID strin
 	}
 	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{stream.SubjectPrefix + ".*." + string(schema.KindFileOp)},
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := js.OrderedConsumer(sctx, stream.Name, cc)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("read stream %s: %w", stream.Name, err)
-	}
 	var out []schema.Event
-	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
-		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
+	err = stream.ReadToEnd(ctx, js, cc, func(msg jetstream.Msg) error {
 		evs, _, err := stream.DecodeBatch(msg.Subject(), msg.Data())
 		if err != nil {
-			continue
+			return nil
 		}
 		for _, e := range evs {
 			if e.RunID == runID {
 				out = append(out, e)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // mcpwardenPath is the mcpwarden next to this program (which found this
