@@ -41,7 +41,15 @@ func newHoldingRelay(t *testing.T, server, from, until string) *holdingRelay {
 		t.Fatal(err)
 	}
 	r := &holdingRelay{ln: ln, from: []byte(from), until: []byte(until), released: make(chan struct{})}
-	t.Cleanup(func() { ln.Close() })
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -53,7 +61,9 @@ func newHoldingRelay(t *testing.T, server, from, until string) *holdingRelay {
 				c.Close()
 				continue
 			}
-			t.Cleanup(func() { c.Close(); s.Close() })
+			r.mu.Lock()
+			conns = append(conns, c, s)
+			r.mu.Unlock()
 			go r.clientToServer(c, s)
 			go r.serverToClient(s, c)
 		}
