@@ -85,3 +85,23 @@ func FuzzScriptCommands(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScriptCodeWords (review, session 12): the words of the commands a
+// shell script of the server runs or sources — the script may lie where
+// the server wrote it, and is read before any refusal — come out bounded,
+// each a source with its operand or a bare program name with arguments.
+func FuzzScriptCodeWords(f *testing.F) {
+	f.Add("#!/bin/sh\n. ./lib.sh\nsource lib2.sh # c\nFOO=1 exec env NODE_ENV=x node srv.js \"$@\"\n")
+	f.Add("perl tool.pl 2>/dev/null; awk -f x.awk | sh inner.sh && python3 -m x\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		out := scriptCodeWords(text)
+		if len(out) > maxHelpers {
+			t.Fatalf("%d commands", len(out))
+		}
+		for _, w := range out {
+			if len(w) < 2 || w[0] != "." && w[0] != "source" && !isProgramName(w[0]) {
+				t.Fatalf("words %q", w)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -236,4 +237,47 @@ func TestNodePreloadByName(t *testing.T) {
 			t.Errorf("%q: by name %v, want %v", c.args, byName, c.byName)
 		}
 	}
+}
+
+// FuzzOtherInterpreterCode (review, session 12): any operands of each
+// family's interpreter give absolute files and directories only, and only
+// files that exist.
+func FuzzOtherInterpreterCode(f *testing.F) {
+	f.Add("perl", "-Ilib\x00-MFile::Temp\x00x.pl")
+	f.Add("ruby", "-r./hook\x00-C\x00sub\x00y.rb")
+	f.Add("php", "-c\x00php.ini\x00-d\x00auto_prepend_file=pre.php\x00-f\x00x.php")
+	f.Add("gawk", "-v\x00a=1\x00-fx.awk\x00--include=lib\x00-E\x00x.awk")
+	f.Add("mawk", "-W\x00exec\x00x.awk")
+	f.Add("Rscript", "--vanilla\x00x.R")
+	f.Add("tclsh", "-encoding\x00utf-8\x00x.tcl")
+	f.Add("luajit", "-e\x00x=1\x00-l\x00mod\x00x.lua")
+	dir := f.TempDir()
+	for _, n := range []string{"x.pl", "hook.rb", "sub/y.rb", "php.ini", "pre.php", "x.php", "x.awk", "lib.awk", "x.R", "x.tcl", "x.lua"} {
+		p := filepath.Join(dir, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			f.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, exe, args string) {
+		c, family := otherInterpreterCode("", "/usr/bin/"+filepath.Base(exe), strings.Split(args, "\x00"), dir)
+		if family == "" {
+			return
+		}
+		for _, p := range c.files {
+			if !filepath.IsAbs(p) {
+				t.Fatalf("%s %q: file %q", exe, args, p)
+			}
+			if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+				t.Fatalf("%s %q: file %q is no regular file (%v)", exe, args, p, err)
+			}
+		}
+		for _, d := range c.dirs {
+			if !filepath.IsAbs(d.Path) {
+				t.Fatalf("%s %q: directory %q", exe, args, d.Path)
+			}
+		}
+	})
 }
