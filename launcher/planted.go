@@ -186,7 +186,10 @@ func (w *plantedWalker) dir(fd int, abs string, base, depth int, under string) {
 			}
 			if typ == unix.DT_UNKNOWN {
 				var st unix.Stat_t
-				if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+					if err != unix.ENOENT {
+						w.out.unchecked++
+					}
 					continue
 				}
 				typ = dtOf(st.Mode)

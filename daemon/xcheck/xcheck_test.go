@@ -159,8 +159,8 @@ func TestLoopStartOutlastsATimedOutRequest(t *testing.T) {
 }
 
 // TestLoopStartNamesAConfigurationError: a consumer that cannot be made
-// for good (here: no stream) ends the start at once with the cause, not
-// after the retries' two minutes.
+// for good (here: no stream) ends the start at its first attempt, with the
+// cause, not after the retries' two minutes.
 func TestLoopStartNamesAConfigurationError(t *testing.T) {
 	ns, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), MaxStoreBytes: natstest.StoreBytes, Port: -1, NoAuth: true})
 	if err != nil {
@@ -173,20 +173,30 @@ func TestLoopStartNamesAConfigurationError(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	l, err := New(Config{JetStream: js, Host: "here", Sink: &memSink{}, Logger: testLog(t)})
+	attempts := countingJS{JetStream: js, deletes: new(atomic.Int32)}
+	l, err := New(Config{JetStream: attempts, Host: "here", Sink: &memSink{}, Logger: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- l.Run(context.Background()) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, jetstream.ErrStreamNotFound) || !strings.Contains(err.Error(), stream.Name) {
-			t.Fatalf("Run = %v, want the stream %s not found", err, stream.Name)
-		}
-	case <-time.After(retryFor / 2):
-		t.Fatalf("no stream: the loop still retried after %v", retryFor/2)
+	err = l.Run(context.Background())
+	if !errors.Is(err, jetstream.ErrStreamNotFound) || !strings.Contains(err.Error(), stream.Name) {
+		t.Fatalf("Run = %v, want the stream %s not found", err, stream.Name)
 	}
+	if n := attempts.deletes.Load(); n != 1 {
+		t.Fatalf("%d attempts to make the consumer, want 1 (no retry of a configuration error)", n)
+	}
+}
+
+// countingJS counts the attempts to make the consumer (each begins by
+// removing the old one).
+type countingJS struct {
+	jetstream.JetStream
+	deletes *atomic.Int32
+}
+
+func (j countingJS) DeleteConsumer(ctx context.Context, streamName, name string) error {
+	j.deletes.Add(1)
+	return j.JetStream.DeleteConsumer(ctx, streamName, name)
 }
 
 // lossFixture is the embedded server and connection of a lost-consumer test.

@@ -146,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("publisher: JetStream context: %w", err)
 	}
 	if cfg.EnsureStream != nil {
-		if _, err := stream.Ensure(ctx, js, *cfg.EnsureStream); err != nil {
+		if err := ensureStream(ctx, js, *cfg.EnsureStream, log); err != nil {
 			return nil, err
 		}
 	}
@@ -528,6 +528,33 @@ func (p *Publisher) Stats() Stats {
 		SpoolBytes: p.sp.Bytes(),
 		SpoolDepth: p.sp.Len(),
 		InFlight:   len(p.sem),
+	}
+}
+
+// ensureFor bounds how long New tries to make the stream while the error
+// may pass (stream.NotReady: a request that timed out, a JetStream not
+// ready). The server may be restarting, loaded, or this process may have
+// been stopped while its request waited; before, the first such error
+// ended New and with it the daemon (exit 72). Anything else (JetStream
+// disabled, a store too small, a refused configuration) is named at once.
+const ensureFor = 2 * time.Minute
+
+// ensureStream makes or updates the stream, retrying as ensureFor says.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg stream.Config, log *slog.Logger) error {
+	deadline := time.Now().Add(ensureFor)
+	pause := 100 * time.Millisecond
+	for {
+		_, err := stream.Ensure(ctx, js, cfg)
+		if err == nil || ctx.Err() != nil || !stream.NotReady(err) || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("JetStream did not take the stream yet; retrying", "error", err, "retry_in", pause)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
 	}
 }
 

@@ -3,10 +3,13 @@ package publish
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,4 +306,76 @@ func TestAdoptsOrphanedSpools(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestNewOutlastsAServerAway: the publisher starts while its server is
+// away (restarting; or this process was stopped while its request waited):
+// the first request to make the stream times out, New retries, and makes
+// it once the server is back. Before, that first timeout ended New and
+// with it the daemon (exit 72).
+func TestNewOutlastsAServerAway(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nats")
+	port := testenv.FreePort(t)
+	s := startNATS(t, dir, port)
+	// Requests made while the server is away wait in the client's
+	// reconnect buffer until they time out.
+	nc, err := stream.Connect(stream.ConnOptions{URL: s.ClientURL(), Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s.Shutdown()
+	deadline := time.Now().Add(2 * time.Minute)
+	for nc.Status() == nats.CONNECTED {
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not notice the server going within 2 minutes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	logs := &lineLog{want: "retrying", seen: make(chan struct{})}
+	type result struct {
+		p   *Publisher
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := New(context.Background(), Config{Conn: nc, SpoolDir: t.TempDir(), EnsureStream: &stream.Config{}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		done <- result{p, err}
+	}()
+	select {
+	case <-logs.seen:
+	case r := <-done:
+		t.Fatalf("New with the server away ended before retrying: %v", r.err)
+	}
+	s = startNATS(t, dir, port)
+	defer s.Shutdown()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("New after the server came back: %v", r.err)
+	}
+	defer r.p.Close(context.Background())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Stream(context.Background(), stream.Name); err != nil {
+		t.Fatalf("the stream after New: %v", err)
+	}
+}
+
+// lineLog is a log writer that closes seen at the first line holding want.
+type lineLog struct {
+	mu   sync.Mutex
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if strings.Contains(string(p), l.want) {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return len(p), nil
 }
