@@ -266,7 +266,7 @@ func (s *session) answerTooLarge(rq *request) {
 	}
 	data := map[string]string{"error_code": string(schema.ErrResponseTooLarge)}
 	if rq.dec != nil {
-		data["op_id"] = rq.dec.OpID
+		data["op_id"] = s.opID(rq)
 	}
 	s.finish(rq, jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: RESPONSE_TOO_LARGE: the server's response was larger than this run's cap", data), schema.ErrResponseTooLarge)
 }

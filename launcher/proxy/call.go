@@ -19,9 +19,11 @@ var traceparent = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 })
 
+// newDecision starts rq's record. Its op id is made when something on the
+// path names the call (opID: a denial, an approval); else the record
+// writer makes it, off the call path.
 func (s *session) newDecision(rq *request, tool string, class policy.Class) *schema.Decision {
-	return &schema.Decision{
-		OpID:            schema.NewID(),
+	rq.decStore = schema.Decision{
 		Method:          recordLabel(rq.method),
 		ProtocolEra:     rq.era,
 		ProtocolVersion: rq.version,
@@ -32,6 +34,15 @@ func (s *session) newDecision(rq *request, tool string, class policy.Class) *sch
 		Approval:        schema.ApprovalNotRequired,
 		StartNS:         rq.start.UnixNano(),
 	}
+	return &rq.decStore
+}
+
+// opID is the op id of rq's record, made on first use.
+func (s *session) opID(rq *request) string {
+	if rq.dec.OpID == "" {
+		rq.dec.OpID = schema.NewID()
+	}
+	return rq.dec.OpID
 }
 
 // recordLabel keeps a name from the wire in a record only when it is a
@@ -178,7 +189,7 @@ func (s *session) approve(rq *request, a admission, paths []string) schema.Error
 // resolved paths in clear (it is local and peer-checked); the log line and
 // the elicitation name the tool and class only.
 func (s *session) awaitApproval(rq *request, tool string, class policy.Class, paths []string) schema.ApprovalState {
-	opID := rq.dec.OpID
+	opID := s.opID(rq)
 	var socket <-chan bool
 	if s.cfg.Approvals != nil {
 		socket = s.cfg.Approvals.Register(approval.Pending{RunID: s.cfg.RunID, OpID: opID, Tool: truncate(tool, 128), Class: string(class),
@@ -263,7 +274,7 @@ func (s *session) finish(rq *request, frame []byte, code schema.ErrorCode) {
 	}
 	s.endRecord(rq, code)
 	s.toClient(frame)
-	s.rec.add(*rq.dec)
+	s.rec.addPaths(*rq.dec, rq.paths)
 }
 
 // record queues rq's decision record with code (if any).
@@ -272,7 +283,7 @@ func (s *session) record(rq *request, code schema.ErrorCode) {
 		return
 	}
 	s.endRecord(rq, code)
-	s.rec.add(*rq.dec)
+	s.rec.addPaths(*rq.dec, rq.paths)
 }
 
 func (s *session) endRecord(rq *request, code schema.ErrorCode) {
@@ -298,7 +309,7 @@ func (s *session) deny(rq *request, code schema.ErrorCode, reason string) {
 	} else {
 		data := map[string]string{"error_code": string(code)}
 		if rq.dec != nil {
-			data["op_id"] = rq.dec.OpID
+			data["op_id"] = s.opID(rq)
 		}
 		s.finish(rq, jsonrpc.ErrorResponse(rq.id, jsonrpc.CodeDenied, "mcpwarden: "+string(code)+": "+reason, data), code)
 	}
@@ -309,7 +320,7 @@ func (s *session) denialResult(rq *request, code schema.ErrorCode, reason string
 	res := map[string]any{
 		"content": []map[string]string{{"type": "text", "text": "mcpwarden denied this call: " + string(code) + ": " + reason}},
 		"isError": true,
-		"_meta":   map[string]string{"io.mcpwarden/error_code": string(code), "io.mcpwarden/op_id": rq.dec.OpID},
+		"_meta":   map[string]string{"io.mcpwarden/error_code": string(code), "io.mcpwarden/op_id": s.opID(rq)},
 	}
 	if rq.era == eraModern {
 		res["resultType"] = "complete"

@@ -29,9 +29,14 @@ type request struct {
 	version string
 	start   time.Time
 	dec     *schema.Decision // every request that passes the gate, or is refused by it
-	upID    int64            // proxy id upstream, once forwarded
-	key     string           // idKey(id), once looked up (ids.go)
-	rounds  int              // input rounds of a modern server the proxy played for this legacy call (legacyrounds.go)
+	// decStore holds dec (one allocation per request, not two); paths
+	// are the record's resolved paths, hashed by the record writer
+	// (hashPaths).
+	decStore schema.Decision
+	paths    []string
+	upID     int64  // proxy id upstream, once forwarded
+	key      string // idKey(id), once looked up (ids.go)
+	rounds   int    // input rounds of a modern server the proxy played for this legacy call (legacyrounds.go)
 	// mrtr is set when the server asked this (modern) call for client
 	// input that the proxy translates into input_required rounds (mrtr.go).
 	mrtr atomic.Pointer[mrtrCall]

@@ -74,7 +74,7 @@ func (s *session) admit(rq *request, a admission, inline bool) {
 			if a.check != nil {
 				var d *policy.Denial
 				paths, d = a.check(view)
-				rq.dec.PathHashes = rq.dec.PathHashes[:0]
+				rq.paths = rq.paths[:0]
 				s.hashPaths(rq, paths)
 				if d != nil {
 					s.deny(rq, d.Code, d.Reason)
@@ -321,8 +321,8 @@ func (s *session) scopeStop() (schema.ErrorCode, string) {
 	return "", ""
 }
 
+// hashPaths adds paths to those of rq's record. The record writer hashes
+// them (keyed) into its path_hashes, off the call path (recorder.event).
 func (s *session) hashPaths(rq *request, paths []string) {
-	for _, p := range paths {
-		rq.dec.PathHashes = append(rq.dec.PathHashes, s.cfg.Hasher.Hash(p))
-	}
+	rq.paths = append(rq.paths, paths...)
 }

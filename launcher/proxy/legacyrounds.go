@@ -112,7 +112,7 @@ func (s *session) playLegacyRound(rq *request, asks map[string]json.RawMessage, 
 		return
 	}
 	retry := &request{id: rq.id, method: rq.method, rule: rq.rule, raw: raw, era: rq.era, version: rq.version,
-		start: rq.start, dec: rq.dec, key: rq.key, rounds: rq.rounds + 1}
+		start: rq.start, dec: rq.dec, paths: rq.paths, key: rq.key, rounds: rq.rounds + 1}
 	s.pend.claim(retry, retry) // the client's id now belongs to the retry
 	a, d := rq.rule.decide(s, retry)
 	if d != nil {

@@ -23,9 +23,11 @@ type recorder struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	// queue holds the records of the next batch as the readers gave them;
-	// the writer makes them events (ids, envelope) off the call path. A
-	// batch's records are never reused: a sink may keep a record it took.
-	queue []schema.Decision
+	// the writer completes them (an op id a record was not given on the
+	// path, its paths' keyed hashes) and makes them events (ids, envelope)
+	// off the call path. A batch's records are never reused: a sink may
+	// keep a record it took.
+	queue []queued
 	due   bool // the queued batch's delay ran out
 	// timer is the batch's delay. The writer waits on its channel itself,
 	// so its firing makes the writer runnable and nothing else (a timer
@@ -38,6 +40,15 @@ type recorder struct {
 	closing bool
 	done    chan struct{}
 	werr    error
+}
+
+// queued is a record as a reader hands it to the writer: paths are the
+// resolved paths the call was checked against, in order, which the writer
+// hashes into the record's path_hashes after any it already holds (they
+// stay in memory only: nothing but their keyed hashes is written).
+type queued struct {
+	d     schema.Decision
+	paths []string
 }
 
 // maxQueued bounds the queue; add blocks beyond it (back-pressure on calls
@@ -61,13 +72,17 @@ func newRecorder(s *session) *recorder {
 
 // add queues d. It runs on a reader, after the answer was written: the
 // record is copied into the queue and nothing else is done here (no id,
-// no envelope, no allocation but the queue's growth).
-func (r *recorder) add(d schema.Decision) {
+// no hash, no envelope, no allocation but the queue's growth).
+func (r *recorder) add(d schema.Decision) { r.addPaths(d, nil) }
+
+// addPaths queues d with the paths its call was checked against; the
+// writer hashes them (see queued).
+func (r *recorder) addPaths(d schema.Decision, paths []string) {
 	select {
 	case <-r.done: // the writer has finished: a straggler is written directly
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		late := d // (a copy: taking d's address would move every call's d to the heap)
+		late := queued{d, paths} // (a copy: taking d's address would move every call's d to the heap)
 		if err := r.s.cfg.Sink.Publish(ctx, []schema.Event{r.event(&late)}); err != nil {
 			r.s.log.Error("decision record lost after the run ended", "err", err.Error())
 		}
@@ -78,7 +93,7 @@ func (r *recorder) add(d schema.Decision) {
 	for len(r.queue) >= maxQueued && !r.closing && r.werr == nil {
 		r.cond.Wait()
 	}
-	r.queue = append(r.queue, d)
+	r.queue = append(r.queue, queued{d, paths})
 	switch delay := r.s.cfg.FlushDelay; {
 	case len(r.queue) >= maxQueued, len(r.queue) == 1 && delay <= 0:
 		r.wake()
@@ -104,9 +119,19 @@ func (r *recorder) wake() {
 	}
 }
 
-// event is d's event, pointing at d.
-func (r *recorder) event(d *schema.Decision) schema.Event {
+// event completes q's record and makes its event, pointing at it: an op id
+// when the path never needed one (no denial, no approval named it), and
+// the keyed hashes of its paths.
+func (r *recorder) event(q *queued) schema.Event {
 	cfg := r.s.cfg
+	d := &q.d
+	if d.OpID == "" {
+		d.OpID = schema.NewID()
+	}
+	for _, p := range q.paths {
+		d.PathHashes = append(d.PathHashes, cfg.Hasher.Hash(p))
+	}
+	q.paths = nil
 	ev := cfg.Origin.NewEvent(schema.KindDecision, cfg.RunID, cfg.Scope.ScopeID, cfg.Scope.Hash, time.Unix(0, d.StartNS))
 	ev.Decision = d
 	return ev
@@ -139,7 +164,7 @@ func (r *recorder) run() {
 		}
 		r.due = false
 		records := r.queue
-		r.queue = make([]schema.Decision, 0, min(len(records), maxKeptBatch))
+		r.queue = make([]queued, 0, min(len(records), maxKeptBatch))
 		last := r.closing
 		r.cond.Broadcast()
 		r.mu.Unlock()
