@@ -3,7 +3,10 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,5 +112,58 @@ func TestRecorderAddAllocatesNothing(t *testing.T) {
 	got := m.decisions()
 	if len(got) != 101 || got[0].OpID != "x" || got[100].Method != "tools/call" {
 		t.Fatalf("the sink got %d records (%+v...), want 101 copies of the record", len(got), got[:min(len(got), 1)])
+	}
+}
+
+// TestRecordCompletedByWriter: the record writer completes a call's record
+// off the call path (recorder.event) and the record is what it was when
+// the reader built it: an allowed call's record gets its own op id and the
+// keyed hashes of the paths it was checked against, in order; a denied
+// call's record keeps the op id its answer named. (A guard for the move
+// of the op id and the hashing to the writer: it holds on the code before.)
+func TestRecordCompletedByWriter(t *testing.T) {
+	f := newFixture(t, fixtureOpts{scope: func(s *schema.Scope) { s.AllowedPaths = []string{"allowed"} }})
+	c := f.client
+	c.initLegacy(false)
+	h, err := schema.NewPathHasher(make([]byte, schema.PathKeySize)) // the fixture's key
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(f.base, "allowed", "probe.txt")
+	out := filepath.Join(f.base, "outside", "probe.txt")
+	for range 2 {
+		if r := c.read(in); r.IsError || !strings.Contains(r.text(), "MARKER-ALLOWED") {
+			t.Fatalf("read inside the scope = %+v", r)
+		}
+	}
+	r := c.read(out)
+	if denialCode(r) != string(schema.ErrPathOutsideScope) {
+		t.Fatalf("read outside the scope = %+v", r)
+	}
+	opID, _ := r.Meta["io.mcpwarden/op_id"].(string)
+	isTool := func(d schema.Decision) bool { return d.Method == "tools/call" && d.Tool == "read_text_file" }
+	denied := f.sink.waitDecision(t, func(d schema.Decision) bool { return isTool(d) && d.Decision == schema.OutcomeDeny })
+	if opID == "" || denied.OpID != opID || !slices.Equal(denied.PathHashes, []schema.PathHash{h.Hash(out)}) {
+		t.Fatalf("denied call's record %+v, its answer's op id %q", denied, opID)
+	}
+	hexID := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	// An allowed call's record is queued after its answer was written, so
+	// the last one may follow the denial's: wait for both.
+	var allowed []schema.Decision
+	for deadline := time.Now().Add(2 * time.Minute); len(allowed) < 2 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		allowed = allowed[:0]
+		for _, d := range f.sink.decisions() {
+			if isTool(d) && d.Decision == schema.OutcomeAllow {
+				allowed = append(allowed, d)
+			}
+		}
+	}
+	if len(allowed) != 2 || allowed[0].OpID == allowed[1].OpID || allowed[0].OpID == opID {
+		t.Fatalf("allowed calls' records = %+v", allowed)
+	}
+	for _, d := range allowed {
+		if !hexID.MatchString(d.OpID) || !slices.Equal(d.PathHashes, []schema.PathHash{h.Hash(in)}) {
+			t.Fatalf("allowed call's record = %+v", d)
+		}
 	}
 }
