@@ -323,21 +323,30 @@ func homeWriteWarning(scope *schema.CanonicalScope, home, passwd string) string 
 			}
 		}
 	}
+	// Each home resolved once (a home may be a symlink), in a stable order.
+	names := slices.Sorted(maps.Keys(homes))
+	real := make([]string, len(names))
+	for i, h := range names {
+		real[i] = h
+		if r, err := filepath.EvalSymlinks(h); err == nil {
+			real[i] = r
+		}
+	}
 	for _, p := range scope.AllowedPaths {
 		if p.Kind != schema.KindDir {
 			continue
 		}
-		for _, h := range slices.Sorted(maps.Keys(homes)) {
-			real := h
-			if r, err := filepath.EvalSymlinks(h); err == nil {
-				real = r
-			}
+		for i, h := range names {
+			verb := ""
 			switch {
-			case real == p.Path:
-				return fmt.Sprintf("mcpwarden: WARNING: a write scope path is the home directory of %s: the server may create there what that user's next login, shell, editor or agent runs (.ssh/authorized_keys, a missing .bashrc or .profile, .config/autostart, .local/bin), which no layer can refuse (only reported when the run ends); grant write to a project directory below it instead", homes[h])
-			case schema.IsWithin(p.Path, real):
-				return fmt.Sprintf("mcpwarden: WARNING: a write scope path holds the home directory of %s: the server may create there what that user's next login, shell, editor or agent runs (.ssh/authorized_keys, a missing .bashrc or .profile, .config/autostart, .local/bin), which no layer can refuse (only reported when the run ends); grant write to a project directory below it instead", homes[h])
+			case real[i] == p.Path:
+				verb = "is"
+			case schema.IsWithin(p.Path, real[i]):
+				verb = "holds"
+			default:
+				continue
 			}
+			return fmt.Sprintf("mcpwarden: WARNING: a write scope path %s the home directory of %s: the server may create there what that user's next login, shell, editor or agent runs (.ssh/authorized_keys, a missing .bashrc or .profile, .config/autostart, .local/bin), which no layer can refuse (only reported when the run ends); grant write to a project directory below it instead", verb, homes[h])
 		}
 	}
 	return ""

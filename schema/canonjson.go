@@ -81,26 +81,10 @@ func appendCanonicalJSON(b []byte, c *CanonicalScope) ([]byte, error) {
 		b = append(b, '}')
 	}
 	if len(c.ToolClasses) > 0 {
-		b = append(b, `,"tool_classes":{`...)
-		for i, k := range sortedKeys(c.ToolClasses) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(jsonenc.AppendString(b, k), ':')
-			b = jsonenc.AppendString(b, c.ToolClasses[k])
-		}
-		b = append(b, '}')
+		b = appendObject(append(b, `,"tool_classes":`...), c.ToolClasses, jsonenc.AppendString)
 	}
 	if len(c.ToolPathArgs) > 0 {
-		b = append(b, `,"tool_path_args":{`...)
-		for i, k := range sortedKeys(c.ToolPathArgs) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(jsonenc.AppendString(b, k), ':')
-			b = appendStrings(b, c.ToolPathArgs[k])
-		}
-		b = append(b, '}')
+		b = appendObject(append(b, `,"tool_path_args":`...), c.ToolPathArgs, appendStrings)
 	}
 	if len(c.PromptAllowlist) > 0 {
 		b = appendStrings(append(b, `,"prompt_allowlist":`...), c.PromptAllowlist)
@@ -170,6 +154,19 @@ func appendTime(b []byte, t interface{ MarshalJSON() ([]byte, error) }) ([]byte,
 		return nil, err
 	}
 	return append(b, j...), nil
+}
+
+// appendObject appends m as a JSON object, its keys sorted (as
+// encoding/json writes a map), each value by value.
+func appendObject[V any](b []byte, m map[string]V, value func([]byte, V) []byte) []byte {
+	b = append(b, '{')
+	for i, k := range sortedKeys(m) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = value(append(jsonenc.AppendString(b, k), ':'), m[k])
+	}
+	return append(b, '}')
 }
 
 // sortedKeys is m's keys in the order encoding/json writes them (byte

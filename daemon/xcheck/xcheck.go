@@ -135,21 +135,15 @@ func anyError(error) bool { return true }
 // host may not make, or a stream that is not there, is a configuration
 // error, named at once.
 func (l *Loop) retry(ctx context.Context, start resumePoint, retryable func(error) bool) (jetstream.ConsumeContext, <-chan struct{}, error) {
-	deadline := time.Now().Add(retryFor)
-	pause := 100 * time.Millisecond
-	for {
-		cc, lost, err := l.consume(ctx, start)
-		if err == nil || ctx.Err() != nil || !retryable(err) || time.Now().After(deadline) {
-			return cc, lost, err
-		}
+	var cc jetstream.ConsumeContext
+	var lost <-chan struct{}
+	err := stream.Retry(ctx, retryFor, retryable, func(err error, pause time.Duration) {
 		l.cfg.Logger.Warn("cross-check consumer not made yet; retrying", "err", err, "retry_in", pause)
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 5*time.Second)
-	}
+	}, func() (err error) {
+		cc, lost, err = l.consume(ctx, start)
+		return err
+	})
+	return cc, lost, err
 }
 
 // resumePoint is where a consumer starts: just after stream sequence

@@ -110,6 +110,26 @@ func (p *interpParse) codeDir(name, reason string) {
 	p.c.dirs = append(p.c.dirs, Entry{Path: filepath.Clean(d), Class: ClassReadTree, Reason: reason})
 }
 
+// operand reports whether args[i] ends the options: "--" (the next
+// argument, if any, is the program file), "-" (the program comes on
+// stdin), or the first argument that is not an option (the program file).
+// A program file is the server's code.
+func (p *interpParse) operand(args []string, i int) bool {
+	switch a := args[i]; {
+	case a == "--":
+		if i+1 < len(args) {
+			p.file(args[i+1])
+		}
+		return true
+	case a == "-":
+		return true
+	case !strings.HasPrefix(a, "-"):
+		p.file(a)
+		return true
+	}
+	return false
+}
+
 // value returns the value of a short option at a[j:] (attached) or the next
 // argument, and the index of the last argument used.
 func value(args []string, i int, attached string) (string, int) {
@@ -128,16 +148,7 @@ func value(args []string, i int, attached string) (string, int) {
 func (p *interpParse) perl(args []string) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		switch {
-		case a == "--":
-			if i+1 < len(args) {
-				p.file(args[i+1])
-			}
-			return
-		case a == "-" || !strings.HasPrefix(a, "-"):
-			if a != "-" {
-				p.file(a)
-			}
+		if p.operand(args, i) {
 			return
 		}
 	bundle:
@@ -175,18 +186,10 @@ func (p *interpParse) ruby(args []string) {
 		"--enable": true, "--disable": true, "--dump": true, "--backtrace-limit": true, "--crash-report": true, "--parser": true}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		switch {
-		case a == "--":
-			if i+1 < len(args) {
-				p.file(args[i+1])
-			}
+		if p.operand(args, i) {
 			return
-		case a == "-" || !strings.HasPrefix(a, "-"):
-			if a != "-" {
-				p.file(a)
-			}
-			return
-		case strings.HasPrefix(a, "--"):
+		}
+		if strings.HasPrefix(a, "--") {
 			if !strings.Contains(a, "=") && longValue[a] {
 				i++
 			}
@@ -314,19 +317,10 @@ func (p *interpParse) php(args []string) {
 func (p *interpParse) lua(args []string) {
 	p.codeDir(".", "the working directory, lua's package.path ./?.lua")
 	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			if i+1 < len(args) {
-				p.file(args[i+1])
-			}
+		if p.operand(args, i) {
 			return
-		case a == "-":
-			return
-		case !strings.HasPrefix(a, "-"):
-			p.file(a)
-			return
-		case a == "-e" || a == "-l":
+		}
+		if a := args[i]; a == "-e" || a == "-l" {
 			i++
 		}
 	}

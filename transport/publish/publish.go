@@ -108,6 +108,10 @@ type Publisher struct {
 	events, published, spooled, replayed, refused atomic.Uint64
 }
 
+// ensureFor bounds how long New tries to make the stream while the error
+// may pass (stream.NotReady).
+const ensureFor = 2 * time.Minute
+
 // New starts a Publisher. Spooled messages from an earlier process are
 // replayed as soon as NATS is reachable.
 func New(ctx context.Context, cfg Config) (*Publisher, error) {
@@ -146,7 +150,17 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("publisher: JetStream context: %w", err)
 	}
 	if cfg.EnsureStream != nil {
-		if err := ensureStream(ctx, js, *cfg.EnsureStream, log); err != nil {
+		// Retried while the error may pass (a server restarting or
+		// loaded, this process stopped while its request waited): before,
+		// the first timeout ended the daemon (exit 72). Anything else
+		// (JetStream disabled, a store too small) is named at once.
+		err := stream.Retry(ctx, ensureFor, stream.NotReady, func(err error, pause time.Duration) {
+			log.Warn("JetStream did not take the stream yet; retrying", "error", err, "retry_in", pause)
+		}, func() error {
+			_, err := stream.Ensure(ctx, js, *cfg.EnsureStream)
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -528,33 +542,6 @@ func (p *Publisher) Stats() Stats {
 		SpoolBytes: p.sp.Bytes(),
 		SpoolDepth: p.sp.Len(),
 		InFlight:   len(p.sem),
-	}
-}
-
-// ensureFor bounds how long New tries to make the stream while the error
-// may pass (stream.NotReady: a request that timed out, a JetStream not
-// ready). The server may be restarting, loaded, or this process may have
-// been stopped while its request waited; before, the first such error
-// ended New and with it the daemon (exit 72). Anything else (JetStream
-// disabled, a store too small, a refused configuration) is named at once.
-const ensureFor = 2 * time.Minute
-
-// ensureStream makes or updates the stream, retrying as ensureFor says.
-func ensureStream(ctx context.Context, js jetstream.JetStream, cfg stream.Config, log *slog.Logger) error {
-	deadline := time.Now().Add(ensureFor)
-	pause := 100 * time.Millisecond
-	for {
-		_, err := stream.Ensure(ctx, js, cfg)
-		if err == nil || ctx.Err() != nil || !stream.NotReady(err) || time.Now().After(deadline) {
-			return err
-		}
-		log.Warn("JetStream did not take the stream yet; retrying", "error", err, "retry_in", pause)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 5*time.Second)
 	}
 }
 

@@ -49,22 +49,15 @@ func main() {
 // blocking returns a blocking descriptor of f's open file, outside Go's
 // poller.
 func blocking(f *os.File) *os.File {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		panic(err)
-	}
-	fd := -1
-	if cerr := rc.Control(func(d uintptr) { fd, err = syscall.Dup(int(d)) }); cerr != nil || err != nil {
-		panic("dup")
-	}
+	fd := descriptor(f)
 	if err := syscall.SetNonblock(fd, false); err != nil {
 		panic(err)
 	}
-	f.Close()
 	return os.NewFile(uintptr(fd), "in")
 }
 
-// descriptor returns a descriptor of f's open file for raw writes.
+// descriptor returns a duplicate descriptor of f's open file (for raw
+// reads and writes) and closes f.
 func descriptor(f *os.File) int {
 	rc, err := f.SyscallConn()
 	if err != nil {
