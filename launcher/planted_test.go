@@ -3,12 +3,16 @@ package launcher
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
 
@@ -191,5 +195,45 @@ func TestPlantedWarningEscapesNames(t *testing.T) {
 	out := sb.String()
 	if p.count != 4 || strings.ContainsAny(out, "\x1b\x07\u202e\u009b") || !strings.Contains(out, `\x1b]0;owned\a`) {
 		t.Errorf("count %d, warning %q", p.count, out)
+	}
+}
+
+// TestPlantedCheckSaysWhatItCouldNotList: a directory of the write scope
+// the walk cannot list is counted (planted_unchecked=N, and the scope "could
+// not be checked whole"), not passed over as clean. The walk runs on a
+// thread whose file-system uid is nobody's (the kernel then drops the
+// thread's capabilities to read past permissions), over a directory its
+// owner, root, may pass through but not list.
+func TestPlantedCheckSaysWhatItCouldNotList(t *testing.T) {
+	testenv.RequireRoot(t)
+	root := t.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hidden := filepath.Join(root, "private")
+	testenv.WriteFiles(t, map[string]string{filepath.Join(hidden, ".env"): "X=1", filepath.Join(root, "notes.txt"): "n"})
+	if err := os.Chmod(hidden, 0o311); err != nil {
+		t.Fatal(err)
+	}
+	unmask, err := schema.NewSecrets(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := &schema.CanonicalScope{AccessMode: schema.AccessWrite, AllowedPaths: []schema.CanonicalPath{{Path: root, Kind: schema.KindDir}}}
+	done := make(chan *planted, 1)
+	go func() {
+		// The thread is left locked: it ends with this goroutine, its
+		// changed file-system uid with it.
+		runtime.LockOSThread()
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETFSUID, 65534, 0, 0); errno != 0 {
+			t.Errorf("setfsuid: %v", errno)
+		}
+		done <- plantedCheck(scope, schema.DefaultSecrets, unmask, time.Now().Add(-time.Minute), 0)
+	}()
+	p := <-done
+	if p.complete() || p.unchecked != 1 || !strings.Contains(p.layerNote(), "planted_unchecked=1") {
+		t.Fatalf("a directory the walk could not list: %+v (note %q), want planted_unchecked=1", p, p.layerNote())
 	}
 }
