@@ -117,7 +117,7 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 		cmd.Dir = base
 		return cmd
 	}
-	times := alternateLaunches(b, kinds, command)
+	times := alternateLaunches(b, kinds, command, firstInitialize)
 	direct := medianMs(times["direct"])
 	b.ReportMetric(direct, "direct-ms")
 	b.ReportMetric(medianMs(times["mcpwarden"]), "mcpwarden-ms")
@@ -145,6 +145,29 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 // MCPWARDEN_OLD_BIN names (required: the walk's cost is the difference),
 // alternating in one run. Run with -benchtime 20x or more.
 func BenchmarkLaunchSecretWalk(b *testing.B) {
+	command := smallAnd50kRuns(b, map[string]any{"allowed_paths": []string{"allowed"}}, func(small, large string) map[string]string {
+		return map[string]string{
+			filepath.Join(small, "allowed", "a.txt"): "a", filepath.Join(small, "allowed", "src", "main.go"): "m",
+			filepath.Join(small, "allowed", ".env"): "e",
+			filepath.Join(large, "allowed", ".env"): "e", filepath.Join(large, "allowed", "d7", "x", "server.key"): "k",
+		}
+	})
+	reportSmallAnd50k(b, alternateLaunches(b, smallAnd50kKinds, command, firstInitialize))
+}
+
+// smallAnd50kKinds are the kinds BenchmarkLaunchSecretWalk and
+// BenchmarkRunEndPlantedCheck alternate: this build and the one
+// MCPWARDEN_OLD_BIN names, each with a small workspace and a 50,000-entry
+// one.
+var smallAnd50kKinds = []string{"new-small", "old-small", "new-50k", "old-50k"}
+
+// smallAnd50kRuns is the set-up those two benchmarks share: it skips
+// without MCPWARDEN_OLD_BIN, builds internal/mcpecho, writes the files
+// files names (given the small and the large workspace), the 500
+// directories of 99 files under the large one's allowed/ and a scope of
+// doc, and returns the command of each kind: `mcpwarden run` of that
+// build over that workspace, running mcpecho.
+func smallAnd50kRuns(b *testing.B, doc map[string]any, files func(small, large string) map[string]string) func(kind string) *exec.Cmd {
 	fencetest.RequireFence(b)
 	bins := fencetest.Build(b)
 	old := os.Getenv(EnvOldMcpwarden)
@@ -158,27 +181,11 @@ func BenchmarkLaunchSecretWalk(b *testing.B) {
 	}
 	small := filepath.Join(dir, "small")
 	large := filepath.Join(dir, "large")
-	files := map[string]string{
-		filepath.Join(small, "allowed", "a.txt"): "a", filepath.Join(small, "allowed", "src", "main.go"): "m",
-		filepath.Join(small, "allowed", ".env"): "e",
-		filepath.Join(large, "allowed", ".env"): "e", filepath.Join(large, "allowed", "d7", "x", "server.key"): "k",
-	}
-	testenv.WriteFiles(b, files)
-	for d := 0; d < 500; d++ {
-		sub := filepath.Join(large, "allowed", fmt.Sprintf("d%d", d))
-		if err := os.MkdirAll(sub, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		for f := 0; f < 99; f++ {
-			if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d.txt", f)), nil, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	scope := fencetest.WriteScope(b, dir, map[string]any{"allowed_paths": []string{"allowed"}})
+	testenv.WriteFiles(b, files(small, large))
+	testenv.WriteTree50k(b, filepath.Join(large, "allowed"))
+	scope := fencetest.WriteScope(b, dir, doc)
 	log := filepath.Join(dir, "audit.jsonl")
-	kinds := []string{"new-small", "old-small", "new-50k", "old-50k"}
-	command := func(kind string) *exec.Cmd {
+	return func(kind string) *exec.Cmd {
 		bin, base := bins.Mcpwarden, small
 		if strings.HasPrefix(kind, "old") {
 			bin = old
@@ -190,24 +197,29 @@ func BenchmarkLaunchSecretWalk(b *testing.B) {
 		cmd.Dir = base
 		return cmd
 	}
-	times := alternateLaunches(b, kinds, command)
-	for _, k := range kinds {
+}
+
+// reportSmallAnd50k reports the median of each of smallAnd50kKinds and
+// what this build adds to the older one with each workspace.
+func reportSmallAnd50k(b *testing.B, times map[string][]time.Duration) {
+	for _, k := range smallAnd50kKinds {
 		b.ReportMetric(medianMs(times[k]), k+"-ms")
 	}
 	b.ReportMetric(medianMs(times["new-small"])-medianMs(times["old-small"]), "small-added-ms")
 	b.ReportMetric(medianMs(times["new-50k"])-medianMs(times["old-50k"]), "50k-added-ms")
 }
 
-// alternateLaunches times the first initialize answer of each kind's
-// command once per benchmark iteration, starting each round with the next
-// kind, so that the kinds take turns at every position.
-func alternateLaunches(b *testing.B, kinds []string, command func(kind string) *exec.Cmd) map[string][]time.Duration {
+// alternateLaunches times each kind's command with measure
+// (firstInitialize, runEnd) once per benchmark iteration, starting each
+// round with the next kind, so that the kinds take turns at every
+// position.
+func alternateLaunches(b *testing.B, kinds []string, command func(kind string) *exec.Cmd, measure func(*testing.B, *exec.Cmd) time.Duration) map[string][]time.Duration {
 	times := map[string][]time.Duration{}
 	i := 0
 	for b.Loop() {
 		for k := range kinds {
 			kind := kinds[(i+k)%len(kinds)]
-			times[kind] = append(times[kind], firstInitialize(b, command(kind)))
+			times[kind] = append(times[kind], measure(b, command(kind)))
 		}
 		i++
 	}

@@ -42,36 +42,10 @@ echo v1
 `
 	for _, shell := range []string{"sh", "bash"} {
 		path := testenv.RequireCommand(t, shell)
-		for _, inScope := range []bool{true, false} {
-			name := shell + " script in its write scope"
-			if !inScope {
-				name = shell + " script outside the scope (runs)"
-			}
-			t.Run(name, func(t *testing.T) {
-				w := newWorkspace(t)
-				dir := w.allowed
-				if !inScope {
-					dir = t.TempDir()
-				}
-				script := filepath.Join(dir, "server.sh")
-				testenv.WriteFiles(t, map[string]string{script: selfRewriting})
-				scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-				o := fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: []string{path, script}}
-				if !inScope {
-					// Outside the scope the shell may read its script but
-					// not rewrite it: the next run answers v1 again.
-					first, s := answerOnce(t, b, o)
-					s.Close()
-					next, s2 := answerOnce(t, b, o)
-					s2.Close()
-					if first != "v1" || next != "v1" {
-						t.Fatalf("answers %q, %q, want v1 twice (the script read, its rewrite refused): %s", first, next, s.Stderr()+s2.Stderr())
-					}
-					return
-				}
-				checkPlantedCodeRefused(t, b, o, plantedCode{want: []string{"shell script the server runs", "writable paths"}, naming: "the shell script", planted: "planted"})
-			})
-		}
+		checkSelfRewritingScript(t, b, noNS, shell+" script", "server.sh",
+			func(string) string { return selfRewriting },
+			func(script string) []string { return []string{path, script} },
+			plantedCode{want: []string{"shell script the server runs", "writable paths"}, naming: "the shell script", planted: "planted"})
 	}
 }
 

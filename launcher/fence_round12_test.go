@@ -66,34 +66,9 @@ print "v1\n";
 	}
 	for _, c := range cases {
 		interp := testenv.RequireCommand(t, c.interp)
-		for _, inScope := range []bool{true, false} {
-			name := c.name + " in its write scope"
-			if !inScope {
-				name = c.name + " outside the scope (runs)"
-			}
-			t.Run(name, func(t *testing.T) {
-				w := newWorkspace(t)
-				dir := w.allowed
-				if !inScope {
-					dir = t.TempDir()
-				}
-				script := filepath.Join(dir, "server.code")
-				testenv.WriteFiles(t, map[string]string{script: c.source(script)})
-				scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
-				o := fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: c.command(interp, script)}
-				if !inScope {
-					first, s := answerOnce(t, b, o)
-					s.Close()
-					next, s2 := answerOnce(t, b, o)
-					s2.Close()
-					if first != "v1" || next != "v1" {
-						t.Fatalf("answers %q, %q, want v1 twice (the script read, its rewrite refused): %s", first, next, s.Stderr()+s2.Stderr())
-					}
-					return
-				}
-				checkPlantedCodeRefused(t, b, o, plantedCode{want: []string{"code the server runs", "writable paths"}, naming: "the script", planted: "planted", withStderr: true})
-			})
-		}
+		checkSelfRewritingScript(t, b, noNS, c.name, "server.code", c.source,
+			func(script string) []string { return c.command(interp, script) },
+			plantedCode{want: []string{"code the server runs", "writable paths"}, naming: "the script", planted: "planted", withStderr: true})
 	}
 }
 

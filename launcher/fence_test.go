@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/internal/fencetest"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -609,5 +610,45 @@ func checkPlantedCodeRefused(t *testing.T, b fencetest.Binaries, o fencetest.Sta
 		t.Errorf("the run was not refused (%sanswers %q, %q): %s", p.unrefused, first, next, s.Stderr())
 	} else {
 		t.Errorf("the run was not refused (%sanswers %q, %q)", p.unrefused, first, next)
+	}
+}
+
+// checkSelfRewritingScript runs, in a write-scope run of each layering's
+// noNS, a server whose script (file, written from source of its path)
+// answers "v1" and rewrites itself to answer "v2", started with command
+// of the script's path: as subtest "<name> in its write scope" the run
+// must be refused as p says (checkPlantedCodeRefused); as "<name> outside
+// the scope (runs)" the script lies outside the scope and runs.
+func checkSelfRewritingScript(t *testing.T, b fencetest.Binaries, noNS bool, name, file string, source func(path string) string, command func(script string) []string, p plantedCode) {
+	t.Helper()
+	for _, inScope := range []bool{true, false} {
+		sub := name + " in its write scope"
+		if !inScope {
+			sub = name + " outside the scope (runs)"
+		}
+		t.Run(sub, func(t *testing.T) {
+			w := newWorkspace(t)
+			dir := w.allowed
+			if !inScope {
+				dir = t.TempDir()
+			}
+			script := filepath.Join(dir, file)
+			testenv.WriteFiles(t, map[string]string{script: source(script)})
+			scope := fencetest.WriteScope(t, t.TempDir(), map[string]any{"allowed_paths": []string{"allowed"}, "access_mode": "write"})
+			o := fencetest.StartOptions{Scope: scope, Base: w.base, NoNamespaces: noNS, Command: command(script)}
+			if !inScope {
+				// Outside the scope the server may read its script but
+				// not rewrite it: the next run answers v1 again.
+				first, s := answerOnce(t, b, o)
+				s.Close()
+				next, s2 := answerOnce(t, b, o)
+				s2.Close()
+				if first != "v1" || next != "v1" {
+					t.Fatalf("answers %q, %q, want v1 twice (the script read, its rewrite refused): %s", first, next, s.Stderr()+s2.Stderr())
+				}
+				return
+			}
+			checkPlantedCodeRefused(t, b, o, p)
+		})
 	}
 }

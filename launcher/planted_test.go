@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,17 +148,7 @@ func TestHomeWriteWarning(t *testing.T) {
 // end waits for is BenchmarkRunEndPlantedCheck.
 func BenchmarkPlantedCheck(b *testing.B) {
 	root := b.TempDir()
-	for d := 0; d < 500; d++ {
-		sub := filepath.Join(root, "d"+strconv.Itoa(d))
-		if err := os.MkdirAll(sub, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		for f := 0; f < 99; f++ {
-			if err := os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(f)+".txt"), nil, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	testenv.WriteTree50k(b, root)
 	if err := os.WriteFile(filepath.Join(root, ".env"), nil, 0o644); err != nil {
 		b.Fatal(err)
 	}

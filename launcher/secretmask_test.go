@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/mcpwarden/mcpwarden/internal/testenv"
 	"github.com/mcpwarden/mcpwarden/launcher/sandbox"
 	"github.com/mcpwarden/mcpwarden/schema"
 )
@@ -181,17 +181,7 @@ func TestSecretsLayer(t *testing.T) {
 // waits for is BenchmarkLaunchSecretWalk.
 func BenchmarkSecretWalk(b *testing.B) {
 	root := b.TempDir()
-	for d := 0; d < 500; d++ {
-		sub := filepath.Join(root, "d"+strconv.Itoa(d))
-		if err := os.MkdirAll(sub, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		for f := 0; f < 99; f++ {
-			if err := os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(f)+".txt"), nil, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	testenv.WriteTree50k(b, root)
 	if err := os.WriteFile(filepath.Join(root, ".env"), nil, 0o644); err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -59,6 +60,24 @@ func WriteFiles(tb testing.TB, files map[string]string) {
 		}
 		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
 			tb.Fatal(err)
+		}
+	}
+}
+
+// WriteTree50k creates under root the 50,000-entry tree of the walk
+// benchmarks: 500 directories d0..d499 of 99 empty files f0.txt..f98.txt
+// each.
+func WriteTree50k(tb testing.TB, root string) {
+	tb.Helper()
+	for d := 0; d < 500; d++ {
+		sub := filepath.Join(root, "d"+strconv.Itoa(d))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		for f := 0; f < 99; f++ {
+			if err := os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(f)+".txt"), nil, 0o644); err != nil {
+				tb.Fatal(err)
+			}
 		}
 	}
 }
