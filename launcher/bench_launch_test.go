@@ -141,7 +141,7 @@ func BenchmarkLaunchVsLandrun(b *testing.B) {
 // (secretmask.go) costs a launch: time to the first initialize answer of
 // internal/mcpecho under `mcpwarden run` (defaults) with a small workspace
 // (a few files and a .env) and with a 50,000-entry one (500 directories of
-// 100 files, a .env and a key deep down), side by side with the build
+// 99 files, a .env and a key deep down), side by side with the build
 // MCPWARDEN_OLD_BIN names (required: the walk's cost is the difference),
 // alternating in one run. Run with -benchtime 20x or more.
 func BenchmarkLaunchSecretWalk(b *testing.B) {
